@@ -1,0 +1,56 @@
+# chess-rl: the two commands are `make demo` and `make test`. Both set everything up on a fresh
+# machine (.venv, the project, Stockfish) and are safe to re-run.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# Re-install only when the dependency list or the pins change.
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt 2>/dev/null | cksum | cut -d' ' -f1)
+PYTEST_ARGS ?=
+DEMO_ARGS ?=
+
+.PHONY: help venv stockfish demo test lint unit integration system bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(STAMP): $(PY) pyproject.toml constraints.txt
+	$(PIP) install --quiet -c constraints.txt -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+venv: $(STAMP) ## create .venv and install the project (with dev extras) against constraints.txt
+
+stockfish: ## install Stockfish if it is missing (apt-get), or say how to point STOCKFISH_PATH at one
+	@bash scripts/ensure-stockfish.sh
+
+demo: venv stockfish ## run the main job on the embedded local Ray (tiny preset)
+	$(PY) -m pipelines.prepare --config tiny $(DEMO_ARGS)
+
+lint: venv ## ruff
+	$(VENV)/bin/ruff check .
+
+test: venv stockfish lint ## lint, then every test (unit, integration, system)
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+unit: venv ## unit tests only (no Ray, milliseconds each)
+	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
+
+integration: venv stockfish ## integration tests (local Ray, real Stockfish)
+	$(VENV)/bin/pytest tests/integration $(PYTEST_ARGS)
+
+system: venv stockfish ## system tests (ray start + job submit, mlflow server, moto S3)
+	$(VENV)/bin/pytest tests/system $(PYTEST_ARGS)
+
+bench: venv ## benchmarks (ratios against a baseline measured in the same run)
+	$(PY) bench/prepare.py
+
+clean: ## remove runs/ and caches (keeps .venv)
+	rm -rf runs .pytest_cache .ruff_cache

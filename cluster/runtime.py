@@ -1,0 +1,113 @@
+"""Get a Ray cluster: join the one in ``--address``/``RAY_ADDRESS``, or start an embedded one.
+
+>>> from cluster.config import RaySection
+>>> with ray_session(RaySection(num_cpus=1)) as info:  # doctest: +SKIP
+...     print(info.mode, info.resources["CPU"])
+embedded 1.0
+
+Inside ``ray job submit`` the job supervisor sets ``RAY_ADDRESS``, so the same command joins the
+cluster it was submitted to. Ray 2.60 turns token authentication on by default: an embedded Ray
+makes its own token (``~/.ray/auth_token``), and joining a cluster uses ``RAY_AUTH_TOKEN`` or
+that file. The embedded dashboard, when asked for, binds to loopback unless configured
+otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from cluster.config import RaySection
+from cluster.errors import ConfigError, UserError
+
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class RayInfo:
+    """What we are running on."""
+
+    mode: str  # "embedded", "joined" or "existing" (ray was already initialised by the caller)
+    address: str
+    resources: dict[str, float] = field(default_factory=dict)
+    dashboard_url: str | None = None
+
+
+def total_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return 8 * GiB
+
+
+def default_object_store_bytes() -> int:
+    """30% of RAM (Ray's own default), capped at 4 GiB: enough for every phase on a laptop."""
+    return int(min(0.3 * total_memory_bytes(), 4 * GiB))
+
+
+def resolve_address(config: RaySection, flag: str | None = None) -> str | None:
+    """``--address`` beats ``RAY_ADDRESS`` beats the config; ``None`` means embedded."""
+    address = flag or os.environ.get("RAY_ADDRESS") or config.address
+    if address and address.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"ray address {address!r} is a dashboard/job-server URL (what `ray job submit` wants); to run on "
+            "that cluster submit the job with `ray job submit --working-dir . -- python -m pipelines.<phase>`, "
+            "or pass the cluster's GCS address (host:6379) or 'auto'"
+        )
+    return address or None
+
+
+@contextlib.contextmanager
+def ray_session(config: RaySection, address: str | None = None, *, quiet: bool = True) -> Iterator[RayInfo]:
+    """Start or join Ray for the duration of the block; shuts down only what it started."""
+    import ray  # cluster/ may import ray; chessrl/ never does
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        yield RayInfo(mode="existing", address=_gcs_address(ray), resources=dict(ray.cluster_resources()))
+        return
+
+    target = resolve_address(config, address)
+    level = logging.WARNING if quiet else logging.INFO
+    try:
+        if target:
+            context = ray.init(address=target, logging_level=level, configure_logging=True)
+            mode = "joined"
+        else:
+            object_store = (
+                int(config.object_store_gb * GiB) if config.object_store_gb else default_object_store_bytes()
+            )
+            context = ray.init(
+                num_cpus=config.num_cpus or os.cpu_count(),
+                num_gpus=config.num_gpus,
+                object_store_memory=object_store,
+                include_dashboard=config.dashboard,
+                dashboard_host=config.dashboard_host,
+                dashboard_port=config.dashboard_port,
+                logging_level=level,
+                configure_logging=True,
+            )
+            mode = "embedded"
+    except ConnectionError as exc:
+        raise UserError(f"cannot connect to the Ray cluster at {target!r}: {exc}") from None
+    dashboard = getattr(context, "dashboard_url", None) or None
+    info = RayInfo(
+        mode=mode,
+        address=_gcs_address(ray),
+        resources=dict(ray.cluster_resources()),
+        dashboard_url=f"http://{dashboard}" if dashboard and "://" not in dashboard else dashboard,
+    )
+    try:
+        yield info
+    finally:
+        ray.shutdown()
+
+
+def _gcs_address(ray_module: object) -> str:
+    try:
+        return str(ray_module.get_runtime_context().gcs_address)  # type: ignore[attr-defined]
+    except Exception:  # pragma: no cover - older Ray
+        return "unknown"

@@ -1,0 +1,78 @@
+"""``chess-rl``: one command, one sub-command per phase.
+
+    chess-rl --help
+    chess-rl prepare --config tiny --min-elo 2000
+
+``chess-rl <phase> ARGS`` runs exactly the code of ``python -m pipelines.<phase> ARGS``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+#: Phases that run today: name -> (module, one line).
+PHASES: dict[str, tuple[str, str]] = {
+    "prepare": ("pipelines.prepare", "PGN files (.pgn, .pgn.zst; local or s3://) -> games Parquet"),
+}
+
+#: Phases of the design that are not built yet (shown in --help so nobody hunts for them).
+PLANNED: dict[str, str] = {
+    "sft": "fine-tune a GPT-2-style model on games (Ray Train + TRL SFTTrainer)",
+    "preferences": "Stockfish-judged preference pairs from the SFT model",
+    "reward": "reward model on preference pairs (TRL RewardTrainer)",
+    "ppo": "PPO against the reward model (KL to a frozen reference)",
+    "grpo": "GRPO with engine-verified rewards",
+    "selfplay": "AlphaZero-style self-play with batched MCTS",
+    "evaluate": "arenas, Elo against a Stockfish ladder, test suites",
+    "tune": "Ray Tune sweeps (MCTS cpuct, KL coefficient)",
+    "rlaif": "every phase in order, resumable",
+}
+
+
+def usage() -> str:
+    width = max(len(n) for n in [*PHASES, *PLANNED])
+    lines = [
+        "usage: chess-rl <phase> [options]   (chess-rl <phase> --help for a phase's flags)",
+        "",
+        "A Ray-native system that makes chess-playing models stronger.",
+        "",
+        "phases:",
+        *(f"  {name:<{width}}  {text}" for name, (_, text) in PHASES.items()),
+        "",
+        "planned (not built yet):",
+        *(f"  {name:<{width}}  {text}" for name, text in PLANNED.items()),
+        "",
+        "Every phase runs on an embedded local Ray, or joins the cluster in RAY_ADDRESS / --address;",
+        "`ray job submit --working-dir . -- python -m pipelines.<phase> ...` runs the same code on a cluster.",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    if args[0] in ("-V", "--version"):
+        from chessrl import __version__
+
+        print(f"chess-rl {__version__}")
+        return 0
+    name, rest = args[0], args[1:]
+    if name in PHASES:
+        module = importlib.import_module(PHASES[name][0])
+        return int(module.main(rest, prog=f"chess-rl {name}"))
+    if name in PLANNED:
+        print(
+            f"error: phase {name!r} is planned but not built yet; phases that run: {', '.join(PHASES)}",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"error: unknown phase {name!r}; phases: {', '.join(PHASES)} (chess-rl --help)", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

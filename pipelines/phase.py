@@ -1,0 +1,237 @@
+"""What every phase's ``main(argv)`` shares: flags, config, Ray, MLflow, errors, exit codes.
+
+A phase module declares a :class:`Phase` and calls :func:`run_phase`::
+
+    PHASE = Phase(name="prepare", summary="PGN -> games Parquet", section="prepare",
+                  section_model=PrepareConfig, run=run_prepare)
+
+    def main(argv=None) -> int:
+        return run_phase(PHASE, argv)
+
+``python -m pipelines.prepare`` and ``chess-rl prepare`` both end up here. Exit codes: 0 done,
+1 the phase ran but produced nothing usable, 2 a user error (one line on stderr, no traceback),
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from cluster.config import (
+    add_section_flags,
+    available_presets,
+    flatten,
+    load_config,
+    overrides_from_args,
+    parse_set_overrides,
+    resolve_preset,
+)
+from cluster.errors import UserError
+from cluster.runtime import RayInfo, ray_session
+from cluster.storage import Storage
+from cluster.tracking import PhaseRun, Tracker, write_json_artifact
+from pipelines.config import ChessRLConfig
+
+EXIT_OK, EXIT_EMPTY, EXIT_USER_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+@dataclass
+class PhaseResult:
+    """What a phase hands back: a JSON-able summary, the lines to print, and whether it produced anything."""
+
+    summary: dict[str, Any]
+    lines: list[str] = field(default_factory=list)
+    ok: bool = True
+
+
+@dataclass
+class PhaseContext:
+    """Everything a phase's ``run`` needs besides its config."""
+
+    config: ChessRLConfig
+    run_storage: Storage  # <storage>/<run>
+    tracking: PhaseRun
+    ray: RayInfo
+    log: Callable[[str], None]
+
+    def phase_storage(self, phase: str) -> Storage:
+        return self.run_storage.child(phase)
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    summary: str
+    section: str
+    section_model: type[BaseModel]
+    run: Callable[[PhaseContext], PhaseResult]
+    description: str = ""
+    needs_ray: bool = True
+
+
+def build_parser(
+    phase: Phase, prog: str | None = None
+) -> tuple[argparse.ArgumentParser, dict[str, tuple[str, str]]]:
+    parser = argparse.ArgumentParser(
+        prog=prog or f"python -m pipelines.{phase.name}",
+        description=f"{phase.summary}\n\n{phase.description}".strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "Config: a preset ("
+            + ", ".join(available_presets())
+            + ") or a YAML file, then the flags above, then "
+            "--set SECTION.KEY=VALUE. Ray: RAY_ADDRESS or --address joins a cluster; otherwise an embedded "
+            "local Ray starts. MLflow: MLFLOW_TRACKING_URI wins over tracking.uri."
+        ),
+    )
+    common = parser.add_argument_group("common")
+    common.add_argument(
+        "--config", default="tiny", metavar="PRESET|FILE", help="preset name or YAML file [default: tiny]"
+    )
+    common.add_argument(
+        "--run-name", dest="run__name", metavar="NAME", help="run name; outputs go to <storage>/<name>/"
+    )
+    common.add_argument(
+        "--storage", dest="run__storage", metavar="URI", help="local path, file:// or s3://bucket/prefix"
+    )
+    common.add_argument("--seed", dest="run__seed", metavar="N", help="random seed")
+    common.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="Ray cluster to join ('auto', host:6379); default: RAY_ADDRESS, else embedded",
+    )
+    common.add_argument(
+        "--num-cpus", dest="ray__num_cpus", metavar="N", help="CPUs of the embedded local Ray"
+    )
+    common.add_argument(
+        "--dashboard",
+        dest="ray__dashboard",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="start the Ray dashboard with the embedded local Ray (binds to loopback)",
+    )
+    common.add_argument(
+        "--tracking",
+        dest="tracking__enabled",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="log to MLflow [default: on]",
+    )
+    common.add_argument(
+        "--tracking-uri",
+        dest="tracking__uri",
+        metavar="URI",
+        help="MLflow tracking URI (MLFLOW_TRACKING_URI wins)",
+    )
+    common.add_argument(
+        "--set",
+        dest="set_items",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override any config key, e.g. --set prepare.min_elo=2000 (repeatable)",
+    )
+    mapping = {
+        "run__name": ("run.name", "--run-name"),
+        "run__storage": ("run.storage", "--storage"),
+        "run__seed": ("run.seed", "--seed"),
+        "ray__num_cpus": ("ray.num_cpus", "--num-cpus"),
+        "ray__dashboard": ("ray.dashboard", "--dashboard"),
+        "tracking__enabled": ("tracking.enabled", "--tracking"),
+        "tracking__uri": ("tracking.uri", "--tracking-uri"),
+    }
+    group = parser.add_argument_group(phase.name)
+    mapping.update(add_section_flags(group, phase.section_model, phase.section))
+    return parser, mapping
+
+
+def resolve_config(
+    phase: Phase, args: argparse.Namespace, mapping: dict[str, tuple[str, str]]
+) -> ChessRLConfig:
+    overrides = parse_set_overrides(args.set_items)
+    overrides.update(overrides_from_args(args, mapping))
+    return load_config(ChessRLConfig, path=resolve_preset(args.config), overrides=overrides)
+
+
+def run_phase(phase: Phase, argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
+    """Parse ``argv``, resolve the config, start Ray and MLflow, run the phase, print its summary."""
+    parser, mapping = build_parser(phase, prog)
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    log = _logger(phase.name)
+    try:
+        config = resolve_config(phase, args, mapping)
+        run_storage = Storage.from_uri(config.run.storage).child(config.run.name)
+        params = flatten(config)
+        log(f"run {config.run.name!r} -> {run_storage.uri}")
+        log(
+            "config: "
+            + json.dumps({k: v for k, v in flatten(config).items() if k.startswith(f"{phase.section}.")})
+        )
+        tracker = Tracker(config.tracking, storage_uri=config.run.storage, run_name=config.run.name)
+        started = time.perf_counter()
+        with ray_session(config.ray, args.address) as ray_info:
+            log(
+                f"ray: {ray_info.mode} cluster at {ray_info.address}, {int(ray_info.resources.get('CPU', 0))} CPUs"
+                + (f", dashboard {ray_info.dashboard_url}" if ray_info.dashboard_url else "")
+            )
+            with tracker.invocation(params), tracker.phase(phase.name, params) as tracking:
+                context = PhaseContext(
+                    config=config, run_storage=run_storage, tracking=tracking, ray=ray_info, log=log
+                )
+                result = _unwrap_ray_errors(phase.run, context)
+                result.summary.setdefault("seconds", round(time.perf_counter() - started, 3))
+                write_json_artifact(tracking, result.summary, "summary.json")
+        for line in result.lines:
+            print(line, flush=True)
+        if tracker.enabled and tracker.uri:
+            print(
+                f"mlflow: run {tracker.parent_run_id} in experiment {config.tracking.experiment!r} at {_redacted(tracker.uri)}",
+                flush=True,
+            )
+        return EXIT_OK if result.ok else EXIT_EMPTY
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+
+
+def _unwrap_ray_errors(fn: Callable[[PhaseContext], PhaseResult], context: PhaseContext) -> PhaseResult:
+    """A UserError raised inside a Ray task reaches the user as that error, not a remote traceback."""
+    try:
+        return fn(context)
+    except UserError:
+        raise
+    except Exception as exc:
+        cause = getattr(exc, "cause", None)
+        while cause is not None and not isinstance(cause, UserError):
+            cause = getattr(cause, "cause", None) or cause.__cause__
+        if isinstance(cause, UserError):
+            raise cause from None
+        raise
+
+
+def _redacted(uri: str) -> str:
+    from cluster.config import redact
+
+    return str(redact("uri", uri))
+
+
+def _logger(name: str) -> Callable[[str], None]:
+    quiet = os.environ.get("CHESS_RL_QUIET") == "1"
+
+    def log(message: str) -> None:
+        if not quiet:
+            print(f"[{name}] {message}", file=sys.stderr, flush=True)
+
+    return log
