@@ -61,6 +61,7 @@ SKIP_REASONS: tuple[str, ...] = (
 
 MAX_GAME_BYTES = 1 << 20
 _BOM = b"\xef\xbb\xbf"
+_RESULT_TOKENS = frozenset((b"1-0", b"0-1", b"1/2-1/2", b"*"))
 
 
 class PGNStreamError(Exception):
@@ -157,8 +158,9 @@ def iter_raw_games(
 ) -> Iterator[bytes]:
     """Split a PGN byte stream into one ``bytes`` per game (headers + movetext), streaming.
 
-    A new game starts at a ``[`` line (outside a comment) once the current game has movetext, so
-    blank lines inside headers and games without blank lines both work. ``\\r\\n`` and a UTF-8
+    A new game starts at a ``[`` line (outside a comment) once the current game has movetext, or
+    at any line after a movetext line that ends in a result token, so blank lines inside headers,
+    games without blank lines and games without headers all work. ``\\r\\n`` and a UTF-8
     BOM are handled. A game bigger than ``max_game_bytes`` is yielded as ``b""`` (count it as
     ``oversized``) instead of filling memory.
     """
@@ -166,6 +168,7 @@ def iter_raw_games(
     size = 0
     oversized = False
     seen_moves = False
+    ended = False  # the current game's movetext has reached its result token
     depth = 0  # {comment} nesting
     first = True
     for line in _iter_lines(stream, chunk_size, max_game_bytes):
@@ -180,9 +183,9 @@ def iter_raw_games(
         if line.endswith(b"\r"):
             line = line[:-1]
         stripped = line.strip()
-        if depth == 0 and stripped.startswith(b"[") and seen_moves:
+        if depth == 0 and seen_moves and ((ended and stripped) or stripped.startswith(b"[")):
             yield b"" if oversized else b"\n".join(current)
-            current, size, oversized, seen_moves = [], 0, False, False
+            current, size, oversized, seen_moves, ended = [], 0, False, False, False
         if stripped.startswith(_BOM):
             stripped = stripped[3:]
             line = line.replace(_BOM, b"", 1)
@@ -195,8 +198,15 @@ def iter_raw_games(
             continue
         if stripped:
             seen_moves = True
-        if b"{" in line or b"}" in line:
+        if b"{" in line or b"}" in line or b";" in line:
             depth = _brace_depth(line, depth)
+        # A termination marker ends the game: what follows is the next game, headers or not.
+        ended = (
+            depth == 0
+            and bool(stripped)
+            and b";" not in line
+            and stripped.rsplit(None, 1)[-1] in _RESULT_TOKENS
+        )
     if current or oversized:
         if oversized:
             yield b""

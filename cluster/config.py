@@ -316,6 +316,9 @@ def add_section_flags(
             kwargs["metavar"] = name.upper().rstrip("S") if name.endswith("s") else name.upper()
         else:
             kwargs["metavar"] = _metavar(annotation, name)
+            scalar = _scalar_type(annotation)
+            if scalar is not None:
+                kwargs["type"] = scalar
         parser.add_argument(flag, **kwargs)
         mapping[dest] = (f"{section}.{name}", flag)
     return mapping
@@ -365,6 +368,14 @@ def _is_list(annotation: Any) -> bool:
     if typing.get_origin(annotation) in (list, tuple, Sequence):
         return True
     return any(_is_list(a) for a in typing.get_args(annotation) if a is not type(None))
+
+
+def _scalar_type(annotation: Any) -> type | None:
+    """``int`` for ``int``/``int | None`` fields (so argparse rejects ``--min-elo x`` itself)."""
+    for kind in (int, float):
+        if annotation is kind or (kind in typing.get_args(annotation) and _is_optional(annotation)):
+            return kind
+    return None
 
 
 def _metavar(annotation: Any, name: str) -> str:

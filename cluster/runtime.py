@@ -81,6 +81,7 @@ def ray_session(config: RaySection, address: str | None = None, *, quiet: bool =
                 int(config.object_store_gb * GiB) if config.object_store_gb else default_object_store_bytes()
             )
             context = ray.init(
+                address="local",  # never silently join a `ray start` cluster found in /tmp/ray
                 num_cpus=config.num_cpus or os.cpu_count(),
                 num_gpus=config.num_gpus,
                 object_store_memory=object_store,

@@ -103,7 +103,7 @@ def build_parser(
     common.add_argument(
         "--storage", dest="run__storage", metavar="URI", help="local path, file:// or s3://bucket/prefix"
     )
-    common.add_argument("--seed", dest="run__seed", metavar="N", help="random seed")
+    common.add_argument("--seed", dest="run__seed", metavar="N", type=int, help="random seed")
     common.add_argument(
         "--address",
         metavar="ADDR",

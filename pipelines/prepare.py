@@ -24,6 +24,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -174,6 +175,8 @@ def run_prepare(context: PhaseContext) -> PhaseResult:
     data_context.print_on_execution_start = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)  # "progress bars disabled"
+    # Small inputs give fewer blocks than parse tasks; that is expected, not worth a warning.
+    warnings.filterwarnings("ignore", message="The maximum number of concurrent tasks", category=UserWarning)
 
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     parse_tasks = min(cfg.parallelism or cpus, cpus)
