@@ -73,7 +73,7 @@ def game_id_for(headers: Mapping[str, str], moves: str) -> str:
     """A stable id: same roster and moves -> same id, whichever file or run it came from.
 
     >>> game_id_for({"White": "Carlsen, Magnus", "Black": "Ding Liren"}, "e2e4 e7e5")
-    'b4ef36a92cb1bb86'
+    '39fe51001d497ebe'
     """
     roster = "\x1f".join(
         (headers.get(tag) or "").strip()

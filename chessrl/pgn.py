@@ -56,11 +56,12 @@ SKIP_REASONS: tuple[str, ...] = (
     "time_control",  # category not in time_controls
     "termination",  # termination not in terminations
     "oversized",  # one game over max_game_bytes (a broken file, not a game)
-    "truncated",  # the last, incomplete game of a truncated or corrupt compressed file
 )
 
 MAX_GAME_BYTES = 1 << 20
 _BOM = b"\xef\xbb\xbf"
+_STANDARD_VARIANTS = frozenset(("", "standard", "chess", "normal", "from position", "fromposition"))
+_START_EPD = chess.Board().epd()
 _RESULT_TOKENS = frozenset((b"1-0", b"0-1", b"1/2-1/2", b"*"))
 
 
@@ -170,25 +171,23 @@ def iter_raw_games(
     seen_moves = False
     ended = False  # the current game's movetext has reached its result token
     depth = 0  # {comment} nesting
-    first = True
     for line in _iter_lines(stream, chunk_size, max_game_bytes):
         if line is None:
             oversized = True
             seen_moves = True
             continue
-        if first:
-            first = False
-            if line.startswith(_BOM):
-                line = line[3:]
+        if line.startswith(_BOM):  # start of a file, or of a file concatenated onto another
+            line = line[3:]
         if line.endswith(b"\r"):
             line = line[:-1]
         stripped = line.strip()
-        if depth == 0 and seen_moves and ((ended and stripped) or stripped.startswith(b"[")):
+        if (
+            depth == 0
+            and seen_moves
+            and (stripped.startswith(b"[") or (ended and stripped and stripped[:1] not in b"{;%("))
+        ):
             yield b"" if oversized else b"\n".join(current)
             current, size, oversized, seen_moves, ended = [], 0, False, False, False
-        if stripped.startswith(_BOM):
-            stripped = stripped[3:]
-            line = line.replace(_BOM, b"", 1)
         if not oversized:
             current.append(line)
             size += len(line) + 1
@@ -265,18 +264,19 @@ class _MainlineVisitor(chess.pgn.BaseVisitor[ParsedGame]):
     def end_headers(self) -> Any:
         headers = self.game.headers
         variant = headers.get("Variant", "").strip().lower()
-        if variant not in ("", "standard", "chess", "normal", "from position", "fromposition"):
+        if variant not in _STANDARD_VARIANTS:
             self.game.skip = "non_standard_variant"
             return chess.pgn.SKIP
         fen = headers.get("FEN")
         if fen and fen.strip() != chess.STARTING_FEN:
             try:
-                chess.Board(fen)
+                board = chess.Board(fen)
             except ValueError:
                 self.game.skip = "bad_fen"
-            else:
+                return chess.pgn.SKIP
+            if board.epd() != _START_EPD:
                 self.game.skip = "non_standard_start"
-            return chess.pgn.SKIP
+                return chess.pgn.SKIP
         return None
 
     def visit_board(self, board: chess.Board) -> None:
@@ -287,12 +287,18 @@ class _MainlineVisitor(chess.pgn.BaseVisitor[ParsedGame]):
         return chess.pgn.SKIP
 
     def visit_move(self, board: chess.Board, move: chess.Move) -> None:
+        if not move:  # python-chess reads "Z0"/"--" as a null move: not a legal chess game
+            self.handle_error(ValueError(f"null move in the mainline after {len(self.game.moves)} plies"))
         self.game.moves.append(move.uci())
 
     def visit_result(self, result: str) -> None:
         self.game.result = result
 
     def handle_error(self, error: Exception) -> None:
+        if str(error).startswith("unsupported variant") and (
+            self.game.headers.get("Variant", "").strip().lower() in _STANDARD_VARIANTS
+        ):
+            return  # "FromPosition", " Standard ": names python-chess does not know, but standard chess
         if self.game.error is None:
             self.game.error = str(error)
 
@@ -456,8 +462,7 @@ class PrepareCounts:
             self.examples[reason] = example[:300]
 
     def stream_error(self, source: str, message: str) -> None:
-        """A file that ended early: its unfinished last game counts as ``truncated``."""
-        self.skip("truncated", f"{source}: {message}")
+        """A file that could not be read to its end (the games before the damage still count)."""
         self.file_errors.append(f"{source}: {message}")
 
     def __add__(self, other: PrepareCounts) -> PrepareCounts:
@@ -570,8 +575,8 @@ def read_pgn_file(
 ) -> tuple[list[GameRecord], PrepareCounts]:
     """A whole (small) PGN file -> rows and counts, in this process. Used by tests and benches.
 
-    A truncated or corrupt compressed stream keeps the games read before the damage and counts
-    the damaged tail as ``truncated``.
+    A truncated or corrupt compressed stream keeps the games read before the damage and lists the
+    file under ``counts.file_errors``.
     """
     counts = PrepareCounts()
     records: list[GameRecord] = []

@@ -11,17 +11,12 @@ holds the machinery, which knows nothing about chess:
 - :func:`add_section_flags` generates one ``--flag`` per field of a section, with the field's
   docstring as help text, so every flag is documented where the field is.
 
->>> class Demo(Section):
-...     n: int = 3
-...     '''How many.'''
->>> class Root(Section):
-...     demo: Demo = Demo()
->>> load_config(Root, data={"demo": {"n": 5}}).demo.n
-5
->>> load_config(Root, data={"demo": {"m": 5}}, source="x.yaml")
+>>> load_config(RunSection, data={"name": "blitz-2000"}).name
+'blitz-2000'
+>>> load_config(RunSection, data={"nmae": "x"}, source="my.yaml")
 Traceback (most recent call last):
 ...
-cluster.errors.ConfigError: x.yaml: demo.m: unknown key; allowed keys: n
+cluster.errors.ConfigError: my.yaml: nmae: unknown key (did you mean 'name'?); allowed keys: name, seed, storage
 """
 
 from __future__ import annotations
@@ -201,29 +196,39 @@ def _config_error(
     source: str | None,
     origins: Mapping[tuple[str, ...], str],
 ) -> ConfigError:
-    lines: list[str] = []
-    where = source
+    """One error naming, for each bad value, where it came from (file or flag), key and what is allowed."""
+    problems: list[tuple[str | None, str]] = []
     for err in exc.errors():
         loc = tuple(str(p) for p in err["loc"])
         key = ".".join(loc)
-        origin = next((o for k, o in origins.items() if loc[: len(k)] == k), None)
-        if origin is not None:
-            where = f"command line ({origin})"
+        origin = next(
+            (o for k, o in origins.items() if loc[: len(k)] == k or k[: len(loc)] == loc),
+            None,
+        )
+        where = f"command line ({origin})" if origin is not None else source
         if err["type"] == "extra_forbidden":
             allowed = _allowed_keys(model, loc[:-1])
             hint = difflib.get_close_matches(loc[-1], allowed, n=1)
             did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
-            kind = "section" if len(loc) == 1 else "key"
-            lines.append(f"{key}: unknown {kind}{did_you_mean}; allowed keys: {', '.join(allowed)}")
+            kind = "section" if len(loc) == 1 and _is_sectioned(model) else "key"
+            problems.append(
+                (where, f"{key}: unknown {kind}{did_you_mean}; allowed keys: {', '.join(allowed)}")
+            )
         elif err["type"] == "missing":
-            lines.append(f"{key}: required key is missing")
+            problems.append((where, f"{key}: required key is missing"))
         else:
             allowed = _allowed_values(model, loc)
             msg = err["msg"][0].lower() + err["msg"][1:]
-            got = err.get("input")
-            lines.append(f"{key}: {got!r} is not allowed: {msg}{allowed}")
-    message = lines[0] if len(lines) == 1 else "; ".join(lines)
-    return ConfigError(message, source=where)
+            problems.append((where, f"{key}: {err.get('input')!r} is not allowed: {msg}{allowed}"))
+    places = {where for where, _ in problems}
+    if len(places) == 1:
+        return ConfigError("; ".join(text for _, text in problems), source=places.pop())
+    return ConfigError("; ".join(f"{where}: {text}" if where else text for where, text in problems))
+
+
+def _is_sectioned(model: type[BaseModel]) -> bool:
+    """A root config whose every field is a section."""
+    return all(_unwrap_model(f.annotation) is not None for f in model.model_fields.values())
 
 
 def _field_annotation(model: type[BaseModel], loc: Sequence[str]) -> Any:
@@ -300,14 +305,15 @@ def add_section_flags(
             continue
         flag = flag_name(name)
         dest = f"{section}__{name}"
-        default = field.default
-        help_text = (field.description or "").rstrip(".")
+        default = field.default_factory() if field.default_factory is not None else field.default  # type: ignore[call-arg]
+        help_text = (field.description or "").rstrip(".").replace("%", "%%")
         choices = _literal_choices(annotation)
         is_list = _is_list(annotation)
         if choices:
             help_text += f" (choices: {', '.join(map(str, choices))})"
-        if default not in (None, [], ()) and not callable(default):
-            help_text += f" [default: {default}]"
+        if default not in (None, [], ()):
+            shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default
+            help_text += f" [default: {shown}]"
         kwargs: dict[str, Any] = {"dest": dest, "default": None, "help": help_text}
         if _is_bool(annotation):
             kwargs["action"] = argparse.BooleanOptionalAction
@@ -415,6 +421,8 @@ def flatten(config: BaseModel | Mapping[str, Any], prefix: str = "") -> dict[str
         full = f"{prefix}{key}"
         if isinstance(value, Mapping):
             out.update(flatten(value, prefix=f"{full}."))
+        elif isinstance(value, list):
+            out[full] = [redact(full, item) for item in value]
         else:
             out[full] = redact(full, value)
     return out

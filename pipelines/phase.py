@@ -89,7 +89,8 @@ def build_parser(
             "Config: a preset ("
             + ", ".join(available_presets())
             + ") or a YAML file, then the flags above, then "
-            "--set SECTION.KEY=VALUE. Ray: RAY_ADDRESS or --address joins a cluster; otherwise an embedded "
+            "--set SECTION.KEY=VALUE. Defaults shown are the built-in ones; a preset may set others. "
+            "Ray: RAY_ADDRESS or --address joins a cluster; otherwise an embedded "
             "local Ray starts. MLflow: MLFLOW_TRACKING_URI wins over tracking.uri."
         ),
     )

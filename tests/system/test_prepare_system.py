@@ -1,0 +1,204 @@
+"""prepare end to end against real servers: a Ray job on `ray start`, S3 on moto, an MLflow server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import boto3
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+
+from chessrl.games import GAMES_SCHEMA
+
+pytestmark = pytest.mark.system
+
+TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+
+
+def run_cli(
+    args: list[str], env: dict[str, str], cwd: Path, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.prepare", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def submit(
+    ray_head, args: list[str], env: dict[str, str], deadline: float = 90
+) -> subprocess.CompletedProcess[str]:
+    """`ray job submit`, retried while the head's job agent is still starting."""
+    stop = time.monotonic() + deadline
+    while True:
+        result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+        if result.returncode == 0 or "No available agent" not in result.stderr or time.monotonic() > stop:
+            return result
+        time.sleep(2)
+
+
+def test_prepare_as_a_ray_job_on_a_started_cluster(ray_head, tmp_path, repo, monkeypatch):
+    from ray.job_submission import JobSubmissionClient
+
+    storage = tmp_path / "runs"
+    job_id = f"prepare-{uuid.uuid4().hex[:8]}"
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    result = submit(
+        ray_head,
+        [
+            ray_bin, "job", "submit", "--address", ray_head.url, "--submission-id", job_id, "--no-wait",
+            "--working-dir", str(repo), "--",
+            "python", "-m", "pipelines.prepare", "--config", "tiny", "--storage", str(storage),
+            "--run-name", "job", "--no-tracking", "--inputs", "tests/data/pgn/masters", "tests/data/pgn/uci-moves.pgn",
+        ],
+        ray_head.env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:] + ray_head.log_tail()
+
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
+        monkeypatch.setenv(key, ray_head.env[key])
+    client = JobSubmissionClient(ray_head.url)
+    deadline = time.monotonic() + 300
+    status = None
+    while time.monotonic() < deadline:
+        status = str(client.get_job_status(job_id)).split(".")[-1]
+        if status in TERMINAL:
+            break
+        time.sleep(1)
+    logs = client.get_job_logs(job_id)
+    assert status == "SUCCEEDED", logs[-3000:]
+    assert "ray: joined cluster" in logs  # the job used the cluster, not an embedded Ray
+    assert "prepare summary" in logs
+
+    summary = json.loads((storage / "job" / "prepare" / "summary.json").read_text())
+    table = pads.dataset(storage / "job" / "prepare" / "games", format="parquet").to_table()
+    assert table.schema.equals(GAMES_SCHEMA, check_metadata=False)
+    assert table.num_rows == summary["games_written"] > 3000
+    assert summary["inputs"] == [
+        "tests/data/pgn/masters/Ding.pgn.zst",
+        "tests/data/pgn/masters/Firouzja.pgn.zst",
+        "tests/data/pgn/uci-moves.pgn",
+    ]
+
+
+def test_job_submission_without_the_token_is_refused(ray_head):
+    env = {k: v for k, v in ray_head.env.items() if k != "RAY_AUTH_TOKEN"}
+    env["RAY_AUTH_TOKEN"] = "0" * 64
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    result = subprocess.run(
+        [ray_bin, "job", "submit", "--address", ray_head.url, "--", "python", "-c", "print(1)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "token" in (result.stdout + result.stderr).lower()
+
+
+def s3_fs(server) -> pafs.S3FileSystem:
+    host = server.url.split("://", 1)[1]
+    return pafs.S3FileSystem(
+        endpoint_override=host,
+        scheme="http",
+        access_key=server.env["AWS_ACCESS_KEY_ID"],
+        secret_key=server.env["AWS_SECRET_ACCESS_KEY"],
+        region="us-east-1",
+    )
+
+
+def test_prepare_reads_and_writes_s3(moto_s3, tmp_path, repo, pgn_dir):
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=moto_s3.url,
+        aws_access_key_id=moto_s3.env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=moto_s3.env["AWS_SECRET_ACCESS_KEY"],
+        region_name="us-east-1",
+    )
+    s3.create_bucket(Bucket="chess-runs")
+    s3.upload_file(
+        str(pgn_dir / "masters" / "Firouzja.pgn.zst"), "chess-runs", "input/masters/Firouzja.pgn.zst"
+    )
+    s3.upload_file(str(pgn_dir / "kasparov-deep-blue-1997.pgn"), "chess-runs", "input/kasparov.pgn")
+
+    result = run_cli(
+        ["--config", "tiny", "--storage", "s3://chess-runs/runs", "--run-name", "s3", "--no-tracking",
+         "--inputs", "s3://chess-runs/input/"],
+        moto_s3.env,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "prepare summary" in result.stdout
+    assert "testing-secret" not in result.stdout + result.stderr
+
+    fs = s3_fs(moto_s3)
+    summary = json.loads(fs.open_input_stream("chess-runs/runs/s3/prepare/summary.json").read())
+    table = pq.read_table("chess-runs/runs/s3/prepare/games", filesystem=fs)
+    assert table.num_rows == summary["games_written"] > 1800
+    assert summary["inputs"] == [
+        "s3://chess-runs/input/kasparov.pgn",
+        "s3://chess-runs/input/masters/Firouzja.pgn.zst",
+    ]
+    assert set(table.column("source").to_pylist()) == set(summary["inputs"])
+    # Nothing half-written is left behind in the bucket.
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="chess-runs", Prefix="runs/")["Contents"]]
+    assert all(k.endswith((".parquet", "summary.json")) for k in keys)
+
+
+def test_missing_bucket_is_one_clear_error(moto_s3, tmp_path):
+    result = run_cli(
+        [
+            "--config",
+            "tiny",
+            "--storage",
+            str(tmp_path),
+            "--no-tracking",
+            "--inputs",
+            "s3://no-such-bucket/x.pgn",
+        ],
+        moto_s3.env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "s3://no-such-bucket/x.pgn" in result.stderr
+
+
+def test_prepare_logs_to_an_mlflow_server(mlflow_server, tmp_path, pgn_dir):
+    from mlflow.tracking import MlflowClient
+
+    env = dict(mlflow_server.env, MLFLOW_TRACKING_URI=mlflow_server.url)
+    result = run_cli(
+        ["--config", "tiny", "--storage", str(tmp_path / "runs"), "--run-name", "served",
+         "--inputs", str(pgn_dir / "kasparov-deep-blue-1997.pgn"), str(pgn_dir / "molinari-bordais-1979.pgn")],
+        env,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:] + mlflow_server.log_tail()
+    assert f"at {mlflow_server.url}" in result.stdout
+
+    client = MlflowClient(tracking_uri=mlflow_server.url)
+    experiment = client.get_experiment_by_name("chess-rl")
+    runs = client.search_runs([experiment.experiment_id])
+    child = next(r for r in runs if r.data.tags.get("chess_rl.phase") == "prepare")
+    parent = client.get_run(child.data.tags["mlflow.parentRunId"])
+    assert parent.info.run_name == "served"
+    assert parent.data.params["run.name"] == "served"
+    assert child.data.metrics["games_written"] == 7
+    assert child.data.metrics["mean_plies"] > 10
+    assert child.data.params["prepare.min_elo"] == "0"
+    artifacts = [a.path for a in client.list_artifacts(child.info.run_id)]
+    assert "summary.json" in artifacts
+    local = client.download_artifacts(child.info.run_id, "summary.json", str(tmp_path))
+    assert json.loads(Path(local).read_text())["games_written"] == 7

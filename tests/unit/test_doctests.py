@@ -1,0 +1,19 @@
+"""The examples in the docstrings of the Ray-free modules are true (they document calls and results)."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["chessrl.pgn", "chessrl.games", "cluster.errors", "cluster.config", "pipelines.config"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples_hold(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    report = capsys.readouterr().out
+    assert result.attempted > 0, f"{name} has no examples"
+    assert result.failed == 0, report
