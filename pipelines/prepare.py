@@ -39,7 +39,10 @@ from pipelines.config import PrepareConfig
 from pipelines.phase import Phase, PhaseContext, PhaseResult, run_phase
 
 PGN_SUFFIXES = (".pgn", ".pgn.zst")
-RAW_BLOCK_GAMES = 500  # raw games per block coming out of the read stage
+RAW_BLOCK_GAMES = 500  # raw games per table the read stage yields
+# Ray Data merges yielded tables into blocks of up to 128 MiB by default: one block (so one parse
+# task, one CPU) per ordinary file. Small blocks let a single big file feed every parse task.
+RAW_BLOCK_BYTES = 512 * 1024
 _SHARD_NAME = re.compile(r"part-\d{5}-\d{9}\.parquet")
 
 RAW_SCHEMA = pa.schema(
@@ -182,6 +185,7 @@ def run_prepare(context: PhaseContext) -> PhaseResult:
     parse_tasks = min(cfg.parallelism or cpus, cpus)
     items = [{"file_index": i, "uri": uri, "source": source} for i, (uri, source) in enumerate(files)]
     ds = ray.data.from_items(items, override_num_blocks=len(items))
+    ds.context.target_max_block_size = RAW_BLOCK_BYTES  # this dataset only, not the process-wide default
     ds = ds.map_batches(
         read_raw_games,
         batch_format="pyarrow",

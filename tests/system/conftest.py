@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -98,6 +100,9 @@ def base_env() -> dict[str, str]:
 def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """``ray start --head`` on loopback with token auth on (its own token, not ~/.ray's)."""
     tmp = tmp_path_factory.mktemp("ray-head")
+    # Ray's unix sockets live under --temp-dir and AF_UNIX paths are capped at 107 bytes:
+    # pytest's tmp paths are too long, so the session files go to a short folder of our own.
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))
     dashboard_port = free_port()
     env = base_env()
     env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})
@@ -106,7 +111,7 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         f"--port={free_port()}",
         "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
         "--num-cpus=2", "--object-store-memory=1000000000",
-        "--disable-usage-stats", f"--temp-dir={tmp / 'ray'}",
+        "--disable-usage-stats", f"--temp-dir={ray_tmp}",
     ]  # fmt: skip
     url = f"http://127.0.0.1:{dashboard_port}"
     # `ray start --block` stops the whole head if one helper process (e.g. the Ray Client server)
@@ -126,6 +131,7 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield server
     finally:
         stop_group(process)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
