@@ -33,6 +33,7 @@ stockfish: ## install Stockfish if it is missing (apt-get), or say how to point 
 
 demo: venv stockfish ## run the main job on the embedded local Ray (tiny preset)
 	$(PY) -m pipelines.prepare --config tiny $(DEMO_ARGS)
+	@echo "Browse the MLflow runs: $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/runs/mlflow.db"
 
 lint: venv ## ruff
 	$(VENV)/bin/ruff check .
