@@ -1,0 +1,271 @@
+"""EnginePool: Stockfish processes as long-lived Ray actors, several actors behind one handle.
+
+    pool = EnginePool.create(n_actors=1, engines_per_actor=2, run="demo")
+    [a] = pool.analyse(["6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1"], SearchLimit(nodes=20_000))
+    a.best_move, a.score.mate        # ('d1d8', 1)
+    pool.play(fen, Strength(elo=1500), SearchLimit(nodes=5_000))
+    pool.shutdown()
+
+Each ``EnginePoolActor`` is a thin shell around :class:`chessrl.engine.EngineGroup` (one
+Stockfish per CPU it holds, a watchdog on every search, an LRU cache, a bounded queue): it adds
+resources, a name (``<run>/engine-pool-<i>``), restarts and Ray metrics. :class:`EnginePool` is a
+plain class, not an actor: it splits a batch into chunks, spreads them over the actors with a
+bounded number in flight per actor, waits and resubmits when an actor's queue is full, and puts
+the answers back in order, so a caller never cares where an engine lives.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import chess
+import ray
+from ray.util import metrics
+
+from chessrl.engine import Analysis, EngineGroup, PoolBusyError, Score, SearchLimit, Strength, board_from
+
+LATENCY_BOUNDARIES_S = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """How each pool actor runs its engines."""
+
+    engines_per_actor: int = 1
+    path: str | None = None
+    hash_mb: int = 16
+    timeout_s: float = 10.0
+    retries: int = 2
+    cache_size: int = 100_000
+    max_queue: int = 20_000
+
+
+@ray.remote(max_restarts=3, max_task_retries=2)
+class EnginePoolActor:
+    """One node's share of the pool: an EngineGroup plus metrics. No chess logic of its own."""
+
+    def __init__(self, name: str, settings: dict[str, Any]) -> None:
+        s = PoolSettings(**settings)
+        self.name = name
+        self.group = EngineGroup(
+            s.engines_per_actor,
+            path=s.path,
+            hash_mb=s.hash_mb,
+            timeout_s=s.timeout_s,
+            retries=s.retries,
+            cache_size=s.cache_size,
+            max_queue=s.max_queue,
+        )
+        tags = ("pool",)
+        self._tags = {"pool": name}
+        self._positions = metrics.Counter(
+            "chessrl_engine_positions", "Positions answered by the engine pool", tag_keys=tags
+        )
+        self._cache_hits = metrics.Counter(
+            "chessrl_engine_cache_hits", "Engine pool cache hits", tag_keys=tags
+        )
+        self._restarts = metrics.Counter(
+            "chessrl_engine_restarts", "Engine processes restarted", tag_keys=tags
+        )
+        self._queue = metrics.Gauge(
+            "chessrl_engine_queue_depth", "Positions queued or in search", tag_keys=tags
+        )
+        self._latency = metrics.Histogram(
+            "chessrl_engine_latency_s", "Seconds per engine search", LATENCY_BOUNDARIES_S, tag_keys=tags
+        )
+        self._reported = self.group.snapshot()
+        self._latencies_seen = 0
+
+    def _export(self) -> None:
+        now = self.group.snapshot()
+        for counter, key in (
+            (self._positions, "positions"),
+            (self._cache_hits, "cache_hits"),
+            (self._restarts, "restarts"),
+        ):
+            delta = now[key] - self._reported[key]
+            if delta > 0:
+                counter.inc(delta, tags=self._tags)
+        self._queue.set(now["queue_depth"], tags=self._tags)
+        latencies = self.group.stats.latencies_s
+        start = min(self._latencies_seen, len(latencies))
+        for value in latencies[start:]:
+            self._latency.observe(value, tags=self._tags)
+        self._latencies_seen = len(latencies)
+        self._reported = now
+
+    def analyse(
+        self, fens: list[str], limit: SearchLimit, multipv: int = 1, fresh: bool = False
+    ) -> list[Analysis]:
+        self._queue.set(self.group.snapshot()["queue_depth"] + len(fens), tags=self._tags)
+        try:
+            return self.group.analyse(fens, limit, multipv, fresh=fresh)
+        finally:
+            self._export()
+
+    def score_moves(self, fen: str, moves: list[str], limit: SearchLimit) -> list[Score]:
+        try:
+            return self.group.score_moves(fen, moves, limit)
+        finally:
+            self._export()
+
+    def play(self, fen: str, strength: Strength, limit: SearchLimit, fresh: bool = False) -> str:
+        try:
+            return self.group.play(fen, strength, limit, fresh=fresh)
+        finally:
+            self._export()
+
+    def stats(self) -> dict[str, Any]:
+        return {"name": self.name, **self.group.snapshot()}
+
+    def pids(self) -> list[int | None]:
+        return self.group.pids
+
+    def __repr__(self) -> str:  # shown in the dashboard
+        return f"EnginePoolActor({self.name})"
+
+
+class EnginePool:
+    """Several EnginePoolActors behind one handle (a plain class; pass it to tasks freely)."""
+
+    def __init__(
+        self, actors: Sequence[Any], engines_per_actor: int, *, max_inflight_per_actor: int | None = None
+    ) -> None:
+        if not actors:
+            raise ValueError("an engine pool needs at least one actor")
+        self.actors = list(actors)
+        self.engines_per_actor = engines_per_actor
+        self.max_inflight = max_inflight_per_actor or 2 * engines_per_actor
+        self._next = itertools.cycle(range(len(self.actors)))
+
+    @classmethod
+    def create(
+        cls,
+        n_actors: int = 1,
+        engines_per_actor: int = 1,
+        *,
+        run: str = "chess-rl",
+        settings: PoolSettings | None = None,
+        num_cpus_per_engine: float = 1.0,
+    ) -> EnginePool:
+        """Start ``n_actors`` named actors (``<run>/engine-pool-<i>``), spread over the cluster."""
+        s = settings or PoolSettings(engines_per_actor=engines_per_actor)
+        if s.engines_per_actor != engines_per_actor:
+            s = PoolSettings(**{**asdict(s), "engines_per_actor": engines_per_actor})
+        actors = [
+            EnginePoolActor.options(
+                name=f"{run}/engine-pool-{i}",
+                num_cpus=num_cpus_per_engine * engines_per_actor,
+                max_concurrency=4 * engines_per_actor + 4,
+                scheduling_strategy="SPREAD",
+            ).remote(f"{run}/engine-pool-{i}", asdict(s))
+            for i in range(n_actors)
+        ]
+        pool = cls(actors, engines_per_actor)
+        ray.get([a.stats.remote() for a in actors])  # engines are up (or the error surfaces here)
+        return pool
+
+    # -- batched calls --------------------------------------------------------------------------
+    def analyse(
+        self,
+        positions: Sequence[str | chess.Board],
+        limit: SearchLimit,
+        multipv: int = 1,
+        *,
+        fresh: bool = False,
+        chunk_size: int | None = None,
+    ) -> list[Analysis]:
+        """Analyse positions over every actor; answers in input order."""
+        fens = [p.fen() if isinstance(p, chess.Board) else board_from(p).fen() for p in positions]
+        if not fens:
+            return []
+        slots = len(self.actors) * self.engines_per_actor
+        size = chunk_size or max(1, min(32, -(-len(fens) // (2 * slots))))
+        chunks = [(start, fens[start : start + size]) for start in range(0, len(fens), size)]
+        results: list[Analysis | None] = [None] * len(fens)
+        pending: dict[Any, tuple[int, int, list[str]]] = {}
+        inflight = [0] * len(self.actors)
+        queue = list(reversed(chunks))
+        while queue or pending:
+            while queue:
+                actor_index = self._free_actor(inflight)
+                if actor_index is None:
+                    break
+                start, chunk = queue.pop()
+                ref = self.actors[actor_index].analyse.remote(chunk, limit, multipv, fresh)
+                pending[ref] = (actor_index, start, chunk)
+                inflight[actor_index] += 1
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                actor_index, start, chunk = pending.pop(ref)
+                inflight[actor_index] -= 1
+                try:
+                    answers = ray.get(ref)
+                except ray.exceptions.RayTaskError as exc:
+                    if isinstance(exc.cause, PoolBusyError):  # back-pressure: try again shortly
+                        queue.append((start, chunk))
+                        time.sleep(0.05)
+                        continue
+                    raise exc.cause if isinstance(exc.cause, Exception) else exc from None
+                results[start : start + len(answers)] = answers
+        return [r for r in results if r is not None]
+
+    def _free_actor(self, inflight: list[int]) -> int | None:
+        for _ in range(len(self.actors)):
+            i = next(self._next)
+            if inflight[i] < self.max_inflight:
+                return i
+        return None
+
+    def score_moves(self, position: str, moves: Sequence[str], limit: SearchLimit) -> list[Score]:
+        actor = self.actors[next(self._next)]
+        return _unwrap(lambda: ray.get(actor.score_moves.remote(position, list(moves), limit)))
+
+    def play(self, position: str, strength: Strength, limit: SearchLimit, *, fresh: bool = False) -> str:
+        actor = self.actors[next(self._next)]
+        return _unwrap(lambda: ray.get(actor.play.remote(position, strength, limit, fresh)))
+
+    def play_many(
+        self,
+        positions: Sequence[str],
+        strengths: Sequence[Strength],
+        limit: SearchLimit | Sequence[SearchLimit],
+        *,
+        fresh: bool = False,
+    ) -> list[str]:
+        """One move per position, spread over the actors (for many games advancing in step)."""
+        limits = [limit] * len(positions) if isinstance(limit, SearchLimit) else list(limit)
+        refs = [
+            self.actors[i % len(self.actors)].play.remote(fen, strength, lim, fresh)
+            for i, (fen, strength, lim) in enumerate(zip(positions, strengths, limits, strict=True))
+        ]
+        return _unwrap(lambda: list(ray.get(refs)))
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """Summed counters of every actor, plus each actor's own."""
+        per_actor = ray.get([a.stats.remote() for a in self.actors])
+        keys = [k for k in per_actor[0] if k != "name"]
+        total = {k: sum(s[k] for s in per_actor) for k in keys}
+        return {**total, "actors": per_actor}
+
+    def pids(self) -> list[list[int | None]]:
+        return ray.get([a.pids.remote() for a in self.actors])
+
+    def shutdown(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+
+
+def _unwrap(call: Any) -> Any:
+    """Re-raise an actor's own exception (InvalidPositionError, EngineError) instead of Ray's wrapper."""
+    try:
+        return call()
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, Exception):
+            raise exc.cause from None
+        raise
