@@ -16,6 +16,7 @@ raised before the engine sees it, so the engine is never harmed by it. Finished 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import queue
@@ -321,14 +322,10 @@ class UCIEngine:
         if engine is None:
             return
         pid = engine.transport.get_pid()
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
+        with contextlib.suppress(Exception):  # the loop may already be gone
             engine.close()
-        except Exception:  # the loop may already be gone
-            pass
 
     def close(self) -> None:
         engine, self._engine = self._engine, None
@@ -338,15 +335,11 @@ class UCIEngine:
             engine.quit()
         except Exception:
             pid = engine.transport.get_pid()
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         finally:
-            try:
+            with contextlib.suppress(Exception):
                 engine.close()
-            except Exception:
-                pass
 
     def __enter__(self) -> UCIEngine:
         return self
@@ -368,10 +361,8 @@ class UCIEngine:
 
             def watchdog(pid: int = pid, fired: threading.Event = fired) -> None:
                 fired.set()
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
 
             timer = threading.Timer(deadline_s, watchdog)
             timer.daemon = True
@@ -384,8 +375,7 @@ class UCIEngine:
                 TimeoutError,
                 OSError,
             ) as exc:
-                last = exc
-                kind = "hung (watchdog after %.1fs)" % deadline_s if fired.is_set() else f"died ({exc})"
+                kind = f"hung (watchdog after {deadline_s:.1f}s)" if fired.is_set() else f"died ({exc})"
                 last = EngineError(f"engine pid {pid} {kind}")
                 self.restart()
             finally:
