@@ -26,7 +26,16 @@ import chess
 import ray
 from ray.util import metrics
 
-from chessrl.engine import Analysis, EngineGroup, PoolBusyError, Score, SearchLimit, Strength, board_from
+from chessrl.engine import (
+    Analysis,
+    EngineGroup,
+    PoolBusyError,
+    Score,
+    SearchLimit,
+    Strength,
+    board_from,
+    per_position,
+)
 
 LATENCY_BOUNDARIES_S = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
 
@@ -173,14 +182,15 @@ class EnginePool:
     def analyse(
         self,
         positions: Sequence[str | chess.Board],
-        limit: SearchLimit,
+        limit: SearchLimit | Sequence[SearchLimit],
         multipv: int = 1,
         *,
         fresh: bool = False,
         chunk_size: int | None = None,
     ) -> list[Analysis]:
-        """Analyse positions over every actor; answers in input order."""
+        """Analyse positions over every actor; answers in input order (one limit, or one each)."""
         fens = [p.fen() if isinstance(p, chess.Board) else board_from(p).fen() for p in positions]
+        limits = per_position(limit, len(fens))
         if not fens:
             return []
         slots = len(self.actors) * self.engines_per_actor
@@ -196,7 +206,9 @@ class EnginePool:
                 if actor_index is None:
                     break
                 start, chunk = queue.pop()
-                ref = self.actors[actor_index].analyse.remote(chunk, limit, multipv, fresh)
+                ref = self.actors[actor_index].analyse.remote(
+                    chunk, limits[start : start + len(chunk)], multipv, fresh
+                )
                 pending[ref] = (actor_index, start, chunk)
                 inflight[actor_index] += 1
             done, _ = ray.wait(list(pending), num_returns=1)

@@ -165,6 +165,8 @@ def cli_run(inputs: list[str], shard_games: int, workdir: Path) -> dict[str, Any
         "pipelines.prepare",
         "--config",
         "tiny",
+        "--generate",
+        "0",
         "--inputs",
         *inputs,
         "--min-plies",

@@ -572,33 +572,37 @@ class EngineGroup:
     def analyse(
         self,
         positions: Sequence[str | chess.Board],
-        limit: SearchLimit,
+        limit: SearchLimit | Sequence[SearchLimit],
         multipv: int = 1,
         *,
         fresh: bool = False,
     ) -> list[Analysis]:
-        """Analyse positions (FENs or boards) in parallel over the engines, answers in order."""
+        """Analyse positions (FENs or boards) in parallel over the engines, answers in order.
+
+        ``limit`` is one limit for all, or one per position.
+        """
         boards = [board_from(p) for p in positions]  # validate everything before queueing anything
+        limits = per_position(limit, len(boards))
         self._admit(len(boards))
         try:
             results: list[Analysis | None] = [None] * len(boards)
-            todo: list[tuple[int, chess.Board, tuple[Any, ...]]] = []
-            for i, board in enumerate(boards):
+            todo: list[tuple[int, chess.Board, SearchLimit, tuple[Any, ...]]] = []
+            for i, (board, lim) in enumerate(zip(boards, limits, strict=True)):
                 over = terminal_state(board)
                 if over is not None:
                     results[i] = Analysis(fen=board.fen(), lines=(), terminal=over)
                     self.stats.terminal += 1
                     continue
-                key = (_position_key(board), limit, multipv)
+                key = (_position_key(board), lim, multipv, fresh)
                 cached = self.cache.get(key)
                 if cached is not None:
                     results[i] = cached
                 else:
-                    todo.append((i, board, key))
+                    todo.append((i, board, lim, key))
 
-            def search(item: tuple[int, chess.Board, tuple[Any, ...]]) -> tuple[int, Analysis]:
-                i, board, key = item
-                infos = self._with_engine(lambda e: e.analyse(board, limit, multipv, fresh=fresh))
+            def search(item: tuple[int, chess.Board, SearchLimit, tuple[Any, ...]]) -> tuple[int, Analysis]:
+                i, board, lim, key = item
+                infos = self._with_engine(lambda e: e.analyse(board, lim, multipv, fresh=fresh))
                 analysis = infos_to_analysis(board, infos)
                 self.cache.put(key, analysis)
                 return i, analysis
@@ -653,6 +657,16 @@ class EngineGroup:
                 error = error or exc
         if error is not None:
             raise error
+
+
+def per_position(limit: SearchLimit | Sequence[SearchLimit], n: int) -> list[SearchLimit]:
+    """One limit per position: a single limit repeated, or the given list (checked for length)."""
+    if isinstance(limit, SearchLimit):
+        return [limit] * n
+    limits = list(limit)
+    if len(limits) != n:
+        raise ValueError(f"got {len(limits)} search limits for {n} positions")
+    return limits
 
 
 def _position_key(board: chess.Board) -> str:

@@ -216,6 +216,10 @@ def _config_error(
             )
         elif err["type"] == "missing":
             problems.append((where, f"{key}: required key is missing"))
+        elif err["type"] == "value_error" and isinstance(err.get("input"), dict):
+            # a check across several keys of one section (a model validator)
+            msg = err["msg"].removeprefix("Value error, ")
+            problems.append((where, f"{key}: {msg}"))
         else:
             allowed = _allowed_values(model, loc)
             msg = err["msg"][0].lower() + err["msg"][1:]
@@ -318,8 +322,9 @@ def add_section_flags(
         if _is_bool(annotation):
             kwargs["action"] = argparse.BooleanOptionalAction
         elif is_list:
-            kwargs["nargs"] = "+"
-            kwargs["metavar"] = name.upper().rstrip("S") if name.endswith("s") else name.upper()
+            kwargs["nargs"] = "*"  # "--inputs" with nothing after it empties the list
+            item = _metavar(annotation, "")
+            kwargs["metavar"] = item or (name.upper()[:-1] if name.endswith("s") else name.upper())
         else:
             kwargs["metavar"] = _metavar(annotation, name)
             scalar = _scalar_type(annotation)
@@ -385,9 +390,13 @@ def _scalar_type(annotation: Any) -> type | None:
 
 
 def _metavar(annotation: Any, name: str) -> str:
+    """``N`` for ints, ``X`` for floats (also as list/tuple items), else the name in capitals."""
     for kind, label in ((int, "N"), (float, "X")):
         if annotation is kind or kind in typing.get_args(annotation):
             return label
+    for arg in typing.get_args(annotation):
+        if arg is not type(None) and typing.get_origin(arg) is None and arg in (int, float):
+            return "N" if arg is int else "X"
     return name.upper()
 
 

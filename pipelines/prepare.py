@@ -31,7 +31,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from chessrl.games import records_to_table
+from chessrl.engine_games import GeneratorSettings, generate_games
+from chessrl.games import GameRecord, records_to_table
 from chessrl.pgn import GameFilter, PGNStreamError, PrepareCounts, game_record, iter_raw_games, open_pgn
 from cluster.errors import StorageError
 from cluster.storage import Storage, resolve_inputs, split_uri
@@ -159,19 +160,138 @@ def game_filter_of(cfg: PrepareConfig) -> GameFilter:
     )
 
 
-def run_prepare(context: PhaseContext) -> PhaseResult:
+def generator_settings(context: PhaseContext) -> GeneratorSettings:
+    cfg = context.config.prepare
+    return GeneratorSettings(
+        games=cfg.generate,
+        seed=context.config.run.seed,
+        random_plies=cfg.generate_random_plies,
+        nodes_levels=tuple(cfg.generate_nodes),
+        temperature=cfg.generate_temperature,
+        multipv=cfg.generate_multipv,
+        max_plies=cfg.generate_max_plies,
+    )
+
+
+def run_generate(
+    context: PhaseContext, out: Storage, file_index: int
+) -> tuple[PrepareCounts, list[str], float]:
+    """Play ``prepare.generate`` games through an EnginePool; write shards and a PGN export."""
     import ray
-    import ray.data
+
+    from actors.engine_pool import EnginePool, PoolSettings
 
     cfg = context.config.prepare
+    settings = generator_settings(context)
+    engines = cfg.engines or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    started = time.perf_counter()
+    pool = EnginePool.create(
+        n_actors=1,
+        engines_per_actor=engines,
+        run=context.config.run.name,
+        settings=PoolSettings(engines_per_actor=engines),
+    )
+    context.log(
+        f"generating {settings.games} games with {engines} Stockfish process(es): nodes {list(settings.nodes_levels)}, "
+        f"{settings.random_plies[0]}-{settings.random_plies[1]} random opening plies, seed {settings.seed}"
+    )
+    counts = PrepareCounts()
+    shards: list[str] = []
+    batch: list[GameRecord] = []
+    pgn_parts: list[str] = []
+    first_index = 0
+    last_report = started
+
+    def flush() -> None:
+        nonlocal first_index, batch
+        if batch:
+            name = f"part-{file_index:05d}-{first_index:09d}.parquet"
+            buffer = io.BytesIO()
+            pq.write_table(records_to_table(batch), buffer, compression="zstd")
+            out.write_bytes(name, buffer.getvalue())
+            shards.append(name)
+            first_index += len(batch)
+            batch = []
+
+    try:
+        for game in generate_games(
+            settings, lambda fens, limit, mpv: pool.analyse(fens, limit, mpv, fresh=True)
+        ):
+            record = game.record()
+            batch.append(record)
+            pgn_parts.append(game.pgn())
+            counts.read += 1
+            counts.written += 1
+            counts.plies_written += record.n_plies
+            counts.results[record.result] += 1
+            if len(batch) >= cfg.shard_games:
+                flush()
+            now = time.perf_counter()
+            if now - last_report > 10:
+                last_report = now
+                rate = counts.written / (now - started)
+                context.log(f"{counts.written}/{settings.games} games generated ({rate:.1f} games/s)")
+        flush()
+        stats = pool.stats()
+    finally:
+        pool.shutdown()
+    context.phase_storage("prepare").write_text("generated.pgn", "\n\n".join(pgn_parts) + "\n")
+    seconds = time.perf_counter() - started
+    context.log(
+        f"generated {counts.written} games in {seconds:.1f} s "
+        f"({stats['searched']:,} searches, {stats['restarts']} engine restarts)"
+    )
+    return counts, shards, seconds
+
+
+def run_prepare(context: PhaseContext) -> PhaseResult:
+    cfg = context.config.prepare
     log = context.log
-    files = resolve_inputs(cfg.inputs, PGN_SUFFIXES)
+    files = resolve_inputs(cfg.inputs, PGN_SUFFIXES) if cfg.inputs else []
     out = output_storage(context)
     removed = clear_output(out)
     out.makedirs()
     log(
         f"{len(files)} input file(s) -> {out.uri}" + (f" (replaced {removed} old file(s))" if removed else "")
     )
+
+    started = time.perf_counter()
+    total = PrepareCounts()
+    shards: list[str] = []
+    generated: dict[str, Any] = {}
+    if cfg.generate:
+        counts, gen_shards, gen_seconds = run_generate(context, out, file_index=len(files))
+        total, shards = total + counts, shards + gen_shards
+        generated = {
+            "games": counts.written,
+            "seconds": round(gen_seconds, 3),
+            "pgn": context.phase_storage("prepare").uri_of("generated.pgn"),
+        }
+    if files:
+        counts, file_shards = read_and_parse(context, files, out)
+        total, shards = total + counts, shards + file_shards
+    seconds = time.perf_counter() - started
+
+    summary = build_summary(total, files=files, shards=sorted(shards), output=out.uri, seconds=seconds)
+    summary["generated"] = generated
+    context.phase_storage("prepare").write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True))
+    context.tracking.log_metrics(summary_metrics(summary))
+    lines = summary_lines(summary)
+    ok = total.written > 0
+    if not ok:
+        lines.append("prepare wrote no games: see the skip reasons and file errors above")
+    return PhaseResult(summary=summary, lines=lines, ok=ok)
+
+
+def read_and_parse(
+    context: PhaseContext, files: list[tuple[str, str]], out: Storage
+) -> tuple[PrepareCounts, list[str]]:
+    """The Ray Data graph over PGN files; returns the added-up counts and the shards written."""
+    import ray
+    import ray.data
+
+    cfg = context.config.prepare
+    log = context.log
 
     data_context = ray.data.DataContext.get_current()
     data_context.enable_progress_bars = sys.stderr.isatty()
@@ -221,16 +341,7 @@ def run_prepare(context: PhaseContext) -> PhaseResult:
             context.tracking.log_metrics(
                 {"games_read": total.read, "games_written": total.written}, step=total.read
             )
-    seconds = time.perf_counter() - started
-
-    summary = build_summary(total, files=files, shards=sorted(shards), output=out.uri, seconds=seconds)
-    context.phase_storage("prepare").write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True))
-    context.tracking.log_metrics(summary_metrics(summary))
-    lines = summary_lines(summary)
-    ok = total.written > 0
-    if not ok:
-        lines.append("prepare wrote no games: see the skip reasons and file errors above")
-    return PhaseResult(summary=summary, lines=lines, ok=ok)
+    return total, shards
 
 
 def build_summary(
@@ -296,7 +407,8 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     skipped = ", ".join(f"{reason} {n:,}" for reason, n in summary["skipped"].items()) or "none"
     lines = [
         "prepare summary",
-        f"  inputs        {len(summary['inputs'])} file(s)",
+        f"  inputs        {len(summary['inputs'])} file(s)"
+        + (f" + {summary['generated']['games']:,} generated games" if summary.get("generated") else ""),
         f"  games read    {summary['games_read']:,} in {summary['seconds']:.1f} s ({summary['games_per_second']:,.0f} games/s)",
         f"  written       {written:,} games in {len(summary['shards'])} Parquet file(s) -> {summary['output']}",
         f"  skipped       {summary['games_skipped']:,} ({skipped})",
@@ -307,6 +419,11 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(
             f"  notes         {summary['recoded_non_utf8']:,} game(s) read as Latin-1 (not UTF-8), "
             f"{summary['missing_headers']:,} with missing White/Black/Result headers"
+        )
+    if summary.get("generated"):
+        gen = summary["generated"]
+        lines.append(
+            f"  generated     {gen['games']:,} Stockfish games in {gen['seconds']:.1f} s; PGN: {gen['pgn']}"
         )
     for error in summary["file_errors"][:10]:
         lines.append(f"  file error    {error}")

@@ -29,6 +29,8 @@ def run(tmp_path: Path, *args: str, run_name: str = "t") -> int:
             "--run-name",
             run_name,
             "--no-tracking",
+            "--generate",
+            "0",  # tiny generates a corpus by default; these tests read PGN
             *args,
         ]
     )
@@ -250,6 +252,8 @@ def test_glob_inputs_and_tracking_to_sqlite(local_ray, tmp_path, pgn_dir):
         [
             "--config",
             "tiny",
+            "--generate",
+            "0",
             "--storage",
             str(storage),
             "--run-name",

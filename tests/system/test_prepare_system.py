@@ -57,7 +57,7 @@ def test_prepare_as_a_ray_job_on_a_started_cluster(ray_head, tmp_path, repo):
         [
             ray_bin, "job", "submit", "--address", ray_head.url, "--submission-id", job_id, "--no-wait",
             "--working-dir", str(repo), "--",
-            "python", "-m", "pipelines.prepare", "--config", "tiny", "--storage", str(storage),
+            "python", "-m", "pipelines.prepare", "--config", "tiny", "--generate", "0", "--storage", str(storage),
             "--run-name", "job", "--no-tracking", "--inputs", "tests/data/pgn/masters", "tests/data/pgn/uci-moves.pgn",
         ],
         ray_head.env,
@@ -136,7 +136,7 @@ def test_prepare_reads_and_writes_s3(moto_s3, tmp_path, repo, pgn_dir):
     s3.upload_file(str(pgn_dir / "kasparov-deep-blue-1997.pgn"), "chess-runs", "input/kasparov.pgn")
 
     result = run_cli(
-        ["--config", "tiny", "--storage", "s3://chess-runs/runs", "--run-name", "s3", "--no-tracking",
+        ["--config", "tiny", "--generate", "0", "--storage", "s3://chess-runs/runs", "--run-name", "s3", "--no-tracking",
          "--inputs", "s3://chess-runs/input/"],
         moto_s3.env,
         cwd=tmp_path,
@@ -167,6 +167,8 @@ def test_missing_bucket_is_one_clear_error(moto_s3, tmp_path):
         [
             "--config",
             "tiny",
+            "--generate",
+            "0",
             "--storage",
             str(tmp_path),
             "--no-tracking",
@@ -186,7 +188,7 @@ def test_prepare_logs_to_an_mlflow_server(mlflow_server, tmp_path, pgn_dir):
 
     env = dict(mlflow_server.env, MLFLOW_TRACKING_URI=mlflow_server.url)
     result = run_cli(
-        ["--config", "tiny", "--storage", str(tmp_path / "runs"), "--run-name", "served",
+        ["--config", "tiny", "--generate", "0", "--storage", str(tmp_path / "runs"), "--run-name", "served",
          "--inputs", str(pgn_dir / "kasparov-deep-blue-1997.pgn"), str(pgn_dir / "molinari-bordais-1979.pgn")],
         env,
         cwd=tmp_path,
