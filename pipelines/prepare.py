@@ -25,6 +25,7 @@ import re
 import sys
 import time
 import warnings
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -175,7 +176,7 @@ def generator_settings(context: PhaseContext) -> GeneratorSettings:
 
 def run_generate(
     context: PhaseContext, out: Storage, file_index: int
-) -> tuple[PrepareCounts, list[str], float]:
+) -> tuple[PrepareCounts, list[str], float, Counter[str]]:
     """Play ``prepare.generate`` games through an EnginePool; write shards and a PGN export."""
     import ray
 
@@ -196,6 +197,7 @@ def run_generate(
         f"{settings.random_plies[0]}-{settings.random_plies[1]} random opening plies, seed {settings.seed}"
     )
     counts = PrepareCounts()
+    terminations: Counter[str] = Counter()
     shards: list[str] = []
     batch: list[GameRecord] = []
     pgn_parts: list[str] = []
@@ -224,6 +226,7 @@ def run_generate(
             counts.written += 1
             counts.plies_written += record.n_plies
             counts.results[record.result] += 1
+            terminations[record.termination] += 1
             if len(batch) >= cfg.shard_games:
                 flush()
             now = time.perf_counter()
@@ -241,7 +244,7 @@ def run_generate(
         f"generated {counts.written} games in {seconds:.1f} s "
         f"({stats['searched']:,} searches, {stats['restarts']} engine restarts)"
     )
-    return counts, shards, seconds
+    return counts, shards, seconds, terminations
 
 
 def run_prepare(context: PhaseContext) -> PhaseResult:
@@ -260,11 +263,14 @@ def run_prepare(context: PhaseContext) -> PhaseResult:
     shards: list[str] = []
     generated: dict[str, Any] = {}
     if cfg.generate:
-        counts, gen_shards, gen_seconds = run_generate(context, out, file_index=len(files))
+        counts, gen_shards, gen_seconds, terminations = run_generate(context, out, file_index=len(files))
         total, shards = total + counts, shards + gen_shards
         generated = {
             "games": counts.written,
             "seconds": round(gen_seconds, 3),
+            "mean_plies": round(counts.plies_written / max(1, counts.written), 2),
+            "results": dict(sorted(counts.results.items())),
+            "terminations": dict(terminations.most_common()),
             "pgn": context.phase_storage("prepare").uri_of("generated.pgn"),
         }
     if files:
@@ -422,9 +428,13 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         )
     if summary.get("generated"):
         gen = summary["generated"]
-        lines.append(
-            f"  generated     {gen['games']:,} Stockfish games in {gen['seconds']:.1f} s; PGN: {gen['pgn']}"
-        )
+        mix = ", ".join(f"{k} {v}" for k, v in gen["results"].items())
+        ends = ", ".join(f"{k} {v}" for k, v in gen["terminations"].items())
+        lines += [
+            f"  generated     {gen['games']:,} Stockfish games in {gen['seconds']:.1f} s, mean plies {gen['mean_plies']:.1f}",
+            f"                results {mix}; ended by {ends}",
+            f"                PGN {gen['pgn']}",
+        ]
     for error in summary["file_errors"][:10]:
         lines.append(f"  file error    {error}")
     if len(summary["file_errors"]) > 10:

@@ -17,7 +17,7 @@ from pipelines.phase import EXIT_OK
 
 pytestmark = pytest.mark.integration
 
-FAST = ["--generate-nodes", "100", "300", "--generate-max-plies", "60", "--engines", "2"]
+FAST = ["--inputs", "--generate-nodes", "100", "300", "--generate-max-plies", "60", "--engines", "2"]
 
 
 def generate(tmp_path: Path, run: str, *args: str) -> int:

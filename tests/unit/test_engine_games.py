@@ -60,16 +60,16 @@ def test_each_side_draws_its_strength_from_the_levels() -> None:
 def test_adjudication_after_a_run_of_lopsided_scores() -> None:
     s = GeneratorSettings(games=1, seed=3, resign_cp=800, resign_plies=4, random_plies=(0, 0))
     game = EngineGame.start(0, s)
-    for ply in range(4):
+    applied = 0
+    while not game.finished and applied < 10:
+        applied += 1
         board = game.board
         move = min(m.uci() for m in board.legal_moves)
         # +1000 for White whoever is to move: from the mover's side that is +1000 or -1000
         cp = 1000 if board.turn == chess.WHITE else -1000
         game.apply(lines((move, cp)))
-        if game.finished:
-            break
     assert game.finished and (game.result, game.termination) == ("1-0", "adjudication")
-    assert ply == 3
+    assert applied == 4 and len(game.moves) == 3  # the 4th lopsided score ends it before a move
 
 
 def test_max_plies_ends_in_a_draw_and_the_record_is_well_formed() -> None:
