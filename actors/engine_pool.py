@@ -29,6 +29,7 @@ from ray.util import metrics
 from chessrl.engine import (
     Analysis,
     EngineGroup,
+    EngineNotFoundError,
     PoolBusyError,
     Score,
     SearchLimit,
@@ -175,7 +176,16 @@ class EnginePool:
             for i in range(n_actors)
         ]
         pool = cls(actors, engines_per_actor)
-        ray.get([a.stats.remote() for a in actors])  # engines are up (or the error surfaces here)
+        try:
+            ray.get([a.stats.remote() for a in actors])  # engines are up (or the error surfaces here)
+        except ray.exceptions.RayActorError as exc:
+            pool.shutdown()
+            # An actor that failed in its constructor carries only the text of the error: give a
+            # missing engine back to the user as the one-line EngineNotFoundError it was.
+            for line in str(exc).splitlines():
+                if "EngineNotFoundError:" in line:
+                    raise EngineNotFoundError(line.split("EngineNotFoundError:", 1)[1].strip()) from None
+            raise
         return pool
 
     # -- batched calls --------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from chessrl.engine import find_stockfish
 from chessrl.engine_games import GeneratorSettings, generate_games
 from chessrl.games import GameRecord, records_to_table
 from chessrl.pgn import GameFilter, PGNStreamError, PrepareCounts, game_record, iter_raw_games, open_pgn
@@ -184,6 +185,8 @@ def run_generate(
 
     cfg = context.config.prepare
     settings = generator_settings(context)
+    if context.ray.mode == "embedded":
+        find_stockfish()  # same machine as the actors: a missing engine is one clear line, before any actor starts
     engines = cfg.engines or max(1, int(ray.cluster_resources().get("CPU", 1)))
     started = time.perf_counter()
     pool = EnginePool.create(

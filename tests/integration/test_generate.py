@@ -66,3 +66,21 @@ def test_generate_and_inputs_together(local_ray, tmp_path, pgn_dir):
     rows = pads.dataset(tmp_path / "mix" / "prepare" / "games", format="parquet").to_table().to_pylist()
     assert sorted(r["source"] for r in rows).count("stockfish") == 2
     assert len(rows) == 8
+
+
+def test_missing_engine_is_one_clear_line(tmp_path, repo):
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("RAY_")}
+    env["STOCKFISH_PATH"] = str(tmp_path / "no-stockfish-here")
+    result = subprocess.run(
+        [sys.executable, "-m", "pipelines.prepare", "--config", "tiny", "--storage", str(tmp_path), "--no-tracking",
+         "--inputs", "--generate", "2"],
+        env=env, cwd=repo, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert (
+        f"error: STOCKFISH_PATH='{tmp_path / 'no-stockfish-here'}' is not an executable file" in result.stderr
+    )
