@@ -50,8 +50,9 @@ integration: venv stockfish ## integration tests (local Ray, real Stockfish)
 system: venv stockfish ## system tests (ray start + job submit, mlflow server, moto S3)
 	$(VENV)/bin/pytest tests/system $(PYTEST_ARGS)
 
-bench: venv ## benchmarks (ratios against a baseline measured in the same run)
+bench: venv stockfish ## benchmarks (ratios against a baseline measured in the same run)
 	$(PY) bench/prepare.py
+	$(PY) bench/engine_pool.py
 
 clean: ## remove runs/ and caches (keeps .venv)
 	rm -rf runs .pytest_cache .ruff_cache
