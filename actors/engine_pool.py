@@ -143,12 +143,18 @@ class EnginePool:
     """Several EnginePoolActors behind one handle (a plain class; pass it to tasks freely)."""
 
     def __init__(
-        self, actors: Sequence[Any], engines_per_actor: int, *, max_inflight_per_actor: int | None = None
+        self,
+        actors: Sequence[Any],
+        engines_per_actor: int,
+        *,
+        max_inflight_per_actor: int | None = None,
+        max_queue: int = PoolSettings.max_queue,
     ) -> None:
         if not actors:
             raise ValueError("an engine pool needs at least one actor")
         self.actors = list(actors)
         self.engines_per_actor = engines_per_actor
+        self.max_queue = max_queue  # each actor's queue bound: no chunk may be bigger
         self.max_inflight = max_inflight_per_actor or 2 * engines_per_actor
         self._next = itertools.cycle(range(len(self.actors)))
 
@@ -175,7 +181,7 @@ class EnginePool:
             ).remote(f"{run}/engine-pool-{i}", asdict(s))
             for i in range(n_actors)
         ]
-        pool = cls(actors, engines_per_actor)
+        pool = cls(actors, engines_per_actor, max_queue=s.max_queue)
         try:
             ray.get([a.stats.remote() for a in actors])  # engines are up (or the error surfaces here)
         except ray.exceptions.RayActorError as exc:
@@ -204,7 +210,7 @@ class EnginePool:
         if not fens:
             return []
         slots = len(self.actors) * self.engines_per_actor
-        size = chunk_size or max(1, min(32, -(-len(fens) // (2 * slots))))
+        size = min(chunk_size or max(1, min(32, -(-len(fens) // (2 * slots)))), self.max_queue)
         chunks = [(start, fens[start : start + size]) for start in range(0, len(fens), size)]
         results: list[Analysis | None] = [None] * len(fens)
         pending: dict[Any, tuple[int, int, list[str]]] = {}

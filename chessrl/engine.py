@@ -16,6 +16,7 @@ raised before the engine sees it, so the engine is never harmed by it. Finished 
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import math
 import os
@@ -36,7 +37,9 @@ import chess.engine
 from cluster.errors import UserError
 
 DEBIAN_STOCKFISH = "/usr/games/stockfish"
-UCI_ELO_RANGE = (1320, 3190)  # Stockfish 15.1's UCI_Elo span with UCI_LimitStrength
+# UCI_Elo accepted by some Stockfish (16+: 1320-3190; Debian's 15.1: 1350-2850). Each engine
+# checks a request against its own advertised range before playing.
+UCI_ELO_RANGE = (1320, 3190)
 MATE_CP = 100_000  # a mate in n is worth MATE_CP - n centipawns
 
 
@@ -50,6 +53,10 @@ class EngineNotFoundError(UserError, EngineError):
 
 class InvalidPositionError(UserError, ValueError):
     """A FEN that is not a legal position, or a move that is not legal in it."""
+
+
+class UnsupportedOptionError(UserError, ValueError):
+    """A strength or option the installed Stockfish does not offer (e.g. UCI_Elo out of its range)."""
 
 
 class PoolBusyError(EngineError):
@@ -372,6 +379,7 @@ class UCIEngine:
             except (
                 chess.engine.EngineTerminatedError,
                 chess.engine.EngineError,
+                concurrent.futures.CancelledError,  # python-chess's pending call when the watchdog killed it
                 TimeoutError,
                 OSError,
             ) as exc:
@@ -401,7 +409,20 @@ class UCIEngine:
 
         return list(self._call(run, deadline))
 
+    def check_strength(self, strength: Strength) -> None:
+        """Raise UnsupportedOptionError when this Stockfish cannot play at ``strength``."""
+        if strength.elo is None or self._engine is None:
+            return
+        spec = self._engine.options.get("UCI_Elo")
+        if spec is None:
+            raise UnsupportedOptionError(f"{self.path} has no UCI_Elo option; use a skill level")
+        if spec.min is not None and spec.max is not None and not spec.min <= strength.elo <= spec.max:
+            raise UnsupportedOptionError(
+                f"{self.path} plays UCI_Elo {spec.min}..{spec.max}; {strength.elo} is outside that range"
+            )
+
     def play(self, board: chess.Board, limit: SearchLimit, strength: Strength, *, fresh: bool = False) -> str:
+        self.check_strength(strength)  # a bad option is the caller's mistake, not a dead engine
         deadline = limit.deadline_s(self.timeout_s)
 
         def run(engine: chess.engine.SimpleEngine) -> str:
@@ -546,6 +567,10 @@ class EngineGroup:
 
     # -- admission (bounded queue) --------------------------------------------------------------
     def _admit(self, n: int) -> None:
+        if n > self.max_queue:
+            raise ValueError(
+                f"a batch of {n} positions can never fit the queue bound {self.max_queue}; send smaller batches"
+            )
         with self._lock:
             if self._pending + n > self.max_queue:
                 raise PoolBusyError(
