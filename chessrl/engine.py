@@ -16,7 +16,6 @@ raised before the engine sees it, so the engine is never harmed by it. Finished 
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import math
 import os
@@ -34,6 +33,7 @@ from typing import Any
 import chess
 import chess.engine
 
+from chessrl.uci import PipeEngine
 from cluster.errors import UserError
 
 DEBIAN_STOCKFISH = "/usr/games/stockfish"
@@ -237,6 +237,11 @@ class Strength:
 # positions
 
 
+def _kill_pid(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+
+
 def board_from(position: str | chess.Board, moves: Sequence[str] = ()) -> chess.Board:
     """A board from a FEN (or ``startpos``) plus UCI moves; InvalidPositionError if anything is bad.
 
@@ -280,7 +285,7 @@ def terminal_state(board: chess.Board) -> str | None:
 
 
 class UCIEngine:
-    """One Stockfish process with a watchdog around every search.
+    """One Stockfish process (:class:`chessrl.uci.PipeEngine`) with a watchdog around every search.
 
     ``analyse`` and ``play`` restart the process and retry when it dies or hangs; bad input
     never reaches it (callers validate with :func:`board_from`).
@@ -301,16 +306,28 @@ class UCIEngine:
         self.timeout_s = timeout_s
         self.retries = retries
         self.restarts = 0
-        self._engine: chess.engine.SimpleEngine | None = None
+        self._engine: PipeEngine | None = None
         self._current: dict[str, Any] = {}
         self._start()
 
     # -- lifecycle ------------------------------------------------------------------------------
     def _start(self) -> None:
         try:
-            engine = chess.engine.SimpleEngine.popen_uci(self.path, timeout=self.timeout_s)
-        except (OSError, chess.engine.EngineError, TimeoutError) as exc:
+            engine = PipeEngine(self.path)
+        except OSError as exc:
             raise EngineError(f"cannot start {self.path}: {exc}") from None
+        timer = threading.Timer(self.timeout_s, lambda: _kill_pid(engine.transport.get_pid()))
+        timer.daemon = True
+        timer.start()
+        try:
+            engine.handshake()
+        except chess.engine.EngineError as exc:
+            engine.close()
+            raise EngineError(
+                f"{self.path} did not answer the UCI handshake within {self.timeout_s:.0f}s: {exc}"
+            ) from None
+        finally:
+            timer.cancel()
         engine.configure({k: v for k, v in self.base_options.items() if k in engine.options})
         self._engine = engine
         self._current = dict(self.base_options)
@@ -379,7 +396,6 @@ class UCIEngine:
             except (
                 chess.engine.EngineTerminatedError,
                 chess.engine.EngineError,
-                concurrent.futures.CancelledError,  # python-chess's pending call when the watchdog killed it
                 TimeoutError,
                 OSError,
             ) as exc:
@@ -391,7 +407,7 @@ class UCIEngine:
             del attempt
         raise EngineError(f"engine failed {self.retries + 1} times: {last}")
 
-    def _configure(self, engine: chess.engine.SimpleEngine, wanted: dict[str, Any]) -> None:
+    def _configure(self, engine: PipeEngine, wanted: dict[str, Any]) -> None:
         changed = {k: v for k, v in wanted.items() if self._current.get(k) != v and k in engine.options}
         if changed:
             engine.configure(changed)
@@ -403,7 +419,7 @@ class UCIEngine:
         """Raw python-chess infos, best first. ``fresh`` clears the hash first (reproducible)."""
         deadline = limit.deadline_s(self.timeout_s)
 
-        def run(engine: chess.engine.SimpleEngine) -> list[chess.engine.InfoDict]:
+        def run(engine: PipeEngine) -> list[chess.engine.InfoDict]:
             self._configure(engine, {"UCI_ShowWDL": True, "UCI_LimitStrength": False, "Skill Level": 20})
             return engine.analyse(board, limit.to_chess(), multipv=multipv, game=object() if fresh else None)
 
@@ -425,7 +441,7 @@ class UCIEngine:
         self.check_strength(strength)  # a bad option is the caller's mistake, not a dead engine
         deadline = limit.deadline_s(self.timeout_s)
 
-        def run(engine: chess.engine.SimpleEngine) -> str:
+        def run(engine: PipeEngine) -> str:
             self._configure(engine, strength.options())
             result = engine.play(board, limit.to_chess(), game=object() if fresh else None)
             if result.move is None:
