@@ -14,7 +14,10 @@ from collections.abc import Sequence
 
 #: Phases that run today: name -> (module, one line).
 PHASES: dict[str, tuple[str, str]] = {
-    "prepare": ("pipelines.prepare", "PGN files (.pgn, .pgn.zst; local or s3://) -> games Parquet"),
+    "prepare": (
+        "pipelines.prepare",
+        "PGN files (.pgn, .pgn.zst; local or s3://) and/or --generate N Stockfish games -> games Parquet",
+    ),
 }
 
 #: Phases of the design that are not built yet (shown in --help so nobody hunts for them).
