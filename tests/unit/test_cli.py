@@ -23,7 +23,10 @@ def test_help_lists_the_phases_and_the_planned_ones(
     assert built == ["prepare"]
     assert planned == list(PLANNED)
     assert {"sft", "ppo", "grpo", "selfplay", "evaluate"} <= set(planned)
-    assert "PGN files (.pgn, .pgn.zst; local or s3://) -> games Parquet" in out
+    assert (
+        "PGN files (.pgn, .pgn.zst; local or s3://) and/or --generate N Stockfish games -> games Parquet"
+        in out
+    )
 
 
 def test_no_phase_is_both_built_and_planned() -> None:
