@@ -143,9 +143,9 @@ def make_pool(local_ray: object) -> Iterator[Callable[..., EnginePool]]:
     """Fresh pools (counters from zero) on the other CPU; shut down after the test."""
     made: list[EnginePool] = []
 
-    def make(settings: PoolSettings | None = None, engines: int = 2) -> EnginePool:
+    def make(settings: PoolSettings | None = None, engines: int = 2, actors: int = 1) -> EnginePool:
         p = EnginePool.create(
-            1, engines, run=f"test-{uuid.uuid4().hex[:8]}", settings=settings, num_cpus_per_engine=0.5
+            actors, engines, run=f"test-{uuid.uuid4().hex[:8]}", settings=settings, num_cpus_per_engine=0.5
         )
         made.append(p)
         return p
@@ -532,3 +532,19 @@ def test_pool_metrics_reach_the_node_metrics_endpoint(pool: EnginePool) -> None:
     assert positions is not None and positions > 0
     assert (found["ray_chessrl_engine_latency_s_count"] or 0) > 0
     print(f"\nmetrics on port {port}: positions={positions} for pool {pool_name}")
+
+
+def test_several_actors_behave_as_one_pool(make_pool: Callable[..., EnginePool]) -> None:
+    """Two named actors behind one handle: work is shared, answers come back in input order."""
+    p = make_pool(engines=1, actors=2)
+    fens = random_positions(40, seed=21)
+    answers = p.analyse(fens, SearchLimit(nodes=200))
+    assert [a.fen for a in answers] == [chess.Board(f).fen() for f in fens]
+    stats = p.stats()
+    assert stats["positions"] == 40 and len(stats["actors"]) == 2
+    assert all(actor["positions"] > 0 for actor in stats["actors"])
+    assert all(actor["name"].endswith(f"/engine-pool-{i}") for i, actor in enumerate(stats["actors"]))
+    moves = p.play_many(fens[:4], [Strength(skill_level=5)] * 4, SearchLimit(nodes=200))
+    assert all(
+        chess.Move.from_uci(m) in chess.Board(f).legal_moves for f, m in zip(fens[:4], moves, strict=True)
+    )
