@@ -110,6 +110,10 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         str(BIN / "ray"), "start", "--head", "--block",
         f"--port={free_port()}",
         "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
+        # The job agent's HTTP port is fixed (52365) by default: the integration tests' embedded Ray,
+        # still alive in this pytest process, already holds it, and the job server would then
+        # answer "No available agent" forever. Give this head ports of its own.
+        f"--dashboard-agent-listen-port={free_port()}", f"--metrics-export-port={free_port()}",
         "--num-cpus=2", "--object-store-memory=1000000000",
         "--disable-usage-stats", f"--temp-dir={ray_tmp}",
     ]  # fmt: skip
