@@ -41,6 +41,7 @@ if str(ROOT) not in sys.path:
 import chess  # noqa: E402
 import chess.engine  # noqa: E402
 import chess.pgn  # noqa: E402
+from machine_load import fmt_load, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 from cluster.config import RaySection  # noqa: E402
 
@@ -50,48 +51,6 @@ OBJECT_STORE_GB = 1
 ENGINES = 2
 HASH_MB = 16
 PGN = ROOT / "tests" / "data" / "pgn" / "lichess-2021-10-sample.pgn"
-
-
-# ---------------------------------------------------------------------------------------------
-# other load: CPU that processes outside this bench used during a run (as in bench/prepare.py)
-
-
-def _cpu_snapshot() -> tuple[float, dict[int, float]] | None:
-    """(busy CPU seconds of the whole machine, {pid: CPU seconds} of this process and its descendants)."""
-    try:
-        import psutil  # a dependency of Ray
-    except ImportError:  # pragma: no cover
-        return None
-    times = psutil.cpu_times()
-    busy = sum(getattr(times, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq", "steal"))
-    own: dict[int, float] = {}
-    me = psutil.Process()
-    for proc in [me, *me.children(recursive=True)]:
-        with contextlib.suppress(psutil.Error):
-            cpu = proc.cpu_times()
-            own[proc.pid] = cpu.user + cpu.system
-    return busy, own
-
-
-def other_load(before: tuple[float, dict[int, float]] | None, seconds: float) -> float | None:
-    """Cores that processes outside this bench kept busy, on average, since ``before``."""
-    after = _cpu_snapshot()
-    if before is None or after is None or seconds <= 0:
-        return None
-    own = sum(t - before[1].get(pid, 0.0) for pid, t in after[1].items())
-    return max(0.0, (after[0] - before[0] - own) / seconds)
-
-
-def timed(fn: Any, *args: Any) -> dict[str, Any]:
-    before = _cpu_snapshot()
-    started = time.perf_counter()
-    result = fn(*args)
-    result["other_load_cores"] = other_load(before, time.perf_counter() - started)
-    return result
-
-
-def _fmt_load(cores: float | None) -> str:
-    return "n/a" if cores is None else f"{cores:.2f} cores"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,14 +232,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"  run {i + 1} baseline (1 engine) {b['positions']:>5,} positions in {b['seconds']:6.2f} s"
                     f" = {b['positions_per_s']:7.1f}/s ({b['nodes_per_position']:,.0f} nodes each)"
-                    f"  (other load {_fmt_load(b['other_load_cores'])})"
+                    f"  (other load {fmt_load(b['other_load_cores'])})"
                 )
                 m = timed(measured_run, pool, per_run[i], args.nodes)
                 measured.append(m)
                 print(
                     f"  run {i + 1} pool ({ENGINES} engines)    {m['positions']:>5,} positions in {m['seconds']:6.2f} s"
                     f" = {m['positions_per_s']:7.1f}/s ({m['nodes_per_position']:,.0f} nodes each)"
-                    f"  (other load {_fmt_load(m['other_load_cores'])})"
+                    f"  (other load {fmt_load(m['other_load_cores'])})"
                 )
         finally:
             pool.shutdown()

@@ -35,6 +35,7 @@ if str(ROOT) not in sys.path:
 
 import chess.pgn  # noqa: E402
 import zstandard  # noqa: E402
+from machine_load import fmt_load, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 from cluster.config import RaySection  # noqa: E402
 from cluster.storage import Storage, resolve_inputs, split_uri  # noqa: E402
@@ -48,44 +49,6 @@ SAMPLE_DATA = ROOT / "tests" / "data" / "pgn" / "masters"
 
 def default_inputs() -> list[str]:
     return [str(SHARED_DATA if SHARED_DATA.is_dir() else SAMPLE_DATA)]
-
-
-# ---------------------------------------------------------------------------------------------
-# other load: CPU that processes outside this bench used during a run (noise the ratio suffers)
-
-
-def _cpu_snapshot() -> tuple[float, dict[int, float]] | None:
-    """(busy CPU seconds of the whole machine, {pid: CPU seconds} of this process and its descendants)."""
-    try:
-        import psutil  # a dependency of Ray
-    except ImportError:  # pragma: no cover
-        return None
-    times = psutil.cpu_times()
-    busy = sum(getattr(times, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq", "steal"))
-    own: dict[int, float] = {}
-    me = psutil.Process()
-    for proc in [me, *me.children(recursive=True)]:
-        with contextlib.suppress(psutil.Error):
-            cpu = proc.cpu_times()
-            own[proc.pid] = cpu.user + cpu.system
-    return busy, own
-
-
-def other_load(before: tuple[float, dict[int, float]] | None, seconds: float) -> float | None:
-    """Cores that processes outside this bench kept busy, on average, since ``before``."""
-    after = _cpu_snapshot()
-    if before is None or after is None or seconds <= 0:
-        return None
-    own = sum(t - before[1].get(pid, 0.0) for pid, t in after[1].items())
-    return max(0.0, (after[0] - before[0] - own) / seconds)
-
-
-def timed(fn: Any, *args: Any) -> dict[str, Any]:
-    before = _cpu_snapshot()
-    started = time.perf_counter()
-    result = fn(*args)
-    result["other_load_cores"] = other_load(before, time.perf_counter() - started)
-    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,10 +164,6 @@ def cli_run(inputs: list[str], shard_games: int, workdir: Path) -> dict[str, Any
 # ---------------------------------------------------------------------------------------------
 
 
-def _fmt_load(cores: float | None) -> str:
-    return "n/a" if cores is None else f"{cores:.2f} cores"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -249,13 +208,13 @@ def main(argv: list[str] | None = None) -> int:
             baseline.append(b)
             print(
                 f"  run {i + 1} baseline  {b['games']:>7,} games in {b['seconds']:7.2f} s = {b['games_per_s']:8.1f} games/s"
-                f"  (other load {_fmt_load(b['other_load_cores'])})"
+                f"  (other load {fmt_load(b['other_load_cores'])})"
             )
             m = timed(measured_run, inputs, args.shard_games, ray_info, workdir, i)
             measured.append(m)
             print(
                 f"  run {i + 1} prepare   {m['games']:>7,} games in {m['seconds']:7.2f} s = {m['games_per_s']:8.1f} games/s"
-                f"  (other load {_fmt_load(m['other_load_cores'])}; {m['written']:,} written, {m['shards']} shards)"
+                f"  (other load {fmt_load(m['other_load_cores'])}; {m['written']:,} written, {m['shards']} shards)"
             )
         stack.close()  # ray.shutdown before the CLI run starts its own Ray
         cli = None if args.no_cli else cli_run(inputs, args.shard_games, workdir)
