@@ -246,7 +246,7 @@ def board_from(position: str | chess.Board, moves: Sequence[str] = ()) -> chess.
     """A board from a FEN (or ``startpos``) plus UCI moves; InvalidPositionError if anything is bad.
 
     >>> board_from("startpos", ["e2e4", "e7e5"]).fen()
-    'rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq e6 0 2'
+    'rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - 0 2'
     """
     if isinstance(position, chess.Board):
         board = position.copy(stack=False)

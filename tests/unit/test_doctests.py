@@ -7,7 +7,16 @@ import importlib
 
 import pytest
 
-MODULES = ["chessrl.pgn", "chessrl.games", "cluster.errors", "cluster.config", "pipelines.config"]
+MODULES = [
+    "chessrl.pgn",
+    "chessrl.games",
+    "chessrl.engine",
+    "chessrl.engine_games",
+    "chessrl.tokenizer",
+    "cluster.errors",
+    "cluster.config",
+    "pipelines.config",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

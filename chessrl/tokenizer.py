@@ -1,0 +1,91 @@
+"""The chess tokenizer: one token per UCI move (all 1968), single characters for FEN and text,
+task markers and special tokens, as a Hugging Face ``PreTrainedTokenizerFast``.
+
+>>> tok = build_chess_tokenizer()
+>>> tok.tokenize("e2e4 e7e5 e7e8q")
+['e2e4', ' ', 'e7e5', ' ', 'e7e8q']
+>>> tok.tokenize("P: 8/8/8/8/8/8/8/K6k w - - 0 1 M: a1b1")[:5]
+['P:', ' ', '8', '/', '8']
+>>> tok.decode(tok("e2e4 e7e5")["input_ids"])
+'e2e4 e7e5'
+
+Text is split by one regular expression: a UCI move only where it stands alone (not inside a FEN
+rank such as ``3b1b2``: the look-behind and look-ahead exclude letters, digits and ``/``), then the
+markers and results, then any single character. Spaces are tokens of their own, so decoding gives
+back exactly the text that was encoded. Save it with ``save_pretrained(dir)`` and load it with
+``AutoTokenizer.from_pretrained(dir)``; a user's own checkpoint brings its own tokenizer instead.
+"""
+
+from __future__ import annotations
+
+import chess
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, UNK)
+#: RookWorld task markers: policy ``P: <FEN> M: <move>``, environment ``A: <FEN>+<move>+...``.
+MARKERS: tuple[str, ...] = ("P:", "M:", "A:")
+RESULT_TOKENS: tuple[str, ...] = ("1-0", "0-1", "1/2-1/2")
+#: Every single character a FEN, a RookWorld line or a conditioning prefix can hold.
+CHARACTERS: str = " pnbrqkPNBRQK/0123456789abcdefghw-+:.*=#x[]()TFELOR"
+
+_NOT_WORD = "A-Za-z0-9/"
+_MOVE = rf"(?<![{_NOT_WORD}])[a-h][1-8][a-h][1-8][qrbn]?(?![{_NOT_WORD}])"
+_RESULT = rf"(?<![{_NOT_WORD}])(?:1/2-1/2|1-0|0-1)(?![{_NOT_WORD}-])"
+_MARKER = "|".join(m.replace(":", r"\:") for m in MARKERS)
+SPLIT_PATTERN = rf"{_MOVE}|{_RESULT}|{_MARKER}|."
+
+
+def all_uci_moves() -> list[str]:
+    """The 1968 UCI move strings: queen-like and knight moves from every square (1792), plus
+    promotions to q, r, b, n from the 7th and 2nd ranks, straight and capturing (176).
+
+    >>> moves = all_uci_moves()
+    >>> len(moves), moves[:2], "e7e8q" in moves, "e1g1" in moves
+    (1968, ['a1b1', 'a1c1'], True, True)
+    """
+    moves: list[str] = []
+    for frm in chess.SQUARES:
+        for to in chess.SQUARES:
+            if frm == to:
+                continue
+            df = abs(chess.square_file(frm) - chess.square_file(to))
+            dr = abs(chess.square_rank(frm) - chess.square_rank(to))
+            if df == 0 or dr == 0 or df == dr or {df, dr} == {1, 2}:
+                moves.append(chess.square_name(frm) + chess.square_name(to))
+    for from_rank, to_rank in ((6, 7), (1, 0)):
+        for file in range(8):
+            for to_file in (file - 1, file, file + 1):
+                if 0 <= to_file < 8:
+                    base = chess.square_name(chess.square(file, from_rank)) + chess.square_name(
+                        chess.square(to_file, to_rank)
+                    )
+                    moves.extend(base + piece for piece in "qrbn")
+    return moves
+
+
+def chess_vocabulary() -> dict[str, int]:
+    """Token -> id: special tokens, markers, results, characters, then the moves."""
+    vocab: dict[str, int] = {}
+    for token in (*SPECIAL_TOKENS, *MARKERS, *RESULT_TOKENS, *CHARACTERS, *all_uci_moves()):
+        vocab.setdefault(token, len(vocab))
+    return vocab
+
+
+def build_chess_tokenizer(model_max_length: int = 1024) -> PreTrainedTokenizerFast:
+    """The chess tokenizer, ready for ``save_pretrained``."""
+    core = Tokenizer(models.WordLevel(chess_vocabulary(), unk_token=UNK))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        unk_token=UNK,
+        model_max_length=model_max_length,
+        clean_up_tokenization_spaces=False,
+    )
+    tokenizer.padding_side = "right"
+    return tokenizer
