@@ -13,6 +13,7 @@ MODULES = [
     "chessrl.engine",
     "chessrl.engine_games",
     "chessrl.tokenizer",
+    "chessrl.formats",
     "cluster.errors",
     "cluster.config",
     "pipelines.config",

@@ -1,0 +1,155 @@
+"""Text formats for chess language models, tokenizer-agnostic.
+
+``moves`` (the default): a game is its UCI moves separated by spaces. The prompt is the moves so
+far *without* a trailing space and the completion is the next move *with* its leading space, so
+prompt + completion is exactly the training text; BPE tokenizers (GPT-2's ``Ġe2e4``-style
+pieces) then see the same pieces at training and at inference.
+
+>>> fmt = MovesFormat()
+>>> fmt.prompt(["e2e4", "e7e5"]), fmt.completion(["e2e4", "e7e5"], "g1f3")
+('e2e4 e7e5', ' g1f3')
+>>> fmt.parse(chess.Board(), " e2e4 e7e5")
+ParsedMove(move='e2e4', status='legal', text='e2e4')
+
+``rookworld`` (RookWorld-LM's format): a policy task ``P: <FEN> M: <move>`` and an environment
+task ``A: <FEN>+<move>+<history>+`` whose target is ``<next FEN>+<reward>+<terminated>+<truncated>``.
+
+>>> rw = RookWorldFormat()
+>>> rw.policy_prompt(chess.Board()) + rw.policy_completion("e2e4")
+'P: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1 M: e2e4'
+
+A completion is legal when its first word is a legal UCI move in the position; otherwise it is
+``illegal`` (a well-formed move that is not legal there) or ``unparseable``. Nothing is masked.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import chess
+
+UCI_MOVE = re.compile(r"^[a-h][1-8][a-h][1-8][qrbn]?$")
+MoveStatus = Literal["legal", "illegal", "unparseable"]
+
+
+@dataclass(frozen=True)
+class ParsedMove:
+    """A completion read as a move: the move (when legal), its status, and the word read."""
+
+    move: str | None
+    status: MoveStatus
+    text: str
+
+
+def parse_move(board: chess.Board, completion: str) -> ParsedMove:
+    """The first word of ``completion`` as a UCI move in ``board``.
+
+    >>> parse_move(chess.Board(), "e2e5").status, parse_move(chess.Board(), "Nf3").status
+    ('illegal', 'unparseable')
+    """
+    words = completion.split()
+    word = words[0] if words else ""
+    if not UCI_MOVE.match(word):
+        return ParsedMove(move=None, status="unparseable", text=word)
+    move = chess.Move.from_uci(word)
+    if move not in board.legal_moves:
+        return ParsedMove(move=None, status="illegal", text=word)
+    return ParsedMove(move=word, status="legal", text=word)
+
+
+@dataclass
+class MoveCounts:
+    """Legal / illegal / unparseable tallies (the legal-move rate's numerator and denominator)."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def add(self, parsed: ParsedMove) -> None:
+        self.counts[parsed.status] += 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def legal_rate(self) -> float:
+        return self.counts["legal"] / self.total if self.total else 0.0
+
+
+class MovesFormat:
+    """``e2e4 e7e5 g1f3 ...``; optional conditioning prefix (e.g. the result) before the moves."""
+
+    name = "moves"
+
+    def game_text(self, moves: Sequence[str], prefix: str = "") -> str:
+        """The training text of a whole game: every move is a target."""
+        body = " ".join(moves)
+        return f"{prefix} {body}".strip() if prefix else body
+
+    def prompt(self, moves_so_far: Sequence[str], prefix: str = "") -> str:
+        return self.game_text(moves_so_far, prefix)
+
+    def completion(self, moves_so_far: Sequence[str], move: str, prefix: str = "") -> str:
+        return f" {move}" if (moves_so_far or prefix) else move
+
+    def parse(self, board: chess.Board, completion: str) -> ParsedMove:
+        return parse_move(board, completion)
+
+
+class RookWorldFormat:
+    """RookWorld-LM's policy (``P:``) and environment (``A:``) tasks."""
+
+    name = "rookworld"
+
+    def policy_prompt(self, board: chess.Board) -> str:
+        return f"P: {board.fen()} M:"
+
+    def policy_completion(self, move: str) -> str:
+        return f" {move}"
+
+    def policy_text(self, board: chess.Board, move: str) -> str:
+        return self.policy_prompt(board) + self.policy_completion(move)
+
+    def parse(self, board: chess.Board, completion: str) -> ParsedMove:
+        return parse_move(board, completion)
+
+    def env_prompt(self, board: chess.Board, move: str, history: Sequence[str] = ()) -> str:
+        """``A: <FEN>+<move>+<recent moves>+``: the environment task's input."""
+        return f"A: {board.fen()}+{move}+{' '.join(history)}+"
+
+    def env_target(self, board: chess.Board, move: str) -> str:
+        """``<next FEN>+<reward>+<terminated>+<truncated>`` for a legal ``move`` in ``board``.
+
+        Reward from the mover's side: 1 for a mate, 0.5 for a move that ends the game drawn,
+        0 otherwise.
+
+        >>> RookWorldFormat().env_target(chess.Board("7k/5Q2/6K1/8/8/8/8/8 w - - 0 1"), "f7g7")
+        '7k/6Q1/6K1/8/8/8/8/8 b - - 1 1+1+1+0'
+        """
+        after = board.copy(stack=False)
+        after.push_uci(move)
+        outcome = after.outcome(claim_draw=False)
+        if outcome is None:
+            reward, terminated = "0", "0"
+        elif outcome.winner is None:
+            reward, terminated = "0.5", "1"
+        else:
+            reward, terminated = "1", "1"
+        return f"{after.fen()}+{reward}+{terminated}+0"
+
+
+FORMATS: dict[str, type[MovesFormat] | type[RookWorldFormat]] = {
+    "moves": MovesFormat,
+    "rookworld": RookWorldFormat,
+}
+
+
+def get_format(name: str) -> MovesFormat | RookWorldFormat:
+    """``moves`` or ``rookworld``; anything else names the choices."""
+    try:
+        return FORMATS[name]()
+    except KeyError:
+        raise ValueError(f"unknown text format {name!r}; formats: {', '.join(FORMATS)}") from None

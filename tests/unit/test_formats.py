@@ -1,0 +1,110 @@
+"""Text formats: prompts, completions and parsing, with the chess tokenizer and with a BPE
+tokenizer trained here (standing in for distilgpt2's, which cannot be downloaded)."""
+
+from __future__ import annotations
+
+import chess
+import pytest
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+from chessrl.formats import MoveCounts, MovesFormat, RookWorldFormat, get_format, parse_move
+from chessrl.pgn import read_pgn_file
+from chessrl.tokenizer import build_chess_tokenizer
+
+
+@pytest.fixture(scope="module")
+def games(pgn_dir) -> list[list[str]]:
+    with open(pgn_dir / "lichess-2021-10-sample.pgn", "rb") as handle:
+        records, _ = read_pgn_file(handle, "lichess")
+    return [r.moves.split() for r in records[:150]]
+
+
+@pytest.fixture(scope="module")
+def bpe(games) -> PreTrainedTokenizerFast:
+    """A GPT-2-style byte-level BPE trained on game texts, as a user's checkpoint would bring."""
+    core = Tokenizer(models.BPE(unk_token=None))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<|endoftext|>"], show_progress=False)
+    fmt = MovesFormat()
+    core.train_from_iterator([fmt.game_text(g) for g in games], trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>")
+
+
+@pytest.mark.parametrize("name", ["chess", "bpe"])
+def test_prompt_plus_completion_tokenizes_like_the_training_text(name, games, bpe) -> None:
+    tok = build_chess_tokenizer() if name == "chess" else bpe
+    fmt = MovesFormat()
+    checked = 0
+    for moves in games[:40]:
+        full = fmt.game_text(moves)
+        for i in range(1, min(len(moves), 30)):
+            prompt, completion = fmt.prompt(moves[:i]), fmt.completion(moves[:i], moves[i])
+            assert (prompt + completion) == fmt.game_text(moves[: i + 1])
+            assert full.startswith(prompt + completion)
+            ids_prompt = tok(prompt, add_special_tokens=False)["input_ids"]
+            ids_completion = tok(completion, add_special_tokens=False)["input_ids"]
+            ids_joint = tok(prompt + completion, add_special_tokens=False)["input_ids"]
+            assert ids_prompt + ids_completion == ids_joint, (name, prompt, completion)
+            checked += 1
+    assert checked > 500
+
+
+def test_a_trailing_space_prompt_would_break_bpe_consistency(bpe) -> None:
+    """Why the prompt has no trailing space: byte-level BPE glues the space to the next word."""
+    prompt, move = "e2e4 e7e5 ", "g1f3"
+    assert (
+        bpe(prompt, add_special_tokens=False)["input_ids"] + bpe(move, add_special_tokens=False)["input_ids"]
+        != bpe(prompt + move, add_special_tokens=False)["input_ids"]
+    )
+
+
+def test_parse_counts_legal_illegal_unparseable() -> None:
+    board = chess.Board()
+    counts = MoveCounts()
+    for completion in (" e2e4", "g1f3 and more", " e2e5", "e1g1", " Nf3", "", "<eos>", "e7e8q"):
+        counts.add(parse_move(board, completion))
+    assert counts.counts == {"legal": 2, "illegal": 3, "unparseable": 3}
+    assert counts.legal_rate == pytest.approx(2 / 8)
+
+
+def test_parse_promotion_and_castling_in_their_positions() -> None:
+    assert parse_move(chess.Board("8/P6k/8/8/8/8/8/K7 w - - 0 1"), " a7a8q").status == "legal"
+    assert (
+        parse_move(chess.Board("8/P6k/8/8/8/8/8/K7 w - - 0 1"), " a7a8").status == "illegal"
+    )  # must promote
+    assert parse_move(chess.Board("r3k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1"), "e1c1").move == "e1c1"
+
+
+def test_rookworld_policy_and_environment_tasks() -> None:
+    rw = RookWorldFormat()
+    board = chess.Board()
+    text = rw.policy_text(board, "e2e4")
+    assert text == f"P: {chess.STARTING_FEN} M: e2e4"
+    assert rw.parse(board, text[len(rw.policy_prompt(board)) :]).move == "e2e4"
+    prompt = rw.env_prompt(board, "e2e4", history=["e2e4"])
+    assert prompt == f"A: {chess.STARTING_FEN}+e2e4+e2e4+"
+    assert rw.env_target(board, "e2e4") == "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+0+0+0"
+    assert rw.env_target(chess.Board("k7/8/8/8/8/8/1Q6/7K w - - 0 1"), "h1g1").endswith("+0+0+0")
+    assert rw.env_target(chess.Board("7k/5Q2/6K1/8/8/8/8/8 w - - 0 1"), "f7g7").endswith("+1+1+0")  # mate
+    assert rw.env_target(chess.Board("k7/8/2Q5/8/8/8/8/7K w - - 0 1"), "c6b6").endswith(
+        "+0.5+1+0"
+    )  # stalemate
+    tok = build_chess_tokenizer()
+    for sample in (text, prompt + rw.env_target(board, "e2e4")):
+        ids = tok(sample, add_special_tokens=False)["input_ids"]
+        assert tok.unk_token_id not in ids and tok.decode(ids) == sample
+
+
+def test_format_names() -> None:
+    assert get_format("moves").name == "moves" and get_format("rookworld").name == "rookworld"
+    with pytest.raises(ValueError, match="unknown text format 'san'; formats: moves, rookworld"):
+        get_format("san")
+
+
+def test_conditioning_prefix_keeps_completions_consistent() -> None:
+    fmt = MovesFormat()
+    assert fmt.prompt([], prefix="1-0") == "1-0"
+    assert fmt.completion([], "e2e4", prefix="1-0") == " e2e4"
+    assert fmt.game_text(["e2e4"], prefix="1-0") == "1-0 e2e4"
