@@ -14,6 +14,7 @@ MODULES = [
     "chessrl.engine_games",
     "chessrl.tokenizer",
     "chessrl.formats",
+    "chessrl.models",
     "cluster.errors",
     "cluster.config",
     "pipelines.config",

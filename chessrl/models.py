@@ -1,0 +1,209 @@
+"""GPT-2-style chess language models: presets built from config, checkpoints loaded from a folder
+or S3, and a policy that plays legal moves through any Hugging Face tokenizer.
+
+>>> model, tok = build_model("tiny")
+>>> round(count_parameters(model) / 1e6, 1)
+2.3
+>>> game = play_game(model, tok, max_plies=6, seed=1)   # an untrained model: fallbacks fill in
+>>> len(game.moves) == 6 and all(isinstance(m, str) for m in game.moves)
+True
+
+Weights are never downloaded at run time: a preset starts from random weights, and
+``load_pretrained`` takes a folder saved by transformers (``save_pretrained``) or an ``s3://``
+prefix holding one, copied to a local cache first.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import chess
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GPT2Config,
+    GPT2LMHeadModel,
+    PreTrainedTokenizerBase,
+)
+
+from chessrl.formats import MoveCounts, MovesFormat, ParsedMove
+from chessrl.tokenizer import build_chess_tokenizer
+from cluster.errors import UserError
+from cluster.storage import Storage
+
+#: GPT-2 shapes. With the chess tokenizer: tiny ≈ 2.3M parameters (CPU), small ≈ 27M (one GPU),
+#: base ≈ 87M (GPT-2 124M's shape; 124M with its 50k-token vocabulary).
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": {"n_layer": 4, "n_head": 4, "n_embd": 192, "n_positions": 512},
+    "small": {"n_layer": 8, "n_head": 8, "n_embd": 512, "n_positions": 1024},
+    "base": {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024},
+}
+
+
+class ModelLoadError(UserError):
+    """A --base-model that is not a transformers checkpoint."""
+
+
+def build_model(preset: str, tokenizer: PreTrainedTokenizerBase | None = None) -> tuple[GPT2LMHeadModel, Any]:
+    """A randomly initialised GPT-2 of the preset's shape, sized to ``tokenizer`` (default: chess)."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown model preset {preset!r}; presets: {', '.join(PRESETS)}")
+    tok = tokenizer if tokenizer is not None else build_chess_tokenizer(PRESETS[preset]["n_positions"])
+    config = GPT2Config(
+        vocab_size=len(tok),
+        bos_token_id=tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
+        **PRESETS[preset],
+    )
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(config), tok
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Trainable parameters, counting tied weights once."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values())
+
+
+def load_pretrained(path: str, *, cache_dir: str | None = None) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` from a saved folder or an ``s3://`` prefix holding one."""
+    local = Path(path).expanduser()
+    if "://" in path and not path.startswith("file://"):
+        storage = Storage.from_uri(path)
+        files = storage.list_files()
+        if not files:
+            raise ModelLoadError(f"no files under {path}: expected a folder saved with save_pretrained")
+        local = Path(cache_dir or tempfile.mkdtemp(prefix="chess-rl-model-"))
+        for name in files:
+            (local / name).parent.mkdir(parents=True, exist_ok=True)
+            (local / name).write_bytes(storage.read_bytes(name))
+    elif path.startswith("file://"):
+        local = Path(path[len("file://") :])
+    if not (local / "config.json").is_file():
+        raise ModelLoadError(f"{path} is not a transformers checkpoint folder (no config.json)")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(local)
+        tokenizer = AutoTokenizer.from_pretrained(local)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load {path}: {str(exc).splitlines()[0]}") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+# ---------------------------------------------------------------------------------------------
+# playing
+
+
+def prompt_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """BOS (or EOS for GPT-2-style tokenizers) then the text: the start every training text has."""
+    start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+    return ([start] if start is not None else []) + list(ids)
+
+
+@torch.no_grad()
+def propose_moves(
+    model: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: str,
+    *,
+    n: int = 1,
+    temperature: float = 0.0,
+    max_new_tokens: int = 8,
+) -> list[str]:
+    """``n`` completions of ``prompt`` (greedy when temperature is 0)."""
+    ids = torch.tensor([prompt_ids(tokenizer, prompt)], device=model.device)
+    sample = temperature > 0
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=max_new_tokens,
+        do_sample=sample,
+        temperature=temperature if sample else None,
+        top_k=0 if sample else None,
+        num_return_sequences=n if sample else 1,
+        pad_token_id=model.config.pad_token_id
+        if model.config.pad_token_id is not None
+        else tokenizer.eos_token_id,
+    )
+    return [tokenizer.decode(seq[ids.shape[1] :], skip_special_tokens=True) for seq in out]
+
+
+@dataclass
+class PlayedGame:
+    """A game the model played against itself; illegal attempts and fallbacks are counted."""
+
+    moves: list[str] = field(default_factory=list)
+    attempts: MoveCounts = field(default_factory=MoveCounts)
+    fallbacks: int = 0
+    result: str = "*"
+
+
+def lm_move(
+    model: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    board: chess.Board,
+    moves: list[str],
+    *,
+    fmt: MovesFormat | None = None,
+    temperature: float = 0.0,
+    retries: int = 3,
+    counts: MoveCounts | None = None,
+    rng: random.Random | None = None,
+) -> tuple[str, bool]:
+    """The model's move: greedy first, then up to ``retries`` samples; else a random legal move.
+
+    Returns ``(move, fell_back)``. Every attempt is counted in ``counts``.
+    """
+    fmt = fmt or MovesFormat()
+    prompt = fmt.prompt(moves)
+    tries: list[float] = [temperature] + [max(temperature, 1.0)] * retries
+    for t in tries:
+        for completion in propose_moves(model, tokenizer, prompt, temperature=t):
+            parsed: ParsedMove = fmt.parse(board, completion)
+            if counts is not None:
+                counts.add(parsed)
+            if parsed.move is not None:
+                return parsed.move, False
+    legal = sorted(m.uci() for m in board.legal_moves)
+    return (rng or random.Random(0)).choice(legal), True
+
+
+def play_game(
+    model: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    max_plies: int = 200,
+    temperature: float = 0.0,
+    retries: int = 3,
+    seed: int = 0,
+) -> PlayedGame:
+    """The model against itself from the start position; every move played is legal."""
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    board = chess.Board()
+    game = PlayedGame()
+    model.eval()
+    while len(game.moves) < max_plies and not board.is_game_over(claim_draw=True):
+        move, fell_back = lm_move(
+            model,
+            tokenizer,
+            board,
+            game.moves,
+            temperature=temperature,
+            retries=retries,
+            counts=game.attempts,
+            rng=rng,
+        )
+        game.fallbacks += int(fell_back)
+        board.push_uci(move)
+        game.moves.append(move)
+    outcome = board.outcome(claim_draw=True)
+    game.result = outcome.result() if outcome is not None else "*"
+    return game

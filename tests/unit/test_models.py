@@ -1,0 +1,81 @@
+"""Model presets, save/load through transformers' Auto classes, and legal play (CPU, no Ray)."""
+
+from __future__ import annotations
+
+import chess
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+
+from chessrl.models import ModelLoadError, build_model, count_parameters, load_pretrained, play_game
+
+
+def replay(moves: list[str]) -> chess.Board:
+    board = chess.Board()
+    for uci in moves:
+        move = chess.Move.from_uci(uci)
+        assert move in board.legal_moves, (board.fen(), uci)
+        board.push(move)
+    return board
+
+
+@pytest.mark.parametrize(("preset", "low", "high"), [("tiny", 1e6, 4e6), ("small", 20e6, 30e6)])
+def test_presets_have_the_sizes_the_design_names(preset, low, high) -> None:
+    model, tok = build_model(preset)
+    assert low <= count_parameters(model) <= high
+    assert model.config.vocab_size == len(tok) and model.config.eos_token_id == tok.eos_token_id
+
+
+def test_unknown_preset_lists_the_presets() -> None:
+    with pytest.raises(ValueError, match="unknown model preset 'huge'; presets: tiny, small, base"):
+        build_model("huge")
+
+
+def test_saved_model_loads_with_auto_classes_and_through_load_pretrained(tmp_path) -> None:
+    model, tok = build_model("tiny")
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    auto_model = AutoModelForCausalLM.from_pretrained(tmp_path)
+    model.eval()  # a freshly built model is in training mode (dropout)
+    auto_tok = AutoTokenizer.from_pretrained(tmp_path)
+    ids = torch.tensor([auto_tok("e2e4 e7e5")["input_ids"]])
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, auto_model(ids).logits, atol=1e-6)
+    loaded, loaded_tok = load_pretrained(str(tmp_path))
+    assert count_parameters(loaded) == count_parameters(model) and len(loaded_tok) == len(tok)
+    loaded_uri, _ = load_pretrained(f"file://{tmp_path}")
+    assert count_parameters(loaded_uri) == count_parameters(model)
+
+
+def test_a_loaded_model_plays_a_whole_legal_game(tmp_path) -> None:
+    model, tok = build_model("tiny")
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    loaded, loaded_tok = load_pretrained(str(tmp_path))
+    game = play_game(loaded, loaded_tok, max_plies=40, seed=3)
+    board = replay(game.moves)
+    assert len(game.moves) == 40 or board.is_game_over(claim_draw=True)
+    assert game.attempts.total >= len(game.moves)  # every move was asked of the model first
+    assert 0 <= game.fallbacks <= len(game.moves)
+
+
+def test_any_tokenizer_works_a_byte_level_bpe(tmp_path) -> None:
+    core = Tokenizer(models.BPE(unk_token=None))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    core.train_from_iterator(
+        ["e2e4 e7e5 g1f3 b8c6 f1b5 a7a6", "d2d4 d7d5 c2c4 e7e6 b1c3 g8f6"],
+        trainer=trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"], show_progress=False),
+    )
+    bpe = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    model, _ = build_model("tiny", tokenizer=bpe)
+    game = play_game(model, bpe, max_plies=10, seed=1)
+    replay(game.moves)
+    assert len(game.moves) == 10
+
+
+def test_a_folder_that_is_not_a_checkpoint_is_one_clear_error(tmp_path) -> None:
+    (tmp_path / "weights.bin").write_bytes(b"junk")
+    with pytest.raises(ModelLoadError, match="is not a transformers checkpoint folder"):
+        load_pretrained(str(tmp_path))
