@@ -210,3 +210,33 @@ def test_prepare_logs_to_an_mlflow_server(mlflow_server, tmp_path, pgn_dir):
     assert "summary.json" in artifacts
     local = client.download_artifacts(child.info.run_id, "summary.json", str(tmp_path))
     assert json.loads(Path(local).read_text())["games_written"] == 7
+
+
+def test_a_model_saved_to_s3_loads_back_through_base_model_paths(moto_s3, tmp_path, monkeypatch):
+    """--base-model s3://...: a checkpoint uploaded to the S3 endpoint loads like a local one."""
+    import torch
+
+    from chessrl.models import build_model, count_parameters, load_pretrained
+    from cluster.storage import Storage
+
+    for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"):
+        monkeypatch.setenv(key, moto_s3.env[key])
+    boto3.client(
+        "s3",
+        endpoint_url=moto_s3.url,
+        aws_access_key_id=moto_s3.env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=moto_s3.env["AWS_SECRET_ACCESS_KEY"],
+        region_name="us-east-1",
+    ).create_bucket(Bucket="chess-models")
+    model, tok = build_model("tiny")
+    model.save_pretrained(tmp_path / "local")
+    tok.save_pretrained(tmp_path / "local")
+    remote = Storage.from_uri("s3://chess-models/tiny")
+    for path in (tmp_path / "local").iterdir():
+        remote.upload_file(path, path.name)
+    loaded, loaded_tok = load_pretrained("s3://chess-models/tiny", cache_dir=str(tmp_path / "cache"))
+    assert count_parameters(loaded) == count_parameters(model) and len(loaded_tok) == len(tok)
+    ids = torch.tensor([loaded_tok("e2e4 e7e5")["input_ids"]])
+    model.eval()
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, loaded(ids).logits, atol=1e-6)
