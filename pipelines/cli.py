@@ -18,11 +18,11 @@ PHASES: dict[str, tuple[str, str]] = {
         "pipelines.prepare",
         "PGN files (.pgn, .pgn.zst; local or s3://) and/or --generate N Stockfish games -> games Parquet",
     ),
+    "sft": ("pipelines.sft", "games Parquet -> a GPT-2-style policy (Ray Train + TRL SFTTrainer), resumable"),
 }
 
 #: Phases of the design that are not built yet (shown in --help so nobody hunts for them).
 PLANNED: dict[str, str] = {
-    "sft": "fine-tune a GPT-2-style model on games (Ray Train + TRL SFTTrainer)",
     "preferences": "Stockfish-judged preference pairs from the SFT model",
     "reward": "reward model on preference pairs (TRL RewardTrainer)",
     "ppo": "PPO against the reward model (KL to a frozen reference)",

@@ -10,6 +10,8 @@ the defaults below. Each field's docstring is its ``--flag``'s help text.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from chessrl.pgn import TimeControlCategory
@@ -68,6 +70,39 @@ class PrepareConfig(Section):
         return self
 
 
+class SftConfig(Section):
+    """``sft``: the games table -> a GPT-2-style policy (Ray Train TorchTrainer + TRL SFTTrainer)."""
+
+    games: str | None = None
+    """Games Parquet to train on (default: <storage>/<run>/prepare/games)."""
+    model: Literal["tiny", "small", "base"] = "tiny"
+    """Model preset when not starting from --base-model."""
+    base_model: str | None = None
+    """Start from saved weights and tokenizer: a folder or s3:// prefix written by save_pretrained."""
+    text_format: Literal["moves"] = "moves"
+    """How a game is written for the model."""
+    condition_on_result: bool = False
+    """Prefix each game with its result (1-0, 0-1, 1/2-1/2) so play can be conditioned on it."""
+    max_steps: int = Field(200, ge=1)
+    """Optimizer steps."""
+    batch_size: int = Field(16, ge=1)
+    """Sequences per device per step."""
+    learning_rate: float = Field(1e-3, gt=0)
+    """Peak learning rate."""
+    max_length: int = Field(256, ge=8)
+    """Tokens per training sequence (longer games are cut)."""
+    num_workers: int = Field(1, ge=1)
+    """Ray Train workers."""
+    use_gpu: bool = False
+    """Train on GPUs (bf16 where the device has it)."""
+    eval_every: int = Field(50, ge=1)
+    """Steps between held-out evaluations (legal-move rate) and checkpoints."""
+    heldout_fraction: float = Field(0.05, gt=0, lt=1)
+    """Share of games (by game_id) kept out of training for evaluation."""
+    heldout_positions: int = Field(200, ge=1)
+    """Held-out positions the legal-move rate is measured on."""
+
+
 class ChessRLConfig(Section):
     """The whole config: what a preset file holds."""
 
@@ -75,3 +110,4 @@ class ChessRLConfig(Section):
     ray: RaySection = Field(default_factory=RaySection)
     tracking: TrackingSection = Field(default_factory=TrackingSection)
     prepare: PrepareConfig = Field(default_factory=PrepareConfig)
+    sft: SftConfig = Field(default_factory=SftConfig)

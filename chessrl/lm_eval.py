@@ -1,0 +1,104 @@
+"""Training texts, the held-out split, and the language-model metrics of the sft phase, Ray-free.
+
+>>> is_heldout("00000000aaaaaaaa", 0.05), is_heldout("ffffffffaaaaaaaa", 0.05)
+(True, False)
+>>> training_text("e2e4 e7e5", "1-0", condition_on_result=True)
+'1-0 e2e4 e7e5'
+
+Metrics (no masking of illegal moves, ever):
+
+- legal-move rate: the share of held-out positions where the model's move (argmax, or sampled)
+  is a legal UCI move there;
+- top-1 agreement: the share where it is the move the game actually continued with.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import chess
+
+from chessrl.formats import MoveCounts, MovesFormat
+
+
+def is_heldout(game_id: str, fraction: float) -> bool:
+    """A stable split by game id (content hash), the same in every run and on every worker."""
+    return int(game_id[:8], 16) / 2**32 < fraction
+
+
+def training_text(moves: str, result: str | None, *, condition_on_result: bool = False) -> str:
+    """One game as the model reads it (moves format), optionally prefixed by its result."""
+    prefix = result if condition_on_result and result in ("1-0", "0-1", "1/2-1/2") else ""
+    return MovesFormat().game_text(moves.split(), prefix=prefix)
+
+
+@dataclass(frozen=True)
+class HeldoutPosition:
+    """A position from a held-out game: the moves before it and the move the game played."""
+
+    moves_before: tuple[str, ...]
+    next_move: str
+    prefix: str = ""
+
+
+def sample_positions(
+    games: Iterable[tuple[str, str | None]], n: int, *, seed: int = 0, condition_on_result: bool = False
+) -> list[HeldoutPosition]:
+    """``n`` positions, one per game where possible, from ``(moves, result)`` pairs."""
+    rng = random.Random(seed)
+    pool = [(m.split(), r) for m, r in games if m]
+    rng.shuffle(pool)
+    out: list[HeldoutPosition] = []
+    while pool and len(out) < n:
+        for moves, result in pool:
+            if len(out) >= n:
+                break
+            i = rng.randrange(len(moves))
+            prefix = result if condition_on_result and result in ("1-0", "0-1", "1/2-1/2") else ""
+            out.append(HeldoutPosition(tuple(moves[:i]), moves[i], prefix or ""))
+    return out
+
+
+def evaluate_moves(
+    model: Any,
+    tokenizer: Any,
+    positions: Sequence[HeldoutPosition],
+    *,
+    temperature: float = 0.0,
+) -> dict[str, float]:
+    """Legal-move rate and top-1 agreement of the model's move on ``positions`` (unmasked)."""
+    from chessrl.models import propose_moves
+
+    fmt = MovesFormat()
+    counts = MoveCounts()
+    agree = 0
+    was_training = getattr(model, "training", False)
+    model.eval()
+    try:
+        for pos in positions:
+            board = chess.Board()
+            for uci in pos.moves_before:
+                board.push_uci(uci)
+            [completion] = propose_moves(
+                model,
+                tokenizer,
+                fmt.prompt(pos.moves_before, prefix=pos.prefix),
+                temperature=temperature,
+                n=1,
+            )
+            parsed = fmt.parse(board, completion)
+            counts.add(parsed)
+            agree += int(parsed.move == pos.next_move)
+    finally:
+        if was_training:
+            model.train()
+    n = max(1, len(positions))
+    return {
+        "legal_rate": counts.legal_rate,
+        "top1_agreement": agree / n,
+        "illegal_rate": counts.counts["illegal"] / n,
+        "unparseable_rate": counts.counts["unparseable"] / n,
+    }

@@ -1,0 +1,255 @@
+"""``sft``: fine-tune a GPT-2-style model on the games table with Ray Train + TRL's SFTTrainer.
+
+    python -m pipelines.sft --config tiny
+    chess-rl sft --model small --max-steps 5000 --use-gpu --num-workers 4 --storage s3://chess-runs
+
+The games Parquet (``prepare``'s output) is read with Ray Data and split by ``game_id`` into
+training games and held-out games. Training texts (whole games, so every move is a target) are
+streamed to each Ray Train worker as its dataset shard, where TRL's SFTTrainer trains; every
+``eval_every`` steps the worker measures the legal-move rate on held-out positions (argmax,
+unmasked) and Ray Train keeps a checkpoint under ``<storage>/<run>/sft/ray``. Running the same
+command again resumes from the last checkpoint. The final model is saved in Hugging Face format
+at ``<storage>/<run>/sft/model`` (load it with ``AutoModelForCausalLM.from_pretrained``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from chessrl.lm_eval import is_heldout, sample_positions, training_text
+from cluster.errors import StorageError
+from cluster.storage import Storage
+from pipelines.config import SftConfig
+from pipelines.phase import Phase, PhaseContext, PhaseResult, run_phase
+
+
+def train_loop_per_worker(cfg: dict[str, Any]) -> None:
+    """Runs in every Ray Train worker: build or load the model, train with TRL, report to Ray."""
+    import datasets
+    import ray.train
+    import torch
+    from ray.train.huggingface.transformers import RayTrainReportCallback, prepare_trainer
+    from transformers import TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    from chessrl.lm_eval import HeldoutPosition, evaluate_moves
+    from chessrl.models import build_model, load_pretrained
+
+    if cfg["base_model"]:
+        model, tokenizer = load_pretrained(cfg["base_model"])
+    else:
+        model, tokenizer = build_model(cfg["model"])
+    heldout = [HeldoutPosition(tuple(p[0]), p[1], p[2]) for p in cfg["heldout"]]
+    shard = ray.train.get_dataset_shard("train")
+    start = tokenizer.bos_token or tokenizer.eos_token or ""
+    end = tokenizer.eos_token or ""
+
+    def texts() -> Any:
+        while True:  # cycle: max_steps, not epochs, decides when training ends
+            for batch in shard.iter_batches(batch_size=256, batch_format="numpy"):
+                for text in batch["text"]:
+                    yield {"text": f"{start}{text}{end}"}
+
+    train = datasets.IterableDataset.from_generator(texts)
+
+    class HeldoutEval(TrainerCallback):  # type: ignore[misc]
+        """Legal-move rate and top-1 agreement on held-out positions, logged with the loss."""
+
+        def __init__(self) -> None:
+            self.tokens_seen = 0.0
+            self.clock = time.perf_counter()
+
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
+        ) -> None:
+            if logs and "num_tokens" in logs:
+                now = time.perf_counter()
+                logs["tokens_per_s"] = (logs["num_tokens"] - self.tokens_seen) / max(1e-9, now - self.clock)
+                self.tokens_seen, self.clock = logs["num_tokens"], now
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            # 0 for a fresh run; the checkpoint's step when a re-run resumed (restored state)
+            state.log_history.append({"resumed_from_step": state.global_step})
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if state.global_step % cfg["eval_every"] == 0 or state.global_step >= state.max_steps:
+                metrics = evaluate_moves(kw["model"], tokenizer, heldout)
+                state.log_history.append(
+                    {**{f"heldout_{k}": v for k, v in metrics.items()}, "step": state.global_step}
+                )
+
+    use_gpu = bool(cfg["use_gpu"]) and torch.cuda.is_available()
+    args = SFTConfig(
+        output_dir=tempfile.mkdtemp(prefix="sft-"),
+        max_steps=cfg["max_steps"],
+        per_device_train_batch_size=cfg["batch_size"],
+        learning_rate=cfg["learning_rate"],
+        lr_scheduler_type="cosine",
+        warmup_steps=max(1, cfg["max_steps"] // 20),
+        logging_steps=max(1, min(10, cfg["eval_every"])),
+        save_strategy="steps",
+        save_steps=cfg["eval_every"],
+        report_to="none",
+        max_length=cfg["max_length"],
+        use_cpu=not use_gpu,
+        bf16=use_gpu and torch.cuda.is_bf16_supported(),
+        dataset_text_field="text",
+        dataset_kwargs={"add_special_tokens": False},
+        dataloader_num_workers=0,
+        seed=cfg["seed"],
+        disable_tqdm=True,
+    )
+    trainer = SFTTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
+    trainer.add_callback(HeldoutEval())
+    trainer.add_callback(RayTrainReportCallback())
+    trainer = prepare_trainer(trainer)
+    resume = None
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            resume = os.path.join(tempfile.mkdtemp(prefix="sft-resume-"), "checkpoint")
+            shutil.copytree(os.path.join(folder, RayTrainReportCallback.CHECKPOINT_NAME), resume)
+        state = json.loads(Path(resume, "trainer_state.json").read_text())
+        print(f"[sft] resuming from the checkpoint of step {state['global_step']}", flush=True)
+    trainer.train(resume_from_checkpoint=resume)
+
+
+def games_uri(context: PhaseContext) -> str:
+    cfg = context.config.sft
+    return cfg.games or context.phase_storage("prepare").uri_of("games")
+
+
+def run_sft(context: PhaseContext) -> PhaseResult:
+    import pyarrow.dataset as pads
+    import ray.data
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    cfg = context.config.sft
+    log = context.log
+    source = Storage.from_uri(games_uri(context))
+    if not source.exists() or not source.list_files():
+        raise StorageError(f"no games at {source.uri}: run `chess-rl prepare` first, or pass --games")
+    columns = ["game_id", "moves", "result"]
+    table = pads.dataset(source.path(), filesystem=source.fs, format="parquet").to_table(columns=columns)
+    rows = table.to_pylist()
+    train_rows = [r for r in rows if not is_heldout(r["game_id"], cfg.heldout_fraction)]
+    held_rows = [r for r in rows if is_heldout(r["game_id"], cfg.heldout_fraction)]
+    if not train_rows or not held_rows:
+        raise StorageError(
+            f"{source.uri} has {len(rows)} games: too few to split for training and held-out evaluation"
+        )
+    heldout = sample_positions(
+        [(r["moves"], r["result"]) for r in held_rows],
+        cfg.heldout_positions,
+        seed=context.config.run.seed,
+        condition_on_result=cfg.condition_on_result,
+    )
+    texts = [
+        {"text": training_text(r["moves"], r["result"], condition_on_result=cfg.condition_on_result)}
+        for r in train_rows
+    ]
+    log(
+        f"{len(train_rows):,} training games, {len(held_rows):,} held out ({len(heldout)} positions) from {source.uri}"
+    )
+    data_context = ray.data.DataContext.get_current()
+    data_context.enable_progress_bars = sys.stderr.isatty()
+    data_context.print_on_execution_start = False
+    dataset = ray.data.from_items(texts)
+
+    ray_storage = context.phase_storage("sft").child("ray")
+    ray_storage.makedirs()
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={
+            "model": cfg.model,
+            "base_model": cfg.base_model,
+            "max_steps": cfg.max_steps,
+            "batch_size": cfg.batch_size,
+            "learning_rate": cfg.learning_rate,
+            "max_length": cfg.max_length,
+            "eval_every": cfg.eval_every,
+            "use_gpu": cfg.use_gpu,
+            "seed": context.config.run.seed,
+            "heldout": [(list(p.moves_before), p.next_move, p.prefix) for p in heldout],
+        },
+        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu),
+        datasets={"train": dataset},
+        run_config=RunConfig(
+            name=f"{context.config.run.name}-sft",
+            storage_path=ray_storage.root if ray_storage.is_local else ray_storage.path(),
+            storage_filesystem=None if ray_storage.is_local else ray_storage.fs,
+        ),
+    )
+    started = time.perf_counter()
+    result = trainer.fit()
+    seconds = time.perf_counter() - started
+    if result.checkpoint is None:
+        raise RuntimeError("sft finished without a checkpoint")
+    model_out = context.phase_storage("sft").child("model")
+    with result.checkpoint.as_directory() as folder:
+        hf = Path(folder) / "checkpoint"
+        for path in sorted(hf.iterdir()):
+            if path.is_file() and not path.name.startswith(
+                ("optimizer", "scheduler", "rng_state", "training_args")
+            ):
+                model_out.upload_file(path, path.name)
+    metrics = {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}
+    context.tracking.log_metrics(metrics)
+    summary = {
+        "phase": "sft",
+        "games": source.uri,
+        "train_games": len(train_rows),
+        "heldout_games": len(held_rows),
+        "heldout_positions": len(heldout),
+        "steps": int(metrics.get("step", 0)),
+        "resumed_from_step": int(metrics.get("resumed_from_step", 0)),
+        "loss": metrics.get("loss"),
+        "heldout_legal_rate": metrics.get("heldout_legal_rate"),
+        "heldout_top1_agreement": metrics.get("heldout_top1_agreement"),
+        "model": model_out.uri,
+        "seconds": round(seconds, 1),
+    }
+    context.phase_storage("sft").write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True))
+    lines = [
+        "sft summary",
+        f"  games         {len(train_rows):,} training, {len(held_rows):,} held out",
+        f"  steps         {summary['steps']} in {seconds:.0f} s (loss {float(summary['loss'] or 'nan'):.3f})"
+        + (f", resumed from step {summary['resumed_from_step']}" if summary["resumed_from_step"] else ""),
+        f"  held-out      legal-move rate {float(summary['heldout_legal_rate'] or 0):.1%}, "
+        f"top-1 agreement {float(summary['heldout_top1_agreement'] or 0):.1%} "
+        f"on {len(heldout)} positions (argmax, unmasked)",
+        f"  model         {model_out.uri}",
+    ]
+    return PhaseResult(summary=summary, lines=lines, ok=True)
+
+
+PHASE = Phase(
+    name="sft",
+    summary="sft: games Parquet -> a GPT-2-style chess policy (Ray Train TorchTrainer + TRL SFTTrainer).",
+    description=(
+        "Trains on whole games in the moves format, measures the legal-move rate on held-out positions,\n"
+        "checkpoints under <storage>/<run>/sft/ray (a re-run resumes) and saves the model to\n"
+        "<storage>/<run>/sft/model. Example:\n"
+        "  chess-rl sft --model tiny --max-steps 500"
+    ),
+    section="sft",
+    section_model=SftConfig,
+    run=run_sft,
+)
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
+    return run_phase(PHASE, argv, prog=prog)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
