@@ -515,12 +515,10 @@ class EngineStats:
     positions: int = 0  # answered, cache hits included
     searched: int = 0  # sent to an engine
     terminal: int = 0  # answered without the engine (game over)
-    cache_hits: int = 0
-    cache_misses: int = 0
-    restarts: int = 0
     errors: int = 0
-    queue_depth: int = 0
     latencies_s: list[float] = field(default_factory=list)
+    # cache hits/misses live on EngineGroup.cache, restarts on each UCIEngine, queue depth on the
+    # group: EngineGroup.snapshot() gathers them all.
 
 
 class EngineGroup:

@@ -84,26 +84,15 @@ def test_prepare_real_games_writes_schema_and_summary(local_ray, tmp_path, pgn_d
 
 
 def test_prepare_is_stable_and_replaces_its_own_output(local_ray, tmp_path, pgn_dir):
-    assert (
-        run(
-            tmp_path,
-            "--inputs",
-            str(pgn_dir / "kasparov-deep-blue-1997.pgn"),
-            str(pgn_dir / "masters" / "Ding.pgn.zst"),
-        )
-        == EXIT_OK
-    )
+    inputs = [
+        "--inputs",
+        str(pgn_dir / "kasparov-deep-blue-1997.pgn"),
+        str(pgn_dir / "masters" / "Ding.pgn.zst"),
+    ]
+    assert run(tmp_path, *inputs) == EXIT_OK
     first = sorted(games(tmp_path).column("game_id").to_pylist())
     files_before = sorted(p.name for p in (tmp_path / "runs/t/prepare/games").iterdir())
-    assert (
-        run(
-            tmp_path,
-            "--inputs",
-            str(pgn_dir / "kasparov-deep-blue-1997.pgn"),
-            str(pgn_dir / "masters" / "Ding.pgn.zst"),
-        )
-        == EXIT_OK
-    )
+    assert run(tmp_path, *inputs) == EXIT_OK
     assert sorted(games(tmp_path).column("game_id").to_pylist()) == first
     assert sorted(p.name for p in (tmp_path / "runs/t/prepare/games").iterdir()) == files_before
 
