@@ -1,9 +1,4 @@
-"""Training texts, the held-out split, and the language-model metrics of the sft phase, Ray-free.
-
->>> is_heldout("00000000aaaaaaaa", 0.05), is_heldout("ffffffffaaaaaaaa", 0.05)
-(True, False)
->>> training_text("e2e4 e7e5", "1-0", condition_on_result=True)
-'1-0 e2e4 e7e5'
+"""The language-model metrics of the sft phase, and the held-out positions they use, Ray-free.
 
 Metrics (no masking of illegal moves, ever):
 
@@ -22,17 +17,7 @@ from typing import Any
 import chess
 
 from chessrl.formats import MoveCounts, MovesFormat
-
-
-def is_heldout(game_id: str, fraction: float) -> bool:
-    """A stable split by game id (content hash), the same in every run and on every worker."""
-    return int(game_id[:8], 16) / 2**32 < fraction
-
-
-def training_text(moves: str, result: str | None, *, condition_on_result: bool = False) -> str:
-    """One game as the model reads it (moves format), optionally prefixed by its result."""
-    prefix = result if condition_on_result and result in ("1-0", "0-1", "1/2-1/2") else ""
-    return MovesFormat().game_text(moves.split(), prefix=prefix)
+from chessrl.lm_data import result_prefix
 
 
 @dataclass(frozen=True)
@@ -57,8 +42,9 @@ def sample_positions(
             if len(out) >= n:
                 break
             i = rng.randrange(len(moves))
-            prefix = result if condition_on_result and result in ("1-0", "0-1", "1/2-1/2") else ""
-            out.append(HeldoutPosition(tuple(moves[:i]), moves[i], prefix or ""))
+            out.append(
+                HeldoutPosition(tuple(moves[:i]), moves[i], result_prefix(result, condition_on_result))
+            )
     return out
 
 

@@ -15,6 +15,7 @@ prefix holding one, copied to a local cache first.
 
 from __future__ import annotations
 
+import json
 import random
 import tempfile
 from dataclasses import dataclass, field
@@ -70,8 +71,9 @@ def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values())
 
 
-def load_pretrained(path: str, *, cache_dir: str | None = None) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` from a saved folder or an ``s3://`` prefix holding one."""
+def local_checkpoint(path: str, *, cache_dir: str | None = None) -> Path:
+    """A local folder holding the checkpoint at ``path`` (a folder, ``file://`` or ``s3://``),
+    copied into ``cache_dir`` (or a fresh temporary folder) when it is remote."""
     local = Path(path).expanduser()
     if "://" in path and not path.startswith("file://"):
         storage = Storage.from_uri(path)
@@ -86,14 +88,43 @@ def load_pretrained(path: str, *, cache_dir: str | None = None) -> tuple[Any, An
         local = Path(path[len("file://") :])
     if not (local / "config.json").is_file():
         raise ModelLoadError(f"{path} is not a transformers checkpoint folder (no config.json)")
+    return local
+
+
+def load_pretrained(path: str, *, cache_dir: str | None = None) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` from a saved folder or an ``s3://`` prefix holding one."""
+    local = local_checkpoint(path, cache_dir=cache_dir)
     try:
         model = AutoModelForCausalLM.from_pretrained(local)
-        tokenizer = AutoTokenizer.from_pretrained(local)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load {path}: {str(exc).splitlines()[0]}") from None
+    return model, load_tokenizer(str(local))
+
+
+def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
+    """The tokenizer saved with a checkpoint (a pad token is added from EOS when it has none)."""
+    local = local_checkpoint(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(local)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load the tokenizer of {path}: {str(exc).splitlines()[0]}") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer
+    return tokenizer
+
+
+def context_length(preset: str | None, base_model: str | None = None) -> int:
+    """The most tokens the model reads at once: the preset's ``n_positions``, or the saved config's.
+
+    >>> context_length("tiny")
+    512
+    """
+    if base_model:
+        config = json.loads((local_checkpoint(base_model) / "config.json").read_text())
+        return int(config.get("n_positions") or config.get("max_position_embeddings") or 1024)
+    if preset not in PRESETS:
+        raise ValueError(f"unknown model preset {preset!r}; presets: {', '.join(PRESETS)}")
+    return PRESETS[preset]["n_positions"]
 
 
 # ---------------------------------------------------------------------------------------------

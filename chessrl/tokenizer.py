@@ -3,7 +3,7 @@ task markers and special tokens, as a Hugging Face ``PreTrainedTokenizerFast``.
 
 >>> tok = build_chess_tokenizer()
 >>> tok.tokenize("e2e4 e7e5 e7e8q")
-['e2e4', ' ', 'e7e5', ' ', 'e7e8q']
+['e2e4', ' e7e5', ' e7e8q']
 >>> tok.tokenize("P: 8/8/8/8/8/8/8/K6k w - - 0 1 M: a1b1")[:5]
 ['P:', ' ', '8', '/', '8']
 >>> tok.decode(tok("e2e4 e7e5")["input_ids"])
@@ -11,8 +11,10 @@ task markers and special tokens, as a Hugging Face ``PreTrainedTokenizerFast``.
 
 Text is split by one regular expression: a UCI move only where it stands alone (not inside a FEN
 rank such as ``3b1b2``: the look-behind and look-ahead exclude letters, digits and ``/``), then the
-markers and results, then any single character. Spaces are tokens of their own, so decoding gives
-back exactly the text that was encoded. Save it with ``save_pretrained(dir)`` and load it with
+markers and results, then any single character. A move carries the one space before it, so each
+move of a game is one token (``" e7e5"``; the vocabulary holds every move with and without that
+space) and a game costs half the positions it would with separate space tokens. Other spaces are
+tokens of their own, so decoding gives back exactly the text that was encoded. Save it with ``save_pretrained(dir)`` and load it with
 ``AutoTokenizer.from_pretrained(dir)``; a user's own checkpoint brings its own tokenizer instead.
 """
 
@@ -31,7 +33,7 @@ RESULT_TOKENS: tuple[str, ...] = ("1-0", "0-1", "1/2-1/2")
 CHARACTERS: str = " pnbrqkPNBRQK/0123456789abcdefghw-+:.*=#x[]()TFELOR"
 
 _NOT_WORD = "A-Za-z0-9/"
-_MOVE = rf"(?<![{_NOT_WORD}])[a-h][1-8][a-h][1-8][qrbn]?(?![{_NOT_WORD}])"
+_MOVE = rf" ?(?<![{_NOT_WORD}])[a-h][1-8][a-h][1-8][qrbn]?(?![{_NOT_WORD}])"
 _RESULT = rf"(?<![{_NOT_WORD}])(?:1/2-1/2|1-0|0-1)(?![{_NOT_WORD}-])"
 _MARKER = "|".join(m.replace(":", r"\:") for m in MARKERS)
 SPLIT_PATTERN = rf"{_MOVE}|{_RESULT}|{_MARKER}|."
@@ -66,9 +68,16 @@ def all_uci_moves() -> list[str]:
 
 
 def chess_vocabulary() -> dict[str, int]:
-    """Token -> id: special tokens, markers, results, characters, then the moves."""
+    """Token -> id: special tokens, markers, results, characters, the moves, then the moves with
+    their leading space.
+
+    >>> vocab = chess_vocabulary()
+    >>> len(vocab), vocab["<pad>"], " e2e4" in vocab
+    (3995, 0, True)
+    """
     vocab: dict[str, int] = {}
-    for token in (*SPECIAL_TOKENS, *MARKERS, *RESULT_TOKENS, *CHARACTERS, *all_uci_moves()):
+    moves = all_uci_moves()
+    for token in (*SPECIAL_TOKENS, *MARKERS, *RESULT_TOKENS, *CHARACTERS, *moves, *(" " + m for m in moves)):
         vocab.setdefault(token, len(vocab))
     return vocab
 

@@ -17,7 +17,9 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,7 @@ class PhaseRun:
     def __init__(self, active: bool) -> None:
         self.active = active
         self.run_id: str | None = None
+        self.uri: str | None = None
 
     def log_metrics(self, metrics: Mapping[str, float | int], step: int | None = None) -> None:
         if not self.active:
@@ -140,6 +143,7 @@ class Tracker:
         with mlflow.start_run(experiment_id=self.experiment_id, run_name=name, nested=True) as run:
             handle = PhaseRun(active=True)
             handle.run_id = run.info.run_id
+            handle.uri = self.uri
             mlflow.set_tags({"chess_rl.phase": name, "chess_rl.run": self.run_name})
             if params:
                 handle.log_params(params)
@@ -179,3 +183,43 @@ def _param_value(key: str, value: Any) -> str:
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
+
+
+class RunMetricsLogger:
+    """Logs metrics to an existing MLflow run from another process (a Ray Train worker).
+
+    >>> RunMetricsLogger(None, None).log({"loss": 1.0}, step=1)   # tracking off: a no-op
+
+    MLflow errors are reported once on stderr and never stop training.
+    """
+
+    def __init__(self, uri: str | None, run_id: str | None) -> None:
+        self.uri, self.run_id = uri, run_id
+        self._client: Any = None
+        self._failed = False
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        if not (self.uri and self.run_id) or self._failed:
+            return
+        clean = {
+            k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+        if not clean:
+            return
+        try:
+            from mlflow.entities import Metric
+            from mlflow.tracking import MlflowClient
+
+            if self._client is None:
+                self._client = MlflowClient(tracking_uri=self.uri)
+            now = int(time.time() * 1000)
+            self._client.log_batch(
+                self.run_id,
+                metrics=[Metric(key=k, value=v, timestamp=now, step=step) for k, v in clean.items()],
+            )
+        except Exception as exc:  # noqa: BLE001 - tracking must never stop training
+            self._failed = True
+            print(
+                f"[tracking] cannot log metrics to MLflow run {self.run_id}: {_first_line(exc)}",
+                file=sys.stderr,
+            )

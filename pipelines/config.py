@@ -87,10 +87,12 @@ class SftConfig(Section):
     """Optimizer steps."""
     batch_size: int = Field(16, ge=1)
     """Sequences per device per step."""
-    learning_rate: float = Field(1e-3, gt=0)
-    """Peak learning rate."""
+    learning_rate: float = Field(3e-3, gt=0)
+    """Peak learning rate (cosine decay after warm-up)."""
+    warmup_steps: int = Field(50, ge=0)
+    """Linear warm-up steps."""
     max_length: int = Field(256, ge=8)
-    """Tokens per training sequence (longer games are cut)."""
+    """Tokens per training sequence: games are packed end to end into blocks of this length."""
     num_workers: int = Field(1, ge=1)
     """Ray Train workers."""
     use_gpu: bool = False

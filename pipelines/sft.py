@@ -24,8 +24,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from chessrl.lm_eval import is_heldout, sample_positions, training_text
-from cluster.errors import StorageError
+from chessrl.lm_data import is_heldout, pack_blocks, training_text
+from chessrl.lm_eval import sample_positions
+from chessrl.models import context_length, load_tokenizer, local_checkpoint
+from chessrl.tokenizer import build_chess_tokenizer
+from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
 from pipelines.config import SftConfig
 from pipelines.phase import Phase, PhaseContext, PhaseResult, run_phase
@@ -42,6 +45,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
 
     from chessrl.lm_eval import HeldoutPosition, evaluate_moves
     from chessrl.models import build_model, load_pretrained
+    from cluster.tracking import RunMetricsLogger
 
     if cfg["base_model"]:
         model, tokenizer = load_pretrained(cfg["base_model"])
@@ -49,19 +53,30 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         model, tokenizer = build_model(cfg["model"])
     heldout = [HeldoutPosition(tuple(p[0]), p[1], p[2]) for p in cfg["heldout"]]
     shard = ray.train.get_dataset_shard("train")
-    start = tokenizer.bos_token or tokenizer.eos_token or ""
-    end = tokenizer.eos_token or ""
+    rank = ray.train.get_context().get_world_rank()
+    mlflow = RunMetricsLogger(cfg["tracking_uri"], cfg["tracking_run_id"]) if rank == 0 else None
 
-    def texts() -> Any:
-        while True:  # cycle: max_steps, not epochs, decides when training ends
-            for batch in shard.iter_batches(batch_size=256, batch_format="numpy"):
-                for text in batch["text"]:
-                    yield {"text": f"{start}{text}{end}"}
+    def blocks() -> Any:
+        # cycle over the shard: max_steps, not epochs, decides when training ends; the blocks
+        # were tokenised and packed in Ray Data, and each pass reshuffles them locally
+        epoch = 0
+        while True:
+            for batch in shard.iter_batches(
+                batch_size=256,
+                batch_format="numpy",
+                local_shuffle_buffer_size=4096,
+                local_shuffle_seed=cfg["seed"] + epoch,
+            ):
+                for row in batch["input_ids"]:
+                    ids = row.tolist()
+                    yield {"input_ids": ids, "labels": ids}
+            epoch += 1
 
-    train = datasets.IterableDataset.from_generator(texts)
+    train = datasets.IterableDataset.from_generator(blocks)
 
     class HeldoutEval(TrainerCallback):  # type: ignore[misc]
-        """Legal-move rate and top-1 agreement on held-out positions, logged with the loss."""
+        """Tokens/s with the loss; legal-move rate and top-1 agreement on held-out positions;
+        everything also to the phase's MLflow run (rank 0)."""
 
         def __init__(self) -> None:
             self.tokens_seen = 0.0
@@ -70,21 +85,36 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         def on_log(
             self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
         ) -> None:
-            if logs and "num_tokens" in logs:
+            if not logs:
+                return
+            if "num_tokens" in logs:
                 now = time.perf_counter()
                 logs["tokens_per_s"] = (logs["num_tokens"] - self.tokens_seen) / max(1e-9, now - self.clock)
                 self.tokens_seen, self.clock = logs["num_tokens"], now
+            if mlflow is not None:
+                mlflow.log(logs, step=state.global_step)
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             # 0 for a fresh run; the checkpoint's step when a re-run resumed (restored state)
             state.log_history.append({"resumed_from_step": state.global_step})
+            self.tokens_seen = float(state.num_input_tokens_seen or 0)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             if state.global_step % cfg["eval_every"] == 0 or state.global_step >= state.max_steps:
-                metrics = evaluate_moves(kw["model"], tokenizer, heldout)
-                state.log_history.append(
-                    {**{f"heldout_{k}": v for k, v in metrics.items()}, "step": state.global_step}
+                started = time.perf_counter()
+                metrics = {
+                    f"heldout_{k}": v for k, v in evaluate_moves(kw["model"], tokenizer, heldout).items()
+                }
+                metrics["heldout_eval_s"] = time.perf_counter() - started
+                state.log_history.append({**metrics, "step": state.global_step})
+                if mlflow is not None:
+                    mlflow.log(metrics, step=state.global_step)
+                print(
+                    f"[sft] step {state.global_step}: held-out legal-move rate {metrics['heldout_legal_rate']:.1%}, "
+                    f"top-1 {metrics['heldout_top1_agreement']:.1%}",
+                    flush=True,
                 )
+                self.clock += metrics["heldout_eval_s"]  # tokens/s counts training time only
 
     use_gpu = bool(cfg["use_gpu"]) and torch.cuda.is_available()
     args = SFTConfig(
@@ -93,7 +123,9 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         per_device_train_batch_size=cfg["batch_size"],
         learning_rate=cfg["learning_rate"],
         lr_scheduler_type="cosine",
-        warmup_steps=max(1, cfg["max_steps"] // 20),
+        warmup_steps=cfg["warmup_steps"],
+        weight_decay=0.01,
+        adam_beta2=0.95,
         logging_steps=max(1, min(10, cfg["eval_every"])),
         save_strategy="steps",
         save_steps=cfg["eval_every"],
@@ -101,8 +133,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         max_length=cfg["max_length"],
         use_cpu=not use_gpu,
         bf16=use_gpu and torch.cuda.is_bf16_supported(),
-        dataset_text_field="text",
-        dataset_kwargs={"add_special_tokens": False},
+        dataset_kwargs={"skip_prepare_dataset": True},
         dataloader_num_workers=0,
         seed=cfg["seed"],
         disable_tqdm=True,
@@ -122,6 +153,16 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     trainer.train(resume_from_checkpoint=resume)
 
 
+def tokenize_and_pack(batch: dict[str, Any], tokenizer: Any, block: int) -> dict[str, Any]:
+    """Ray Data stage: game texts -> ``<bos> game <eos>`` token ids -> packed blocks of ``block``."""
+    import numpy as np
+
+    start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    ids = tokenizer([str(t) for t in batch["text"]], add_special_tokens=False)["input_ids"]
+    packed = pack_blocks(([start, *seq, tokenizer.eos_token_id] for seq in ids), block)
+    return {"input_ids": np.asarray(packed, dtype=np.int32).reshape(len(packed), block)}
+
+
 def games_uri(context: PhaseContext) -> str:
     cfg = context.config.sft
     return cfg.games or context.phase_storage("prepare").uri_of("games")
@@ -135,6 +176,16 @@ def run_sft(context: PhaseContext) -> PhaseResult:
 
     cfg = context.config.sft
     log = context.log
+    if cfg.base_model:
+        local = local_checkpoint(cfg.base_model)
+        tokenizer, n_positions = load_tokenizer(str(local)), context_length(None, str(local))
+    else:
+        tokenizer, n_positions = build_chess_tokenizer(), context_length(cfg.model)
+    if cfg.max_length > n_positions:
+        raise ConfigError(
+            f"sft.max_length (--max-length) is {cfg.max_length}, but the model reads at most {n_positions} "
+            f"tokens ({cfg.base_model or 'preset ' + cfg.model}): use {n_positions} or less"
+        )
     source = Storage.from_uri(games_uri(context))
     if not source.exists() or not source.list_files():
         raise StorageError(f"no games at {source.uri}: run `chess-rl prepare` first, or pass --games")
@@ -163,7 +214,12 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     data_context = ray.data.DataContext.get_current()
     data_context.enable_progress_bars = sys.stderr.isatty()
     data_context.print_on_execution_start = False
-    dataset = ray.data.from_items(texts)
+    dataset = ray.data.from_items(texts).map_batches(
+        tokenize_and_pack,
+        fn_kwargs={"tokenizer": tokenizer, "block": cfg.max_length},
+        batch_size=512,
+        batch_format="numpy",
+    )
 
     ray_storage = context.phase_storage("sft").child("ray")
     ray_storage.makedirs()
@@ -175,6 +231,9 @@ def run_sft(context: PhaseContext) -> PhaseResult:
             "max_steps": cfg.max_steps,
             "batch_size": cfg.batch_size,
             "learning_rate": cfg.learning_rate,
+            "warmup_steps": cfg.warmup_steps,
+            "tracking_uri": context.tracking.uri,
+            "tracking_run_id": context.tracking.run_id,
             "max_length": cfg.max_length,
             "eval_every": cfg.eval_every,
             "use_gpu": cfg.use_gpu,

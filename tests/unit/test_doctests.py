@@ -15,7 +15,9 @@ MODULES = [
     "chessrl.tokenizer",
     "chessrl.formats",
     "chessrl.models",
+    "chessrl.lm_data",
     "cluster.errors",
+    "cluster.tracking",
     "cluster.config",
     "pipelines.config",
 ]

@@ -9,7 +9,14 @@ import chess
 import pytest
 from transformers import AutoTokenizer
 
-from chessrl.tokenizer import MARKERS, RESULT_TOKENS, SPECIAL_TOKENS, all_uci_moves, build_chess_tokenizer
+from chessrl.tokenizer import (
+    CHARACTERS,
+    MARKERS,
+    RESULT_TOKENS,
+    SPECIAL_TOKENS,
+    all_uci_moves,
+    build_chess_tokenizer,
+)
 
 # Corners: castling both ways for both colours, en passant, promotions and under-promotions
 # (straight and capturing, both colours).
@@ -43,7 +50,8 @@ def test_vocabulary_has_every_uci_move_once(tok) -> None:
     moves = all_uci_moves()
     assert len(moves) == len(set(moves)) == 1968
     vocab = tok.get_vocab()
-    assert all(m in vocab for m in moves)
+    assert all(m in vocab and " " + m in vocab for m in moves)
+    assert len(vocab) == 4 + 3 + 3 + len(set(CHARACTERS)) + 2 * 1968
     assert [tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS] == [0, 1, 2, 3]
     assert all(m in vocab for m in (*MARKERS, *RESULT_TOKENS))
 
@@ -58,6 +66,10 @@ def test_every_legal_move_of_thousands_of_positions_is_one_token_and_round_trips
         assert text == uci
     seen = {uci for _, uci in pairs}
     assert len(pairs) > 50_000
+    # ... and with the space a game puts before it, still one token
+    spaced = tok([" " + uci for _, uci in pairs[:5000]], add_special_tokens=False)["input_ids"]
+    assert all(len(ids) == 1 and ids[0] != tok.unk_token_id for ids in spaced)
+    assert tok.batch_decode(spaced) == [" " + uci for _, uci in pairs[:5000]]
     for corner in ("e1g1", "e1c1", "e8g8", "e8c8", "e5f6", "a7a8q", "a7b8n", "c7c8r", "f2f1b", "h2g1q"):
         assert corner in seen
     assert len(seen) > 1500  # the random walk covers most of the move space
@@ -82,10 +94,11 @@ def test_a_fen_rank_that_spells_a_move_stays_characters(tok) -> None:
 
 def test_game_text_formats(tok) -> None:
     game = "e2e4 e7e5 g1f3 b8c6 1-0"
-    assert tok.tokenize(game) == ["e2e4", " ", "e7e5", " ", "g1f3", " ", "b8c6", " ", "1-0"]
+    assert tok.tokenize(game) == ["e2e4", " e7e5", " g1f3", " b8c6", " ", "1-0"]
+    assert len(tok("e2e4 " * 99 + "e2e4", add_special_tokens=False)["input_ids"]) == 100  # one per move
     policy = "P: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1 M: e2e4"
     tokens = tok.tokenize(policy)
-    assert tokens[0] == "P:" and tokens[-3:] == ["M:", " ", "e2e4"]
+    assert tokens[0] == "P:" and tokens[-2:] == ["M:", " e2e4"]
     env = "A: 8/8/8/8/8/8/8/K6k w - - 0 1+a1b1++"
     assert tok.tokenize(env)[-4:] == ["+", "a1b1", "+", "+"]
     for text in (game, policy, env, "1/2-1/2", "0-1"):
