@@ -53,6 +53,7 @@ system: venv stockfish ## system tests (ray start + job submit, mlflow server, m
 bench: venv stockfish ## benchmarks (ratios against a baseline measured in the same run)
 	$(PY) bench/prepare.py
 	$(PY) bench/engine_pool.py
+	$(PY) bench/sft.py
 
 clean: ## remove runs/ and caches (keeps .venv)
 	rm -rf runs .pytest_cache .ruff_cache

@@ -3,7 +3,7 @@ or S3, and a policy that plays legal moves through any Hugging Face tokenizer.
 
 >>> model, tok = build_model("tiny")
 >>> round(count_parameters(model) / 1e6, 1)
-2.3
+2.6
 >>> game = play_game(model, tok, max_plies=6, seed=1)   # an untrained model: fallbacks fill in
 >>> len(game.moves) == 6 and all(isinstance(m, str) for m in game.moves)
 True
@@ -37,8 +37,8 @@ from chessrl.tokenizer import build_chess_tokenizer
 from cluster.errors import UserError
 from cluster.storage import Storage
 
-#: GPT-2 shapes. With the chess tokenizer: tiny ≈ 2.3M parameters (CPU), small ≈ 27M (one GPU),
-#: base ≈ 87M (GPT-2 124M's shape; 124M with its 50k-token vocabulary).
+#: GPT-2 shapes. With the chess tokenizer: tiny ≈ 2.6M parameters (CPU), small ≈ 28M (one GPU),
+#: base ≈ 89M (GPT-2 124M's shape; 124M with its 50k-token vocabulary).
 PRESETS: dict[str, dict[str, int]] = {
     "tiny": {"n_layer": 4, "n_head": 4, "n_embd": 192, "n_positions": 512},
     "small": {"n_layer": 8, "n_head": 8, "n_embd": 512, "n_positions": 1024},

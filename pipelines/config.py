@@ -95,6 +95,8 @@ class SftConfig(Section):
     """Tokens per training sequence: games are packed end to end into blocks of this length."""
     num_workers: int = Field(1, ge=1)
     """Ray Train workers."""
+    cpus_per_worker: int | None = Field(None, ge=1)
+    """CPUs each worker reserves (its torch threads); default: the cluster's CPUs split among workers."""
     use_gpu: bool = False
     """Train on GPUs (bf16 where the device has it)."""
     eval_every: int = Field(50, ge=1)

@@ -74,13 +74,20 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
 
     train = datasets.IterableDataset.from_generator(blocks)
 
+    tokens_per_step = cfg["batch_size"] * cfg["max_length"]
+
     class HeldoutEval(TrainerCallback):  # type: ignore[misc]
         """Tokens/s with the loss; legal-move rate and top-1 agreement on held-out positions;
-        everything also to the phase's MLflow run (rank 0)."""
+        everything also to the phase's MLflow run (rank 0).
+
+        ``train_tokens_per_s`` is this worker's steady rate: tokens of steps 2..N over their wall
+        time, held-out evaluations excluded (checkpoint saves included)."""
 
         def __init__(self) -> None:
             self.tokens_seen = 0.0
             self.clock = time.perf_counter()
+            self.mark: float | None = None
+            self.train_time, self.steps_timed = 0.0, 0
 
         def on_log(
             self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
@@ -97,15 +104,19 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             # 0 for a fresh run; the checkpoint's step when a re-run resumed (restored state)
             state.log_history.append({"resumed_from_step": state.global_step})
-            self.tokens_seen = float(state.num_input_tokens_seen or 0)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            now = time.perf_counter()
+            if self.mark is not None:
+                self.train_time += now - self.mark
+                self.steps_timed += 1
             if state.global_step % cfg["eval_every"] == 0 or state.global_step >= state.max_steps:
-                started = time.perf_counter()
                 metrics = {
                     f"heldout_{k}": v for k, v in evaluate_moves(kw["model"], tokenizer, heldout).items()
                 }
-                metrics["heldout_eval_s"] = time.perf_counter() - started
+                metrics["heldout_eval_s"] = time.perf_counter() - now
+                if self.steps_timed:
+                    metrics["train_tokens_per_s"] = self.steps_timed * tokens_per_step / self.train_time
                 state.log_history.append({**metrics, "step": state.global_step})
                 if mlflow is not None:
                     mlflow.log(metrics, step=state.global_step)
@@ -115,6 +126,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
                     flush=True,
                 )
                 self.clock += metrics["heldout_eval_s"]  # tokens/s counts training time only
+            self.mark = time.perf_counter()
 
     use_gpu = bool(cfg["use_gpu"]) and torch.cuda.is_available()
     args = SFTConfig(
@@ -161,6 +173,15 @@ def tokenize_and_pack(batch: dict[str, Any], tokenizer: Any, block: int) -> dict
     ids = tokenizer([str(t) for t in batch["text"]], add_special_tokens=False)["input_ids"]
     packed = pack_blocks(([start, *seq, tokenizer.eos_token_id] for seq in ids), block)
     return {"input_ids": np.asarray(packed, dtype=np.int32).reshape(len(packed), block)}
+
+
+def default_cpus_per_worker(num_workers: int) -> int:
+    """The cluster's CPUs split among the workers, no more than the largest node has."""
+    import ray
+
+    nodes = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
+    total = int(ray.cluster_resources().get("CPU", 1))
+    return max(1, min(total // num_workers, int(max(nodes, default=1))))
 
 
 def games_uri(context: PhaseContext) -> str:
@@ -214,11 +235,26 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     data_context = ray.data.DataContext.get_current()
     data_context.enable_progress_bars = sys.stderr.isatty()
     data_context.print_on_execution_start = False
-    dataset = ray.data.from_items(texts).map_batches(
-        tokenize_and_pack,
-        fn_kwargs={"tokenizer": tokenizer, "block": cfg.max_length},
-        batch_size=512,
-        batch_format="numpy",
+    # Tokenise and pack before training starts: the trainer's workers may take every CPU.
+    dataset = (
+        ray.data.from_items(texts)
+        .map_batches(
+            tokenize_and_pack,
+            fn_kwargs={"tokenizer": tokenizer, "block": cfg.max_length},
+            batch_size=512,
+            batch_format="numpy",
+        )
+        .materialize()
+    )
+    blocks = dataset.count()
+    if blocks == 0:
+        raise StorageError(
+            f"{source.uri}: the training games hold fewer than one block of {cfg.max_length} tokens"
+        )
+    cpus_per_worker = cfg.cpus_per_worker or default_cpus_per_worker(cfg.num_workers)
+    log(
+        f"{blocks:,} blocks of {cfg.max_length} tokens ({blocks * cfg.max_length:,} tokens per epoch); "
+        f"{cfg.num_workers} worker(s) x {cpus_per_worker} CPU{' + 1 GPU' if cfg.use_gpu else ''}"
     )
 
     ray_storage = context.phase_storage("sft").child("ray")
@@ -240,7 +276,9 @@ def run_sft(context: PhaseContext) -> PhaseResult:
             "seed": context.config.run.seed,
             "heldout": [(list(p.moves_before), p.next_move, p.prefix) for p in heldout],
         },
-        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu),
+        scaling_config=ScalingConfig(
+            num_workers=cfg.num_workers, use_gpu=cfg.use_gpu, resources_per_worker={"CPU": cpus_per_worker}
+        ),
         datasets={"train": dataset},
         run_config=RunConfig(
             name=f"{context.config.run.name}-sft",
@@ -272,6 +310,8 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         "steps": int(metrics.get("step", 0)),
         "resumed_from_step": int(metrics.get("resumed_from_step", 0)),
         "loss": metrics.get("loss"),
+        "train_tokens_per_s": metrics.get("train_tokens_per_s"),
+        "tokens_per_epoch": blocks * cfg.max_length,
         "heldout_legal_rate": metrics.get("heldout_legal_rate"),
         "heldout_top1_agreement": metrics.get("heldout_top1_agreement"),
         "model": model_out.uri,
@@ -286,6 +326,8 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         f"  held-out      legal-move rate {float(summary['heldout_legal_rate'] or 0):.1%}, "
         f"top-1 agreement {float(summary['heldout_top1_agreement'] or 0):.1%} "
         f"on {len(heldout)} positions (argmax, unmasked)",
+        f"  throughput    {float(summary['train_tokens_per_s'] or 0):,.0f} tokens/s per worker "
+        f"({cfg.num_workers} worker(s); {summary['tokens_per_epoch']:,} tokens per epoch)",
         f"  model         {model_out.uri}",
     ]
     return PhaseResult(summary=summary, lines=lines, ok=True)

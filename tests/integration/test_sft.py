@@ -4,6 +4,11 @@ saved model that loads with the Auto classes and plays a whole legal game."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import chess
@@ -15,6 +20,7 @@ from pipelines import prepare, sft
 from pipelines.phase import EXIT_OK, EXIT_USER_ERROR
 
 pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +71,52 @@ def test_sft_without_games_is_one_clear_error(tmp_path, local_ray, capsys):
     assert sft.main(["--config", "tiny", "--storage", str(tmp_path), "--no-tracking"]) == EXIT_USER_ERROR
     err = capsys.readouterr().err
     assert "Traceback" not in err and "run `chess-rl prepare` first" in err
+
+
+def sft_command(storage: Path, games: Path, run: str, *args: str) -> list[str]:
+    return [
+        sys.executable, "-m", "pipelines.sft", "--config", "tiny", "--storage", str(storage), "--run-name", run,
+        "--no-tracking", "--games", str(games), "--batch-size", "4", "--max-length", "64",
+        "--set", "sft.heldout_positions=4", "--set", "ray.num_cpus=1", *args,
+    ]  # fmt: skip
+
+
+def checkpoint_steps(storage: Path, run: str) -> list[int]:
+    """Steps of the checkpoints Ray Train has finished writing for ``run``."""
+    steps = []
+    for folder in (storage / run / "sft" / "ray").glob("*/checkpoint_*/checkpoint"):
+        state = folder / "trainer_state.json"
+        if state.is_file():
+            steps.append(json.loads(state.read_text())["global_step"])
+    return sorted(steps)
+
+
+def test_killed_sft_driver_resumes_from_its_last_checkpoint(storage, tmp_path):
+    """kill -9 of the whole sft job (driver, its embedded Ray, the Train worker) after the first
+    checkpoint; the same command then resumes from the last checkpoint and finishes."""
+    games = storage / "s" / "prepare" / "games"
+    command = sft_command(tmp_path, games, "k", "--max-steps", "400", "--eval-every", "5")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": ""}
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while (
+            len(checkpoint_steps(tmp_path, "k")) < 2 and proc.poll() is None and time.monotonic() < deadline
+        ):
+            time.sleep(0.2)
+        assert proc.poll() is None, "sft ended before it could be killed"
+        assert len(checkpoint_steps(tmp_path, "k")) >= 2, "no two checkpoints within 240 s"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    written = checkpoint_steps(tmp_path, "k")
+    assert written[-1] < 400 and not (tmp_path / "k" / "sft" / "summary.json").exists()
+
+    rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    summary = json.loads((tmp_path / "k" / "sft" / "summary.json").read_text())
+    assert summary["steps"] == 400
+    # the last checkpoint written (or, if the kill hit while Ray Train was registering it, the one before)
+    assert written[-2] <= summary["resumed_from_step"] <= written[-1]
+    assert f"resumed from step {summary['resumed_from_step']}" in rerun.stdout

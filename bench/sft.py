@@ -1,0 +1,212 @@
+"""sft bench: training tokens/s of the ``sft`` phase (Ray Train + TRL, 1 worker) / a plain PyTorch loop.
+
+    python bench/sft.py                               # tiny preset, batch 16 x 256 tokens, 3 runs each
+    python bench/sft.py --model small --steps 30 --runs 5 --json /tmp/sft.json
+
+Both sides train the same model preset on the same packed blocks (the repository's real games,
+tokenised and packed by the same code), with the same batch size, sequence length, optimizer
+(AdamW, weight decay 0.01, betas 0.9/0.95, gradient clipping 1.0) and torch threads (2).
+
+- Baseline: a plain loop in this process: forward, backward, clip, step, on batches cut from
+  the packed blocks.
+- Measured: ``pipelines.sft.main`` (a TorchTrainer of one worker running TRL's SFTTrainer on the
+  Ray Data shard) on an embedded local Ray of 2 CPUs started once; a fresh run name per run so
+  nothing resumes; one held-out evaluation and one checkpoint, both after the timed steps.
+  Its rate is the phase's own ``train_tokens_per_s`` (tokens of steps 2..N over their wall time).
+
+Both time steps 2..N (the first step pays one-off costs on both sides). Runs alternate B, M,
+B, M, ... so machine noise hits both. The last line is ``sft ratio: X.XX (target >= 0.85)``,
+X = median(measured tokens/s) / median(baseline tokens/s); a JSON record goes to ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import pyarrow.dataset as pads  # noqa: E402
+import torch  # noqa: E402
+from machine_load import fmt_load, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
+
+from chessrl.lm_data import is_heldout, pack_blocks, training_text  # noqa: E402
+from chessrl.models import build_model  # noqa: E402
+from cluster.config import RaySection  # noqa: E402
+from cluster.runtime import ray_session  # noqa: E402
+
+TARGET = 0.85
+NUM_CPUS = 2
+OBJECT_STORE_GB = 2
+THREADS = 2
+PGN = ROOT / "tests" / "data" / "pgn"
+
+
+def prepare_games(workdir: Path) -> Path:
+    """The repository's real games as a games Parquet (the ``prepare`` phase, no generation)."""
+    from pipelines import prepare
+
+    code = prepare.main(
+        ["--config", "tiny", "--storage", str(workdir), "--run-name", "bench", "--no-tracking",
+         "--generate", "0", "--inputs", str(PGN)]
+    )  # fmt: skip
+    if code != 0:
+        raise SystemExit(f"prepare failed with exit code {code}")
+    return workdir / "bench" / "prepare" / "games"
+
+
+def packed_blocks(games: Path, tokenizer: Any, block: int) -> torch.Tensor:
+    """The training games as the sft phase packs them: ``<bos> game <eos>`` cut into blocks."""
+    rows = pads.dataset(games, format="parquet").to_table(columns=["game_id", "moves", "result"]).to_pylist()
+    texts = [training_text(r["moves"], r["result"]) for r in rows if not is_heldout(r["game_id"], 0.05)]
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    packed = pack_blocks(([tokenizer.bos_token_id, *seq, tokenizer.eos_token_id] for seq in ids), block)
+    return torch.tensor(packed, dtype=torch.long)
+
+
+def baseline_run(
+    preset: str, blocks: torch.Tensor, steps: int, batch: int, lr: float, seed: int
+) -> dict[str, Any]:
+    """A plain PyTorch loop: tokens/s of steps 2..N."""
+    torch.set_num_threads(THREADS)
+    model, _ = build_model(preset)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(seed)
+    order = torch.randperm(len(blocks), generator=gen)
+    started = None
+    for step in range(steps):
+        idx = order[(torch.arange(batch) + step * batch) % len(blocks)]
+        x = blocks[idx]
+        loss = model(input_ids=x, labels=x).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step == 0:
+            started = time.perf_counter()
+    assert started is not None
+    seconds = time.perf_counter() - started
+    tokens = (steps - 1) * batch * blocks.shape[1]
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds, "loss": float(loss)}
+
+
+def measured_run(
+    preset: str, workdir: Path, steps: int, batch: int, length: int, lr: float, i: int
+) -> dict[str, Any]:
+    """``pipelines.sft.main`` with one worker; its own steady-state tokens/s."""
+    from pipelines import sft
+
+    run = f"bench-sft-{i}"
+    started = time.perf_counter()
+    code = sft.main(
+        ["--config", "tiny", "--storage", str(workdir), "--run-name", run, "--no-tracking",
+         "--games", str(workdir / "bench" / "prepare" / "games"), "--model", preset,
+         "--max-steps", str(steps), "--eval-every", str(steps), "--batch-size", str(batch),
+         "--max-length", str(length), "--learning-rate", str(lr), "--num-workers", "1",
+         "--set", "sft.heldout_positions=1"]
+    )  # fmt: skip
+    wall = time.perf_counter() - started
+    if code != 0:
+        raise SystemExit(f"sft failed with exit code {code}")
+    summary = json.loads((workdir / run / "sft" / "summary.json").read_text())
+    rate = float(summary["train_tokens_per_s"])
+    return {
+        "tokens": (steps - 1) * batch * length,
+        "tokens_per_s": rate,
+        "phase_seconds": wall,
+        "loss": summary["loss"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default="tiny", choices=["tiny", "small", "base"])
+    parser.add_argument(
+        "--steps", type=int, default=40, help="optimizer steps per run (steps 2..N are timed)"
+    )
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--learning-rate", type=float, default=3e-3)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "sft.json"))
+    args = parser.parse_args(argv)
+    if args.steps < 2:
+        parser.error("--steps must be at least 2 (the first step is not timed)")
+
+    baseline: list[dict[str, Any]] = []
+    measured: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-sft-") as tmp, contextlib.ExitStack() as stack:
+        workdir = Path(tmp)
+        ray_info = stack.enter_context(
+            ray_session(RaySection(num_cpus=NUM_CPUS, object_store_gb=OBJECT_STORE_GB))
+        )
+        print(f"local Ray: {ray_info.resources.get('CPU', 0):.0f} CPUs; preparing the repository's games ...")
+        games = prepare_games(workdir)
+        _, tokenizer = build_model(args.model)
+        blocks = packed_blocks(games, tokenizer, args.max_length)
+        print(
+            f"{len(blocks):,} blocks of {args.max_length} tokens; model {args.model}, batch {args.batch_size}, "
+            f"{args.steps} steps per run, {THREADS} torch threads"
+        )
+        for i in range(args.runs):
+            b = timed(baseline_run, args.model, blocks, args.steps, args.batch_size, args.learning_rate, i)
+            baseline.append(b)
+            print(
+                f"  run {i + 1} baseline  {b['tokens_per_s']:9,.0f} tokens/s  (loss {b['loss']:.3f}; "
+                f"other load {fmt_load(b['other_load_cores'])})"
+            )
+            m = timed(measured_run, args.model, workdir, args.steps, args.batch_size, args.max_length,
+                      args.learning_rate, i)  # fmt: skip
+            measured.append(m)
+            print(
+                f"  run {i + 1} sft       {m['tokens_per_s']:9,.0f} tokens/s  (loss {m['loss']:.3f}; "
+                f"phase {m['phase_seconds']:.1f} s end to end; other load {fmt_load(m['other_load_cores'])})"
+            )
+
+    base_med = statistics.median(r["tokens_per_s"] for r in baseline)
+    meas_med = statistics.median(r["tokens_per_s"] for r in measured)
+    ratio = meas_med / base_med if base_med else 0.0
+    print(f"median baseline {base_med:,.0f} tokens/s; median sft {meas_med:,.0f} tokens/s")
+    record = {
+        "bench": "sft",
+        "ratio_definition": "median train tokens/s of the sft phase (1 worker, Ray Train + TRL) / "
+        "median tokens/s of a plain PyTorch loop, same model, batch, length, optimizer, threads",
+        "model": args.model,
+        "batch_size": args.batch_size,
+        "max_length": args.max_length,
+        "steps": args.steps,
+        "runs": {"baseline": baseline, "sft": measured},
+        "medians": {"baseline_tokens_per_s": base_med, "sft_tokens_per_s": meas_med},
+        "ratio": ratio,
+        "target": TARGET,
+        "passed": ratio >= TARGET,
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    print(f"record: {out}")
+    print(f"sft ratio: {ratio:.2f} (target >= {TARGET})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
