@@ -150,7 +150,13 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         seed=cfg["seed"],
         disable_tqdm=True,
     )
-    trainer = SFTTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
+    trainer_class = SFTTrainer if use_gpu else cpu_sft_trainer_class()
+    trainer = trainer_class(model=model, args=args, train_dataset=train, processing_class=tokenizer)
+    print(
+        f"[sft] worker {rank}: {'cuda' if use_gpu else 'cpu'}, {torch.get_num_threads()} torch threads, "
+        f"{type(trainer).__name__}",
+        flush=True,
+    )
     trainer.add_callback(HeldoutEval())
     trainer.add_callback(RayTrainReportCallback())
     trainer = prepare_trainer(trainer)
@@ -163,6 +169,52 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         state = json.loads(Path(resume, "trainer_state.json").read_text())
         print(f"[sft] resuming from the checkpoint of step {state['global_step']}", flush=True)
     trainer.train(resume_from_checkpoint=resume)
+
+
+def cpu_sft_trainer_class() -> type:
+    """TRL's SFTTrainer with the model's own cross-entropy in ``compute_loss``, for CPU training.
+
+    TRL computes the loss through its fused LM head (log-probabilities in tiles, plus entropy and
+    top-1 for its metrics), which saves GPU memory. On a CPU, for a small model whose LM head is a
+    large share of the FLOPs (tiny: 4k-token vocabulary, 192 wide), it costs about 45% more per
+    step than the model's own loss (0.96 s against 0.66 s per 16 x 256 step, 2 threads). The data
+    handling, optimizer, schedule, logging and checkpoints stay TRL's and transformers'; token
+    accuracy and the token count are still logged.
+    """
+    import torch
+    from transformers import Trainer
+    from trl import SFTTrainer
+
+    class CpuSFTTrainer(SFTTrainer):  # type: ignore[misc]
+        def compute_loss(
+            self,
+            model: Any,
+            inputs: dict[str, Any],
+            return_outputs: bool = False,
+            num_items_in_batch: Any = None,
+        ) -> Any:
+            loss, outputs = Trainer.compute_loss(
+                self, model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
+            )
+            mode = "train" if model.training else "eval"
+            if mode == "eval" or (self.state.global_step + 1) % max(1, int(self.args.logging_steps)) == 0:
+                # token accuracy on the steps that log (an argmax over every logit costs ~3% a step)
+                with torch.no_grad():
+                    labels = inputs["labels"][:, 1:]
+                    mask = labels != -100
+                    correct = ((outputs.logits[:, :-1].argmax(-1) == labels) & mask).sum()
+                    both = torch.stack([correct, mask.sum()]).view(1, 2)
+                    counts = self.accelerator.gather_for_metrics(both).sum(0)
+                self._metrics[mode]["mean_token_accuracy"].append((counts[0] / counts[1].clamp(min=1)).item())
+            if mode == "train":
+                tokens = torch.tensor(inputs["input_ids"].numel(), device=inputs["input_ids"].device)
+                self._total_train_tokens += int(
+                    self.accelerator.gather_for_metrics(tokens.view(1)).sum().item()
+                )
+            self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+            return (loss, outputs) if return_outputs else loss
+
+    return CpuSFTTrainer
 
 
 def tokenize_and_pack(batch: dict[str, Any], tokenizer: Any, block: int) -> dict[str, Any]:
