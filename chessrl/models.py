@@ -146,9 +146,14 @@ def propose_moves(
     *,
     n: int = 1,
     temperature: float = 0.0,
-    max_new_tokens: int = 8,
+    max_new_tokens: int | None = None,
 ) -> list[str]:
-    """``n`` completions of ``prompt`` (greedy when temperature is 0)."""
+    """``n`` completions of ``prompt`` (greedy when temperature is 0), each long enough for a
+    move: 2 tokens with the chess tokenizer (a move is one token), 8 with another tokenizer."""
+    if max_new_tokens is None:
+        max_new_tokens = (
+            2 if tokenizer.convert_tokens_to_ids(" e2e4") not in (None, tokenizer.unk_token_id) else 8
+        )
     ids = torch.tensor([prompt_ids(tokenizer, prompt)], device=model.device)
     sample = temperature > 0
     out = model.generate(

@@ -19,6 +19,15 @@ PHASES: dict[str, tuple[str, str]] = {
         "PGN files (.pgn, .pgn.zst; local or s3://) and/or --generate N Stockfish games -> games Parquet",
     ),
     "sft": ("pipelines.sft", "games Parquet -> a GPT-2-style policy (Ray Train + TRL SFTTrainer), resumable"),
+    "evaluate": (
+        "pipelines.evaluate",
+        "arenas of players as Ray tasks -> scores, Elo vs Stockfish UCI_Elo, suites, PGN, report",
+    ),
+    # a command rather than a phase (no Ray): it serves a model for GUIs instead of producing data
+    "uci": (
+        "pipelines.uci",
+        "a trained policy as a UCI engine (stdin/stdout) for chess GUIs and lichess-bot",
+    ),
 }
 
 #: Phases of the design that are not built yet (shown in --help so nobody hunts for them).
@@ -28,7 +37,6 @@ PLANNED: dict[str, str] = {
     "ppo": "PPO against the reward model (KL to a frozen reference)",
     "grpo": "GRPO with engine-verified rewards",
     "selfplay": "AlphaZero-style self-play with batched MCTS",
-    "evaluate": "arenas, Elo against a Stockfish ladder, test suites",
     "tune": "Ray Tune sweeps (MCTS cpuct, KL coefficient)",
     "rlaif": "every phase in order, resumable",
 }
@@ -49,6 +57,7 @@ def usage() -> str:
         "",
         "Every phase runs on an embedded local Ray, or joins the cluster in RAY_ADDRESS / --address;",
         "`ray job submit --working-dir . -- python -m pipelines.<phase> ...` runs the same code on a cluster.",
+        "`chess-rl uci --model DIR` needs no Ray: it plays a saved model as a UCI engine on stdin/stdout.",
     ]
     return "\n".join(lines)
 

@@ -107,6 +107,48 @@ class SftConfig(Section):
     """Held-out positions the legal-move rate is measured on."""
 
 
+class EvaluateConfig(Section):
+    """``evaluate``: players in an arena (Ray tasks, one per game), Elo, suites, PGN and a report."""
+
+    players: list[str] = Field(default_factory=lambda: ["sft", "random", "stockfish:skill=0"])
+    """Players: random, sft (this run's model), lm:DIR|s3://..., stockfish[:skill=N|elo=N][,nodes=N],
+    uci:PATH[,nodes=N|movetime_ms=N]. The first is the candidate."""
+    mode: Literal["gauntlet", "round_robin"] = "gauntlet"
+    """gauntlet: the first player against each of the others; round_robin: every pair."""
+    games: int = Field(20, ge=2)
+    """Games per pairing (colours alternate; each opening is played from both sides)."""
+    openings: str | None = None
+    """Opening book: an .epd or .pgn file (default: seeded random openings of random_plies)."""
+    random_plies: int = Field(4, ge=0)
+    """Plies of each seeded random opening (when no book is given)."""
+    max_plies: int = Field(300, ge=1)
+    """A game still going after this many plies is a draw."""
+    resign_cp: int | None = Field(None, ge=100)
+    """Engine-verified resignation: a side at this many centipawns down or worse ..."""
+    resign_plies: int = Field(6, ge=1)
+    """... for this many of its plies in a row loses (needs resign_cp)."""
+    lm_temperature: float = Field(0.0, ge=0)
+    """Language models: 0 plays the argmax move; above 0 samples."""
+    lm_retries: int = Field(3, ge=0)
+    """Language models: samples tried after an illegal or unparseable move."""
+    on_illegal: Literal["fallback", "forfeit"] = "fallback"
+    """After the retries: play a random legal move (counted) or lose the game."""
+    stockfish_nodes: int = Field(1000, ge=1)
+    """Node limit of Stockfish players that set no nodes/movetime_ms."""
+    engines: int = Field(1, ge=1)
+    """Stockfish processes in the engine pool (players, resignation checks, move quality)."""
+    suites: list[str] = Field(
+        default_factory=lambda: ["tests/data/epd/wac.epd", "tests/data/epd/bratko-kopec.epd"]
+    )
+    """EPD test suites (bm/am) the candidate is run on."""
+    quality_nodes: int = Field(2000, ge=0)
+    """Nodes per position for the candidate's average centipawn loss and accuracy (0: skip)."""
+    name: str = Field("eval", pattern=r"^[A-Za-z0-9_.-]+$")
+    """Output folder under <storage>/<run>/evaluate/ (a re-run with the same name resumes)."""
+    max_parallel: int | None = Field(None, ge=1)
+    """Games in flight at once (default: the cluster's CPUs)."""
+
+
 class ChessRLConfig(Section):
     """The whole config: what a preset file holds."""
 
@@ -115,3 +157,4 @@ class ChessRLConfig(Section):
     tracking: TrackingSection = Field(default_factory=TrackingSection)
     prepare: PrepareConfig = Field(default_factory=PrepareConfig)
     sft: SftConfig = Field(default_factory=SftConfig)
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)

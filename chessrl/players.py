@@ -1,0 +1,271 @@
+"""Players for arenas: one protocol, and a player for a language model, Stockfish, a random mover
+and any external UCI engine. Ray-free; the evaluate phase builds them inside its game tasks.
+
+>>> player = RandomPlayer()
+>>> player.new_game(seed=3)
+>>> choice = player.move(chess.Board())
+>>> chess.Move.from_uci(choice.move) in chess.Board().legal_moves
+True
+
+A player is named by a spec string in configs and on the command line:
+
+>>> parse_player_spec("stockfish:elo=1500,nodes=2000")
+PlayerSpec(kind='stockfish', path=None, skill_level=None, elo=1500, nodes=2000, movetime_ms=None)
+>>> parse_player_spec("random").label
+'random'
+
+``random``; ``sft`` (this run's sft model); ``lm:DIR|s3://...``; ``stockfish[:skill=N|elo=N][,nodes=N]``;
+``uci:/path/to/engine[,nodes=N|movetime_ms=N]``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import chess
+
+from chessrl.engine import SearchLimit, Strength
+from chessrl.formats import MoveCounts, MovesFormat
+from cluster.errors import ConfigError
+
+PlayerKind = Literal["random", "sft", "lm", "stockfish", "uci"]
+IllegalPolicy = Literal["fallback", "forfeit"]
+
+
+@dataclass(frozen=True)
+class MoveChoice:
+    """A player's answer: the move (``None`` = forfeit), and what it took to get there."""
+
+    move: str | None
+    illegal_attempts: int = 0
+    first_attempt_legal: bool = True
+    fallback: bool = False
+    comment: str = ""
+
+
+class Player(Protocol):
+    """What an arena needs from a player."""
+
+    name: str
+
+    def new_game(self, seed: int) -> None:
+        """Reset per-game state; ``seed`` makes any sampling reproducible."""
+
+    def move(self, board: chess.Board) -> MoveChoice:
+        """The move to play in ``board`` (its move stack is the game so far)."""
+
+    def close(self) -> None:
+        """Release engines and processes."""
+
+
+class MoveEngine(Protocol):
+    """An engine that plays at a given strength: ``actors.engine_pool.EnginePool`` is one."""
+
+    def play(self, position: str, strength: Strength, limit: SearchLimit, *, fresh: bool = False) -> str: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# specs
+
+
+@dataclass(frozen=True)
+class PlayerSpec:
+    """A parsed player spec (see the module docstring)."""
+
+    kind: PlayerKind
+    path: str | None = None
+    skill_level: int | None = None
+    elo: int | None = None
+    nodes: int | None = None
+    movetime_ms: int | None = None
+
+    @property
+    def label(self) -> str:
+        """A short, unique, readable name (PGN player name, report rows)."""
+        if self.kind in ("random", "sft"):
+            return self.kind
+        if self.kind == "lm":
+            return f"lm:{self.path}"
+        extra = [f"nodes={self.nodes}"] if self.nodes else []
+        extra += [f"movetime_ms={self.movetime_ms}"] if self.movetime_ms else []
+        if self.kind == "stockfish":
+            level = [f"elo={self.elo}"] if self.elo is not None else []
+            level += [f"skill={self.skill_level}"] if self.skill_level is not None else []
+            return ":".join(["stockfish", ",".join([*level, *extra])]).rstrip(":")
+        return "uci:" + ",".join([str(self.path), *extra])
+
+    @property
+    def anchor_elo(self) -> float | None:
+        """The rating this player is anchored to (Stockfish at a UCI_Elo level), if any."""
+        return float(self.elo) if self.kind == "stockfish" and self.elo is not None else None
+
+    def search_limit(self, default_nodes: int) -> SearchLimit:
+        if self.movetime_ms:
+            return SearchLimit(time=self.movetime_ms / 1000)
+        return SearchLimit(nodes=self.nodes or default_nodes)
+
+    def strength(self) -> Strength:
+        if self.elo is not None:
+            return Strength(elo=self.elo)
+        return Strength(skill_level=self.skill_level if self.skill_level is not None else 20)
+
+
+_ALLOWED = (
+    "random, sft, lm:DIR, stockfish[:skill=N|elo=N][,nodes=N|movetime_ms=N], uci:PATH[,nodes=N|movetime_ms=N]"
+)
+
+
+def parse_player_spec(spec: str, *, key: str = "evaluate.players") -> PlayerSpec:
+    """Parse one spec; a bad one is a :class:`ConfigError` naming ``key`` and what is allowed."""
+    text = spec.strip()
+    kind, _, rest = text.partition(":")
+    if kind in ("random", "sft") and not rest:
+        return PlayerSpec(kind=kind)  # type: ignore[arg-type]
+    if kind == "lm" and rest:
+        return PlayerSpec(kind="lm", path=rest)
+    if kind not in ("stockfish", "uci") or (kind == "uci" and not rest):
+        raise ConfigError(f"{key}: cannot read player {spec!r}; allowed: {_ALLOWED}")
+    parts = [p.strip() for p in rest.split(",") if p.strip()] if rest else []
+    path = None
+    if kind == "uci":
+        path, parts = parts[0], parts[1:]
+    values: dict[str, int] = {}
+    for part in parts:
+        name, eq, value = part.partition("=")
+        name = {"skill": "skill_level", "skill_level": "skill_level"}.get(name, name)
+        if (
+            not eq
+            or name not in ("skill_level", "elo", "nodes", "movetime_ms")
+            or not value.lstrip("-").isdigit()
+        ):
+            raise ConfigError(f"{key}: cannot read {part!r} in player {spec!r}; allowed: {_ALLOWED}")
+        values[name] = int(value)
+    if kind == "uci" and ({"skill_level", "elo"} & values.keys()):
+        raise ConfigError(f"{key}: player {spec!r}: skill/elo apply to stockfish only; allowed: {_ALLOWED}")
+    try:
+        Strength(skill_level=values.get("skill_level"), elo=values.get("elo"))
+    except ValueError as exc:
+        raise ConfigError(f"{key}: player {spec!r}: {exc}; allowed: {_ALLOWED}") from None
+    if any(values.get(k, 1) < 1 for k in ("nodes", "movetime_ms")):
+        raise ConfigError(
+            f"{key}: player {spec!r}: nodes and movetime_ms must be at least 1; allowed: {_ALLOWED}"
+        )
+    return PlayerSpec(kind=kind, path=path, **values)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# players
+
+
+class RandomPlayer:
+    """A uniformly random legal move (seeded per game)."""
+
+    def __init__(self, name: str = "random") -> None:
+        self.name = name
+        self.rng = random.Random(0)
+
+    def new_game(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def move(self, board: chess.Board) -> MoveChoice:
+        legal = sorted(m.uci() for m in board.legal_moves)
+        return MoveChoice(self.rng.choice(legal) if legal else None)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class LMPlayer:
+    """A language model's move in the moves format: greedy (or sampled at ``temperature``), then
+    up to ``retries`` samples at temperature >= 1; then a random legal move (``fallback``) or
+    a forfeit. Every illegal or unparseable attempt is counted, nothing is masked.
+
+    The moves format reads the game from the start position: from a FEN the model sees only the
+    moves played since.
+    """
+
+    model: Any
+    tokenizer: Any
+    name: str = "lm"
+    temperature: float = 0.0
+    retries: int = 3
+    on_illegal: IllegalPolicy = "fallback"
+    counts: MoveCounts = field(default_factory=MoveCounts)
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+
+    def new_game(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        import torch
+
+        torch.manual_seed(seed)
+
+    def move(self, board: chess.Board) -> MoveChoice:
+        from chessrl.models import propose_moves
+
+        fmt = MovesFormat()
+        prompt = fmt.prompt([m.uci() for m in board.move_stack])
+        illegal = 0
+        for attempt, t in enumerate([self.temperature] + [max(self.temperature, 1.0)] * self.retries):
+            [completion] = propose_moves(self.model, self.tokenizer, prompt, temperature=t)
+            parsed = fmt.parse(board, completion)
+            self.counts.add(parsed)
+            if parsed.move is not None:
+                return MoveChoice(parsed.move, illegal_attempts=illegal, first_attempt_legal=attempt == 0)
+            illegal += 1
+        note = f"{illegal} illegal attempts"
+        if self.on_illegal == "forfeit":
+            return MoveChoice(None, illegal, False, comment=f"{note}: forfeit")
+        legal = sorted(m.uci() for m in board.legal_moves)
+        return MoveChoice(
+            self.rng.choice(legal), illegal, False, fallback=True, comment=f"{note}: random fallback"
+        )
+
+    def close(self) -> None:
+        pass
+
+
+class StockfishPlayer:
+    """Stockfish at a Skill Level or a ``UCI_Elo`` through a :class:`MoveEngine` (the pool)."""
+
+    def __init__(
+        self, engine: MoveEngine, strength: Strength, limit: SearchLimit, name: str = "stockfish"
+    ) -> None:
+        self.engine, self.strength, self.limit, self.name = engine, strength, limit, name
+
+    def new_game(self, seed: int) -> None:
+        pass
+
+    def move(self, board: chess.Board) -> MoveChoice:
+        return MoveChoice(self.engine.play(board.fen(), self.strength, self.limit, fresh=False))
+
+    def close(self) -> None:
+        pass
+
+
+class UCIPlayer:
+    """Any external UCI engine by path, through python-chess's own client."""
+
+    def __init__(self, path: str, limit: SearchLimit, name: str | None = None) -> None:
+        import chess.engine
+
+        from chessrl.engine import EngineError
+
+        try:
+            self.engine = chess.engine.SimpleEngine.popen_uci(path, timeout=30)
+        except (OSError, chess.engine.EngineError) as exc:
+            raise EngineError(f"cannot start the UCI engine {path}: {exc}") from None
+        self.limit = limit.to_chess()  # nodes, depth and/or time (a depth alone used to search forever)
+        self.name = name or f"uci:{path}"
+
+    def new_game(self, seed: int) -> None:
+        pass
+
+    def move(self, board: chess.Board) -> MoveChoice:
+        result = self.engine.play(board, self.limit)
+        return MoveChoice(result.move.uci() if result.move else None)
+
+    def close(self) -> None:
+        self.engine.quit()

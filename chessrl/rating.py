@@ -1,0 +1,382 @@
+"""Elo arithmetic: expected scores, match intervals, ratings from many games, and SPRT.
+
+Elo differences follow the logistic model: a player rated ``d`` points above its opponent is
+expected to score ``1 / (1 + 10 ** (-d / 400))`` per game, a draw counting as half a win.
+
+>>> round(expected_score(100), 4), round(elo_from_score(0.75), 2)
+(0.6401, 190.85)
+
+One match (wins, draws, losses from the first player's side) gives an Elo difference with a
+normal-approximation interval on the score, mapped through :func:`elo_from_score`:
+
+>>> est = match_elo(wins=30, draws=40, losses=10)
+>>> round(est.score, 3), round(est.elo, 1), round(est.low, 1), round(est.high, 1)
+(0.625, 88.7, 36.6, 145.1)
+
+Many games between many players, some of them anchors with fixed ratings (Stockfish
+``UCI_Elo`` levels), give every other player a maximum-likelihood rating:
+
+>>> games = [("net", "sf1320", 1.0)] * 6 + [("sf1320", "net", 0.5)] * 4 + [("net", "sf1600", 0.0)] * 10
+>>> table = rate_players(games, anchors={"sf1320": 1320, "sf1600": 1600})
+>>> net = table["net"]
+>>> round(net.elo), net.games, net.score, net.anchored
+(1378, 20, 0.4, False)
+
+An A/B test stops when the sequential probability ratio test decides between ``elo0`` (H0)
+and ``elo1`` (H1):
+
+>>> result = sprt(wins=60, draws=20, losses=20, elo0=0, elo1=50)
+>>> round(result.llr, 3), round(result.upper, 3), result.decision
+(7.337, 2.944, 'H1')
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Literal
+
+__all__ = [
+    "EloEstimate",
+    "PlayerRating",
+    "SprtResult",
+    "elo_from_score",
+    "expected_score",
+    "match_elo",
+    "rate_players",
+    "score_interval",
+    "sprt",
+]
+
+_K = math.log(10) / 400  # slope of the logistic curve per Elo point, in natural-log units
+_Term = tuple[str, "str | None", float, float]  # (player, opponent or None for the prior, games, score)
+
+
+def expected_score(elo_diff: float) -> float:
+    """The expected score per game of a player rated ``elo_diff`` above its opponent.
+
+    >>> expected_score(0), round(expected_score(-400), 4)
+    (0.5, 0.0909)
+    """
+    if elo_diff >= 0:
+        return 1 / (1 + 10 ** (-elo_diff / 400))
+    odds = 10 ** (elo_diff / 400)  # written this way so that large differences do not overflow
+    return odds / (1 + odds)
+
+
+def elo_from_score(score: float) -> float:
+    """The Elo difference whose expected score is ``score``, which must lie strictly in (0, 1).
+
+    >>> elo_from_score(0.5), round(elo_from_score(0.25), 2)
+    (0.0, -190.85)
+    """
+    if not 0 < score < 1:
+        raise ValueError(
+            f"score must be strictly between 0 and 1, got {score}: "
+            "a 0% or 100% score has no finite Elo difference"
+        )
+    return -400 * math.log10(1 / score - 1) + 0.0  # + 0.0 turns -0.0 into 0.0
+
+
+def _elo_or_infinite(score: float) -> float:
+    return -math.inf if score <= 0 else math.inf if score >= 1 else elo_from_score(score)
+
+
+def _z(confidence: float) -> float:
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be strictly between 0 and 1, got {confidence}")
+    return NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
+def _moments(wins: int, draws: int, losses: int) -> tuple[int, float, float]:
+    """Games, mean score and per-game variance of the trinomial outcome (0, 0 when no games)."""
+    if min(wins, draws, losses) < 0:
+        raise ValueError(f"wins, draws and losses must be >= 0, got {wins}, {draws}, {losses}")
+    n = wins + draws + losses
+    if n == 0:
+        return 0, 0.0, 0.0
+    s = (wins + draws / 2) / n
+    var = (wins * (1 - s) ** 2 + draws * (0.5 - s) ** 2 + losses * s**2) / n
+    return n, s, var
+
+
+def score_interval(
+    wins: int, draws: int, losses: int, confidence: float = 0.95
+) -> tuple[float, float, float]:
+    """The score ``(W + D/2) / N`` and its normal-approximation interval, clipped to [0, 1].
+
+    >>> tuple(round(x, 4) for x in score_interval(10, 0, 10))
+    (0.5, 0.2809, 0.7191)
+    """
+    z = _z(confidence)
+    n, s, var = _moments(wins, draws, losses)
+    if n == 0:
+        raise ValueError("score_interval needs at least one game")
+    half = z * math.sqrt(var / n)
+    return s, max(0.0, s - half), min(1.0, s + half)
+
+
+@dataclass(frozen=True)
+class EloEstimate:
+    """An Elo difference from one match, with its interval (``±inf`` where the score bound is 0 or 1)."""
+
+    elo: float
+    low: float
+    high: float
+    score: float
+    games: int
+    wins: int
+    draws: int
+    losses: int
+
+
+def match_elo(wins: int, draws: int, losses: int, confidence: float = 0.95) -> EloEstimate:
+    """The Elo difference of a match, its interval being :func:`score_interval` mapped to Elo.
+
+    A perfect (or nil) score has zero sample variance, so all three numbers are ``+inf`` (``-inf``);
+    :func:`rate_players` gives such a player a finite one-sided bound.
+
+    >>> match_elo(10, 0, 10).elo, match_elo(5, 0, 0).low
+    (0.0, inf)
+    """
+    s, low, high = score_interval(wins, draws, losses, confidence)
+    elo, low, high = (_elo_or_infinite(x) for x in (s, low, high))
+    return EloEstimate(elo, low, high, s, wins + draws + losses, wins, draws, losses)
+
+
+@dataclass(frozen=True)
+class PlayerRating:
+    """A player's rating: ``elo`` in ``[low, high]``; ``games`` and ``score`` (0..1) count real games."""
+
+    name: str
+    elo: float
+    low: float
+    high: float
+    games: int
+    score: float
+    anchored: bool
+
+
+def _reached(start: set[str], edges: Mapping[str, set[str]]) -> set[str]:
+    seen, todo = set(start), list(start)
+    while todo:
+        for other in edges.get(todo.pop(), ()):
+            if other not in seen:
+                seen.add(other)
+                todo.append(other)
+    return seen
+
+
+def _inverse(matrix: list[list[float]]) -> list[list[float]]:
+    """Gauss-Jordan inverse with partial pivoting (the matrices here are positive definite)."""
+    n = len(matrix)
+    rows = [row[:] + [float(i == j) for j in range(n)] for i, row in enumerate(matrix)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(rows[r][col]))
+        rows[col], rows[pivot] = rows[pivot], rows[col]
+        lead = rows[col][col]
+        rows[col] = [x / lead for x in rows[col]]
+        for r in range(n):
+            if r != col and rows[r][col] != 0:
+                factor = rows[r][col]
+                rows[r] = [x - factor * y for x, y in zip(rows[r], rows[col], strict=True)]
+    return [row[n:] for row in rows]
+
+
+def _sweep_bound(opponents: list[tuple[float, int]], tail: float) -> float:
+    """The rating at which winning all ``n`` games against each opponent rating has probability ``tail``."""
+    if not opponents:
+        return -math.inf
+    lo, hi = min(r for r, _ in opponents) - 8000, max(r for r, _ in opponents) + 8000
+    for _ in range(100):  # the sweep's log-probability grows with the rating: bisect
+        mid = (lo + hi) / 2
+        log_p = sum(n * math.log(expected_score(mid - r)) for r, n in opponents)
+        lo, hi = (lo, mid) if log_p > math.log(tail) else (mid, hi)
+    return (lo + hi) / 2
+
+
+def rate_players(
+    games: Sequence[tuple[str, str, float]],
+    anchors: Mapping[str, float],
+    confidence: float = 0.95,
+    prior_games: float = 0.0,
+) -> dict[str, PlayerRating]:
+    """Maximum-likelihood Elo of every player from ``(white, black, white's score)`` games.
+
+    Logistic (Bradley-Terry) model without a white advantage, a draw counting as half a win;
+    anchors keep their given ratings and the others are fitted by damped Newton steps. The
+    interval is ``elo ± z·sqrt(diag(I⁻¹))`` with ``I`` the observed Fisher information of the
+    free players. It treats each game as a win/loss trial, so with many draws it is wider
+    than the trinomial interval of :func:`match_elo` (conservative).
+
+    A player whose results only ever push its rating up (it scored 100% against everyone not
+    itself unbounded above, e.g. won every game) has an infinite MLE: it gets ``elo = high = +inf``
+    and ``low`` = the rating at which its clean sweep against finite-rated opponents has
+    probability ``(1 - confidence) / 2`` (an exact one-sided bound with those opponents' ratings
+    held fixed); mirrored for ``-inf``. A player unbounded both ways gets ``nan`` in
+    ``[-inf, inf]``. ``prior_games > 0`` instead adds that many virtual draws per free player
+    against the mean anchor rating, which keeps every rating finite (and shrinks it a little).
+
+    Raises ValueError without anchors, for an anchor that plays no game, or for a player not
+    connected to an anchor through games. The table is sorted from the strongest player down.
+    """
+    z = _z(confidence)
+    if not anchors:
+        raise ValueError("rate_players needs at least one anchor: a player with a fixed rating")
+    if prior_games < 0:
+        raise ValueError(f"prior_games must be >= 0, got {prior_games}")
+    pairs: dict[tuple[str, str], list[float]] = {}  # (a, b), a < b -> [games, a's total score]
+    played: dict[str, list[float]] = {}  # name -> [games, total score]
+    for white, black, score in games:
+        if score not in (0, 0.5, 1):
+            raise ValueError(f"a game's score must be 0, 0.5 or 1, got {score!r} in {white} vs {black}")
+        if white == black:
+            raise ValueError(f"{white!r} cannot play itself")
+        a, b, score_a = (white, black, score) if white < black else (black, white, 1 - score)
+        stats = pairs.setdefault((a, b), [0, 0.0])
+        stats[0] += 1
+        stats[1] += score_a
+        for name, s in ((white, score), (black, 1 - score)):
+            played.setdefault(name, [0, 0.0])
+            played[name][0] += 1
+            played[name][1] += s
+    missing = sorted(set(anchors) - set(played))
+    if missing:
+        raise ValueError(f"anchor(s) {', '.join(missing)} play no game in the games given")
+    neighbours: dict[str, set[str]] = {}
+    scored_against: dict[str, set[str]] = {}  # x -> the players x took points from
+    conceded_to: dict[str, set[str]] = {}  # x -> the players who took points from x
+    for (a, b), (n, score_a) in pairs.items():
+        neighbours.setdefault(a, set()).add(b)
+        neighbours.setdefault(b, set()).add(a)
+        for x, y, took in ((a, b, score_a > 0), (b, a, score_a < n)):
+            if took:
+                scored_against.setdefault(x, set()).add(y)
+                conceded_to.setdefault(y, set()).add(x)
+    lost = sorted(set(played) - _reached(set(anchors), neighbours))
+    if lost:
+        raise ValueError(f"player(s) {', '.join(lost)} not connected to any anchor through games")
+
+    free = sorted(set(played) - set(anchors))
+    if prior_games > 0:
+        above = below = set(played)
+    else:
+        above = _reached(set(anchors), scored_against)  # ratings bounded above
+        below = _reached(set(anchors), conceded_to)  # ratings bounded below
+    finite = [name for name in free if name in above and name in below]
+    ratings = {name: float(value) for name, value in anchors.items()}
+    prior_mean = sum(ratings.values()) / len(ratings)
+    # Games that move a finite free player; those against unbounded players add nothing in the limit.
+    known = set(finite) | set(anchors)
+    terms: list[_Term] = [
+        (a, b, n, s)
+        for (a, b), (n, s) in sorted(pairs.items())
+        if a in known and b in known and not (a in anchors and b in anchors)
+    ]
+    terms += [(x, None, prior_games, prior_games / 2) for x in finite if prior_games > 0]  # None: the prior
+    ratings.update(_fit(finite, ratings, prior_mean, terms))
+    covariance = _inverse(_newton_terms(finite, ratings, prior_mean, terms)[2])
+
+    tail = (1 - confidence) / 2
+    table: list[PlayerRating] = []
+    for name, (count, total) in played.items():
+        elo, low, high = ratings.get(name, math.nan), -math.inf, math.inf
+        opponents = [
+            (ratings[o], int(pairs[min(name, o), max(name, o)][0]))
+            for o in sorted(neighbours[name])
+            if o in ratings
+        ]
+        if name in anchors:
+            low = high = elo
+        elif name in known:
+            i = finite.index(name)
+            half = z * math.sqrt(covariance[i][i])
+            low, high = elo - half, elo + half
+        elif name in below:  # unbounded above: it swept every finite-rated opponent it met
+            elo, low = math.inf, _sweep_bound(opponents, tail)
+        elif name in above:  # unbounded below: mirror image
+            elo, high = -math.inf, -_sweep_bound([(-r, n) for r, n in opponents], tail)
+        table.append(PlayerRating(name, elo, low, high, int(count), total / count, name in anchors))
+    table.sort(key=lambda p: (math.isnan(p.elo), 0.0 if math.isnan(p.elo) else -p.elo, p.name))
+    return {p.name: p for p in table}
+
+
+def _newton_terms(
+    free: Sequence[str], ratings: Mapping[str, float], prior_mean: float, terms: Sequence[_Term]
+) -> tuple[float, list[float], list[list[float]]]:
+    """Log-likelihood, its gradient over ``free`` and the observed Fisher information (minus the Hessian)."""
+    index = {name: i for i, name in enumerate(free)}
+    log_likelihood, grad, info = 0.0, [0.0] * len(free), [[0.0] * len(free) for _ in free]
+    for a, b, n, s in terms:
+        diff = ratings[a] - (prior_mean if b is None else ratings[b])
+        p = expected_score(diff)
+        log_likelihood += s * math.log(p) + (n - s) * math.log(expected_score(-diff))
+        weight = _K * _K * n * p * (1 - p)
+        for x, sign in ((a, 1), (b, -1)):
+            if x in index:
+                grad[index[x]] += sign * _K * (s - n * p)
+                info[index[x]][index[x]] += weight
+        if a in index and b in index:
+            info[index[a]][index[b]] -= weight
+            info[index[b]][index[a]] -= weight
+    return log_likelihood, grad, info
+
+
+def _fit(
+    free: Sequence[str], start: Mapping[str, float], prior_mean: float, terms: Sequence[_Term]
+) -> dict[str, float]:
+    """Newton's method with backtracking from ``prior_mean`` (the log-likelihood is strictly concave)."""
+    ratings = {**start, **{name: prior_mean for name in free}}
+    for _ in range(200):
+        before, grad, info = _newton_terms(free, ratings, prior_mean, terms)
+        step = [sum(c * g for c, g in zip(row, grad, strict=True)) for row in _inverse(info)]
+        if not step or max(abs(x) for x in step) < 1e-9:
+            break
+        t = 1.0
+        while True:  # halve the step while it would lower the likelihood
+            trial = {**ratings, **{x: ratings[x] + t * d for x, d in zip(free, step, strict=True)}}
+            if t < 1e-6 or _newton_terms(free, trial, prior_mean, terms)[0] >= before - 1e-12 * abs(before):
+                break
+            t /= 2
+        ratings = trial
+    return ratings
+
+
+@dataclass(frozen=True)
+class SprtResult:
+    """An SPRT state: the log-likelihood ratio, its stopping bounds, and ``"H0"``, ``"H1"`` or ``"continue"``."""
+
+    llr: float
+    lower: float
+    upper: float
+    decision: Literal["H0", "H1", "continue"]
+
+
+def sprt(
+    wins: int, draws: int, losses: int, elo0: float, elo1: float, alpha: float = 0.05, beta: float = 0.05
+) -> SprtResult:
+    """The SPRT of H0 "the Elo difference is ``elo0``" against H1 "it is ``elo1``".
+
+    The generalized SPRT of fishtest and cutechess for logistic Elo and trinomial outcomes:
+    ``llr = N·(s1 - s0)·(2·x̄ - s0 - s1) / (2·σ²)``, with ``x̄`` the mean score, ``σ²`` its
+    per-game variance and ``s0``, ``s1`` the expected scores at ``elo0`` and ``elo1``. It stops
+    at ``llr >= ln((1-β)/α)`` ("H1") or ``llr <= ln(β/(1-α))`` ("H0"). With no games, or a
+    zero sample variance (all wins, all draws or all losses), ``llr`` is 0: "continue".
+
+    >>> sprt(0, 0, 0, elo0=0, elo1=10).decision
+    'continue'
+    """
+    if not elo0 < elo1:
+        raise ValueError(f"elo0 must be below elo1, got elo0={elo0}, elo1={elo1}")
+    if not (0 < alpha < 1 and 0 < beta < 1 and alpha + beta < 1):
+        raise ValueError(f"alpha and beta must be in (0, 1) with alpha + beta < 1, got {alpha}, {beta}")
+    lower, upper = math.log(beta / (1 - alpha)), math.log((1 - beta) / alpha)
+    n, mean, var = _moments(wins, draws, losses)
+    llr = 0.0
+    if n > 0 and var > 0:
+        s0, s1 = expected_score(elo0), expected_score(elo1)
+        llr = n * (s1 - s0) * (2 * mean - s0 - s1) / (2 * var)
+    decision: Literal["H0", "H1", "continue"] = "H1" if llr >= upper else "H0" if llr <= lower else "continue"
+    return SprtResult(llr=llr, lower=lower, upper=upper, decision=decision)

@@ -1,0 +1,129 @@
+"""evaluate on the local Ray with real Stockfish: a 20-game match of a tiny language model against
+RandomPlayer and against Stockfish Skill Level 0, games as parallel Ray tasks; every PGN parses
+back; a run killed halfway resumes and finishes with the right number of games; bad input is one
+clear message."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import chess
+import chess.pgn
+import pytest
+
+from chessrl.models import build_model
+from pipelines import evaluate
+from pipelines.phase import EXIT_OK, EXIT_USER_ERROR
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("lm")
+    model, tokenizer = build_model("tiny")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def args(storage: Path, model_dir: Path, *extra: str) -> list[str]:
+    return [
+        "--config", "tiny", "--storage", str(storage), "--run-name", "e", "--no-tracking",
+        "--players", f"lm:{model_dir}", "random", "stockfish:skill=0,nodes=50",
+        "--games", "20", "--max-plies", "40", "--quality-nodes", "200",
+        "--suites", "tests/data/epd/bratko-kopec.epd", *extra,
+    ]  # fmt: skip
+
+
+def test_match_against_random_and_stockfish(tmp_path, model_dir, local_ray, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert evaluate.main(args(tmp_path, model_dir)) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "evaluate summary" in out and "report" in out
+    folder = tmp_path / "e" / "evaluate" / "eval"
+    assert len(list((folder / "games").glob("*.json"))) == 40
+    results = json.loads((folder / "results.json").read_text())
+    assert results["games"] == 40
+    for opponent in ("random", "stockfish:skill=0,nodes=50"):
+        p = results["pairings"][opponent]
+        assert p["wins"] + p["draws"] + p["losses"] == 20
+        assert 0.0 <= p["score"] <= 1.0
+    moves = results["candidate_moves"]
+    assert moves["moves"] > 0 and 0.0 <= moves["legal_rate"] <= 1.0
+    assert results["suites"][0]["positions"] == 24 and results["quality"]["moves"] == moves["moves"]
+    text = (folder / "games.pgn").read_text()
+    handle = io.StringIO(text)
+    parsed = 0
+    while (game := chess.pgn.read_game(handle)) is not None:
+        assert not game.errors, game.errors
+        board = game.board()
+        for move in game.mainline_moves():
+            assert move in board.legal_moves
+            board.push(move)
+        assert game.headers["Result"] in ("1-0", "0-1", "1/2-1/2")
+        assert game.headers["White"] != game.headers["Black"]
+        parsed += 1
+    assert parsed == 40
+    report = (folder / "report.md").read_text()
+    assert "| random |" in report and (folder / "score.png").stat().st_size > 1000
+    assert (folder / "elo.png").is_file()
+
+
+def test_killed_evaluation_resumes_with_the_right_number_of_games(tmp_path, model_dir):
+    command = [sys.executable, "-m", "pipelines.evaluate",
+               *args(tmp_path, model_dir, "--set", "ray.num_cpus=2", "--quality-nodes", "0", "--suites")]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": ""}
+    games = tmp_path / "e" / "evaluate" / "eval" / "games"
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            if games.is_dir() and len(list(games.glob("*.json"))) >= 15:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, "the evaluation ended before it could be killed"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    played = len(list(games.glob("*.json")))
+    assert 15 <= played < 40
+    rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"{played} already played, {40 - played} to play" in rerun.stdout + rerun.stderr
+    assert len(list(games.glob("*.json"))) == 40
+    assert json.loads((games.parent / "results.json").read_text())["games"] == 40
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--players", "random"], "at least two players"),
+        (["--players", "random", "stockfsh"], "evaluate.players"),
+        (["--players", "random", "random"], "names a player twice"),
+        (["--players", "sft", "random"], "run `chess-rl sft` first"),
+        (["--players", "random", "stockfish:elo=3100"], "UCI_Elo"),
+        (["--players", "random", "uci:/nonexistent/engine"], "no engine at"),
+        (["--players", "random", "lm:/nonexistent/model"], "not a saved model folder"),
+        (["--players", "random", "random:x"], "evaluate.players"),
+        (["--openings", "/nonexistent/book.epd", "--players", "random", "stockfish"], "does not exist"),
+        (["--suites", "/nonexistent.epd", "--players", "random", "stockfish"], "does not exist"),
+        (["--games", "1"], "games"),
+    ],
+)
+def test_bad_input_is_one_clear_message(tmp_path, local_ray, capsys, extra, message):
+    code = evaluate.main(
+        ["--config", "tiny", "--storage", str(tmp_path), "--no-tracking", "--quality-nodes", "0", *extra]
+    )
+    err = capsys.readouterr().err
+    assert code == EXIT_USER_ERROR, err
+    assert "Traceback" not in err and message in err

@@ -1,0 +1,348 @@
+"""Elo arithmetic against hand-worked numbers: expected scores, match intervals, maximum-likelihood
+ratings with anchors, and the SPRT."""
+
+from __future__ import annotations
+
+import math
+import random
+import subprocess
+import sys
+
+import pytest
+
+from chessrl.rating import (
+    EloEstimate,
+    PlayerRating,
+    elo_from_score,
+    expected_score,
+    match_elo,
+    rate_players,
+    score_interval,
+    sprt,
+)
+
+Z95 = 1.959963984540054  # the 97.5% quantile of the standard normal
+
+
+def games_between(a: str, b: str, wins: int, draws: int, losses: int) -> list[tuple[str, str, float]]:
+    """``a``'s results against ``b``, colours alternating."""
+    results = [1.0] * wins + [0.5] * draws + [0.0] * losses
+    return [(a, b, s) if i % 2 == 0 else (b, a, 1 - s) for i, s in enumerate(results)]
+
+
+# --- expected_score / elo_from_score -------------------------------------------------------------
+
+
+def test_expected_score_hand_values() -> None:
+    assert expected_score(0) == 0.5
+    assert expected_score(400) == pytest.approx(10 / 11)  # odds of 10 to 1
+    assert expected_score(-400) == pytest.approx(1 / 11)
+    assert expected_score(100) + expected_score(-100) == pytest.approx(1)
+
+
+def test_expected_score_does_not_overflow_far_out() -> None:
+    assert expected_score(1e6) == 1.0
+    assert expected_score(-1e6) == 0.0
+    assert expected_score(math.inf) == 1.0 and expected_score(-math.inf) == 0.0
+
+
+def test_elo_from_score_inverts_expected_score() -> None:
+    assert elo_from_score(0.5) == 0.0 and math.copysign(1, elo_from_score(0.5)) == 1  # not -0.0
+    assert elo_from_score(10 / 11) == pytest.approx(400)
+    assert elo_from_score(0.75) == pytest.approx(190.85, abs=0.005)
+    for diff in (-700.0, -35.5, 1.0, 250.0):
+        assert elo_from_score(expected_score(diff)) == pytest.approx(diff)
+
+
+@pytest.mark.parametrize("score", [0.0, 1.0, -0.2, 1.5])
+def test_elo_from_score_rejects_scores_outside_the_open_interval(score: float) -> None:
+    with pytest.raises(ValueError, match="strictly between 0 and 1"):
+        elo_from_score(score)
+
+
+# --- score_interval / match_elo ------------------------------------------------------------------
+
+
+def test_score_interval_even_match_by_hand() -> None:
+    # W=10 D=0 L=10: s = 0.5; per-game variance (10·0.25 + 10·0.25)/20 = 0.25, sd 0.5;
+    # se = 0.5/sqrt(20) = 0.1118; half-width 1.96·0.1118 = 0.2191 -> [0.2809, 0.7191]
+    s, low, high = score_interval(10, 0, 10)
+    half = Z95 * 0.5 / math.sqrt(20)
+    assert s == 0.5
+    assert (low, high) == pytest.approx((0.5 - half, 0.5 + half))
+    assert (low, high) == pytest.approx((0.2809, 0.7191), abs=1e-4)
+
+
+def test_score_interval_with_draws_by_hand() -> None:
+    # W=30 D=40 L=10: s = 50/80 = 0.625;
+    # variance (30·0.375² + 40·0.125² + 10·0.625²)/80 = (4.21875 + 0.625 + 3.90625)/80 = 0.109375
+    s, low, high = score_interval(30, 40, 10)
+    half = Z95 * math.sqrt(0.109375 / 80)
+    assert s == 0.625
+    assert (low, high) == pytest.approx((0.625 - half, 0.625 + half))
+
+
+def test_score_interval_is_clipped_and_follows_confidence() -> None:
+    # W=9 L=1: s = 0.9, sd 0.3, half-width 1.96·0.3/sqrt(10) = 0.186 -> high clipped to 1
+    assert score_interval(9, 0, 1)[2] == 1.0
+    narrow, wide = score_interval(10, 5, 10, confidence=0.5), score_interval(10, 5, 10, confidence=0.99)
+    assert wide[1] < narrow[1] < narrow[2] < wide[2]
+
+
+def test_score_interval_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="at least one game"):
+        score_interval(0, 0, 0)
+    with pytest.raises(ValueError, match=">= 0"):
+        score_interval(3, -1, 2)
+    with pytest.raises(ValueError, match="confidence"):
+        score_interval(3, 1, 2, confidence=1.0)
+
+
+def test_match_elo_even_match_is_zero_and_symmetric() -> None:
+    est = match_elo(10, 0, 10)
+    assert est.elo == 0.0
+    # high = -400·log10(1/0.7191 - 1) = 163.3
+    high = -400 * math.log10(1 / (0.5 + Z95 * 0.5 / math.sqrt(20)) - 1)
+    assert est.high == pytest.approx(high)
+    assert est.high == pytest.approx(163.3, abs=0.5)
+    assert est.low == pytest.approx(-est.high)
+    assert est == EloEstimate(est.elo, est.low, est.high, 0.5, 20, 10, 0, 10)
+
+
+def test_match_elo_maps_score_bounds_through_elo_from_score() -> None:
+    est = match_elo(30, 40, 10, confidence=0.9)
+    s, low, high = score_interval(30, 40, 10, confidence=0.9)
+    assert (est.elo, est.low, est.high) == pytest.approx(tuple(elo_from_score(x) for x in (s, low, high)))
+
+
+def test_match_elo_infinite_where_a_score_bound_is_zero_or_one() -> None:
+    assert (match_elo(1, 0, 9).low, match_elo(9, 0, 1).high) == (-math.inf, math.inf)
+    assert math.isfinite(match_elo(1, 0, 9).high)
+    perfect, nil = match_elo(5, 0, 0), match_elo(0, 0, 5)
+    assert (perfect.elo, perfect.low, perfect.high) == (math.inf,) * 3
+    assert (nil.elo, nil.low, nil.high) == (-math.inf,) * 3
+
+
+# --- rate_players --------------------------------------------------------------------------------
+
+
+def test_even_score_against_one_anchor_matches_match_elo() -> None:
+    games = games_between("p", "sf", 500, 0, 500)
+    p = rate_players(games, anchors={"sf": 1500})["p"]
+    assert p.elo == pytest.approx(1500, abs=1e-6)
+    # Fisher information per game (ln10/400)²·p(1-p) = (ln10/400)²/4, so se = 400/(ln10·0.5·sqrt(1000))
+    half = Z95 * 400 / (math.log(10) * 0.5 * math.sqrt(1000))
+    assert (p.low, p.high) == pytest.approx((1500 - half, 1500 + half))
+    # the same interval as match_elo's up to the delta method's linearization (0.03 Elo here)
+    est = match_elo(500, 0, 500)
+    assert (p.low, p.high) == pytest.approx((1500 + est.low, 1500 + est.high), abs=0.1)
+
+
+def test_seventy_five_percent_against_an_anchor() -> None:
+    games = games_between("p", "sf", 75, 0, 25)
+    p = rate_players(games, anchors={"sf": 1000})["p"]
+    assert p.elo == pytest.approx(1000 + elo_from_score(0.75), abs=1e-6)
+    assert p.elo == pytest.approx(1190.85, abs=0.01)
+    assert (p.games, p.score, p.anchored) == (100, 0.75, False)
+    assert p.low < p.elo < p.high
+
+
+def test_draws_count_as_half_wins() -> None:
+    # 50 wins + 50 draws = 75% too
+    games = games_between("p", "sf", 50, 50, 0)
+    assert rate_players(games, anchors={"sf": 1000})["p"].elo == pytest.approx(1000 + elo_from_score(0.75))
+
+
+def test_even_score_against_two_anchors_lands_between_them() -> None:
+    # 20·(0.5 - E(r-1000)) + 20·(0.5 - E(r-1400)) = 0 holds at r = 1200 by symmetry
+    games = games_between("p", "low", 8, 4, 8) + games_between("p", "high", 10, 0, 10)
+    table = rate_players(games, anchors={"low": 1000, "high": 1400})
+    assert table["p"].elo == pytest.approx(1200, abs=1e-6)
+    assert table["low"] == PlayerRating("low", 1000.0, 1000.0, 1000.0, 20, 0.5, True)
+    assert list(table) == ["high", "p", "low"]  # strongest first
+
+
+def synthetic_league(seed: int) -> tuple[dict[str, float], list[tuple[str, str, float]]]:
+    truth = {
+        "sf1000": 1000.0,
+        "sf1600": 1600.0,
+        "a": 850.0,
+        "b": 1150.0,
+        "c": 1320.0,
+        "d": 1480.0,
+        "e": 1750.0,
+    }
+    rng = random.Random(seed)
+    games = []
+    names = sorted(truth)
+    for i, white in enumerate(names):
+        for black in names[i + 1 :]:
+            p = expected_score(truth[white] - truth[black])
+            draw = 0.5 * min(p, 1 - p)  # draws keep the expected score at p
+            for _ in range(150):
+                u = rng.random()
+                score = 1.0 if u < p - draw / 2 else 0.5 if u < p + draw / 2 else 0.0
+                games.append((white, black, score) if rng.random() < 0.5 else (black, white, 1 - score))
+    return truth, games
+
+
+def test_synthetic_league_recovers_known_ratings() -> None:
+    truth, games = synthetic_league(seed=1)
+    table = rate_players(games, anchors={"sf1000": 1000, "sf1600": 1600})
+    for name, rating in truth.items():
+        p = table[name]
+        assert p.low <= rating <= p.high, p
+        assert p.high - p.low < 100 if not p.anchored else p.low == p.high == rating
+    assert list(table) == sorted(truth, key=truth.get, reverse=True)
+
+
+def test_synthetic_league_intervals_cover_the_truth_about_95_percent_of_the_time() -> None:
+    covered = checked = 0
+    for seed in range(100, 150):
+        truth, games = synthetic_league(seed)
+        table = rate_players(games, anchors={"sf1000": 1000, "sf1600": 1600})
+        for name, rating in truth.items():
+            if not table[name].anchored:
+                checked += 1
+                covered += table[name].low <= rating <= table[name].high
+    # 0.964 for these seeds: a little above 0.95, as draws make the true variance smaller
+    assert 0.92 <= covered / checked <= 0.99
+
+
+def test_results_do_not_depend_on_game_order_or_colours() -> None:
+    _, games = synthetic_league(seed=3)
+    anchors = {"sf1000": 1000, "sf1600": 1600}
+    table = rate_players(games, anchors)
+    shuffled = games[:]
+    random.Random(0).shuffle(shuffled)
+    assert rate_players(shuffled, anchors) == table
+    flipped = [(black, white, 1 - score) for white, black, score in games]
+    assert rate_players(flipped, anchors) == table
+
+
+def test_perfect_and_nil_scores_are_infinite_with_a_one_sided_bound() -> None:
+    games = (
+        games_between("x", "sf", 10, 0, 0)  # x won everything
+        + games_between("y", "sf", 10, 0, 10)
+        + games_between("x", "y", 4, 0, 0)
+        + games_between("w", "sf", 0, 0, 6)  # w lost everything
+    )
+    table = rate_players(games, anchors={"sf": 1500})
+    x, y, w = table["x"], table["y"], table["w"]
+    # games against an unbounded player carry no information in the limit: y is still 1500
+    assert y.elo == pytest.approx(1500, abs=1e-6)
+    # x's low: a sweep of 10 games against 1500 and 4 against y (1500) has probability 0.025,
+    # so E(low - 1500) = 0.025 ** (1/14)
+    assert (x.elo, x.high) == (math.inf, math.inf)
+    assert x.low == pytest.approx(1500 + elo_from_score(0.025 ** (1 / 14)), abs=1e-6)
+    # w's high: E(1500 - high) = 0.025 ** (1/6)
+    assert (w.elo, w.low) == (-math.inf, -math.inf)
+    assert w.high == pytest.approx(1500 - elo_from_score(0.025 ** (1 / 6)), abs=1e-6)
+    assert list(table) == ["x", "sf", "y", "w"]
+
+
+def test_a_player_unbounded_both_ways_is_nan() -> None:
+    # a sweeps (rating -> +inf), d is swept (-> -inf); b only lost to a and beat d
+    games = (
+        games_between("a", "sf", 3, 0, 0)
+        + games_between("d", "sf", 0, 0, 3)
+        + games_between("b", "a", 0, 0, 2)
+        + games_between("b", "d", 2, 0, 0)
+    )
+    table = rate_players(games, anchors={"sf": 1500})
+    b = table["b"]
+    assert math.isnan(b.elo) and (b.low, b.high) == (-math.inf, math.inf)
+    assert (table["a"].elo, table["d"].elo) == (math.inf, -math.inf)
+    assert list(table)[-1] == "b"
+
+
+def test_prior_games_keep_a_perfect_score_finite() -> None:
+    # 10 wins plus 1 virtual draw against the anchor mean 1500: 10.5 / 11 against 1500
+    games = games_between("x", "sf", 10, 0, 0)
+    x = rate_players(games, anchors={"sf": 1500}, prior_games=1.0)["x"]
+    assert x.elo == pytest.approx(1500 + elo_from_score(10.5 / 11), abs=1e-6)
+    assert x.low < x.elo < x.high < math.inf
+    assert (x.games, x.score) == (10, 1.0)  # real games only
+
+
+def test_rate_players_rejects_bad_input() -> None:
+    games = games_between("p", "sf", 3, 1, 2)
+    with pytest.raises(ValueError, match="at least one anchor"):
+        rate_players(games, anchors={})
+    with pytest.raises(ValueError, match="anchor\\(s\\) sf2000 play no game"):
+        rate_players(games, anchors={"sf": 1500, "sf2000": 2000})
+    with pytest.raises(ValueError, match="q, r not connected to any anchor"):
+        rate_players(games + games_between("q", "r", 1, 0, 1), anchors={"sf": 1500})
+    with pytest.raises(ValueError, match="0, 0.5 or 1"):
+        rate_players([("p", "sf", 0.7)], anchors={"sf": 1500})
+    with pytest.raises(ValueError, match="cannot play itself"):
+        rate_players([("sf", "sf", 1.0)], anchors={"sf": 1500})
+    with pytest.raises(ValueError, match="prior_games"):
+        rate_players(games, anchors={"sf": 1500}, prior_games=-1)
+
+
+# --- sprt ----------------------------------------------------------------------------------------
+
+# elo0 = 0, elo1 = 50: s0 = 0.5, s1 = 1/(1 + 10^(-50/400)) = 1/(1 + 0.7498942) = 0.5714631,
+# s1 - s0 = 0.0714631, s0 + s1 = 1.0714631.
+S0, S1 = 0.5, 1 / (1 + 10 ** (-50 / 400))
+
+
+@pytest.mark.parametrize(
+    ("wins", "draws", "losses", "mean", "var", "decision"),
+    [
+        # W=60 D=20 L=20, N=100: mean (60 + 10)/100 = 0.7;
+        # var (60·0.3² + 20·0.2² + 20·0.7²)/100 = (5.4 + 0.8 + 9.8)/100 = 0.16;
+        # llr = 100·0.0714631·(1.4 - 1.0714631)/(2·0.16) = 2.34785/0.32 = 7.337 >= 2.944: H1
+        (60, 20, 20, 0.7, 0.16, "H1"),
+        # W=40 D=120 L=40, N=200: mean 0.5; var (40·0.25 + 0 + 40·0.25)/200 = 0.1;
+        # llr = 200·0.0714631·(1 - 1.0714631)/(2·0.1) = -1.02139/0.2 = -5.107 <= -2.944: H0
+        (40, 120, 40, 0.5, 0.1, "H0"),
+        # W=12 D=10 L=8, N=30: mean (12 + 5)/30 = 0.566667;
+        # var (12·0.433333² + 10·0.066667² + 8·0.566667²)/30 = (2.253333 + 0.044444 + 2.568889)/30
+        #     = 0.162222;
+        # llr = 30·0.0714631·(1.133333 - 1.0714631)/(2·0.162222) = 0.132645/0.324444 = 0.409: continue
+        (12, 10, 8, 17 / 30, 4.866667 / 30, "continue"),
+    ],
+)
+def test_sprt_by_hand(wins: int, draws: int, losses: int, mean: float, var: float, decision: str) -> None:
+    n = wins + draws + losses
+    # the per-game variance, recomputed from its definition
+    exact_var = (wins * (1 - mean) ** 2 + draws * (0.5 - mean) ** 2 + losses * mean**2) / n
+    assert exact_var == pytest.approx(var, abs=1e-6)
+    llr = n * (S1 - S0) * (2 * mean - S0 - S1) / (2 * exact_var)
+    result = sprt(wins, draws, losses, elo0=0, elo1=50)
+    assert result.llr == pytest.approx(llr, abs=1e-6)
+    assert result.decision == decision
+
+
+def test_sprt_hand_llr_literals() -> None:
+    assert sprt(60, 20, 20, elo0=0, elo1=50).llr == pytest.approx(7.337, abs=1e-3)
+    assert sprt(40, 120, 40, elo0=0, elo1=50).llr == pytest.approx(-5.107, abs=1e-3)
+    assert sprt(12, 10, 8, elo0=0, elo1=50).llr == pytest.approx(0.409, abs=1e-3)
+
+
+def test_sprt_bounds() -> None:
+    result = sprt(10, 10, 10, elo0=0, elo1=10)
+    assert (result.lower, result.upper) == pytest.approx((-math.log(19), math.log(19)))
+    assert result.upper == pytest.approx(2.944, abs=1e-3)
+    loose = sprt(10, 10, 10, elo0=0, elo1=10, alpha=0.1, beta=0.2)
+    assert (loose.lower, loose.upper) == pytest.approx((math.log(0.2 / 0.9), math.log(0.8 / 0.1)))
+
+
+@pytest.mark.parametrize(("wins", "draws", "losses"), [(0, 0, 0), (50, 0, 0), (0, 300, 0), (0, 0, 7)])
+def test_sprt_without_games_or_variance_continues(wins: int, draws: int, losses: int) -> None:
+    result = sprt(wins, draws, losses, elo0=0, elo1=10)
+    assert (result.llr, result.decision) == (0.0, "continue")
+
+
+def test_sprt_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="elo0 must be below elo1"):
+        sprt(1, 1, 1, elo0=5, elo1=5)
+    with pytest.raises(ValueError, match="alpha and beta"):
+        sprt(1, 1, 1, elo0=0, elo1=5, alpha=0.6, beta=0.5)
+
+
+def test_rating_does_not_import_ray() -> None:
+    code = "import sys, chessrl.rating; assert 'ray' not in sys.modules and 'scipy' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
