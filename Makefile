@@ -10,6 +10,7 @@ PIP := $(PY) -m pip
 # Re-install only when the dependency list or the pins change.
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt 2>/dev/null | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
+# Flags every phase of the demo takes, e.g. DEMO_ARGS='--storage /tmp/r --run-name d'.
 DEMO_ARGS ?=
 
 .PHONY: help venv stockfish demo test lint unit integration system bench clean
@@ -31,8 +32,10 @@ venv: $(STAMP) ## create .venv and install the project (with dev extras) against
 stockfish: ## install Stockfish if it is missing (apt-get), or say how to point STOCKFISH_PATH at one
 	@bash scripts/ensure-stockfish.sh
 
-demo: venv stockfish ## run the main job on the embedded local Ray (tiny preset)
+demo: venv stockfish ## prepare -> sft -> evaluate on the embedded local Ray (tiny preset)
 	$(PY) -m pipelines.prepare --config tiny $(DEMO_ARGS)
+	$(PY) -m pipelines.sft --config tiny $(DEMO_ARGS)
+	$(PY) -m pipelines.evaluate --config tiny $(DEMO_ARGS)
 	@echo "Browse the MLflow runs: $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/runs/mlflow.db"
 
 lint: venv ## ruff
