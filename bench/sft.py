@@ -170,12 +170,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"  run {i + 1} baseline  {b['tokens_per_s']:9,.0f} tokens/s  (loss {b['loss']:.3f}; "
                 f"other load {fmt_load(b['other_load_cores'])})"
             )
+            # no "other load" here: the Train worker's CPU time leaves with its process, so it
+            # would be counted as other processes' load
             m = timed(measured_run, args.model, workdir, args.steps, args.batch_size, args.max_length,
                       args.learning_rate, i)  # fmt: skip
             measured.append(m)
             print(
                 f"  run {i + 1} sft       {m['tokens_per_s']:9,.0f} tokens/s  (loss {m['loss']:.3f}; "
-                f"phase {m['phase_seconds']:.1f} s end to end; other load {fmt_load(m['other_load_cores'])})"
+                f"phase {m['phase_seconds']:.1f} s end to end)"
             )
 
     base_med = statistics.median(r["tokens_per_s"] for r in baseline)
