@@ -27,7 +27,7 @@ from typing import Any, Literal, Protocol
 import chess
 
 from chessrl.engine import SearchLimit, Strength
-from chessrl.formats import MoveCounts, MovesFormat
+from chessrl.formats import MoveCounts
 from cluster.errors import ConfigError
 
 PlayerKind = Literal["random", "sft", "lm", "stockfish", "uci"]
@@ -203,25 +203,20 @@ class LMPlayer:
         torch.manual_seed(seed)
 
     def move(self, board: chess.Board) -> MoveChoice:
-        from chessrl.models import propose_moves
+        from chessrl.models import lm_move
 
-        fmt = MovesFormat()
-        prompt = fmt.prompt([m.uci() for m in board.move_stack])
-        illegal = 0
-        for attempt, t in enumerate([self.temperature] + [max(self.temperature, 1.0)] * self.retries):
-            [completion] = propose_moves(self.model, self.tokenizer, prompt, temperature=t)
-            parsed = fmt.parse(board, completion)
-            self.counts.add(parsed)
-            if parsed.move is not None:
-                return MoveChoice(parsed.move, illegal_attempts=illegal, first_attempt_legal=attempt == 0)
-            illegal += 1
+        before = self.counts.total
+        move, fell_back = lm_move(
+            self.model, self.tokenizer, board, [m.uci() for m in board.move_stack],
+            temperature=self.temperature, retries=self.retries, counts=self.counts, rng=self.rng,
+        )  # fmt: skip
+        illegal = self.counts.total - before - (0 if fell_back else 1)
+        if not fell_back:
+            return MoveChoice(move, illegal_attempts=illegal, first_attempt_legal=illegal == 0)
         note = f"{illegal} illegal attempts"
         if self.on_illegal == "forfeit":
             return MoveChoice(None, illegal, False, comment=f"{note}: forfeit")
-        legal = sorted(m.uci() for m in board.legal_moves)
-        return MoveChoice(
-            self.rng.choice(legal), illegal, False, fallback=True, comment=f"{note}: random fallback"
-        )
+        return MoveChoice(move, illegal, False, fallback=True, comment=f"{note}: random fallback")
 
     def close(self) -> None:
         pass

@@ -22,6 +22,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import chess
 
@@ -134,6 +135,13 @@ def run_suite(player: Player, name: str, positions: Sequence[SuitePosition], *, 
 
 # ---------------------------------------------------------------------------------------------
 # move quality
+
+
+def score_cp(score: Any) -> int:
+    """A ``chessrl.engine.Score`` as centipawns from the mover's view, mates as +-CP_CAP."""
+    if score.mate is not None:
+        return CP_CAP if score.mate > 0 else -CP_CAP
+    return int(score.cp)
 
 
 def win_percent(cp: float) -> float:

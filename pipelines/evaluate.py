@@ -39,7 +39,7 @@ from chessrl.players import (
     parse_player_spec,
 )
 from chessrl.rating import match_elo, rate_players
-from chessrl.suites import CP_CAP, move_quality, read_epd_suite, run_suite
+from chessrl.suites import move_quality, read_epd_suite, run_suite, score_cp
 from cluster.errors import ConfigError, StorageError, UserError
 from cluster.storage import Storage
 from pipelines.config import EvaluateConfig
@@ -119,11 +119,7 @@ def play_one(
 
         def evaluator(fen: str) -> int | None:
             [analysis] = pool.analyse([fen], SearchLimit(nodes=2000))
-            return (
-                analysis.score.cp
-                if analysis.score.mate is None
-                else (CP_CAP if analysis.score.mate > 0 else -CP_CAP)
-            )
+            return score_cp(analysis.score)
 
     try:
         game = play_game(
@@ -316,16 +312,12 @@ def candidate_quality(pool: Any, name: str, games: list[ArenaGame], nodes: int) 
         return {"moves": 0, "acpl": 0.0, "accuracy": 0.0}
     limit = SearchLimit(nodes=nodes)
 
-    def cp(score: Any) -> int:
-        if score.mate is not None:
-            return CP_CAP if score.mate > 0 else -CP_CAP
-        return int(score.cp)
-
     best = pool.analyse([fen for fen, _ in positions], limit)
     pairs = []
     for (fen, uci), analysis in zip(positions, best, strict=True):
         played = analysis.score if analysis.best_move == uci else pool.score_moves(fen, [uci], limit)[0]
-        pairs.append((cp(analysis.score), min(cp(played), cp(analysis.score))))
+        best_cp = score_cp(analysis.score)
+        pairs.append((best_cp, min(score_cp(played), best_cp)))
     q = move_quality(pairs)
     return {"moves": q.moves, "acpl": q.acpl, "accuracy": q.accuracy, "nodes": nodes}
 
