@@ -11,8 +11,8 @@ moves and their action indices; after a move, :meth:`BatchedMCTS.advance` keeps 
 >>> [pi] = mcts.search([root], add_noise=False)
 >>> root.best_move().uci(), int(root.N.sum()), round(float(pi.sum()), 6)
 ('d1d8', 40, 1.0)
->>> mcts.evaluator_calls    # the root, then a round per simulation that did not end in the mate
-3
+>>> mcts.evaluator_calls    # the root only: the root's mate in one is found before any simulation
+1
 
 Games are searched side by side; each game's tree and random numbers (a seed per root) are its
 own, so a game searched in a batch gets the same visit counts as searched alone:
@@ -147,6 +147,7 @@ class Node:
         "actions",
         "board",
         "children",
+        "mate_index",
         "moves",
         "noisy_priors",
         "priors",
@@ -172,6 +173,8 @@ class Node:
         self.N = np.zeros(len(moves), dtype=np.int64)
         self.W = np.zeros(len(moves), dtype=np.float64)
         self.children: list[Node | None] = [None] * len(moves)
+        #: A move (its position in ``moves``) found to checkmate at once: selected from then on.
+        self.mate_index: int | None = None
 
     @property
     def expanded(self) -> bool:
@@ -192,7 +195,9 @@ class Node:
 
     def select(self, c_puct: float) -> int:
         """The move (its position in ``moves``) with the highest ``Q + U`` (unvisited: ``Q = 0``);
-        ties go to the first."""
+        ties go to the first. A move known to mate is always selected."""
+        if self.mate_index is not None:
+            return self.mate_index
         n = self.N
         q = np.divide(self.W, n, out=np.zeros(len(n)), where=n > 0)
         priors = self.priors if self.noisy_priors is None else self.noisy_priors
@@ -206,6 +211,8 @@ class Node:
             board = copy_board(self.board)
             board.push(self.moves[i])
             node = self.children[i] = Node(board)
+            if node.terminal is not None and node.terminal < 0:
+                self.mate_index = i
         return node
 
     def visit_distribution(self) -> np.ndarray:
@@ -235,10 +242,32 @@ class Node:
         """
         return dict(zip(self.moves, self.N.tolist(), strict=True))
 
+    def find_mate(self) -> int | None:
+        """Look at every move that gives check for one that mates at once; remember it in
+        ``mate_index`` (a root searched by :class:`BatchedMCTS` never misses a mate in one).
+
+        >>> node = Node(chess.Board("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1"))
+        >>> node.moves[node.find_mate()].uci()
+        'd1d8'
+        """
+        if self.mate_index is None:
+            board = self.board
+            for i, move in enumerate(self.moves):
+                if board.gives_check(move):
+                    board.push(move)
+                    mate = board.is_checkmate()
+                    board.pop()
+                    if mate:
+                        self.mate_index = i
+                        break
+        return self.mate_index
+
     def best_move(self) -> chess.Move:
-        """The most visited move (the first on ties)."""
+        """A move found to mate at once, else the most visited move (the first on ties)."""
         if not self.moves:
             raise ValueError(f"no legal moves in {self.board.fen()!r}")
+        if self.mate_index is not None:
+            return self.moves[self.mate_index]
         return self.moves[int(np.argmax(self.N))]
 
 
@@ -346,6 +375,8 @@ class BatchedMCTS:
         if sims < 0:
             raise ValueError(f"simulations must not be negative, got {sims}")
         self._expand([node for node in nodes if not node.expanded])
+        for node in nodes:
+            node.find_mate()
         for i, node in enumerate(nodes):
             node.noisy_priors = None
             if add_noise:
@@ -375,7 +406,7 @@ class BatchedMCTS:
         ``temperature_moves`` plies, the most visited (first on ties) after."""
         if int(root.N.sum()) == 0:
             raise ValueError(f"no visits at the root {root.board.fen()!r}: search it first")
-        if move_number >= self.config.temperature_moves:
+        if move_number >= self.config.temperature_moves or root.mate_index is not None:
             return root.best_move()
         weights = root.N.astype(np.float64) ** (1.0 / self.config.temperature)
         generator = rng if rng is not None else self.rng

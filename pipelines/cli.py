@@ -23,6 +23,10 @@ PHASES: dict[str, tuple[str, str]] = {
         "pipelines.evaluate",
         "arenas of players as Ray tasks -> scores, Elo vs Stockfish UCI_Elo, suites, PGN, report",
     ),
+    "selfplay": (
+        "pipelines.selfplay",
+        "AlphaZero-style training: batched-MCTS collectors, parameter server, Ray Train learner, gating",
+    ),
     # a command rather than a phase (no Ray): it serves a model for GUIs instead of producing data
     "uci": (
         "pipelines.uci",
@@ -36,7 +40,6 @@ PLANNED: dict[str, str] = {
     "reward": "reward model on preference pairs (TRL RewardTrainer)",
     "ppo": "PPO against the reward model (KL to a frozen reference)",
     "grpo": "GRPO with engine-verified rewards",
-    "selfplay": "AlphaZero-style self-play with batched MCTS",
     "tune": "Ray Tune sweeps (MCTS cpuct, KL coefficient)",
     "rlaif": "every phase in order, resumable",
 }

@@ -169,10 +169,13 @@ def reference_search(
     alpha: float = 0.3,
     eps: float = 0.25,
 ) -> list[int]:
-    """A plain recursive PUCT search, one simulation at a time, on dicts: root visit counts."""
+    """A plain recursive PUCT search, one simulation at a time, on dicts: root visit counts.
+    A move seen to mate at once (any checking move at the root; elsewhere once visited) is
+    selected from then on."""
     evaluator = WeightedEvaluator()
     tree: dict[tuple[str, ...], dict[str, list[float]]] = {}
     moves_of: dict[tuple[str, ...], list[chess.Move]] = {}
+    mate_of: dict[tuple[str, ...], int] = {}
 
     def finished(b: chess.Board) -> float | None:
         outcome = b.outcome(claim_draw=False)
@@ -206,9 +209,11 @@ def reference_search(
             (w / n if n else 0.0) + c_puct * p * (math.sqrt(max(total, 1)) / (1.0 + n))
             for p, n, w in zip(node["P"], node["N"], node["W"], strict=True)
         ]
-        i = scores.index(max(scores))
+        i = mate_of[key] if key in mate_of else scores.index(max(scores))
         move = moves_of[key][i]
         b.push(move)
+        if b.is_checkmate():
+            mate_of.setdefault(key, i)
         value = -simulate(b, (*key, move.uci()))
         b.pop()
         node["N"][i] += 1
@@ -221,6 +226,11 @@ def reference_search(
         root = tree[()]
         noise = np.random.default_rng(noise_seed).dirichlet(np.full(len(root["P"]), alpha))
         root["P"] = ((1 - eps) * np.array(root["P"]) + eps * noise).tolist()
+    for i, move in enumerate(moves_of[()]):
+        b.push(move)
+        if b.is_checkmate():
+            mate_of.setdefault((), i)
+        b.pop()
     for _ in range(simulations):
         simulate(b, ())
     return [int(n) for n in tree[()]["N"]]

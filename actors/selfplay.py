@@ -1,0 +1,231 @@
+"""Self-play actors: the ParameterServer (versioned weights) and SelfPlayCollectors (batched MCTS
+games written as replay shards).
+
+    server = ParameterServer.options(name="demo/parameter-server").remote()
+    ray.get(server.publish.remote(state_dict, 1))
+    collectors = [SelfPlayCollector.options(name=f"demo/selfplay-collector-{i}").remote(spec, i)
+                  for i in range(2)]
+    runs = [c.run.remote() for c in collectors]        # until server.stop() is called
+
+Both are thin shells: the games are :class:`chessrl.selfplay.SelfPlay`, the shards
+:mod:`chessrl.replay`. A collector asks the server for "weights newer than v" between moves,
+and, after each shard, puts a note of it on the learner's bounded queue (it waits there when
+the learner is behind: backpressure). A killed collector is restarted by Ray (``max_restarts``)
+and its ``run`` call retried (``max_task_retries``): it resumes its shard numbering from what is
+on storage, so nothing finished is lost or written twice; the games it had in flight are lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
+import ray
+from ray.util import metrics
+
+from chessrl.mcts import MCTSConfig
+from chessrl.network import NetConfig
+from chessrl.selfplay import SelfPlaySettings
+
+
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
+class ParameterServer:
+    """Versioned weights. ``publish`` keeps a state dict (put in the object store by this actor,
+    so its life does not depend on the publisher's); ``newer_than(v)`` returns ``(version, [ref])``
+    when it holds a newer version, else None. ``stop`` tells collectors to finish."""
+
+    def __init__(self) -> None:
+        self.version = -1
+        self.ref: ray.ObjectRef | None = None
+        self.stopped = False
+        self.notes: dict[str, Any] = {}
+
+    def publish(self, state_dict: dict[str, Any], version: int) -> int:
+        if version <= self.version:
+            raise ValueError(f"version {version} is not newer than {self.version}")
+        self.ref = ray.put(state_dict)
+        self.version = version
+        return version
+
+    def newer_than(self, version: int) -> tuple[int, list[ray.ObjectRef]] | None:
+        if self.ref is None or self.version <= version:
+            return None
+        return self.version, [self.ref]  # in a list, so the caller gets the ref, not the weights
+
+    def poll(self, version: int) -> tuple[bool, tuple[int, list[ray.ObjectRef]] | None]:
+        """``(stopped, newer_than(version))`` in one call."""
+        return self.stopped, self.newer_than(version)
+
+    def current_version(self) -> int:
+        return self.version
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+@dataclass(frozen=True)
+class CollectorSpec:
+    """What every collector of a run needs (picklable)."""
+
+    run: str
+    replay_uri: str
+    status_uri: str
+    net: NetConfig
+    mcts: MCTSConfig
+    settings: SelfPlaySettings
+    shard_positions: int
+    seed: int
+    server_name: str
+    namespace: str
+    device: str = "cpu"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=-1)
+class SelfPlayCollector:
+    """B games at once with batched MCTS; finished games go to fixed-size replay shards."""
+
+    def __init__(self, spec: CollectorSpec, index: int, queue: Any) -> None:
+        from chessrl.replay import list_shards
+        from cluster.storage import Storage
+
+        self.spec, self.index, self.queue = spec, index, queue
+        self.replay = Storage.from_uri(spec.replay_uri)
+        self.status = Storage.from_uri(spec.status_uri)
+        mine = [rel for rel in list_shards(self.replay) if f"/shard-{index:02d}-" in rel]
+        self.next_shard = 1 + max((int(rel.rsplit("-", 1)[1].split(".")[0]) for rel in mine), default=-1)
+        previous = self._read_status()
+        self.starts = int(previous.get("starts", 0)) + 1
+        self._write_status(state="starting")
+        tags = {"collector": f"{spec.run}/selfplay-collector-{index}"}
+        self._games = metrics.Counter(
+            "chessrl_selfplay_games", "Self-play games finished", tag_keys=("collector",)
+        )
+        self._positions = metrics.Counter(
+            "chessrl_selfplay_positions",
+            "Self-play positions written to replay shards",
+            tag_keys=("collector",),
+        )
+        self._batch = metrics.Gauge(
+            "chessrl_selfplay_batch_size",
+            "Leaves per network call (mean of the last move)",
+            tag_keys=("collector",),
+        )
+        for metric in (self._games, self._positions, self._batch):
+            metric.set_default_tags(tags)
+
+    def _read_status(self) -> dict[str, Any]:
+        name = f"collector-{self.index:02d}.json"
+        return json.loads(self.status.read_text(name)) if self.status.exists(name) else {}
+
+    def _write_status(self, **fields: Any) -> None:
+        record = {
+            "index": self.index,
+            "pid": os.getpid(),
+            "starts": self.starts,
+            "next_shard": self.next_shard,
+        }
+        record.update(fields)
+        self.status.write_text(f"collector-{self.index:02d}.json", json.dumps(record))
+
+    def _hand_over(self, note: dict[str, Any], server: Any) -> bool:
+        """Put a shard's note on the learner's queue, waiting while it is full (backpressure);
+        False when the run was stopped meanwhile."""
+        from ray.util.queue import Full
+
+        while True:
+            try:
+                self.queue.put(note, block=True, timeout=1.0)
+                return True
+            except Full:
+                stopped, _ = ray.get(server.poll.remote(1 << 62))
+                if stopped:
+                    return False
+
+    def run(self, max_games: int | None = None) -> dict[str, Any]:
+        """Play until the server says stop (or ``max_games`` games ended); returns counts."""
+        import torch
+
+        from chessrl.mcts import NetworkEvaluator
+        from chessrl.network import PolicyValueNet
+        from chessrl.replay import positions_table, shard_path, write_shard
+        from chessrl.selfplay import SelfPlay
+
+        spec = self.spec
+        torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
+        server = ray.get_actor(spec.server_name, namespace=spec.namespace)
+        device = torch.device(spec.device if spec.device != "cuda" or torch.cuda.is_available() else "cpu")
+        net = PolicyValueNet(spec.net).to(device).eval()
+        version = -1
+        seed = spec.seed * 1000 + self.index * 100 + self.starts  # a restart plays new games
+        play = SelfPlay(
+            NetworkEvaluator(net), spec.mcts, spec.settings, seed=seed,
+            game_prefix=f"c{self.index}-s{self.starts}", network_version=version,
+        )  # fmt: skip
+        pending: list[Any] = []  # tables of finished games' positions, not yet in a shard
+        pending_rows = games = written = 0
+        finished_since: list[Any] = []
+        self._write_status(state="running")
+        started = time.perf_counter()
+        while True:
+            stopped, newer = ray.get(server.poll.remote(version))
+            if stopped or (max_games is not None and games >= max_games):
+                break
+            if newer is not None:
+                version, [ref] = newer
+                net.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in ray.get(ref).items()})
+                net.eval()
+                play.set_evaluator(NetworkEvaluator(net), version)
+            if version < 0:  # nothing published yet
+                time.sleep(0.05)
+                continue
+            calls, positions = play.search.evaluator_calls, play.search.positions_evaluated
+            finished = play.step()
+            if play.search.evaluator_calls > calls:
+                self._batch.set(
+                    (play.search.positions_evaluated - positions) / (play.search.evaluator_calls - calls)
+                )
+            if not finished:
+                continue
+            games += len(finished)
+            self._games.inc(len(finished))
+            finished_since += finished
+            table = positions_table(finished)
+            pending.append(table)
+            pending_rows += table.num_rows
+            while pending_rows >= spec.shard_positions:
+                whole = pa.concat_tables(pending)
+                shard, rest = whole.slice(0, spec.shard_positions), whole.slice(spec.shard_positions)
+                rel = shard_path(version, self.index, self.next_shard)
+                rows = write_shard(self.replay, rel, shard)
+                self.next_shard += 1
+                written += rows
+                pending, pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
+                self._positions.inc(rows)
+                self._write_status(state="running", last_shard=rel)
+                note = {
+                    "shard": rel, "rows": rows, "version": version, "collector": self.index,
+                    "results": [g.result for g in finished_since],
+                    "terminations": [g.termination for g in finished_since],
+                    "plies": [len(g.moves) for g in finished_since],
+                }  # fmt: skip
+                finished_since = []
+                if not self._hand_over(note, server):
+                    break
+        seconds = time.perf_counter() - started
+        self._write_status(state="stopped")
+        return {
+            "collector": self.index,
+            "games": games,
+            "positions_written": written,
+            "moves": play.moves_played,
+            "simulations": play.search.simulations_run,
+            "seconds": seconds,
+            "starts": self.starts,
+        }
