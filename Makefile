@@ -57,6 +57,7 @@ bench: venv stockfish ## benchmarks (ratios against a baseline measured in the s
 	$(PY) bench/prepare.py
 	$(PY) bench/engine_pool.py
 	$(PY) bench/sft.py
+	$(PY) bench/mcts.py
 
 clean: ## remove runs/ and caches (keeps .venv)
 	rm -rf runs .pytest_cache .ruff_cache

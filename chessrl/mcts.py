@@ -88,6 +88,10 @@ class MCTSConfig:
     #: Leaves gathered per game per round (virtual loss spreads them when more than 1; a leaf
     #: reached twice in a round is evaluated once and counts as two simulations).
     leaves_per_game: int = 1
+    #: First-play urgency: None scores an unvisited move 0, as AlphaZero; a number scores it as the
+    #: node's mean value so far minus this (Leela Chess Zero's "FPU reduction"), so that a winning
+    #: side still tries new moves instead of only the first ones it saw.
+    fpu_reduction: float | None = None
     #: Plies (from the game's start) whose move is sampled from the visit counts; argmax after.
     temperature_moves: int = 30
     #: Temperature of that sampling: probabilities proportional to ``N ** (1 / temperature)``.
@@ -193,15 +197,20 @@ class Node:
         self.priors = p / total if total > 0 and math.isfinite(total) else np.full(len(p), 1.0 / len(p))
         self.value = float(value)
 
-    def select(self, c_puct: float) -> int:
+    def select(self, c_puct: float, fpu_reduction: float | None = None) -> int:
         """The move (its position in ``moves``) with the highest ``Q + U`` (unvisited: ``Q = 0``);
         ties go to the first. A move known to mate is always selected."""
         if self.mate_index is not None:
             return self.mate_index
         n = self.N
-        q = np.divide(self.W, n, out=np.zeros(len(n)), where=n > 0)
+        visits = int(n.sum())
+        fpu = 0.0
+        if fpu_reduction is not None:
+            mean = float(self.W.sum()) / visits if visits else (self.value or 0.0)
+            fpu = mean - fpu_reduction
+        q = np.divide(self.W, n, out=np.full(len(n), fpu), where=n > 0)
         priors = self.priors if self.noisy_priors is None else self.noisy_priors
-        u = c_puct * priors * (math.sqrt(max(int(n.sum()), 1)) / (1.0 + n))
+        u = c_puct * priors * (math.sqrt(max(visits, 1)) / (1.0 + n))
         return int(np.argmax(q + u))
 
     def child(self, i: int) -> Node:
@@ -429,9 +438,9 @@ class BatchedMCTS:
         """Walk from ``root`` by PUCT to an unexpanded or terminal node, adding virtual loss."""
         path: _Path = []
         node = root
-        c_puct, loss = self.config.c_puct, self.config.virtual_loss
+        c_puct, loss, fpu = self.config.c_puct, self.config.virtual_loss, self.config.fpu_reduction
         while node.expanded and node.terminal is None:
-            i = node.select(c_puct)
+            i = node.select(c_puct, fpu)
             if virtual:
                 node.N[i] += 1
                 node.W[i] -= loss

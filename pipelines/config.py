@@ -192,6 +192,9 @@ class SelfplayConfig(Section):
     """Self-play plies whose move is sampled from the visit counts (argmax after)."""
     dirichlet_alpha: float = Field(0.3, gt=0)
     """Concentration of the root's Dirichlet noise."""
+    fpu_reduction: float | None = None
+    """First-play urgency: unset scores unvisited moves 0 (AlphaZero); a number scores them as the
+    node's mean value minus it (Leela Chess Zero)."""
     blocks: int = Field(2, ge=0)
     """Residual blocks of the network."""
     channels: int = Field(32, ge=1)

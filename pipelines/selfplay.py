@@ -68,6 +68,7 @@ def mcts_config(cfg: SelfplayConfig) -> MCTSConfig:
         dirichlet_alpha=cfg.dirichlet_alpha,
         dirichlet_eps=cfg.exploration_rate,
         temperature_moves=cfg.temperature_plies,
+        fpu_reduction=cfg.fpu_reduction,
     )
 
 

@@ -20,9 +20,9 @@ def test_help_lists_the_phases_and_the_planned_ones(
     assert phases_at < planned_at
     built = [line.split()[0] for line in lines[phases_at + 1 : planned_at] if line.strip()]
     planned = [line.split()[0] for line in lines[planned_at + 1 :] if line.startswith("  ")]
-    assert built == ["prepare", "sft", "evaluate", "uci"]
+    assert built == ["prepare", "sft", "evaluate", "selfplay", "uci"]
     assert planned == list(PLANNED)
-    assert {"ppo", "grpo", "selfplay"} <= set(planned)
+    assert {"ppo", "grpo"} <= set(planned)
     assert (
         "PGN files (.pgn, .pgn.zst; local or s3://) and/or --generate N Stockfish games -> games Parquet"
         in out
@@ -51,7 +51,7 @@ def test_unknown_phase_exits_2_and_says_what_exists(capsys: pytest.CaptureFixtur
     assert captured.out == ""
     assert (
         captured.err
-        == "error: unknown phase 'prepar'; phases: prepare, sft, evaluate, uci (chess-rl --help)\n"
+        == "error: unknown phase 'prepar'; phases: prepare, sft, evaluate, selfplay, uci (chess-rl --help)\n"
     )
 
 

@@ -43,7 +43,9 @@ def test_selfplay_positions_match_the_moves_and_results() -> None:
 
 def test_value_target_is_the_result_from_the_side_to_move() -> None:
     # black is mated after white's first move: white's positions score +1, black's -1
-    sp = SelfPlay(UniformEvaluator(), MCTSConfig(simulations=16), SelfPlaySettings(concurrent_games=1, history=1))
+    sp = SelfPlay(
+        UniformEvaluator(), MCTSConfig(simulations=16), SelfPlaySettings(concurrent_games=1, history=1)
+    )
     board = chess.Board("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1")
     from chessrl.mcts import Node
 
@@ -82,7 +84,9 @@ def test_selfplay_is_batched_across_games() -> None:
 
 def test_set_evaluator_stamps_the_new_version() -> None:
     sp = SelfPlay(
-        UniformEvaluator(), MCTSConfig(simulations=2), SelfPlaySettings(concurrent_games=1, max_plies=2, history=1)
+        UniformEvaluator(),
+        MCTSConfig(simulations=2),
+        SelfPlaySettings(concurrent_games=1, max_plies=2, history=1),
     )
     sp.step()
     sp.set_evaluator(UniformEvaluator(), network_version=5)
@@ -91,7 +95,8 @@ def test_set_evaluator_stamps_the_new_version() -> None:
 
 
 @pytest.mark.parametrize(
-    ("field", "value"), [("concurrent_games", 0), ("max_plies", 0), ("history", 0), ("adjudicate_material", -1)]
+    ("field", "value"),
+    [("concurrent_games", 0), ("max_plies", 0), ("history", 0), ("adjudicate_material", -1)],
 )
 def test_bad_settings(field: str, value: int) -> None:
     with pytest.raises(ValueError, match=field):

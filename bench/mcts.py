@@ -1,0 +1,191 @@
+"""mcts bench: how close the self-play collector's search runs to its network's speed, and what
+batching the leaves of many games buys.
+
+    python bench/mcts.py                               # batch 16, 32 simulations, 3 runs
+    python bench/mcts.py --games 32 --simulations 64 --blocks 4 --channels 64 --runs 5
+
+Both ratios come from one process, one torch thread, the same network (the ``tiny`` preset's
+2 blocks x 32 channels, history 2, seeded weights) and runs that alternate, so machine noise
+hits every side:
+
+* ``mcts``: simulations/s of the collector's loop (:class:`chessrl.selfplay.SelfPlay` with
+  ``--games`` games at once: one network call per round of leaves across the games, move choice,
+  replay planes) / positions/s of the bare network (``PolicyValueNet.predict``) on batches of
+  ``--games`` already-encoded positions from the same games. Target >= 0.5.
+* ``mcts_batching``: that collector's simulations/s / the same loop with one game at a time, so
+  every network call evaluates one leaf. Target >= 5.
+
+Each run plays moves for ``--seconds`` seconds from the start position (new games as games end).
+The last two lines are ``mcts_batching ratio: X.XX (target >= 5)`` and
+``mcts ratio: X.XX (target >= 0.5)``; a JSON record goes to ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from machine_load import fmt_load, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
+
+from chessrl.board_encoding import encode_boards  # noqa: E402
+from chessrl.mcts import MCTSConfig, NetworkEvaluator  # noqa: E402
+from chessrl.network import NetConfig, PolicyValueNet  # noqa: E402
+from chessrl.selfplay import SelfPlay, SelfPlaySettings  # noqa: E402
+
+TARGET_MCTS = 0.5
+TARGET_BATCHING = 5.0
+
+
+def collector_run(
+    net: PolicyValueNet, games: int, simulations: int, seconds: float, seed: int
+) -> dict[str, Any]:
+    """The collector's loop for ``seconds``: simulations/s, network calls and leaves per call."""
+    evaluator = NetworkEvaluator(net)
+    play = SelfPlay(
+        evaluator,
+        MCTSConfig(simulations=simulations, dirichlet_eps=0.25, temperature_moves=20),
+        SelfPlaySettings(concurrent_games=games, max_plies=200, history=net.config.history),
+        seed=seed,
+    )
+    play.step()  # warm-up: the first move's root expansions, caches
+    sims, calls, positions = play.search.simulations_run, evaluator.calls, evaluator.positions
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        play.step()
+    elapsed = time.perf_counter() - started
+    sims = play.search.simulations_run - sims
+    calls, positions = evaluator.calls - calls, evaluator.positions - positions
+    return {
+        "simulations_per_s": sims / elapsed,
+        "simulations": sims,
+        "network_calls": calls,
+        "leaves_per_call": positions / max(calls, 1),
+        "moves": play.moves_played,
+        "seconds": elapsed,
+    }
+
+
+def network_run(net: PolicyValueNet, planes: np.ndarray, batch: int, seconds: float) -> dict[str, Any]:
+    """The bare network on batches of ``batch`` encoded positions for ``seconds``: positions/s."""
+    chunks = [planes[i : i + batch] for i in range(0, len(planes) - batch + 1, batch)]
+    net.predict(chunks[0])  # warm-up
+    done = 0
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        for chunk in chunks:
+            net.predict(chunk)
+            done += len(chunk)
+    elapsed = time.perf_counter() - started
+    return {"positions_per_s": done / elapsed, "positions": done, "seconds": elapsed}
+
+
+def sample_planes(net: PolicyValueNet, games: int, count: int, seed: int) -> np.ndarray:
+    """Encoded positions from the collector's own games (so the network sees what it sees there)."""
+    play = SelfPlay(
+        NetworkEvaluator(net),
+        MCTSConfig(simulations=4, temperature_moves=200),
+        SelfPlaySettings(concurrent_games=games, max_plies=200, history=net.config.history),
+        seed=seed,
+    )
+    boards = []
+    while len(boards) < count:
+        boards += [slot.root.board.copy() for slot in play.slots]
+        play.step()
+    return encode_boards(boards[:count], net.config.history)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--games", type=int, default=16, help="games at once = the collector's batch size")
+    parser.add_argument("--simulations", type=int, default=32, help="MCTS simulations per move")
+    parser.add_argument("--blocks", type=int, default=2)
+    parser.add_argument("--channels", type=int, default=32)
+    parser.add_argument("--history", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=8.0, help="seconds per timed run")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "mcts.json"))
+    args = parser.parse_args(argv)
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    config = NetConfig(blocks=args.blocks, channels=args.channels, history=args.history, value_hidden=32)
+    net = PolicyValueNet(config).eval()
+    planes = sample_planes(net, args.games, args.games * 16, seed=1)
+    print(
+        f"network: {args.blocks} blocks x {args.channels} channels, history {args.history}; batch {args.games} "
+        f"games, {args.simulations} simulations per move; 1 torch thread; {args.seconds:g} s per run"
+    )
+    raw: list[dict[str, Any]] = []
+    batched: list[dict[str, Any]] = []
+    single: list[dict[str, Any]] = []
+    for i in range(args.runs):
+        r = timed(network_run, net, planes, args.games, args.seconds)
+        b = timed(collector_run, net, args.games, args.simulations, args.seconds, 10 + i)
+        s = timed(collector_run, net, 1, args.simulations, args.seconds, 10 + i)
+        raw.append(r)
+        batched.append(b)
+        single.append(s)
+        print(
+            f"  run {i + 1}  network {r['positions_per_s']:8,.0f} positions/s | collector {b['simulations_per_s']:7,.0f} "
+            f"simulations/s ({b['leaves_per_call']:.1f} leaves per call) | one leaf per call "
+            f"{s['simulations_per_s']:6,.0f} simulations/s | other load "
+            f"{fmt_load(max(x['other_load_cores'] or 0 for x in (r, b, s)))}"
+        )
+    raw_med = statistics.median(x["positions_per_s"] for x in raw)
+    batched_med = statistics.median(x["simulations_per_s"] for x in batched)
+    single_med = statistics.median(x["simulations_per_s"] for x in single)
+    mcts_ratio = batched_med / raw_med
+    batching_ratio = batched_med / single_med
+    print(
+        f"medians: network {raw_med:,.0f} positions/s at batch {args.games}; collector {batched_med:,.0f} "
+        f"simulations/s; one leaf per call {single_med:,.0f} simulations/s"
+    )
+    record = {
+        "bench": "mcts",
+        "ratio_definitions": {
+            "mcts": f"collector simulations/s ({args.games} games, one network call per round of leaves) / "
+            f"bare network positions/s at batch {args.games}",
+            "mcts_batching": "collector simulations/s / the same loop with one game (one leaf per call)",
+        },
+        "network": {"blocks": args.blocks, "channels": args.channels, "history": args.history},
+        "games": args.games,
+        "simulations": args.simulations,
+        "runs": {"network": raw, "collector": batched, "one_leaf": single},
+        "medians": {
+            "network_positions_per_s": raw_med,
+            "collector_simulations_per_s": batched_med,
+            "one_leaf_simulations_per_s": single_med,
+        },
+        "ratios": {"mcts": mcts_ratio, "mcts_batching": batching_ratio},
+        "targets": {"mcts": TARGET_MCTS, "mcts_batching": TARGET_BATCHING},
+        "passed": mcts_ratio >= TARGET_MCTS and batching_ratio >= TARGET_BATCHING,
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    print(f"record: {out}")
+    print(f"mcts_batching ratio: {batching_ratio:.2f} (target >= {TARGET_BATCHING:g})")
+    print(f"mcts ratio: {mcts_ratio:.2f} (target >= {TARGET_MCTS:g})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
