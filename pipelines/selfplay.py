@@ -537,6 +537,10 @@ def run_selfplay(context: PhaseContext) -> PhaseResult:
 
     namespace = ray.get_runtime_context().namespace
     server_name = f"{run.name}/parameter-server"
+    for name in [server_name, f"{run.name}/replay-queue"] + [
+        f"{run.name}/selfplay-collector-{i}" for i in range(cfg.producer_workers)
+    ]:
+        release_actor_name(name, namespace)
     server = ParameterServer.options(name=server_name, namespace=namespace).remote()
     best_model = PolicyValueNet(net_cfg)
     best_model.load_state_dict(best_saved["model"])
@@ -730,6 +734,23 @@ def run_selfplay(context: PhaseContext) -> PhaseResult:
         f"  best          {summary['best']}",
     ]
     return PhaseResult(summary=summary, lines=lines, ok=summary["iterations"] > 0)
+
+
+def release_actor_name(name: str, namespace: str | None, timeout_s: float = 30.0) -> None:
+    """Kill a leftover actor of this name (an earlier invocation in the same Ray session, or one
+    killed with its driver) and wait until the name is free."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            actor = ray.get_actor(name, namespace=namespace)
+        except ValueError:
+            return
+        ray.kill(actor)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the Ray actor name {name!r} is still taken after {timeout_s:g} s")
+        time.sleep(0.1)
 
 
 def _elo_text(e: dict[str, Any]) -> str:

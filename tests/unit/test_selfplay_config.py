@@ -64,9 +64,7 @@ def test_bad_values_name_the_key(argv: list[str], key: str) -> None:
 
 
 def test_bad_device_is_one_message_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exc:
-        selfplay.main(["--producer-device", "gpu", "--no-tracking"])
-    assert exc.value.code == EXIT_USER_ERROR
+    assert selfplay.main(["--producer-device", "gpu", "--no-tracking"]) == EXIT_USER_ERROR
     err = capsys.readouterr().err
     assert "--producer-device" in err and "cuda" in err and "Traceback" not in err
 
