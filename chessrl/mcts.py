@@ -333,12 +333,16 @@ class NetworkEvaluator:
         if not boards:
             return [], []
         logits, values = self.net.predict(encode_boards(boards, self.history))  # (B, 4672), (B,)
-        masks = np.stack([legal_mask(board) for board in boards])
-        masked = np.where(masks, logits.astype(np.float64), -np.inf)
-        top = masked.max(axis=1, keepdims=True)
-        probs = np.exp(masked - np.where(np.isfinite(top), top, 0.0))
-        probs /= np.maximum(probs.sum(axis=1, keepdims=True), 1e-300)
-        return list(probs.astype(np.float32)), values.astype(np.float64).tolist()
+        priors = []
+        for row, board in zip(logits, boards, strict=True):
+            actions = legal_indices(board)[1]  # cached: the node computed them
+            p = np.zeros(NUM_ACTIONS, dtype=np.float32)
+            if len(actions):
+                legal = row[actions].astype(np.float64)
+                legal = np.exp(legal - legal.max())
+                p[actions] = legal / legal.sum()
+            priors.append(p)
+        return priors, values.astype(np.float64).tolist()
 
 
 _Path = list[tuple[Node, int]]

@@ -110,19 +110,21 @@ class PolicyValueNet(nn.Module):
         values = self.value_head(x).squeeze(1)  # (B,)
         return logits, values
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def predict(self, planes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Policy logits ``(B, 4672)`` and values ``(B,)`` as float32 numpy arrays for a batch of
-        planes, in eval mode (the module's mode is restored afterwards)."""
+        planes, in eval mode (a module in training mode is put back afterwards)."""
         was_training = self.training
-        self.eval()
+        if was_training:  # switching modes walks every submodule: not on every call
+            self.eval()
         try:
             device = next(self.parameters()).device
             x = torch.from_numpy(np.ascontiguousarray(planes, dtype=np.float32)).to(device)
             logits, values = self(x)
             return logits.float().cpu().numpy(), values.float().cpu().numpy()
         finally:
-            self.train(was_training)
+            if was_training:
+                self.train()
 
 
 def count_parameters(model: nn.Module) -> int:
