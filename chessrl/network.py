@@ -34,7 +34,14 @@ from torch import nn
 
 from chessrl.board_encoding import NUM_ACTIONS, NUM_PLANES, input_channels
 
-__all__ = ["NetConfig", "PolicyValueNet", "ResidualBlock", "alphazero_loss", "count_parameters"]
+__all__ = [
+    "NetConfig",
+    "PolicyValueNet",
+    "ResidualBlock",
+    "alphazero_loss",
+    "count_parameters",
+    "load_network",
+]
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,26 @@ class PolicyValueNet(nn.Module):
         finally:
             if was_training:
                 self.train()
+
+
+def load_network(uri: str) -> PolicyValueNet:
+    """A network saved by the selfplay phase (``best.pt``, ``gen0.pt``, ``<run>_stepXXXX.pt``: a
+    dict with ``model`` and ``net``), from a local path or ``s3://``; in eval mode on the CPU."""
+    import io
+
+    from cluster.errors import StorageError
+    from cluster.storage import split_uri
+
+    storage, rel = split_uri(uri)
+    if not storage.exists(rel):
+        raise StorageError(f"no network at {storage.uri_of(rel)}")
+    try:
+        saved = torch.load(io.BytesIO(storage.read_bytes(rel)), map_location="cpu", weights_only=False)
+        net = PolicyValueNet(NetConfig(**saved["net"]))
+        net.load_state_dict(saved["model"])
+    except Exception as exc:  # a file that is not a selfplay network
+        raise StorageError(f"{storage.uri_of(rel)} is not a network saved by selfplay: {exc}") from None
+    return net.eval()
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -10,12 +10,18 @@ True
 A player is named by a spec string in configs and on the command line:
 
 >>> parse_player_spec("stockfish:elo=1500,nodes=2000")
-PlayerSpec(kind='stockfish', path=None, skill_level=None, elo=1500, nodes=2000, movetime_ms=None)
+PlayerSpec(kind='stockfish', path=None, skill_level=None, elo=1500, nodes=2000, movetime_ms=None, simulations=None)
 >>> parse_player_spec("random").label
 'random'
 
-``random``; ``sft`` (this run's sft model); ``lm:DIR|s3://...``; ``stockfish[:skill=N|elo=N][,nodes=N]``;
-``uci:/path/to/engine[,nodes=N|movetime_ms=N]``.
+``random``; ``sft`` (this run's sft model); ``lm:DIR|s3://...``; ``mcts[:FILE.pt][,sims=N]`` (a
+self-play network searched by MCTS; bare ``mcts`` is this run's best);
+``stockfish[:skill=N|elo=N][,nodes=N]``; ``uci:/path/to/engine[,nodes=N|movetime_ms=N]``.
+
+>>> parse_player_spec("mcts:runs/a/selfplay/best.pt,sims=64").label
+'mcts:runs/a/selfplay/best.pt,sims=64'
+>>> parse_player_spec("mcts,sims=100").label
+'mcts,sims=100'
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from chessrl.engine import SearchLimit, Strength
 from chessrl.formats import MoveCounts
 from cluster.errors import ConfigError
 
-PlayerKind = Literal["random", "sft", "lm", "stockfish", "uci"]
+PlayerKind = Literal["random", "sft", "lm", "mcts", "stockfish", "uci"]
 IllegalPolicy = Literal["fallback", "forfeit"]
 
 
@@ -80,6 +86,7 @@ class PlayerSpec:
     elo: int | None = None
     nodes: int | None = None
     movetime_ms: int | None = None
+    simulations: int | None = None
 
     @property
     def label(self) -> str:
@@ -88,6 +95,11 @@ class PlayerSpec:
             return self.kind
         if self.kind == "lm":
             return f"lm:{self.path}"
+        if self.kind == "mcts":
+            sims = f"sims={self.simulations}" if self.simulations else None
+            if self.path:
+                return "mcts:" + ",".join(p for p in (self.path, sims) if p)
+            return "mcts" + (f",{sims}" if sims else "")
         extra = [f"nodes={self.nodes}"] if self.nodes else []
         extra += [f"movetime_ms={self.movetime_ms}"] if self.movetime_ms else []
         if self.kind == "stockfish":
@@ -113,7 +125,8 @@ class PlayerSpec:
 
 
 _ALLOWED = (
-    "random, sft, lm:DIR, stockfish[:skill=N|elo=N][,nodes=N|movetime_ms=N], uci:PATH[,nodes=N|movetime_ms=N]"
+    "random, sft, lm:DIR, mcts[:FILE.pt][,sims=N], stockfish[:skill=N|elo=N][,nodes=N|movetime_ms=N], "
+    "uci:PATH[,nodes=N|movetime_ms=N]"
 )
 
 
@@ -125,6 +138,8 @@ def parse_player_spec(spec: str, *, key: str = "evaluate.players") -> PlayerSpec
         return PlayerSpec(kind=kind)  # type: ignore[arg-type]
     if kind == "lm" and rest:
         return PlayerSpec(kind="lm", path=rest)
+    if kind == "mcts" or text.startswith("mcts,"):
+        return _parse_mcts(spec, text[len("mcts") :].lstrip(":"), key)
     if kind not in ("stockfish", "uci") or (kind == "uci" and not rest):
         raise ConfigError(f"{key}: cannot read player {spec!r}; allowed: {_ALLOWED}")
     parts = [p.strip() for p in rest.split(",") if p.strip()] if rest else []
@@ -155,8 +170,59 @@ def parse_player_spec(spec: str, *, key: str = "evaluate.players") -> PlayerSpec
     return PlayerSpec(kind=kind, path=path, **values)  # type: ignore[arg-type]
 
 
+def _parse_mcts(spec: str, rest: str, key: str) -> PlayerSpec:
+    """``mcts`` (this run's self-play network), ``mcts:FILE.pt``, either with ``,sims=N``."""
+    parts = [p.strip() for p in rest.split(",")]
+    path = parts[0] or None
+    if path is not None and "=" in path:
+        raise ConfigError(
+            f"{key}: player {spec!r}: write mcts,sims=N or mcts:FILE.pt,sims=N; allowed: {_ALLOWED}"
+        )
+    sims = None
+    for part in parts[1:]:
+        name, eq, value = part.partition("=")
+        if name not in ("sims", "simulations") or not eq or not value.isdigit() or int(value) < 1:
+            raise ConfigError(f"{key}: cannot read {part!r} in player {spec!r}; allowed: {_ALLOWED}")
+        sims = int(value)
+    return PlayerSpec(kind="mcts", path=path, simulations=sims)
+
+
 # ---------------------------------------------------------------------------------------------
 # players
+
+
+class MCTSPlayer:
+    """A policy/value network searched by MCTS (no root noise; the most visited move, or a mate
+    in one). The search sees the game's move stack, so the history planes are filled.
+
+    >>> from chessrl.network import NetConfig, PolicyValueNet
+    >>> player = MCTSPlayer(PolicyValueNet(NetConfig(blocks=0, channels=8, history=1)), simulations=8)
+    >>> chess.Move.from_uci(player.move(chess.Board()).move) in chess.Board().legal_moves
+    True
+    """
+
+    def __init__(self, net: Any, simulations: int = 32, name: str = "mcts", c_puct: float = 1.5) -> None:
+        from chessrl.mcts import BatchedMCTS, MCTSConfig, NetworkEvaluator
+
+        self.name = name
+        self.search = BatchedMCTS(
+            NetworkEvaluator(net.eval()), MCTSConfig(simulations=simulations, c_puct=c_puct)
+        )
+
+    def new_game(self, seed: int) -> None:
+        pass
+
+    def move(self, board: chess.Board) -> MoveChoice:
+        from chessrl.mcts import Node
+
+        if board.is_game_over():
+            return MoveChoice(None)
+        root = Node(board.copy())
+        self.search.search([root], add_noise=False)
+        return MoveChoice(root.best_move().uci())
+
+    def close(self) -> None:
+        pass
 
 
 class RandomPlayer:

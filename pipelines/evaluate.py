@@ -31,6 +31,7 @@ from chessrl.arena import ArenaGame, Opening, book_openings, game_pgn, play_game
 from chessrl.engine import SearchLimit
 from chessrl.players import (
     LMPlayer,
+    MCTSPlayer,
     Player,
     PlayerSpec,
     RandomPlayer,
@@ -64,6 +65,7 @@ class Settings:
     """What a game task needs besides its players (picklable, sent to every task)."""
 
     sft_model: str | None
+    selfplay_best: str | None
     lm_temperature: float
     lm_retries: int
     on_illegal: str
@@ -92,6 +94,14 @@ def build_player(spec: PlayerSpec, settings: Settings, pool: Any) -> Player:
             model, tokenizer, name=spec.label, temperature=settings.lm_temperature, retries=settings.lm_retries,
             on_illegal=settings.on_illegal,  # type: ignore[arg-type]
         )  # fmt: skip
+    if spec.kind == "mcts":
+        from chessrl.network import load_network
+
+        path = spec.path or settings.selfplay_best
+        assert path is not None
+        if path not in _MODELS:
+            _MODELS[path] = (load_network(path), None)
+        return MCTSPlayer(_MODELS[path][0], spec.simulations or 32, name=spec.label)
     limit = spec.search_limit(settings.stockfish_nodes)
     if spec.kind == "stockfish":
         return StockfishPlayer(pool, spec.strength(), limit, name=spec.label)
@@ -179,7 +189,7 @@ def schedule(
     return tasks
 
 
-def validate(cfg: EvaluateConfig, context: PhaseContext) -> tuple[list[PlayerSpec], str | None]:
+def validate(cfg: EvaluateConfig, context: PhaseContext) -> tuple[list[PlayerSpec], str | None, str | None]:
     specs = [parse_player_spec(s) for s in cfg.players]
     if len(specs) < 2:
         raise ConfigError(f"evaluate.players (--players) needs at least two players, got {cfg.players}")
@@ -195,7 +205,18 @@ def validate(cfg: EvaluateConfig, context: PhaseContext) -> tuple[list[PlayerSpe
                 f"player 'sft': no model at {model.uri}: run `chess-rl sft` first, or use lm:DIR"
             )
         sft_model = model.uri if not model.is_local else model.root
+    selfplay_best = None
+    if any(s.kind == "mcts" and s.path is None for s in specs):
+        phase = context.phase_storage("selfplay")
+        if not phase.exists("best.pt"):
+            raise StorageError(
+                f"player 'mcts': no network at {phase.uri_of('best.pt')}: run `chess-rl selfplay` first, "
+                "or use mcts:FILE.pt"
+            )
+        selfplay_best = phase.uri_of("best.pt") if not phase.is_local else phase.path("best.pt")
     for s in specs:
+        if s.kind == "mcts" and s.path and "://" not in s.path and not Path(s.path).is_file():
+            raise StorageError(f"player {s.label!r}: no network file at {s.path}")
         if s.kind == "lm" and "://" not in str(s.path) and not Path(str(s.path), "config.json").is_file():
             raise StorageError(f"player {s.label!r}: {s.path} is not a saved model folder (no config.json)")
         if s.kind == "uci" and not Path(str(s.path)).is_file():
@@ -203,7 +224,7 @@ def validate(cfg: EvaluateConfig, context: PhaseContext) -> tuple[list[PlayerSpe
     for path in cfg.suites:
         if not Path(path).is_file() and not (ROOT / path).is_file():
             raise ConfigError(f"evaluate.suites (--suites): {path} does not exist")
-    return specs, sft_model
+    return specs, sft_model, selfplay_best
 
 
 def run_evaluate(context: PhaseContext) -> PhaseResult:
@@ -211,7 +232,7 @@ def run_evaluate(context: PhaseContext) -> PhaseResult:
 
     cfg = context.config.evaluate
     log = context.log
-    specs, sft_model = validate(cfg, context)
+    specs, sft_model, selfplay_best = validate(cfg, context)
     seed = context.config.run.seed
     openings = (
         book_openings(cfg.openings)
@@ -224,7 +245,7 @@ def run_evaluate(context: PhaseContext) -> PhaseResult:
     done = {name[: -len(".json")] for name in out.child("games").list_files() if name.endswith(".json")}
     pending = [t for t in tasks if t.key not in done]
     settings = Settings(
-        sft_model, cfg.lm_temperature, cfg.lm_retries, cfg.on_illegal, cfg.stockfish_nodes, cfg.max_plies,
+        sft_model, selfplay_best, cfg.lm_temperature, cfg.lm_retries, cfg.on_illegal, cfg.stockfish_nodes, cfg.max_plies,
         cfg.resign_cp, cfg.resign_plies,
     )  # fmt: skip
     needs_pool = (

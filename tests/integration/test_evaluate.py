@@ -114,6 +114,8 @@ def test_killed_evaluation_resumes_with_the_right_number_of_games(tmp_path, mode
         (["--players", "random", "stockfish:elo=3100"], "UCI_Elo"),
         (["--players", "random", "uci:/nonexistent/engine"], "no engine at"),
         (["--players", "random", "lm:/nonexistent/model"], "not a saved model folder"),
+        (["--players", "mcts", "random"], "run `chess-rl selfplay` first"),
+        (["--players", "random", "mcts:/nonexistent/best.pt"], "no network file at"),
         (["--players", "random", "random:x"], "evaluate.players"),
         (["--openings", "/nonexistent/book.epd", "--players", "random", "stockfish"], "does not exist"),
         (["--suites", "/nonexistent.epd", "--players", "random", "stockfish"], "does not exist"),
@@ -127,3 +129,23 @@ def test_bad_input_is_one_clear_message(tmp_path, local_ray, capsys, extra, mess
     err = capsys.readouterr().err
     assert code == EXIT_USER_ERROR, err
     assert "Traceback" not in err and message in err
+
+
+def test_a_selfplay_network_plays_in_the_arena(tmp_path, local_ray, capsys, monkeypatch):
+    import torch
+
+    from chessrl.network import NetConfig, PolicyValueNet
+
+    monkeypatch.chdir(ROOT)
+    net = NetConfig(blocks=1, channels=8, history=2, value_hidden=8)
+    path = tmp_path / "best.pt"
+    torch.save({"model": PolicyValueNet(net).state_dict(), "net": net.__dict__, "version": 3}, path)
+    code = evaluate.main(
+        ["--config", "tiny", "--storage", str(tmp_path), "--run-name", "m", "--no-tracking",
+         "--players", f"mcts:{path},sims=4", "random", "--games", "4", "--max-plies", "30",
+         "--quality-nodes", "0", "--suites", "tests/data/epd/bratko-kopec.epd"]
+    )  # fmt: skip
+    assert code == EXIT_OK, capsys.readouterr().err[-2000:]
+    results = json.loads((tmp_path / "m" / "evaluate" / "eval" / "results.json").read_text())
+    pairing = results["pairings"]["random"]
+    assert pairing["wins"] + pairing["draws"] + pairing["losses"] == 4

@@ -67,6 +67,13 @@ def board_after(moves: list[str]) -> chess.Board:
             PlayerSpec(kind="uci", path="/usr/games/stockfish", movetime_ms=50),
         ),
         ("uci:/opt/engine,nodes=500", PlayerSpec(kind="uci", path="/opt/engine", nodes=500)),
+        ("mcts", PlayerSpec(kind="mcts")),
+        ("mcts,sims=64", PlayerSpec(kind="mcts", simulations=64)),
+        ("mcts:runs/a/selfplay/best.pt", PlayerSpec(kind="mcts", path="runs/a/selfplay/best.pt")),
+        (
+            "mcts:s3://b/r/selfplay/gen0.pt,sims=8",
+            PlayerSpec(kind="mcts", path="s3://b/r/selfplay/gen0.pt", simulations=8),
+        ),
     ],
 )
 def test_every_allowed_spec_parses_and_its_label_parses_back(text: str, expected: PlayerSpec) -> None:
@@ -90,6 +97,10 @@ def test_labels_are_distinct_for_distinct_specs() -> None:
         "stockfish:nodes=2000",
         "uci:/usr/games/stockfish,movetime_ms=50",
         "uci:/usr/games/stockfish",
+        "mcts",
+        "mcts,sims=8",
+        "mcts:a.pt",
+        "mcts:a.pt,sims=8",
     ]
     labels = [parse_player_spec(t).label for t in texts]
     assert len(set(labels)) == len(texts)
@@ -113,6 +124,10 @@ BAD_SPECS = [
     "stockfish:movetime_ms=-5",
     "stockfish:depth=3",
     "lm:",
+    "mcts,sims=0",
+    "mcts:a.pt,nodes=5",
+    "mcts:sims=5",
+    "mcts,sims",
 ]
 
 
@@ -127,6 +142,7 @@ def test_a_bad_spec_is_a_config_error_naming_the_key_the_spec_and_the_allowed_fo
         "random",
         "sft",
         "lm:DIR",
+        "mcts[:FILE.pt][,sims=N]",
         "stockfish[:skill=N|elo=N]",
         "uci:PATH",
         "nodes=N",
@@ -395,3 +411,17 @@ def test_uci_player_honours_a_depth_only_limit() -> None:
 def test_uci_player_with_a_missing_engine_is_an_engine_error(tmp_path) -> None:
     with pytest.raises(EngineError, match="cannot start the UCI engine"):
         UCIPlayer(str(tmp_path / "no-such-engine"), SearchLimit(nodes=10))
+
+
+def test_mcts_player_plays_legal_moves_and_mates_in_one() -> None:
+    from chessrl.network import NetConfig, PolicyValueNet
+    from chessrl.players import MCTSPlayer
+
+    player = MCTSPlayer(PolicyValueNet(NetConfig(blocks=0, channels=8, history=2)), simulations=4)
+    board = chess.Board()
+    for _ in range(6):
+        move = player.move(board).move
+        assert chess.Move.from_uci(move) in board.legal_moves
+        board.push_uci(move)
+    assert player.move(chess.Board("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1")).move == "d1d8"
+    assert player.move(chess.Board("3R2k1/5ppp/8/8/8/8/5PPP/6K1 b - - 1 1")).move is None
