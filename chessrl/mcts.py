@@ -146,6 +146,7 @@ class Node:
     """
 
     __slots__ = (
+        "Q",
         "W",
         "N",
         "actions",
@@ -157,6 +158,7 @@ class Node:
         "priors",
         "terminal",
         "value",
+        "visits",
     )
 
     def __init__(self, board: chess.Board) -> None:
@@ -176,6 +178,10 @@ class Node:
         self.noisy_priors: np.ndarray | None = None
         self.N = np.zeros(len(moves), dtype=np.int64)
         self.W = np.zeros(len(moves), dtype=np.float64)
+        #: ``W / N`` per move, 0 where ``N`` is 0 (kept up to date with ``N`` and ``W``).
+        self.Q = np.zeros(len(moves), dtype=np.float64)
+        #: ``N.sum()``, kept up to date.
+        self.visits = 0
         self.children: list[Node | None] = [None] * len(moves)
         #: A move (its position in ``moves``) found to checkmate at once: selected from then on.
         self.mate_index: int | None = None
@@ -203,12 +209,11 @@ class Node:
         if self.mate_index is not None:
             return self.mate_index
         n = self.N
-        visits = int(n.sum())
-        fpu = 0.0
+        visits = self.visits
+        q = self.Q
         if fpu_reduction is not None:
             mean = float(self.W.sum()) / visits if visits else (self.value or 0.0)
-            fpu = mean - fpu_reduction
-        q = np.divide(self.W, n, out=np.full(len(n), fpu), where=n > 0)
+            q = np.where(n > 0, q, mean - fpu_reduction)
         priors = self.priors if self.noisy_priors is None else self.noisy_priors
         u = c_puct * priors * (math.sqrt(max(visits, 1)) / (1.0 + n))
         return int(np.argmax(q + u))
@@ -448,6 +453,8 @@ class BatchedMCTS:
             if virtual:
                 node.N[i] += 1
                 node.W[i] -= loss
+                node.Q[i] = node.W[i] / node.N[i]
+                node.visits += 1
             path.append((node, i))
             node = node.child(i)
         return path, node
@@ -461,8 +468,11 @@ class BatchedMCTS:
             if virtual:
                 node.N[i] -= 1
                 node.W[i] += loss
+                node.visits -= 1
             node.N[i] += 1
             node.W[i] += value
+            node.Q[i] = node.W[i] / node.N[i]
+            node.visits += 1
 
     def _expand(self, leaves: list[Node]) -> None:
         """One evaluator call for all ``leaves``; each gets its priors and value."""
