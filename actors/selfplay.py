@@ -12,7 +12,9 @@ Both are thin shells: the games are :class:`chessrl.selfplay.SelfPlay`, the shar
 and, after each shard, puts a note of it on the learner's bounded queue (it waits there when
 the learner is behind: backpressure). A killed collector is restarted by Ray (``max_restarts``)
 and its ``run`` call retried (``max_task_retries``): it resumes its shard numbering from what is
-on storage, so nothing finished is lost or written twice; the games it had in flight are lost.
+on storage, so no shard is written twice or half. What it had not yet written is lost: games in
+flight, finished positions short of a shard, and the note of a shard written just before the
+kill (that shard stays on storage; a resumed learner's window does not list it).
 """
 
 from __future__ import annotations
@@ -42,14 +44,14 @@ class ParameterServer:
         self.version = -1
         self.ref: ray.ObjectRef | None = None
         self.stopped = False
-        self.notes: dict[str, Any] = {}
+        self.failures: list[str] = []
 
     def publish(self, state_dict: dict[str, Any], version: int) -> int:
-        if version <= self.version:
-            raise ValueError(f"version {version} is not newer than {self.version}")
+        """Hold new weights as ``version``, or as the next version when that is not newer than
+        the one held (a resumed learner); returns the version given."""
+        self.version = max(version, self.version + 1)
         self.ref = ray.put(state_dict)
-        self.version = version
-        return version
+        return self.version
 
     def newer_than(self, version: int) -> tuple[int, list[ray.ObjectRef]] | None:
         if self.ref is None or self.version <= version:
@@ -65,6 +67,13 @@ class ParameterServer:
 
     def stop(self) -> None:
         self.stopped = True
+
+    def report_failure(self, message: str) -> None:
+        """A collector's ``run`` raised: the learner stops waiting for its games."""
+        self.failures.append(message)
+
+    def failure(self) -> str | None:
+        return "; ".join(self.failures) or None
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,8 @@ class CollectorSpec:
     server_name: str
     namespace: str
     device: str = "cpu"
+    #: Names the driver's invocation: ``starts`` counts the restarts within one.
+    invocation: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,7 +112,10 @@ class SelfPlayCollector:
         mine = [rel for rel in list_shards(self.replay) if f"/shard-{index:02d}-" in rel]
         self.next_shard = 1 + max((int(rel.rsplit("-", 1)[1].split(".")[0]) for rel in mine), default=-1)
         previous = self._read_status()
-        self.starts = int(previous.get("starts", 0)) + 1
+        same = previous.get("invocation") == spec.invocation
+        #: Starts in this invocation (restarts are ``starts - 1``), and over the run's whole life.
+        self.starts = int(previous.get("starts", 0)) + 1 if same else 1
+        self.lifetime_starts = int(previous.get("lifetime_starts", previous.get("starts", 0))) + 1
         self._write_status(state="starting")
         tags = {"collector": f"{spec.run}/selfplay-collector-{index}"}
         self._games = metrics.Counter(
@@ -128,7 +142,9 @@ class SelfPlayCollector:
         record = {
             "index": self.index,
             "pid": os.getpid(),
+            "invocation": self.spec.invocation,
             "starts": self.starts,
+            "lifetime_starts": self.lifetime_starts,
             "next_shard": self.next_shard,
         }
         record.update(fields)
@@ -149,7 +165,16 @@ class SelfPlayCollector:
                     return False
 
     def run(self, max_games: int | None = None) -> dict[str, Any]:
-        """Play until the server says stop (or ``max_games`` games ended); returns counts."""
+        """Play until the server says stop (or ``max_games`` games ended); returns counts. An
+        exception is reported to the server first, so the learner does not wait for games."""
+        try:
+            return self._run(max_games)
+        except Exception as exc:
+            server = ray.get_actor(self.spec.server_name, namespace=self.spec.namespace)
+            ray.get(server.report_failure.remote(f"collector {self.index}: {type(exc).__name__}: {exc}"))
+            raise
+
+    def _run(self, max_games: int | None) -> dict[str, Any]:
         import torch
 
         from chessrl.mcts import NetworkEvaluator
@@ -163,10 +188,10 @@ class SelfPlayCollector:
         device = torch.device(spec.device if spec.device != "cuda" or torch.cuda.is_available() else "cpu")
         net = PolicyValueNet(spec.net).to(device).eval()
         version = -1
-        seed = spec.seed * 1000 + self.index * 100 + self.starts  # a restart plays new games
+        seed = spec.seed * 1000 + self.index * 100 + self.lifetime_starts  # a restart plays new games
         play = SelfPlay(
             NetworkEvaluator(net), spec.mcts, spec.settings, seed=seed,
-            game_prefix=f"c{self.index}-s{self.starts}", network_version=version,
+            game_prefix=f"c{self.index}-s{self.lifetime_starts}", network_version=version,
         )  # fmt: skip
         pending: list[Any] = []  # tables of finished games' positions, not yet in a shard
         pending_rows = games = written = 0

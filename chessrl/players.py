@@ -213,9 +213,9 @@ class MCTSPlayer:
         pass
 
     def move(self, board: chess.Board) -> MoveChoice:
-        from chessrl.mcts import Node
+        from chessrl.mcts import Node, terminal_value
 
-        if board.is_game_over():
+        if terminal_value(board) is not None:  # over, or drawn by a repetition or fifty-move claim
             return MoveChoice(None)
         root = Node(board.copy())
         self.search.search([root], add_noise=False)

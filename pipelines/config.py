@@ -182,7 +182,8 @@ class SelfplayConfig(Section):
     iterations: int = Field(20, ge=1)
     """Learner iterations (each: wait for `episodes` games, train, publish)."""
     time_limit_minutes: float | None = Field(None, gt=0)
-    """Stop iterating after this many minutes of learning (the final evaluation comes after)."""
+    """Stop iterating after this many minutes of learning, counted over resumed runs too (the
+    final evaluation comes after)."""
     concurrent_games: int = Field(16, ge=1)
     """Games each collector plays at once (their leaves share one network call)."""
     max_plies: int = Field(200, ge=1)
@@ -220,14 +221,14 @@ class SelfplayConfig(Section):
     """Train the learner on GPUs."""
     gate_games: int = Field(20, ge=0)
     """Games of each arena gate, new network against the best (0: no gating, every iteration's
-    network goes to the collectors)."""
+    network goes to the collectors); rounded up to an even number (each opening from both sides)."""
     gate_threshold: float = Field(0.55, ge=0, le=1)
     """Score the new network needs against the best to be promoted."""
     gate_max_plies: int = Field(160, ge=1)
     """A gate game still going after this many plies is a draw."""
     eval_games: int = Field(40, ge=0)
     """Final evaluation: games of the best network against a random mover and against its
-    generation-0 self (0: skip)."""
+    generation-0 self (0: skip); rounded up to an even number."""
     eval_max_plies: int = Field(300, ge=1)
     """A final-evaluation game still going after this many plies is a draw."""
 

@@ -40,6 +40,7 @@ import os
 import sys
 import tempfile
 import time
+import uuid
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -131,6 +132,9 @@ class LearnerLog:
         self.storage = storage
         self.folder = storage.path() if storage.is_local else tempfile.mkdtemp(prefix="selfplay-logs-")
         os.makedirs(self.folder, exist_ok=True)
+        if not storage.is_local and storage.exists("metrics.jsonl"):  # a resumed run appends
+            with open(os.path.join(self.folder, "metrics.jsonl"), "wb") as handle:
+                handle.write(storage.read_bytes("metrics.jsonl"))
         self.writer = SummaryWriter(self.folder, flush_secs=10)
 
     def write(self, metrics: dict[str, Any], step: int) -> None:
@@ -166,7 +170,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     from chessrl.batched_arena import SearchSide, match_record, play_batched_match
     from chessrl.mcts import NetworkEvaluator
     from chessrl.network import PolicyValueNet, alphazero_loss
-    from chessrl.replay import decode_rows, positions_table, shard_path, write_shard
+    from chessrl.replay import decode_rows, list_shards, positions_table, shard_path, write_shard
     from chessrl.selfplay import SelfPlay
     from cluster.tracking import RunMetricsLogger
 
@@ -209,7 +213,12 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     net.to(device)
     model = ray.train.torch.prepare_model(net) if world > 1 else net
     best = copy.deepcopy(net).eval()
-    best.load_state_dict(load_weights(phase, "best.pt")["model"])
+    best_saved = load_weights(phase, "best.pt")
+    best.load_state_dict(best_saved["model"])
+    # best.pt may be newer than the last checkpoint (a promotion between checkpoints)
+    state["best_version"] = max(int(state["best_version"]), int(best_saved["version"]))
+    own = [rel for rel in list_shards(replay) if "/shard-99-" in rel]
+    state["own_shards"] = 1 + max((int(rel.rsplit("-", 1)[1].split(".")[0]) for rel in own), default=-1)
     server = ray.get_actor(cfg["server_name"], namespace=cfg["namespace"])
     queue = cfg["queue"]
     mlflow = RunMetricsLogger(cfg["tracking_uri"], cfg["tracking_run_id"]) if lead else None
@@ -218,7 +227,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     if cfg["producer_workers"] == 0 and lead:
         own_play = SelfPlay(
             NetworkEvaluator(best), mcts, settings, seed=cfg["seed"] * 1000 + 999 + state["iteration"],
-            game_prefix=f"learner-i{state['iteration']}", network_version=state["best_version"],
+            game_prefix=f"learner-i{state['iteration']}-s{state['own_shards']}", network_version=state["best_version"],
         )  # fmt: skip
     started = time.perf_counter() - state["learn_seconds"]
     time_limit = cfg["time_limit_s"]
@@ -254,6 +263,9 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             try:
                 note = queue.get(block=True, timeout=1.0)
             except Empty:
+                failure = ray.get(server.failure.remote())
+                if failure:
+                    raise RuntimeError(f"a self-play collector failed: {failure}") from None
                 continue
             notes.append(note)
             games += len(note["results"])
@@ -290,12 +302,13 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
                 batch_format="numpy",
                 local_shuffle_buffer_size=max(cfg["batch_size"] * 8, 2048),
                 local_shuffle_seed=cfg["seed"] + state["step"] + epoch,
-                drop_last=True,
+                drop_last=False,  # a window smaller than a batch still trains
             )
             epoch += 1
 
     while state["iteration"] < cfg["iterations"]:
-        if time_limit is not None and time.perf_counter() - started > time_limit:
+        out_of_time = time_limit is not None and time.perf_counter() - started > time_limit
+        if broadcast(out_of_time if lead else None):  # rank 0 decides, so that every rank stops together
             break
         generation_started = time.perf_counter()
         got = broadcast(new_games() if lead else None)
@@ -402,12 +415,14 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
                 publish = False
             if publish:
                 best.load_state_dict(candidate.state_dict())
-                state["best_version"] = state["iteration"]
-                save_weights(phase, "best.pt", {"model": best.state_dict(), "net": cfg["net"],
-                                                "version": state["iteration"]})  # fmt: skip
-                ray.get(server.publish.remote(numpy_state(best), state["iteration"]))
+                # the iteration, or newer than what the server holds (a resumed run)
+                version = ray.get(server.publish.remote(numpy_state(best), state["iteration"]))
+                state["best_version"] = version
+                save_weights(
+                    phase, "best.pt", {"model": best.state_dict(), "net": cfg["net"], "version": version}
+                )
                 if own_play is not None:
-                    own_play.set_evaluator(NetworkEvaluator(best), state["iteration"])
+                    own_play.set_evaluator(NetworkEvaluator(best), version)
                 metrics["best_version"] = state["best_version"]
         state["learn_seconds"] = time.perf_counter() - started
         metrics["elapsed_s"] = state["learn_seconds"]
@@ -560,6 +575,7 @@ def run_selfplay(context: PhaseContext) -> PhaseResult:
         server_name=server_name,
         namespace=namespace,
         device=cfg.producer_device,
+        invocation=uuid.uuid4().hex,
     )
     collectors = [
         SelfPlayCollector.options(
@@ -651,7 +667,7 @@ def run_selfplay(context: PhaseContext) -> PhaseResult:
         task = ray.remote(num_cpus=1)(evaluate_chunk)
         pending = {}
         for opponent, seed in (("random", run.seed + 101), ("gen0", run.seed + 202)):
-            openings = random_openings(max(1, cfg.eval_games // 2), 2, seed=seed)
+            openings = random_openings(math.ceil(cfg.eval_games / 2), 2, seed=seed)
             pending[opponent] = [
                 task.remote(
                     best_saved["model"],
@@ -691,7 +707,7 @@ def run_selfplay(context: PhaseContext) -> PhaseResult:
             )
         evaluation["seconds"] = round(time.perf_counter() - eval_started, 1)
         phase.write_text("eval/games.pgn", "\n\n".join(pgn) + "\n")
-        phase.write_text("eval/results.json", json.dumps(evaluation, indent=2, sort_keys=True))
+        phase.write_text("eval/results.json", json.dumps(json_safe(evaluation), indent=2, sort_keys=True))
         context.tracking.log_metrics(
             {f"eval_{opp}_{k}": v for opp, e in evaluation.items() if isinstance(e, dict)
              for k, v in e.items() if isinstance(v, (int, float)) and math.isfinite(v)}
@@ -714,7 +730,7 @@ def run_selfplay(context: PhaseContext) -> PhaseResult:
         "checkpoints": phase.uri_of("checkpoints"),
         "best": phase.uri_of("best.pt"),
     }
-    phase.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))
+    phase.write_text("summary.json", json.dumps(json_safe(summary), indent=2, sort_keys=True, default=str))
     lines = [
         "selfplay summary",
         f"  network       {cfg.blocks} blocks x {cfg.channels} channels ({params:,} parameters), best v{summary['best_version']}",
@@ -734,6 +750,21 @@ def run_selfplay(context: PhaseContext) -> PhaseResult:
         f"  best          {summary['best']}",
     ]
     return PhaseResult(summary=summary, lines=lines, ok=summary["iterations"] > 0)
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with infinite floats as the strings "inf" / "-inf" (strict JSON has no Infinity).
+
+    >>> json_safe({"elo_high": float("inf"), "x": [1.5, float("-inf")]})
+    {'elo_high': 'inf', 'x': [1.5, '-inf']}
+    """
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def release_actor_name(name: str, namespace: str | None, timeout_s: float = 30.0) -> None:

@@ -41,8 +41,39 @@ def test_selfplay_positions_match_the_moves_and_results() -> None:
         assert {p.value for p in game.positions} == {0.0}
 
 
+def test_value_target_is_the_result_from_the_side_to_move_black_mates() -> None:
+    # black mates at once (Ra1#): the result is 0-1 and black's position scores +1
+    sp = SelfPlay(
+        UniformEvaluator(), MCTSConfig(simulations=8), SelfPlaySettings(concurrent_games=1, history=1)
+    )
+    from chessrl.mcts import Node
+
+    sp._start()
+    sp.slots[0].root = Node(chess.Board("6k1/8/8/8/8/8/r4PPP/6K1 b - - 0 1"))
+    [game] = sp.step(start_new=False)
+    assert (game.result, game.termination, game.moves) == ("0-1", "checkmate", ["a2a1"])
+    assert [p.value for p in game.positions] == [1.0]
+
+
+def test_value_targets_alternate_with_the_side_to_move() -> None:
+    # white is up a queen at max_plies=2: white's position scores +1, black's -1
+    sp = SelfPlay(
+        UniformEvaluator(),
+        MCTSConfig(simulations=2),
+        SelfPlaySettings(concurrent_games=1, max_plies=2, adjudicate_material=3, history=1),
+    )
+    from chessrl.mcts import Node
+
+    sp._start()
+    sp.slots[0].root = Node(chess.Board("k7/8/8/8/8/8/8/KQ6 w - - 0 1"))
+    assert sp.step(start_new=False) == []
+    [game] = sp.step(start_new=False)
+    assert (game.result, game.termination) == ("1-0", "adjudicated_material")
+    assert [p.value for p in game.positions] == [1.0, -1.0]
+
+
 def test_value_target_is_the_result_from_the_side_to_move() -> None:
-    # black is mated after white's first move: white's positions score +1, black's -1
+    # white mates at once: white's position scores +1
     sp = SelfPlay(
         UniformEvaluator(), MCTSConfig(simulations=16), SelfPlaySettings(concurrent_games=1, history=1)
     )
