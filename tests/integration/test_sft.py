@@ -86,8 +86,10 @@ def checkpoint_steps(storage: Path, run: str) -> list[int]:
     steps = []
     for folder in (storage / run / "sft" / "ray").glob("*/checkpoint_*/checkpoint"):
         state = folder / "trainer_state.json"
-        if state.is_file():
+        try:
             steps.append(json.loads(state.read_text())["global_step"])
+        except (OSError, ValueError):  # not there yet, or Ray Train is still copying it in
+            continue
     return sorted(steps)
 
 
