@@ -23,10 +23,6 @@ The last two lines are ``mcts_batching ratio: X.XX (target >= 5)`` and
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -40,6 +36,7 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from machine_load import fmt_load, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
+from record import write_record  # noqa: E402
 
 from chessrl.board_encoding import encode_boards  # noqa: E402
 from chessrl.mcts import MCTSConfig, NetworkEvaluator  # noqa: E402
@@ -173,15 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         "ratios": {"mcts": mcts_ratio, "mcts_batching": batching_ratio},
         "targets": {"mcts": TARGET_MCTS, "mcts_batching": TARGET_BATCHING},
         "passed": mcts_ratio >= TARGET_MCTS and batching_ratio >= TARGET_BATCHING,
-        "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
-        "python": platform.python_version(),
-        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    print(f"record: {out}")
+    write_record(args.json, record)
     print(f"mcts_batching ratio: {batching_ratio:.2f} (target >= {TARGET_BATCHING:g})")
     print(f"mcts ratio: {mcts_ratio:.2f} (target >= {TARGET_MCTS:g})")
     return 0

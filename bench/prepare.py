@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import io
 import json
 import os
@@ -36,6 +35,7 @@ if str(ROOT) not in sys.path:
 import chess.pgn  # noqa: E402
 import zstandard  # noqa: E402
 from machine_load import fmt_load, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
+from record import write_record  # noqa: E402
 
 from cluster.config import RaySection  # noqa: E402
 from cluster.storage import Storage, resolve_inputs, split_uri  # noqa: E402
@@ -260,14 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         "target": TARGET,
         "passed": ratio >= TARGET,
         "ray_num_cpus": NUM_CPUS,
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    print(f"record: {out}")
+    write_record(args.json, record)
     print(f"prepare ratio: {ratio:.2f} (target >= {TARGET})")
     return 0
 

@@ -23,10 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -41,6 +38,7 @@ if str(ROOT) not in sys.path:
 import pyarrow.dataset as pads  # noqa: E402
 import torch  # noqa: E402
 from machine_load import fmt_load, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
+from record import write_record  # noqa: E402
 
 from chessrl.lm_data import is_heldout, pack_blocks, training_text  # noqa: E402
 from chessrl.models import build_model  # noqa: E402
@@ -197,15 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         "ratio": ratio,
         "target": TARGET,
         "passed": ratio >= TARGET,
-        "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
-        "python": platform.python_version(),
-        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    print(f"record: {out}")
+    write_record(args.json, record)
     print(f"sft ratio: {ratio:.2f} (target >= {TARGET})")
     return 0
 
