@@ -166,16 +166,29 @@ class SelfPlay:
         for slot in self.slots:
             slot.root = Node(slot.root.board)
 
-    def _start(self) -> None:
-        slot = _Slot(game_id=f"{self.game_prefix}-{self.games_started}", root=Node(chess.Board()))
+    def start(self, board: chess.Board | None = None) -> str:
+        """Start a game from ``board`` (default: the start position; a copy is kept, history
+        included); returns its id. :meth:`step` starts the others it needs itself.
+
+        >>> from chessrl.mcts import UniformEvaluator
+        >>> sp = SelfPlay(UniformEvaluator(), MCTSConfig(simulations=8), SelfPlaySettings(history=1))
+        >>> sp.start(chess.Board("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1"))
+        'g-0'
+        >>> [game] = sp.step(start_new=False)
+        >>> game.moves, game.result
+        (['d1d8'], '1-0')
+        """
+        game_id = f"{self.game_prefix}-{self.games_started}"
+        root = Node(board.copy() if board is not None else chess.Board())
+        self.slots.append(_Slot(game_id=game_id, root=root))
         self.games_started += 1
-        self.slots.append(slot)
+        return game_id
 
     def step(self, start_new: bool = True) -> list[FinishedGame]:
         """One move in every running game (starting games up to ``concurrent_games`` first when
         ``start_new``); returns the games that ended with it."""
         while start_new and len(self.slots) < self.settings.concurrent_games:
-            self._start()
+            self.start()
         if not self.slots:
             return []
         history = self.settings.history
@@ -237,6 +250,6 @@ class SelfPlay:
         done: list[FinishedGame] = []
         while len(done) < n_games and (self.slots or self.games_started < target):
             while len(self.slots) < self.settings.concurrent_games and self.games_started < target:
-                self._start()
+                self.start()
             done += self.step(start_new=False)
         return done

@@ -46,10 +46,7 @@ def test_value_target_is_the_result_from_the_side_to_move_black_mates() -> None:
     sp = SelfPlay(
         UniformEvaluator(), MCTSConfig(simulations=8), SelfPlaySettings(concurrent_games=1, history=1)
     )
-    from chessrl.mcts import Node
-
-    sp._start()
-    sp.slots[0].root = Node(chess.Board("6k1/8/8/8/8/8/r4PPP/6K1 b - - 0 1"))
+    sp.start(chess.Board("6k1/8/8/8/8/8/r4PPP/6K1 b - - 0 1"))
     [game] = sp.step(start_new=False)
     assert (game.result, game.termination, game.moves) == ("0-1", "checkmate", ["a2a1"])
     assert [p.value for p in game.positions] == [1.0]
@@ -62,10 +59,7 @@ def test_value_targets_alternate_with_the_side_to_move() -> None:
         MCTSConfig(simulations=2),
         SelfPlaySettings(concurrent_games=1, max_plies=2, adjudicate_material=3, history=1),
     )
-    from chessrl.mcts import Node
-
-    sp._start()
-    sp.slots[0].root = Node(chess.Board("k7/8/8/8/8/8/8/KQ6 w - - 0 1"))
+    sp.start(chess.Board("k7/8/8/8/8/8/8/KQ6 w - - 0 1"))
     assert sp.step(start_new=False) == []
     [game] = sp.step(start_new=False)
     assert (game.result, game.termination) == ("1-0", "adjudicated_material")
@@ -77,11 +71,7 @@ def test_value_target_is_the_result_from_the_side_to_move() -> None:
     sp = SelfPlay(
         UniformEvaluator(), MCTSConfig(simulations=16), SelfPlaySettings(concurrent_games=1, history=1)
     )
-    board = chess.Board("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1")
-    from chessrl.mcts import Node
-
-    sp._start()
-    sp.slots[0].root = Node(board)
+    sp.start(chess.Board("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1"))
     sp.search.config = MCTSConfig(simulations=64, temperature_moves=0)
     [game] = sp.step(start_new=False)
     assert (game.result, game.termination, game.moves) == ("1-0", "checkmate", ["d1d8"])
@@ -96,10 +86,7 @@ def test_material_adjudication_at_max_plies() -> None:
         MCTSConfig(simulations=2),
         SelfPlaySettings(concurrent_games=1, max_plies=1, adjudicate_material=3, history=1),
     )
-    from chessrl.mcts import Node
-
-    sp._start()
-    sp.slots[0].root = Node(chess.Board("4k3/8/8/8/8/8/8/Q3K3 w - - 0 1"))
+    sp.start(chess.Board("4k3/8/8/8/8/8/8/Q3K3 w - - 0 1"))
     [game] = sp.step(start_new=False)
     assert (game.result, game.termination) == ("1-0", "adjudicated_material")
     assert game.positions[0].value == 1.0
