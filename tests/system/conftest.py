@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -164,6 +165,20 @@ def moto_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield server
     finally:
         stop_group(process, grace=5)
+
+
+@pytest.fixture
+def s3(moto_s3: Server) -> Any:
+    """A boto3 S3 client of ``moto_s3`` (for buckets and checks; the phases use their own)."""
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=moto_s3.url,
+        aws_access_key_id=moto_s3.env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=moto_s3.env["AWS_SECRET_ACCESS_KEY"],
+        region_name="us-east-1",
+    )
 
 
 @pytest.fixture(scope="module")

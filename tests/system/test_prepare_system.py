@@ -9,7 +9,6 @@ import time
 import uuid
 from pathlib import Path
 
-import boto3
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -121,14 +120,7 @@ def s3_fs(server) -> pafs.S3FileSystem:
     )
 
 
-def test_prepare_reads_and_writes_s3(moto_s3, tmp_path, repo, pgn_dir):
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=moto_s3.url,
-        aws_access_key_id=moto_s3.env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=moto_s3.env["AWS_SECRET_ACCESS_KEY"],
-        region_name="us-east-1",
-    )
+def test_prepare_reads_and_writes_s3(s3, moto_s3, tmp_path, repo, pgn_dir):
     s3.create_bucket(Bucket="chess-runs")
     s3.upload_file(
         str(pgn_dir / "masters" / "Firouzja.pgn.zst"), "chess-runs", "input/masters/Firouzja.pgn.zst"
@@ -212,7 +204,7 @@ def test_prepare_logs_to_an_mlflow_server(mlflow_server, tmp_path, pgn_dir):
     assert json.loads(Path(local).read_text())["games_written"] == 7
 
 
-def test_a_model_saved_to_s3_loads_back_through_base_model_paths(moto_s3, tmp_path, monkeypatch):
+def test_a_model_saved_to_s3_loads_back_through_base_model_paths(s3, moto_s3, tmp_path, monkeypatch):
     """--base-model s3://...: a checkpoint uploaded to the S3 endpoint loads like a local one."""
     import torch
 
@@ -221,13 +213,7 @@ def test_a_model_saved_to_s3_loads_back_through_base_model_paths(moto_s3, tmp_pa
 
     for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"):
         monkeypatch.setenv(key, moto_s3.env[key])
-    boto3.client(
-        "s3",
-        endpoint_url=moto_s3.url,
-        aws_access_key_id=moto_s3.env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=moto_s3.env["AWS_SECRET_ACCESS_KEY"],
-        region_name="us-east-1",
-    ).create_bucket(Bucket="chess-models")
+    s3.create_bucket(Bucket="chess-models")
     model, tok = build_model("tiny")
     model.save_pretrained(tmp_path / "local")
     tok.save_pretrained(tmp_path / "local")

@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 
-import boto3
 import pyarrow.parquet as pq
 import pytest
 
@@ -17,14 +16,7 @@ from chessrl.replay import REPLAY_SCHEMA
 pytestmark = pytest.mark.system
 
 
-def test_selfplay_writes_everything_to_s3(moto_s3, tmp_path, repo):
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=moto_s3.url,
-        aws_access_key_id=moto_s3.env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=moto_s3.env["AWS_SECRET_ACCESS_KEY"],
-        region_name="us-east-1",
-    )
+def test_selfplay_writes_everything_to_s3(s3, moto_s3, tmp_path, repo):
     s3.create_bucket(Bucket="selfplay-runs")
     result = subprocess.run(
         [sys.executable, "-m", "pipelines.selfplay", "--config", "tiny", "--storage", "s3://selfplay-runs/runs",
