@@ -42,6 +42,7 @@ from cluster.storage import Storage
 
 __all__ = [
     "REPLAY_SCHEMA",
+    "TRAINING_COLUMNS",
     "ReplayBatch",
     "decode_rows",
     "list_shards",
@@ -64,6 +65,9 @@ REPLAY_SCHEMA = pa.schema(
         pa.field("network_version", pa.int32()),
     ]
 )
+
+#: The columns :func:`decode_rows` needs: what a learner reads from a shard.
+TRAINING_COLUMNS = ["planes", "policy_indices", "policy_probs", "value"]
 
 _SHARD = re.compile(r"^(\d+)/shard-(\d+)-(\d+)\.parquet$")
 

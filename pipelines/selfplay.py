@@ -52,8 +52,6 @@ from cluster.storage import Storage
 from pipelines.config import SelfplayConfig
 from pipelines.phase import Phase, PhaseContext, PhaseResult, run_phase
 
-REPLAY_COLUMNS = ["planes", "policy_indices", "policy_probs", "value"]
-
 
 def net_config(cfg: SelfplayConfig) -> NetConfig:
     return NetConfig(
@@ -170,7 +168,14 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     from chessrl.batched_arena import SearchSide, match_record, play_batched_match
     from chessrl.mcts import NetworkEvaluator
     from chessrl.network import PolicyValueNet, alphazero_loss
-    from chessrl.replay import decode_rows, list_shards, positions_table, shard_path, write_shard
+    from chessrl.replay import (
+        TRAINING_COLUMNS,
+        decode_rows,
+        list_shards,
+        positions_table,
+        shard_path,
+        write_shard,
+    )
     from chessrl.selfplay import SelfPlay
     from cluster.tracking import RunMetricsLogger
 
@@ -296,7 +301,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             rng.shuffle(order)
             dataset = ray.data.read_parquet(
                 [replay.path(rel) for rel in order], filesystem=replay.fs, num_cpus=0
-            ).select_columns(REPLAY_COLUMNS)
+            ).select_columns(TRAINING_COLUMNS)
             yield from dataset.iter_batches(
                 batch_size=cfg["batch_size"],
                 batch_format="numpy",
