@@ -149,6 +149,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         dataloader_num_workers=0,
         seed=cfg["seed"],
         disable_tqdm=True,
+        gradient_checkpointing=bool(cfg["gradient_checkpointing"]),
     )
     trainer_class = SFTTrainer if use_gpu else cpu_sft_trainer_class()
     trainer = trainer_class(model=model, args=args, train_dataset=train, processing_class=tokenizer)
@@ -325,6 +326,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
             "max_length": cfg.max_length,
             "eval_every": cfg.eval_every,
             "use_gpu": cfg.use_gpu,
+            "gradient_checkpointing": cfg.gradient_checkpointing,
             "seed": context.config.run.seed,
             "heldout": [(list(p.moves_before), p.next_move, p.prefix) for p in heldout],
         },
