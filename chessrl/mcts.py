@@ -164,7 +164,7 @@ class Node:
     def __init__(self, board: chess.Board) -> None:
         #: The position, with its move stack (the tree's own copy).
         self.board = board
-        moves, actions = legal_indices(board)
+        moves, actions = legal_indices(board, cache=False)  # a tree meets few transpositions
         #: Legal moves, in python-chess's order.
         self.moves: list[chess.Move] = moves
         #: Their action indices (``int64``).
@@ -200,7 +200,18 @@ class Node:
         else:
             p = np.array([float(priors.get(m, 0.0)) for m in self.moves], dtype=np.float64)
         total = float(p.sum())
-        self.priors = p / total if total > 0 and math.isfinite(total) else np.full(len(p), 1.0 / len(p))
+        self.set_priors(
+            p / total if total > 0 and math.isfinite(total) else np.full(len(p), 1.0 / len(p)), value
+        )
+
+    def set_priors(self, priors: np.ndarray, value: float) -> None:
+        """Store priors already given per legal move (aligned with ``moves``, summing to 1) and the
+        value: :meth:`expand` without the gather from the whole action space."""
+        if priors.shape != (len(self.moves),):
+            raise ValueError(
+                f"expected {len(self.moves)} priors (one per legal move), got shape {priors.shape}"
+            )
+        self.priors = priors
         self.value = float(value)
 
     def select(self, c_puct: float, fpu_reduction: float | None = None) -> int:
@@ -333,21 +344,36 @@ class NetworkEvaluator:
         self.positions = 0
 
     def evaluate(self, boards: Sequence[chess.Board]) -> tuple[list[np.ndarray], list[float]]:
+        actions = [legal_indices(board)[1] for board in boards]
+        legal, values = self.evaluate_legal(boards, actions)
+        priors = []
+        for p_legal, a in zip(legal, actions, strict=True):
+            p = np.zeros(NUM_ACTIONS, dtype=np.float32)
+            p[a] = p_legal
+            priors.append(p)
+        return priors, values
+
+    def evaluate_legal(
+        self, boards: Sequence[chess.Board], actions: Sequence[np.ndarray]
+    ) -> tuple[list[np.ndarray], list[float]]:
+        """Priors per legal move (``actions[i]`` are board i's legal action indices, in the order
+        of its moves) and values: one network call, and the softmax over every board's legal
+        logits in a few array operations. :class:`BatchedMCTS` uses this when an evaluator has it.
+        """
         self.calls += 1
         self.positions += len(boards)
         if not boards:
             return [], []
         logits, values = self.net.predict(encode_boards(boards, self.history))  # (B, 4672), (B,)
-        priors = []
-        for row, board in zip(logits, boards, strict=True):
-            actions = legal_indices(board)[1]  # cached: the node computed them
-            p = np.zeros(NUM_ACTIONS, dtype=np.float32)
-            if len(actions):
-                legal = row[actions].astype(np.float64)
-                legal = np.exp(legal - legal.max())
-                p[actions] = legal / legal.sum()
-            priors.append(p)
-        return priors, values.astype(np.float64).tolist()
+        lengths = np.fromiter((len(a) for a in actions), dtype=np.int64, count=len(actions))
+        if lengths.min() == 0:
+            raise ValueError("evaluate_legal needs at least one legal move per board")
+        rows = np.repeat(np.arange(len(boards)), lengths)
+        flat = logits[rows, np.concatenate(actions)].astype(np.float64)
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        flat = np.exp(flat - np.maximum.reduceat(flat, starts)[rows])
+        flat /= np.add.reduceat(flat, starts)[rows]
+        return np.split(flat, starts[1:]), values.astype(np.float64).tolist()
 
 
 _Path = list[tuple[Node, int]]
@@ -478,7 +504,12 @@ class BatchedMCTS:
         """One evaluator call for all ``leaves``; each gets its priors and value."""
         if not leaves:
             return
-        priors, values = self.evaluator.evaluate([leaf.board for leaf in leaves])
+        boards = [leaf.board for leaf in leaves]
+        evaluate_legal = getattr(self.evaluator, "evaluate_legal", None)
+        if evaluate_legal is not None:  # priors per legal move: no scatter into the action space and back
+            priors, values = evaluate_legal(boards, [leaf.actions for leaf in leaves])
+        else:
+            priors, values = self.evaluator.evaluate(boards)
         if len(priors) != len(leaves) or len(values) != len(leaves):
             raise ValueError(
                 f"evaluator returned {len(priors)} priors and {len(values)} values for {len(leaves)} boards"
@@ -486,4 +517,7 @@ class BatchedMCTS:
         self.evaluator_calls += 1
         self.positions_evaluated += len(leaves)
         for leaf, p, v in zip(leaves, priors, values, strict=True):
-            leaf.expand(p, v)
+            if evaluate_legal is not None:
+                leaf.set_priors(p, v)
+            else:
+                leaf.expand(p, v)

@@ -18,6 +18,7 @@ from chessrl.board_encoding import (
     input_channels,
     legal_indices,
     legal_mask,
+    legal_moves,
     move_to_index,
 )
 
@@ -73,7 +74,32 @@ def test_every_legal_move_of_random_games_round_trips() -> None:
         assert_round_trips(board)
 
 
-@pytest.mark.parametrize("fen", CORNERS)
+# Pins, checks, en passant that would expose the king, promotions with captures, castling.
+PIN_AND_CHECK_CORNERS = [
+    "4k3/8/8/8/1b6/8/3P4/4K3 w - - 0 1",  # the d2 pawn is pinned along the diagonal
+    "4k3/4r3/8/8/8/8/4R3/4K3 w - - 0 1",  # the e2 rook is pinned and may move along the file
+    "8/8/8/K2pP2r/8/8/8/7k w - d6 0 1",  # e5xd6 en passant would expose the king on the rank
+    "8/8/8/8/k2Pp2Q/8/8/4K3 b - d3 0 1",  # and for black
+    "4k3/8/8/8/8/8/8/R3K2r w Q - 0 1",  # in check from h1: evasions only, no castling
+    "r3k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1",
+    "1r2k3/2P5/8/8/8/8/8/4K3 w - - 0 1",  # c7xb8 with each promotion, c8 with each promotion
+    "4k3/8/8/8/8/8/6p1/4K2R b K - 0 1",  # g2xh1 and g2g1, each to every piece
+    "8/8/8/3k4/8/8/8/3QK3 b - - 0 1",  # the king may not step onto the queen's file
+]
+
+
+def test_legal_moves_are_python_chess_legal_moves_in_the_same_order() -> None:
+    positions = random_positions(games=60, seed=11) + [
+        chess.Board(f) for f in CORNERS + PIN_AND_CHECK_CORNERS
+    ]
+    assert sum(b.is_check() for b in positions) > 50 and sum(bool(b.ep_square) for b in positions) > 10
+    for board in positions:
+        assert legal_moves(board) == list(board.legal_moves), board.fen()
+    chess960 = chess.Board.from_chess960_pos(518 - 1)
+    assert legal_moves(chess960) == list(chess960.legal_moves)
+
+
+@pytest.mark.parametrize("fen", CORNERS + PIN_AND_CHECK_CORNERS)
 def test_corner_positions_round_trip(fen: str) -> None:
     assert_round_trips(chess.Board(fen))
 
@@ -240,14 +266,98 @@ def test_copy_board_is_board_copy() -> None:
     assert copy == chess.Board() == reference
 
 
-def test_the_legal_move_cache_tells_positions_apart_and_hands_out_copies() -> None:
+def test_the_legal_move_cache_tells_positions_apart_and_cannot_be_changed_by_callers() -> None:
     # the same pieces, once with a legal en passant capture and once without
     with_ep = chess.Board(CORNERS[4])
     without_ep = chess.Board(CORNERS[4].replace(" f6 ", " - "))
     assert len(legal_indices(with_ep)[0]) == len(legal_indices(without_ep)[0]) + 1
     moves, indices = legal_indices(with_ep)
-    moves.clear()
-    indices[:] = -1
+    moves.clear()  # the list is the caller's copy
+    with pytest.raises(ValueError, match="read-only"):
+        indices[:] = -1  # the array is the cache's own, read-only
     again_moves, again_indices = legal_indices(with_ep)
     assert again_moves == list(with_ep.legal_moves)
     assert again_indices.tolist() == [move_to_index(with_ep, m) for m in again_moves]
+
+
+def reference_planes(board: chess.Board, history: int) -> np.ndarray:
+    """The planes by the book: pop the moves one by one and count repetitions with python-chess's
+    own transposition keys (what :func:`encode_board` reads from the saved states instead)."""
+    us = board.turn
+    planes = np.zeros((input_channels(history), 8, 8), dtype=np.float32)
+    b = board.copy()
+    keys, limit, step = [], history - 1, 0
+    while True:
+        keys.append(b._transposition_key())
+        if step < history:
+            for j, (color, piece) in enumerate([(c, p) for c in (us, not us) for p in chess.PIECE_TYPES]):
+                for square in b.pieces(piece, color):
+                    row = chess.square_rank(square) if us == chess.WHITE else 7 - chess.square_rank(square)
+                    planes[PLANES_PER_STEP * step + j, row, chess.square_file(square)] = 1.0
+            limit = max(limit, step + b.halfmove_clock)
+        if step >= limit or not b.move_stack:
+            break
+        b.pop()
+        step += 1
+    for i in range(min(history, len(keys))):
+        seen = keys[i + 1 :].count(keys[i])
+        planes[PLANES_PER_STEP * i + 12] = seen >= 1
+        planes[PLANES_PER_STEP * i + 13] = seen >= 2
+    c = PLANES_PER_STEP * history
+    planes[c] = us == chess.WHITE
+    planes[c + 1] = board.fullmove_number / 100.0
+    planes[c + 2 : c + 6] = np.array(
+        [board.has_kingside_castling_rights(us), board.has_queenside_castling_rights(us),
+         board.has_kingside_castling_rights(not us), board.has_queenside_castling_rights(not us)],
+        dtype=np.float32,
+    )[:, None, None]  # fmt: skip
+    planes[c + 6] = board.halfmove_clock / 100.0
+    return planes
+
+
+def shuffling_games(games: int, seed: int) -> list[chess.Board]:
+    """Positions with repetitions: random games in which both sides now and then move a knight
+    out and back (four plies that return to the same position)."""
+    rng = random.Random(seed)
+    positions = []
+    for _ in range(games):
+        board = chess.Board()
+        while not board.is_game_over() and board.ply() < 120:
+            positions.append(board.copy())
+            out: list[chess.Move] = []
+            if rng.random() < 0.4:
+                for _side in range(2):
+                    hops = [m for m in board.legal_moves if board.piece_type_at(m.from_square) == chess.KNIGHT
+                            and not board.is_capture(m)]  # fmt: skip
+                    if not hops:
+                        break
+                    out.append(rng.choice(hops))
+                    board.push(out[-1])
+                    positions.append(board.copy())
+                for move in out:
+                    back = chess.Move(move.to_square, move.from_square)
+                    if len(out) < 2 or back not in board.legal_moves:
+                        break
+                    board.push(back)
+                    positions.append(board.copy())
+                continue
+            board.push(rng.choice(list(board.legal_moves)))
+    return [p for p in positions if not p.is_game_over()]
+
+
+@pytest.mark.parametrize("history", [1, 2, 8])
+def test_encode_boards_matches_the_reference_over_games_with_repetitions(history: int) -> None:
+    positions = shuffling_games(games=12, seed=history)
+    # en passant squares, and a game from a FEN whose castling rights need cleaning
+    odd = chess.Board("r3k2r/8/8/8/8/8/8/4K2R w KQkq - 0 1")  # white's a1 rook is missing
+    for uci in ["h1h2", "e8d8", "h2h1", "d8e8", "e1d1", "a8a7", "d1e1", "a7a8"]:
+        odd.push_uci(uci)
+        positions.append(odd.copy())
+    ep = chess.Board("4k3/8/8/8/3p4/8/4P3/4K3 w - - 0 1")
+    for uci in ["e2e4", "e8d8", "e1d1", "d8e8", "d1e1"]:
+        ep.push_uci(uci)
+        positions.append(ep.copy())
+    assert sum(p.is_repetition(2) for p in positions) > 100
+    batch = encode_boards(positions, history)
+    for board, planes in zip(positions, batch, strict=True):
+        np.testing.assert_array_equal(planes, reference_planes(board, history), err_msg=board.fen())

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from chessrl.board_encoding import NUM_ACTIONS, legal_mask
+from chessrl.board_encoding import NUM_ACTIONS, encode_boards, legal_indices, legal_mask
 from chessrl.mcts import (
     BatchedMCTS,
     MCTSConfig,
@@ -375,3 +375,24 @@ def test_network_evaluator_masks_illegal_moves_and_batches_all_games() -> None:
     assert all(np.all(pi[~legal_mask(chess.Board())] == 0) for pi in pis)
     with pytest.raises(ValueError, match="history 3 does not match"):
         NetworkEvaluator(net, history=3)
+
+
+def test_priors_are_the_softmax_of_the_legal_logits_and_the_search_gets_them_per_move() -> None:
+    torch.manual_seed(1)
+    net = PolicyValueNet(NetConfig(blocks=1, channels=8, history=2, value_hidden=8)).eval()
+    evaluator = NetworkEvaluator(net)
+    boards = [chess.Board(f) for f, _ in MATES_IN_ONE] + [chess.Board()]
+    logits, _ = net.predict(encode_boards(boards, 2))
+    priors, _ = evaluator.evaluate(boards)
+    for board, row, p in zip(boards, logits, priors, strict=True):
+        actions = legal_indices(board)[1]
+        expected = torch.softmax(torch.from_numpy(row[actions]).double(), dim=0).numpy()
+        np.testing.assert_allclose(p[actions], expected, rtol=1e-5)
+    # the search stores the same priors, per legal move, through evaluate_legal
+    mcts = BatchedMCTS(evaluator, MCTSConfig(simulations=1), seed=0)
+    roots = [Node(b.copy()) for b in boards]
+    mcts.search(roots, add_noise=False)
+    for root, p in zip(roots, priors, strict=True):
+        np.testing.assert_allclose(root.priors, p[root.actions], rtol=1e-5)
+    with pytest.raises(ValueError, match="expected 20 priors"):
+        Node(chess.Board()).set_priors(np.ones(3) / 3, 0.0)
