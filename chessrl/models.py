@@ -63,7 +63,48 @@ def build_model(preset: str, tokenizer: PreTrainedTokenizerBase | None = None) -
         **PRESETS[preset],
     )
     torch.manual_seed(0)
-    return GPT2LMHeadModel(config), tok
+    model = GPT2LMHeadModel(config)
+    compose_move_embeddings(model, tok)
+    return model, tok
+
+
+def compose_move_embeddings(model: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> int:
+    """Start every move token's embedding as the sum of a from-square, a to-square and a
+    promotion vector (random, GPT-2's init scale), so moves that share squares start out alike.
+
+    A one-token-per-move vocabulary hides that ``e2e4`` and ``e2e3`` move the same piece; with
+    composed starting points (in the tied output layer too) what the model learns about one move
+    carries over to the moves sharing its squares. Only the starting point changes: the model is
+    a plain GPT-2 and every embedding trains freely. Returns how many tokens were set.
+
+    >>> model, tok = build_model("tiny")
+    >>> e = model.get_input_embeddings().weight
+    >>> a, b, c = (e[tok.convert_tokens_to_ids(t)] for t in (" e2e4", " e2e3", " g1f3"))
+    >>> bool(torch.cosine_similarity(a, b, dim=0) > 0.3 > torch.cosine_similarity(a, c, dim=0))
+    True
+    """
+    width = model.config.n_embd
+    std = model.config.initializer_range / (2**0.5)
+    generator = torch.Generator().manual_seed(seed)
+    squares = torch.randn(2, 64, width, generator=generator) * std  # from, to
+    promotions = torch.randn(5, width, generator=generator) * std  # none, q, r, b, n
+    promotion_row = {None: 0, chess.QUEEN: 1, chess.ROOK: 2, chess.BISHOP: 3, chess.KNIGHT: 4}
+    weight = model.get_input_embeddings().weight
+    done = 0
+    with torch.no_grad():
+        for token, index in tokenizer.get_vocab().items():
+            text = token.strip().replace("\u0120", "")
+            if not 4 <= len(text) <= 5 or index >= weight.shape[0]:
+                continue
+            try:
+                move = chess.Move.from_uci(text)
+            except ValueError:
+                continue
+            weight[index] = (
+                squares[0, move.from_square] + squares[1, move.to_square] + promotions[promotion_row[move.promotion]]
+            )
+            done += 1
+    return done
 
 
 def count_parameters(model: torch.nn.Module) -> int:

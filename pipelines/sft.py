@@ -39,6 +39,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     import datasets
     import ray.train
     import torch
+    from datasets.iterable_dataset import ExamplesIterable
     from ray.train.huggingface.transformers import RayTrainReportCallback, prepare_trainer
     from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer
@@ -72,7 +73,12 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
                     yield {"input_ids": ids, "labels": ids}
             epoch += 1
 
-    train = datasets.IterableDataset.from_generator(blocks)
+    def keyed() -> Any:
+        yield from enumerate(blocks())
+
+    # ExamplesIterable, not IterableDataset.from_generator: that one fingerprints the generator
+    # with dill, which disassembles the closure (the Ray shard included) into the worker's log
+    train = datasets.IterableDataset(ExamplesIterable(keyed, {}))
 
     tokens_per_step = cfg["batch_size"] * cfg["max_length"]
 
