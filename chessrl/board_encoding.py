@@ -262,7 +262,8 @@ def _legal_codes(board: chess.Board) -> list[int]:
     king_mask = board.kings & ours
     if not king_mask or board.chess960 or type(board) is not chess.Board:
         return [_code(m) for m in board.generate_legal_moves()]
-    king = king_mask.bit_length() - 1
+    king = king_mask.bit_length() - 1  # python-chess's king when a side has two: the highest
+    king_bb = 1 << king
     if board.attackers_mask(not turn, king):
         return [_code(m) for m in board.generate_legal_moves()]  # evasions
     blockers = board._slider_blockers(king)
@@ -307,7 +308,7 @@ def _legal_codes(board: chess.Board) -> list[int]:
             while targets:
                 t = targets.bit_length() - 1
                 targets ^= 1 << t
-                if ray(f, t) & king_mask:
+                if ray(f, t) & king_bb:
                     add(row + t)
         else:
             while targets:
@@ -331,7 +332,7 @@ def _legal_codes(board: chess.Board) -> list[int]:
         while targets:
             t = targets.bit_length() - 1
             targets ^= 1 << t
-            if pinned and not ray(f, t) & king_mask:
+            if pinned and not ray(f, t) & king_bb:
                 continue
             c = f * 64 + t
             if (1 << t) & _BACK_RANKS:
@@ -351,7 +352,7 @@ def _legal_codes(board: chess.Board) -> list[int]:
             t = bb.bit_length() - 1
             bb ^= 1 << t
             f = t + step
-            if (1 << f) & blockers and not ray(f, t) & king_mask:
+            if (1 << f) & blockers and not ray(f, t) & king_bb:
                 continue
             c = f * 64 + t
             if (1 << t) & _BACK_RANKS:
@@ -481,7 +482,8 @@ def encode_boards(boards: Sequence[chess.Board], history: int = 8) -> np.ndarray
                 # python-chess's key: en passant only when legal, castling rights cleaned at the
                 # game's start; both need a board, so restore the state into a scratch one
                 if scratch is None:
-                    scratch = chess.Board(None)
+                    scratch = chess.Board(None, chess960=board.chess960)
+                scratch.chess960 = board.chess960
                 state.restore(scratch)
                 scratch._stack = [] if step == depth else [state]
                 keys.append(scratch._transposition_key())

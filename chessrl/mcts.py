@@ -211,6 +211,8 @@ class Node:
             raise ValueError(
                 f"expected {len(self.moves)} priors (one per legal move), got shape {priors.shape}"
             )
+        if len(priors) and not np.isfinite(priors).all():  # a diverged network: search on uniform priors
+            priors = np.full(len(priors), 1.0 / len(priors))
         self.priors = priors
         self.value = float(value)
 
@@ -365,15 +367,21 @@ class NetworkEvaluator:
         if not boards:
             return [], []
         logits, values = self.net.predict(encode_boards(boards, self.history))  # (B, 4672), (B,)
-        lengths = np.fromiter((len(a) for a in actions), dtype=np.int64, count=len(actions))
-        if lengths.min() == 0:
-            raise ValueError("evaluate_legal needs at least one legal move per board")
-        rows = np.repeat(np.arange(len(boards)), lengths)
-        flat = logits[rows, np.concatenate(actions)].astype(np.float64)
+        value_list = values.astype(np.float64).tolist()
+        playable = [i for i, a in enumerate(actions) if len(a)]  # a finished game has no priors
+        priors = [np.zeros(0, dtype=np.float64) for _ in actions]
+        if not playable:
+            return priors, value_list
+        lengths = np.array([len(actions[i]) for i in playable], dtype=np.int64)
+        rows = np.repeat(np.array(playable, dtype=np.int64), lengths)
+        flat = logits[rows, np.concatenate([actions[i] for i in playable])].astype(np.float64)
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-        flat = np.exp(flat - np.maximum.reduceat(flat, starts)[rows])
-        flat /= np.add.reduceat(flat, starts)[rows]
-        return np.split(flat, starts[1:]), values.astype(np.float64).tolist()
+        segment = np.repeat(np.arange(len(playable)), lengths)
+        flat = np.exp(flat - np.maximum.reduceat(flat, starts)[segment])
+        flat /= np.add.reduceat(flat, starts)[segment]
+        for i, p in zip(playable, np.split(flat, starts[1:]), strict=True):
+            priors[i] = p
+        return priors, value_list
 
 
 _Path = list[tuple[Node, int]]

@@ -100,8 +100,12 @@ def compose_move_embeddings(model: GPT2LMHeadModel, tokenizer: PreTrainedTokeniz
                 move = chess.Move.from_uci(text)
             except ValueError:
                 continue
+            if not move:  # "0000", the null move
+                continue
             weight[index] = (
-                squares[0, move.from_square] + squares[1, move.to_square] + promotions[promotion_row[move.promotion]]
+                squares[0, move.from_square]
+                + squares[1, move.to_square]
+                + promotions[promotion_row[move.promotion]]
             )
             done += 1
     return done

@@ -85,6 +85,7 @@ PIN_AND_CHECK_CORNERS = [
     "1r2k3/2P5/8/8/8/8/8/4K3 w - - 0 1",  # c7xb8 with each promotion, c8 with each promotion
     "4k3/8/8/8/8/8/6p1/4K2R b K - 0 1",  # g2xh1 and g2g1, each to every piece
     "8/8/8/3k4/8/8/8/3QK3 b - - 0 1",  # the king may not step onto the queen's file
+    "7K/8/k7/4R3/8/8/1b6/4K3 w - - 0 1",  # two white kings: pins count against python-chess's (h8)
 ]
 
 
@@ -353,6 +354,10 @@ def test_encode_boards_matches_the_reference_over_games_with_repetitions(history
     for uci in ["h1h2", "e8d8", "h2h1", "d8e8", "e1d1", "a8a7", "d1e1", "a7a8"]:
         odd.push_uci(uci)
         positions.append(odd.copy())
+    fischer = chess.Board("nrkbbqrn/pppppppp/8/8/8/8/PPPPPPPP/NRKBBQRN w GBgb - 0 1", chess960=True)
+    for uci in ["h1g3", "h8g6", "g3h1", "g6h8", "h1g3"]:  # back at the start: a chess960 repetition
+        fischer.push_uci(uci)
+        positions.append(fischer.copy())
     ep = chess.Board("4k3/8/8/8/3p4/8/4P3/4K3 w - - 0 1")
     for uci in ["e2e4", "e8d8", "e1d1", "d8e8", "d1e1"]:
         ep.push_uci(uci)

@@ -396,3 +396,11 @@ def test_priors_are_the_softmax_of_the_legal_logits_and_the_search_gets_them_per
         np.testing.assert_allclose(root.priors, p[root.actions], rtol=1e-5)
     with pytest.raises(ValueError, match="expected 20 priors"):
         Node(chess.Board()).set_priors(np.ones(3) / 3, 0.0)
+    # a finished game gets no priors but a value; NaN priors fall back to uniform
+    mated = chess.Board("7k/6Q1/6K1/8/8/8/8/8 b - - 0 1")
+    priors, values = evaluator.evaluate([mated, chess.Board()])
+    assert float(priors[0].sum()) == 0.0 and float(priors[1].sum()) == pytest.approx(1.0, abs=1e-5)
+    assert len(values) == 2
+    node = Node(chess.Board())
+    node.set_priors(np.full(20, np.nan), 0.0)
+    np.testing.assert_allclose(node.priors, np.full(20, 0.05))
