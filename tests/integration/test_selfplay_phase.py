@@ -28,7 +28,7 @@ SMALL = [
     "--config", "tiny", "--no-tracking", "--concurrent-games", "4", "--mcts-simulations", "4",
     "--max-plies", "24", "--shard-positions", "32", "--batch-size", "16", "--train-ratio", "1",
     "--gate-games", "2", "--gate-max-plies", "12", "--eval-games", "2", "--eval-max-plies", "16",
-    "--blocks", "1", "--channels", "8", "--set", "selfplay.time_limit_minutes=null",
+    "--blocks", "1", "--channels", "8", "--checkpoint-interval", "2", "--set", "selfplay.time_limit_minutes=null",
 ]  # fmt: skip
 
 

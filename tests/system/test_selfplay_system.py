@@ -23,7 +23,7 @@ def test_selfplay_writes_everything_to_s3(s3, moto_s3, tmp_path, repo):
          "--run-name", "sp", "--no-tracking", "--producer-workers", "1", "--iterations", "2", "--episodes", "2",
          "--concurrent-games", "4", "--mcts-simulations", "4", "--max-plies", "20", "--shard-positions", "32",
          "--batch-size", "16", "--gate-games", "2", "--gate-max-plies", "10", "--eval-games", "2",
-         "--eval-max-plies", "10", "--blocks", "1", "--channels", "8", "--set", "selfplay.time_limit_minutes=null",
+         "--eval-max-plies", "10", "--blocks", "1", "--channels", "8", "--checkpoint-interval", "2", "--set", "selfplay.time_limit_minutes=null",
          "--set", "ray.num_cpus=2"],
         env=moto_s3.env, cwd=repo, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
     )  # fmt: skip
