@@ -3,6 +3,7 @@ batching the leaves of many games buys.
 
     python bench/mcts.py                               # batch 16, 32 simulations, 3 runs
     python bench/mcts.py --games 32 --simulations 64 --blocks 4 --channels 64 --runs 5
+    python bench/mcts.py --device cuda                 # the network on a GPU (the tree stays on the CPU)
 
 Both ratios come from one process, one torch thread, the same network (the ``tiny`` preset's
 2 blocks x 32 channels, history 2, seeded weights) and runs that alternate, so machine noise
@@ -114,17 +115,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=8.0, help="seconds per timed run")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--device", default="cpu", help="where the network runs: cpu, cuda, cuda:1, ...")
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "mcts.json"))
     args = parser.parse_args(argv)
 
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: this torch build sees no CUDA device")
     torch.set_num_threads(1)
     torch.manual_seed(0)
     config = NetConfig(blocks=args.blocks, channels=args.channels, history=args.history, value_hidden=32)
-    net = PolicyValueNet(config).eval()
+    net = PolicyValueNet(config).to(args.device).eval()
     planes = sample_planes(net, args.games, args.games * 16, seed=1)
     print(
         f"network: {args.blocks} blocks x {args.channels} channels, history {args.history}; batch {args.games} "
-        f"games, {args.simulations} simulations per move; 1 torch thread; {args.seconds:g} s per run"
+        f"games, {args.simulations} simulations per move; network on {args.device}, 1 torch thread; {args.seconds:g} s per run"
     )
     raw: list[dict[str, Any]] = []
     batched: list[dict[str, Any]] = []
@@ -159,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             "mcts_batching": "collector simulations/s / the same loop with one game (one leaf per call)",
         },
         "network": {"blocks": args.blocks, "channels": args.channels, "history": args.history},
+        "device": args.device,
         "games": args.games,
         "simulations": args.simulations,
         "runs": {"network": raw, "collector": batched, "one_leaf": single},
