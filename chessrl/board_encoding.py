@@ -223,7 +223,12 @@ _PROMOTION_KIND = {None: 0, chess.QUEEN: 1, chess.ROOK: 2, chess.BISHOP: 3, ches
 _KIND_PIECE = [None, chess.QUEEN, chess.ROOK, chess.BISHOP, chess.KNIGHT]
 #: One shared Move per code (python-chess never changes a Move once made).
 _MOVE_OF_CODE = [chess.Move(c % 4096 // 64, c % 64, _KIND_PIECE[c // 4096]) for c in range(5 * 4096)]
-_BACK_RANKS = chess.BB_RANK_1 | chess.BB_RANK_8
+#: A pawn's move from ``f`` to ``t`` (index ``f * 64 + t``) as codes: the four promotions, in
+#: python-chess's order, when ``t`` is on a back rank, else the one ordinary move.
+_PAWN_CODES = [
+    tuple(c + kind * 4096 for kind in (1, 2, 3, 4)) if chess.square_rank(c % 64) in (0, 7) else (c,)
+    for c in range(4096)
+]
 
 
 def _build_action_of_code() -> np.ndarray:
@@ -334,11 +339,7 @@ def _legal_codes(board: chess.Board) -> list[int]:
             targets ^= 1 << t
             if pinned and not ray(f, t) & king_bb:
                 continue
-            c = f * 64 + t
-            if (1 << t) & _BACK_RANKS:
-                codes += (c + 4096, c + 2 * 4096, c + 3 * 4096, c + 4 * 4096)
-            else:
-                add(c)
+            codes += _PAWN_CODES[f * 64 + t]
 
     back = 8 if turn == chess.BLACK else -8
     if turn == chess.WHITE:
@@ -354,11 +355,7 @@ def _legal_codes(board: chess.Board) -> list[int]:
             f = t + step
             if (1 << f) & blockers and not ray(f, t) & king_bb:
                 continue
-            c = f * 64 + t
-            if (1 << t) & _BACK_RANKS:
-                codes += (c + 4096, c + 2 * 4096, c + 3 * 4096, c + 4 * 4096)
-            else:
-                add(c)
+            codes += _PAWN_CODES[f * 64 + t]
 
     if board.ep_square:
         codes += [_code(m) for m in board.generate_pseudo_legal_ep() if board._is_safe(king, blockers, m)]
