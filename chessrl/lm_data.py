@@ -15,9 +15,12 @@ may run across two blocks, and the last partial block of a batch is dropped.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from chessrl.formats import MovesFormat
+
+T = TypeVar("T", bound=Mapping[str, Any])
 
 RESULTS: tuple[str, ...] = ("1-0", "0-1", "1/2-1/2")
 
@@ -25,6 +28,27 @@ RESULTS: tuple[str, ...] = ("1-0", "0-1", "1/2-1/2")
 def is_heldout(game_id: str, fraction: float) -> bool:
     """A stable split by game id (content hash), the same in every run and on every worker."""
     return int(game_id[:8], 16) / 2**32 < fraction
+
+
+def split_games(rows: Iterable[T], fraction: float) -> tuple[list[T], list[T], int]:
+    """Rows with a ``game_id`` key -> (training rows, held-out rows, duplicates dropped).
+
+    A game in two files (a masters database holds each game between two of its players twice)
+    has one id: it is kept once, so it is neither trained on twice nor on both sides of the split.
+
+    >>> rows = [{"game_id": "00000000aa"}, {"game_id": "ffffffffbb"}, {"game_id": "ffffffffbb"}]
+    >>> train, held, dropped = split_games(rows, 0.05)
+    >>> [r["game_id"] for r in train], [r["game_id"] for r in held], dropped
+    (['ffffffffbb'], ['00000000aa'], 1)
+    """
+    unique: dict[str, T] = {}
+    seen = 0
+    for row in rows:
+        seen += 1
+        unique.setdefault(row["game_id"], row)
+    train = [r for r in unique.values() if not is_heldout(r["game_id"], fraction)]
+    held = [r for r in unique.values() if is_heldout(r["game_id"], fraction)]
+    return train, held, seen - len(unique)
 
 
 def result_prefix(result: str | None, condition_on_result: bool) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from chessrl.lm_data import is_heldout, pack_blocks, training_text
+from chessrl.lm_data import pack_blocks, split_games, training_text
 from chessrl.lm_eval import sample_positions
 from chessrl.models import context_length, load_tokenizer, local_checkpoint
 from chessrl.tokenizer import build_chess_tokenizer
@@ -271,12 +271,10 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         raise StorageError(f"no games at {source.uri}: run `chess-rl prepare` first, or pass --games")
     columns = ["game_id", "moves", "result"]
     table = pads.dataset(source.path(), filesystem=source.fs, format="parquet").to_table(columns=columns)
-    rows = table.to_pylist()
-    train_rows = [r for r in rows if not is_heldout(r["game_id"], cfg.heldout_fraction)]
-    held_rows = [r for r in rows if is_heldout(r["game_id"], cfg.heldout_fraction)]
+    train_rows, held_rows, duplicates = split_games(table.to_pylist(), cfg.heldout_fraction)
     if not train_rows or not held_rows:
         raise StorageError(
-            f"{source.uri} has {len(rows)} games: too few to split for training and held-out evaluation"
+            f"{source.uri} has {table.num_rows} games: too few to split for training and held-out evaluation"
         )
     heldout = sample_positions(
         [(r["moves"], r["result"]) for r in held_rows],
@@ -290,6 +288,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     ]
     log(
         f"{len(train_rows):,} training games, {len(held_rows):,} held out ({len(heldout)} positions) from {source.uri}"
+        + (f" ({duplicates:,} duplicate games skipped)" if duplicates else "")
     )
     data_context = ray.data.DataContext.get_current()
     data_context.enable_progress_bars = sys.stderr.isatty()
@@ -366,6 +365,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         "games": source.uri,
         "train_games": len(train_rows),
         "heldout_games": len(held_rows),
+        "duplicate_games": duplicates,
         "heldout_positions": len(heldout),
         "steps": int(metrics.get("step", 0)),
         "resumed_from_step": int(metrics.get("resumed_from_step", 0)),

@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from chessrl.lm_data import is_heldout, pack_blocks, result_prefix, training_text
+from chessrl.lm_data import is_heldout, pack_blocks, result_prefix, split_games, training_text
 from chessrl.tokenizer import build_chess_tokenizer
 
 
@@ -17,6 +17,16 @@ def test_heldout_split_is_stable_and_near_the_fraction() -> None:
     assert 0.04 < len(held) / len(ids) < 0.06
     assert held == [i for i in ids if is_heldout(i, 0.05)]
     assert set(held) <= {i for i in ids if is_heldout(i, 0.10)}  # a larger fraction only adds games
+
+
+def test_split_keeps_each_game_once_on_one_side() -> None:
+    ids = [hashlib.blake2b(str(i).encode(), digest_size=8).hexdigest() for i in range(2_000)]
+    rows = [{"game_id": i, "copy": 0} for i in ids] + [{"game_id": i, "copy": 1} for i in ids[::3]]
+    train, held, dropped = split_games(rows, 0.1)
+    assert dropped == len(ids[::3])
+    assert sorted(r["game_id"] for r in train + held) == sorted(ids)  # every game, once
+    assert {r["game_id"] for r in held} == {i for i in ids if is_heldout(i, 0.1)}
+    assert all(r["copy"] == 0 for r in train + held)  # the first copy read is the one kept
 
 
 def test_packing_keeps_every_token_in_order_and_drops_only_the_tail() -> None:
