@@ -5,7 +5,9 @@
 
 Both sides train the same model preset on the same packed blocks (the repository's real games,
 tokenised and packed by the same code), with the same batch size, sequence length, optimizer
-(AdamW, weight decay 0.01, betas 0.9/0.95, gradient clipping 1.0) and torch threads (2).
+(AdamW, weight decay 0.01, betas 0.9/0.95, gradient clipping 1.0), torch threads (2) and
+precision: bf16 autocast where the phase's ``precision: auto`` picks it (a CPU with AMX or
+AVX512-BF16), fp32 elsewhere; ``--precision`` sets both sides.
 
 - Baseline: a plain loop in this process: forward, backward, clip, step, on batches cut from
   the packed blocks.
@@ -41,7 +43,7 @@ from machine_load import fmt_load, timed  # noqa: E402  (bench/ is on sys.path w
 from record import write_record  # noqa: E402
 
 from chessrl.lm_data import is_heldout, pack_blocks, training_text  # noqa: E402
-from chessrl.models import build_model  # noqa: E402
+from chessrl.models import build_model, cpu_has_bf16_matmul  # noqa: E402
 from cluster.config import RaySection  # noqa: E402
 from cluster.runtime import ray_session  # noqa: E402
 
@@ -75,7 +77,7 @@ def packed_blocks(games: Path, tokenizer: Any, block: int) -> torch.Tensor:
 
 
 def baseline_run(
-    preset: str, blocks: torch.Tensor, steps: int, batch: int, lr: float, seed: int
+    preset: str, blocks: torch.Tensor, steps: int, batch: int, lr: float, seed: int, bf16: bool
 ) -> dict[str, Any]:
     """A plain PyTorch loop: tokens/s of steps 2..N."""
     torch.set_num_threads(THREADS)
@@ -88,7 +90,8 @@ def baseline_run(
     for step in range(steps):
         idx = order[(torch.arange(batch) + step * batch) % len(blocks)]
         x = blocks[idx]
-        loss = model(input_ids=x, labels=x).loss
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(input_ids=x, labels=x).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -102,7 +105,7 @@ def baseline_run(
 
 
 def measured_run(
-    preset: str, workdir: Path, steps: int, batch: int, length: int, lr: float, i: int
+    preset: str, workdir: Path, steps: int, batch: int, length: int, lr: float, i: int, precision: str
 ) -> dict[str, Any]:
     """``pipelines.sft.main`` with one worker; its own steady-state tokens/s."""
     from pipelines import sft
@@ -114,7 +117,7 @@ def measured_run(
          "--games", str(workdir / "bench" / "prepare" / "games"), "--model", preset,
          "--max-steps", str(steps), "--eval-every", str(steps), "--batch-size", str(batch),
          "--max-length", str(length), "--learning-rate", str(lr), "--num-workers", "1",
-         "--set", "sft.heldout_positions=1"]
+         "--precision", precision, "--set", "sft.heldout_positions=1"]
     )  # fmt: skip
     wall = time.perf_counter() - started
     if code != 0:
@@ -141,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--learning-rate", type=float, default=3e-3)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--precision", default="auto", choices=["auto", "fp32", "bf16"],
+        help="both sides: auto is the phase's default (bf16 on a CPU with AMX or AVX512-BF16)",
+    )  # fmt: skip
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "sft.json"))
     args = parser.parse_args(argv)
     if args.steps < 2:
@@ -157,12 +164,15 @@ def main(argv: list[str] | None = None) -> int:
         games = prepare_games(workdir)
         _, tokenizer = build_model(args.model)
         blocks = packed_blocks(games, tokenizer, args.max_length)
+        bf16 = args.precision == "bf16" or (args.precision == "auto" and cpu_has_bf16_matmul())
         print(
             f"{len(blocks):,} blocks of {args.max_length} tokens; model {args.model}, batch {args.batch_size}, "
-            f"{args.steps} steps per run, {THREADS} torch threads"
+            f"{args.steps} steps per run, {THREADS} torch threads, {'bf16 autocast' if bf16 else 'fp32'}"
         )
         for i in range(args.runs):
-            b = timed(baseline_run, args.model, blocks, args.steps, args.batch_size, args.learning_rate, i)
+            b = timed(
+                baseline_run, args.model, blocks, args.steps, args.batch_size, args.learning_rate, i, bf16
+            )
             baseline.append(b)
             print(
                 f"  run {i + 1} baseline  {b['tokens_per_s']:9,.0f} tokens/s  (loss {b['loss']:.3f}; "
@@ -171,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             # no "other load" here: the Train worker's CPU time leaves with its process, so it
             # would be counted as other processes' load
             m = timed(measured_run, args.model, workdir, args.steps, args.batch_size, args.max_length,
-                      args.learning_rate, i)  # fmt: skip
+                      args.learning_rate, i, "bf16" if bf16 else "fp32")  # fmt: skip
             measured.append(m)
             print(
                 f"  run {i + 1} sft       {m['tokens_per_s']:9,.0f} tokens/s  (loss {m['loss']:.3f}; "
@@ -185,11 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "bench": "sft",
         "ratio_definition": "median train tokens/s of the sft phase (1 worker, Ray Train + TRL) / "
-        "median tokens/s of a plain PyTorch loop, same model, batch, length, optimizer, threads",
+        "median tokens/s of a plain PyTorch loop, same model, batch, length, optimizer, threads, precision",
         "model": args.model,
         "batch_size": args.batch_size,
         "max_length": args.max_length,
         "steps": args.steps,
+        "precision": "bf16" if bf16 else "fp32",
         "runs": {"baseline": baseline, "sft": measured},
         "medians": {"baseline_tokens_per_s": base_med, "sft_tokens_per_s": meas_med},
         "ratio": ratio,

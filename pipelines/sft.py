@@ -45,13 +45,15 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     from trl import SFTConfig, SFTTrainer
 
     from chessrl.lm_eval import HeldoutPosition, evaluate_moves
-    from chessrl.models import build_model, load_pretrained
+    from chessrl.models import build_model, cpu_has_bf16_matmul, load_pretrained, set_dropout
     from cluster.tracking import RunMetricsLogger
 
     if cfg["base_model"]:
         model, tokenizer = load_pretrained(cfg["base_model"])
     else:
         model, tokenizer = build_model(cfg["model"])
+    if cfg["dropout"] is not None:
+        set_dropout(model, cfg["dropout"])
     heldout = [HeldoutPosition(tuple(p[0]), p[1], p[2]) for p in cfg["heldout"]]
     shard = ray.train.get_dataset_shard("train")
     rank = ray.train.get_context().get_world_rank()
@@ -135,6 +137,9 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             self.mark = time.perf_counter()
 
     use_gpu = bool(cfg["use_gpu"]) and torch.cuda.is_available()
+    bf16 = cfg["precision"] == "bf16" or (
+        cfg["precision"] == "auto" and (torch.cuda.is_bf16_supported() if use_gpu else cpu_has_bf16_matmul())
+    )
     args = SFTConfig(
         output_dir=tempfile.mkdtemp(prefix="sft-"),
         max_steps=cfg["max_steps"],
@@ -150,7 +155,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         report_to="none",
         max_length=cfg["max_length"],
         use_cpu=not use_gpu,
-        bf16=use_gpu and torch.cuda.is_bf16_supported(),
+        bf16=bf16,
         dataset_kwargs={"skip_prepare_dataset": True},
         dataloader_num_workers=0,
         seed=cfg["seed"],
@@ -160,8 +165,8 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     trainer_class = SFTTrainer if use_gpu else cpu_sft_trainer_class()
     trainer = trainer_class(model=model, args=args, train_dataset=train, processing_class=tokenizer)
     print(
-        f"[sft] worker {rank}: {'cuda' if use_gpu else 'cpu'}, {torch.get_num_threads()} torch threads, "
-        f"{type(trainer).__name__}",
+        f"[sft] worker {rank}: {'cuda' if use_gpu else 'cpu'}, {'bf16 autocast' if bf16 else 'fp32'}, "
+        f"{torch.get_num_threads()} torch threads, {type(trainer).__name__}",
         flush=True,
     )
     trainer.add_callback(HeldoutEval())
@@ -332,6 +337,8 @@ def run_sft(context: PhaseContext) -> PhaseResult:
             "eval_every": cfg.eval_every,
             "use_gpu": cfg.use_gpu,
             "gradient_checkpointing": cfg.gradient_checkpointing,
+            "precision": cfg.precision,
+            "dropout": cfg.dropout,
             "seed": context.config.run.seed,
             "heldout": [(list(p.moves_before), p.next_move, p.prefix) for p in heldout],
         },

@@ -562,3 +562,18 @@ def test_flatten_hides_uri_credentials_inside_lists() -> None:
         data={"prepare": {"inputs": ["s3://chess-data/a.pgn", "https://bob:hunter2@host/b.pgn"]}},
     )
     assert "hunter2" not in repr(flatten(config))
+
+
+@pytest.mark.parametrize(
+    ("sft", "message"),
+    [
+        ({"precision": "fp16"}, "sft.precision: 'fp16' is not allowed: "),
+        ({"dropout": 1.0}, "sft.dropout: 1.0 is not allowed: input should be less than 1"),
+        ({"dropout": -0.1}, "sft.dropout: -0.1 is not allowed: input should be greater than or equal to 0"),
+    ],
+)
+def test_sft_precision_and_dropout_are_checked(sft: dict, message: str) -> None:
+    err = config_error(data={"sft": sft})
+    assert str(err).startswith(f"my.yaml: {message}")
+    if "precision" in sft:
+        assert str(err).endswith("(allowed: auto, fp32, bf16)")

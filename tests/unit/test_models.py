@@ -8,7 +8,15 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-from chessrl.models import ModelLoadError, build_model, count_parameters, load_pretrained, play_game
+from chessrl.models import (
+    ModelLoadError,
+    build_model,
+    count_parameters,
+    cpu_has_bf16_matmul,
+    load_pretrained,
+    play_game,
+    set_dropout,
+)
 
 
 def replay(moves: list[str]) -> chess.Board:
@@ -37,7 +45,7 @@ def test_saved_model_loads_with_auto_classes_and_through_load_pretrained(tmp_pat
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     auto_model = AutoModelForCausalLM.from_pretrained(tmp_path)
-    model.eval()  # a freshly built model is in training mode (dropout)
+    model.eval()
     auto_tok = AutoTokenizer.from_pretrained(tmp_path)
     ids = torch.tensor([auto_tok("e2e4 e7e5")["input_ids"]])
     with torch.no_grad():
@@ -79,3 +87,30 @@ def test_a_folder_that_is_not_a_checkpoint_is_one_clear_error(tmp_path) -> None:
     (tmp_path / "weights.bin").write_bytes(b"junk")
     with pytest.raises(ModelLoadError, match="is not a transformers checkpoint folder"):
         load_pretrained(str(tmp_path))
+
+
+def test_presets_train_without_dropout_and_set_dropout_turns_it_on_and_is_saved(tmp_path) -> None:
+    model, tok = build_model("tiny")
+    model.train()
+    ids = torch.tensor([tok("e2e4 e7e5 g1f3")["input_ids"]])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, model(ids).logits)  # no random masks
+        assert set_dropout(model, 0.5) > 0
+        assert not torch.equal(model(ids).logits, model(ids).logits)
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert (loaded.config.resid_pdrop, loaded.config.attn_pdrop, loaded.config.embd_pdrop) == (0.5, 0.5, 0.5)
+    assert {m.p for m in loaded.modules() if isinstance(m, torch.nn.Dropout)} == {0.5}
+    with pytest.raises(ValueError, match="dropout must be in"):
+        set_dropout(model, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [("fpu sse avx2 avx512f amx_bf16 amx_tile", True), ("fpu avx512f avx512_bf16", True),
+     ("fp asimd bf16 i8mm", True), ("fpu sse avx2 avx512f", False)],
+)  # fmt: skip
+def test_bf16_matmul_is_read_from_the_cpu_flags(tmp_path, flags, expected) -> None:
+    (tmp_path / "cpuinfo").write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    assert cpu_has_bf16_matmul(tmp_path / "cpuinfo") is expected
+    assert cpu_has_bf16_matmul(tmp_path / "missing") is False
