@@ -36,7 +36,7 @@ demo: venv stockfish ## prepare -> sft -> evaluate on the embedded local Ray (ti
 	$(PY) -m pipelines.prepare --config tiny $(DEMO_ARGS)
 	$(PY) -m pipelines.sft --config tiny $(DEMO_ARGS)
 	$(PY) -m pipelines.evaluate --config tiny $(DEMO_ARGS)
-	@echo "Browse the MLflow runs: $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/runs/mlflow.db"
+	@echo "Browse the MLflow runs: $(VENV)/bin/mlflow ui --backend-store-uri $(if $(findstring --storage,$(DEMO_ARGS)),<the sqlite URI on the 'mlflow:' lines above>,sqlite:///$(CURDIR)/runs/mlflow.db)"
 
 lint: venv ## ruff
 	$(VENV)/bin/ruff check .
