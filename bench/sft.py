@@ -42,8 +42,8 @@ import torch  # noqa: E402
 from machine_load import fmt_load, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
 from record import write_record  # noqa: E402
 
-from chessrl.lm_data import is_heldout, pack_blocks, training_text  # noqa: E402
-from chessrl.models import build_model, cpu_has_bf16_matmul  # noqa: E402
+from chessrl.lm_data import pack_blocks, split_games, training_text  # noqa: E402
+from chessrl.models import build_model, resolve_bf16  # noqa: E402
 from cluster.config import RaySection  # noqa: E402
 from cluster.runtime import ray_session  # noqa: E402
 
@@ -70,7 +70,8 @@ def prepare_games(workdir: Path) -> Path:
 def packed_blocks(games: Path, tokenizer: Any, block: int) -> torch.Tensor:
     """The training games as the sft phase packs them: ``<bos> game <eos>`` cut into blocks."""
     rows = pads.dataset(games, format="parquet").to_table(columns=["game_id", "moves", "result"]).to_pylist()
-    texts = [training_text(r["moves"], r["result"]) for r in rows if not is_heldout(r["game_id"], 0.05)]
+    train, _, _ = split_games(rows, 0.05)  # the phase's split: each game once
+    texts = [training_text(r["moves"], r["result"]) for r in train]
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
     packed = pack_blocks(([tokenizer.bos_token_id, *seq, tokenizer.eos_token_id] for seq in ids), block)
     return torch.tensor(packed, dtype=torch.long)
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         games = prepare_games(workdir)
         _, tokenizer = build_model(args.model)
         blocks = packed_blocks(games, tokenizer, args.max_length)
-        bf16 = args.precision == "bf16" or (args.precision == "auto" and cpu_has_bf16_matmul())
+        bf16 = resolve_bf16(args.precision, on_gpu=False)
         print(
             f"{len(blocks):,} blocks of {args.max_length} tokens; model {args.model}, batch {args.batch_size}, "
             f"{args.steps} steps per run, {THREADS} torch threads, {'bf16 autocast' if bf16 else 'fp32'}"

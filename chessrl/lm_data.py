@@ -41,14 +41,18 @@ def split_games(rows: Iterable[T], fraction: float) -> tuple[list[T], list[T], i
     >>> [r["game_id"] for r in train], [r["game_id"] for r in held], dropped
     (['ffffffffbb'], ['00000000aa'], 1)
     """
-    unique: dict[str, T] = {}
-    seen = 0
+    train: list[T] = []
+    held: list[T] = []
+    seen: set[str] = set()
+    dropped = 0
     for row in rows:
-        seen += 1
-        unique.setdefault(row["game_id"], row)
-    train = [r for r in unique.values() if not is_heldout(r["game_id"], fraction)]
-    held = [r for r in unique.values() if is_heldout(r["game_id"], fraction)]
-    return train, held, seen - len(unique)
+        game_id = row["game_id"]
+        if game_id in seen:
+            dropped += 1
+            continue
+        seen.add(game_id)
+        (held if is_heldout(game_id, fraction) else train).append(row)
+    return train, held, dropped
 
 
 def result_prefix(result: str | None, condition_on_result: bool) -> str:

@@ -110,6 +110,18 @@ def cpu_has_bf16_matmul(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
     return bool(flags & {"amx_bf16", "avx512_bf16", "bf16"})
 
 
+def resolve_bf16(precision: str, on_gpu: bool) -> bool:
+    """Whether training runs under bf16 autocast for ``precision`` (auto, fp32, bf16): auto picks
+    bf16 on a GPU that has it and on a CPU that multiplies bf16 in hardware.
+
+    >>> resolve_bf16("fp32", on_gpu=True), resolve_bf16("bf16", on_gpu=False)
+    (False, True)
+    """
+    if precision != "auto":
+        return precision == "bf16"
+    return torch.cuda.is_bf16_supported() if on_gpu else cpu_has_bf16_matmul()
+
+
 def compose_move_embeddings(model: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> int:
     """Start every move token's embedding as the sum of a from-square, a to-square and a
     promotion vector (random, GPT-2's init scale), so moves that share squares start out alike.

@@ -45,7 +45,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     from trl import SFTConfig, SFTTrainer
 
     from chessrl.lm_eval import HeldoutPosition, evaluate_moves
-    from chessrl.models import build_model, cpu_has_bf16_matmul, load_pretrained, set_dropout
+    from chessrl.models import build_model, load_pretrained, resolve_bf16, set_dropout
     from cluster.tracking import RunMetricsLogger
 
     if cfg["base_model"]:
@@ -137,9 +137,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             self.mark = time.perf_counter()
 
     use_gpu = bool(cfg["use_gpu"]) and torch.cuda.is_available()
-    bf16 = cfg["precision"] == "bf16" or (
-        cfg["precision"] == "auto" and (torch.cuda.is_bf16_supported() if use_gpu else cpu_has_bf16_matmul())
-    )
+    bf16 = resolve_bf16(cfg["precision"], on_gpu=use_gpu)
     args = SFTConfig(
         output_dir=tempfile.mkdtemp(prefix="sft-"),
         max_steps=cfg["max_steps"],
