@@ -7,7 +7,8 @@ Both sides train the same model preset on the same packed blocks (the repository
 tokenised and packed by the same code), with the same batch size, sequence length, optimizer
 (AdamW, weight decay 0.01, betas 0.9/0.95, gradient clipping 1.0), torch threads (2) and
 precision: bf16 autocast where the phase's ``precision: auto`` picks it (a CPU with AMX or
-AVX512-BF16), fp32 elsewhere; ``--precision`` sets both sides.
+AVX512-BF16), fp32 elsewhere; ``--precision`` sets both sides, and ``--torch-compile`` compiles
+both (the phase's ``--torch-compile``; the untimed first step pays the compiling).
 
 - Baseline: a plain loop in this process: forward, backward, clip, step, on batches cut from
   the packed blocks.
@@ -78,12 +79,20 @@ def packed_blocks(games: Path, tokenizer: Any, block: int) -> torch.Tensor:
 
 
 def baseline_run(
-    preset: str, blocks: torch.Tensor, steps: int, batch: int, lr: float, seed: int, bf16: bool
+    preset: str,
+    blocks: torch.Tensor,
+    steps: int,
+    batch: int,
+    lr: float,
+    seed: int,
+    bf16: bool,
+    compile_model: bool = False,
 ) -> dict[str, Any]:
     """A plain PyTorch loop: tokens/s of steps 2..N."""
     torch.set_num_threads(THREADS)
     model, _ = build_model(preset)
     model.train()
+    forward = torch.compile(model) if compile_model else model
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(blocks), generator=gen)
@@ -92,7 +101,7 @@ def baseline_run(
         idx = order[(torch.arange(batch) + step * batch) % len(blocks)]
         x = blocks[idx]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = model(input_ids=x, labels=x).loss
+            loss = forward(input_ids=x, labels=x).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -106,7 +115,15 @@ def baseline_run(
 
 
 def measured_run(
-    preset: str, workdir: Path, steps: int, batch: int, length: int, lr: float, i: int, precision: str
+    preset: str,
+    workdir: Path,
+    steps: int,
+    batch: int,
+    length: int,
+    lr: float,
+    i: int,
+    precision: str,
+    compile_model: bool = False,
 ) -> dict[str, Any]:
     """``pipelines.sft.main`` with one worker; its own steady-state tokens/s."""
     from pipelines import sft
@@ -119,6 +136,7 @@ def measured_run(
          "--max-steps", str(steps), "--eval-every", str(steps), "--batch-size", str(batch),
          "--max-length", str(length), "--learning-rate", str(lr), "--num-workers", "1",
          "--precision", precision, "--set", "sft.heldout_positions=1"]
+        + (["--torch-compile", "always"] if compile_model else ["--torch-compile", "never"])
     )  # fmt: skip
     wall = time.perf_counter() - started
     if code != 0:
@@ -149,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
         "--precision", default="auto", choices=["auto", "fp32", "bf16"],
         help="both sides: auto is the phase's default (bf16 on a CPU with AMX or AVX512-BF16)",
     )  # fmt: skip
+    parser.add_argument(
+        "--torch-compile", action="store_true",
+        help="both sides: torch.compile the model (the phase's --torch-compile); step 1 compiles, untimed",
+    )  # fmt: skip
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "sft.json"))
     args = parser.parse_args(argv)
     if args.steps < 2:
@@ -169,11 +191,13 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{len(blocks):,} blocks of {args.max_length} tokens; model {args.model}, batch {args.batch_size}, "
             f"{args.steps} steps per run, {THREADS} torch threads, {'bf16 autocast' if bf16 else 'fp32'}"
+            + (", torch.compile" if args.torch_compile else "")
         )
         for i in range(args.runs):
             b = timed(
-                baseline_run, args.model, blocks, args.steps, args.batch_size, args.learning_rate, i, bf16
-            )
+                baseline_run, args.model, blocks, args.steps, args.batch_size, args.learning_rate, i, bf16,
+                args.torch_compile,
+            )  # fmt: skip
             baseline.append(b)
             print(
                 f"  run {i + 1} baseline  {b['tokens_per_s']:9,.0f} tokens/s  (loss {b['loss']:.3f}; "
@@ -182,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             # no "other load" here: the Train worker's CPU time leaves with its process, so it
             # would be counted as other processes' load
             m = timed(measured_run, args.model, workdir, args.steps, args.batch_size, args.max_length,
-                      args.learning_rate, i, "bf16" if bf16 else "fp32")  # fmt: skip
+                      args.learning_rate, i, "bf16" if bf16 else "fp32", args.torch_compile)  # fmt: skip
             measured.append(m)
             print(
                 f"  run {i + 1} sft       {m['tokens_per_s']:9,.0f} tokens/s  (loss {m['loss']:.3f}; "
@@ -202,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_length": args.max_length,
         "steps": args.steps,
         "precision": "bf16" if bf16 else "fp32",
+        "torch_compile": args.torch_compile,
         "runs": {"baseline": baseline, "sft": measured},
         "medians": {"baseline_tokens_per_s": base_med, "sft_tokens_per_s": meas_med},
         "ratio": ratio,

@@ -45,7 +45,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     from trl import SFTConfig, SFTTrainer
 
     from chessrl.lm_eval import HeldoutPosition, evaluate_moves
-    from chessrl.models import build_model, load_pretrained, resolve_bf16, set_dropout
+    from chessrl.models import build_model, load_pretrained, resolve_bf16, resolve_compile, set_dropout
     from cluster.tracking import RunMetricsLogger
 
     if cfg["base_model"]:
@@ -138,6 +138,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
 
     use_gpu = bool(cfg["use_gpu"]) and torch.cuda.is_available()
     bf16 = resolve_bf16(cfg["precision"], on_gpu=use_gpu)
+    compiled = resolve_compile(cfg["torch_compile"], cfg["max_steps"])
     args = SFTConfig(
         output_dir=tempfile.mkdtemp(prefix="sft-"),
         max_steps=cfg["max_steps"],
@@ -159,12 +160,15 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         seed=cfg["seed"],
         disable_tqdm=True,
         gradient_checkpointing=bool(cfg["gradient_checkpointing"]),
+        torch_compile=compiled,
+        ddp_find_unused_parameters=False,  # every GPT-2 parameter is used: skip DDP's extra graph walk
     )
     trainer_class = SFTTrainer if use_gpu else cpu_sft_trainer_class()
     trainer = trainer_class(model=model, args=args, train_dataset=train, processing_class=tokenizer)
     print(
         f"[sft] worker {rank}: {'cuda' if use_gpu else 'cpu'}, {'bf16 autocast' if bf16 else 'fp32'}, "
-        f"{torch.get_num_threads()} torch threads, {type(trainer).__name__}",
+        f"{torch.get_num_threads()} torch threads, {type(trainer).__name__}"
+        + (", torch.compile" if compiled else ""),
         flush=True,
     )
     trainer.add_callback(HeldoutEval())
@@ -335,6 +339,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
             "eval_every": cfg.eval_every,
             "use_gpu": cfg.use_gpu,
             "gradient_checkpointing": cfg.gradient_checkpointing,
+            "torch_compile": cfg.torch_compile,
             "precision": cfg.precision,
             "dropout": cfg.dropout,
             "seed": context.config.run.seed,

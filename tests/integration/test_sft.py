@@ -13,9 +13,10 @@ from pathlib import Path
 
 import chess
 import pytest
+from safetensors import safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from chessrl.models import play_game
+from chessrl.models import build_model, play_game
 from pipelines import prepare, sft
 from pipelines.phase import EXIT_OK, EXIT_USER_ERROR
 
@@ -65,6 +66,26 @@ def test_sft_trains_checkpoints_resumes_and_saves_a_playable_model(storage, caps
         assert chess.Move.from_uci(uci) in board.legal_moves
         board.push_uci(uci)
     assert game.attempts.total >= len(game.moves)
+
+
+def test_sft_with_torch_compile_saves_the_plain_model(storage, tmp_path):
+    """--torch-compile trains the compiled module, but the checkpoint and the saved model are the
+    plain GPT-2: the same tensor names in the file as a fresh preset's (no ``_orig_mod.``)."""
+    games = str(storage / "s" / "prepare" / "games")
+    args = ("--run-name", "c", "--games", games, "--eval-every", "2", "--torch-compile", "always")
+    assert run_sft(storage, *args, "--max-steps", "4") == EXIT_OK
+    summary = json.loads((storage / "c" / "sft" / "summary.json").read_text())
+    assert summary["steps"] == 4
+    build_model("tiny")[0].save_pretrained(tmp_path / "fresh")
+    with (
+        safe_open(storage / "c" / "sft" / "model" / "model.safetensors", "pt") as saved,
+        safe_open(tmp_path / "fresh" / "model.safetensors", "pt") as fresh,
+    ):
+        assert set(saved.keys()) == set(fresh.keys())
+    # and the compiled run resumes from its checkpoint like any other
+    assert run_sft(storage, *args, "--max-steps", "6") == EXIT_OK
+    summary = json.loads((storage / "c" / "sft" / "summary.json").read_text())
+    assert (summary["steps"], summary["resumed_from_step"]) == (6, 4)
 
 
 def test_sft_without_games_is_one_clear_error(tmp_path, local_ray, capsys):

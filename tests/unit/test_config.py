@@ -570,6 +570,7 @@ def test_flatten_hides_uri_credentials_inside_lists() -> None:
         ({"precision": "fp16"}, "sft.precision: 'fp16' is not allowed: "),
         ({"dropout": 1.0}, "sft.dropout: 1.0 is not allowed: input should be less than 1"),
         ({"dropout": -0.1}, "sft.dropout: -0.1 is not allowed: input should be greater than or equal to 0"),
+        ({"torch_compile": "sometimes"}, "sft.torch_compile: 'sometimes' is not allowed: "),
     ],
 )
 def test_sft_precision_and_dropout_are_checked(sft: dict, message: str) -> None:
@@ -577,3 +578,11 @@ def test_sft_precision_and_dropout_are_checked(sft: dict, message: str) -> None:
     assert str(err).startswith(f"my.yaml: {message}")
     if "precision" in sft:
         assert str(err).endswith("(allowed: auto, fp32, bf16)")
+    if "torch_compile" in sft:
+        assert str(err).endswith("(allowed: auto, always, never)")
+
+
+@pytest.mark.parametrize(("text", "expected"), [("true", "always"), ("false", "never"), ("auto", "auto")])
+def test_sft_torch_compile_takes_yaml_booleans(tmp_path: Path, text: str, expected: str) -> None:
+    path = write(tmp_path, f"sft:\n  torch_compile: {text}\n")
+    assert load_config(ChessRLConfig, path=path).sft.torch_compile == expected
