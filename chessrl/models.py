@@ -132,7 +132,7 @@ COMPILE_MIN_STEPS = 500
 def resolve_compile(setting: str, max_steps: int, compiler: str | None = None) -> bool:
     """Whether sft compiles the model with ``torch.compile`` for ``setting`` (auto, always, never).
 
-    auto compiles a run of at least :data:`COMPILE_MIN_STEPS` steps when a C compiler is on the
+    auto compiles a run of at least :data:`COMPILE_MIN_STEPS` steps when a C++ compiler is on the
     PATH (inductor builds its kernels with it; ``compiler`` overrides the lookup in tests).
 
     >>> resolve_compile("auto", 1000, compiler="/usr/bin/g++"), resolve_compile("auto", 1000, compiler="")
