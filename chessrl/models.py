@@ -142,12 +142,12 @@ def resolve_compile(setting: str, max_steps: int, compiler: str | None = None) -
     """
     if setting != "auto":
         return setting == "always"
+    if max_steps < COMPILE_MIN_STEPS:
+        return False
     if compiler is None:
-        compiler = next(
-            (p for p in (shutil.which(c) for c in (os.environ.get("CXX", ""), "g++", "clang++", "c++")) if p),
-            "",
-        )
-    return max_steps >= COMPILE_MIN_STEPS and bool(compiler)
+        names = [os.environ["CXX"]] if os.environ.get("CXX") else []
+        compiler = next(filter(None, map(shutil.which, [*names, "g++", "clang++", "c++"])), "")
+    return bool(compiler)
 
 
 def compose_move_embeddings(model: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> int:
