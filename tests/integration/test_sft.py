@@ -88,10 +88,10 @@ def test_sft_with_torch_compile_saves_the_plain_model(storage, tmp_path):
     assert (summary["steps"], summary["resumed_from_step"]) == (6, 4)
 
 
-def test_sft_without_games_is_one_clear_error(tmp_path, local_ray, capsys):
+def test_sft_without_games_is_one_clear_error(tmp_path, local_ray, capsys, driver_err):
     assert sft.main(["--config", "tiny", "--storage", str(tmp_path), "--no-tracking"]) == EXIT_USER_ERROR
     err = capsys.readouterr().err
-    assert "Traceback" not in err and "run `chess-rl prepare` first" in err
+    assert "Traceback" not in driver_err(err) and "run `chess-rl prepare` first" in err
 
 
 def sft_command(storage: Path, games: Path, run: str, *args: str) -> list[str]:
