@@ -17,8 +17,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
+import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from cluster.config import RaySection
 from cluster.errors import ConfigError, UserError
@@ -34,6 +38,53 @@ class RayInfo:
     address: str
     resources: dict[str, float] = field(default_factory=dict)
     dashboard_url: str | None = None
+    notes: tuple[str, ...] = ()  # one line each, for the phase's log
+
+
+def ray_address_file() -> Path:
+    """Where ``ray start`` records the last cluster's address (Ray's own rule for its temp dir)."""
+    if "RAY_TMPDIR" in os.environ:
+        base = os.environ["RAY_TMPDIR"]
+    elif sys.platform.startswith("linux") and "TMPDIR" in os.environ:
+        base = os.environ["TMPDIR"]
+    elif sys.platform.startswith(("linux", "darwin")):
+        base = "/tmp"
+    else:  # pragma: no cover - Windows
+        base = tempfile.gettempdir()
+    return Path(base) / "ray" / "ray_current_cluster"
+
+
+def forget_dead_ray_address(address_file: Path | None = None, *, timeout_s: float = 1.0) -> str | None:
+    """Remove the address a ``ray start`` left behind when nothing listens there any more.
+
+    Ray's processes fall back to that file when they look a cluster up without an address. Ray
+    Train's PlacementGroupCleaner does, through the state API, from inside an embedded cluster
+    too: with a file left by a head that was killed rather than stopped, each lookup waits 40 s
+    for a GCS that is gone, and every ``TorchTrainer.fit`` ends with a 12 s stall and a
+    ``GetTimeoutError`` traceback. ``ray stop`` removes the file; this does the same, but only
+    when the port it names refuses connections. Returns the address it forgot, else None.
+
+    >>> forget_dead_ray_address(Path("/nonexistent/ray_current_cluster")) is None
+    True
+    """
+    path = address_file or ray_address_file()
+    try:
+        address = path.read_text().strip()
+    except OSError:
+        return None
+    host, _, port = address.rpartition(":")
+    if host and port.isdigit():
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+                return None  # a live cluster: not ours to forget
+        except ConnectionRefusedError:
+            pass
+        except OSError:
+            return None  # unreachable or slow is not proof that it is gone
+    with contextlib.suppress(OSError):
+        path.unlink()
+        return address or "(empty)"
+    return None
 
 
 def total_memory_bytes() -> int:
@@ -72,6 +123,14 @@ def ray_session(config: RaySection, address: str | None = None, *, quiet: bool =
 
     target = resolve_address(config, address)
     level = logging.WARNING if quiet else logging.INFO
+    notes: list[str] = []
+    if not target:
+        forgotten = forget_dead_ray_address()
+        if forgotten:
+            notes.append(
+                f"removed {ray_address_file()}: the `ray start` cluster it named ({forgotten}) is gone, "
+                "and Ray Train would wait on it at the end of every run"
+            )
     try:
         if target:
             context = ray.init(address=target, logging_level=level, configure_logging=True)
@@ -100,6 +159,7 @@ def ray_session(config: RaySection, address: str | None = None, *, quiet: bool =
         address=_gcs_address(ray),
         resources=dict(ray.cluster_resources()),
         dashboard_url=f"http://{dashboard}" if dashboard and "://" not in dashboard else dashboard,
+        notes=tuple(notes),
     )
     try:
         yield info

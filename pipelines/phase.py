@@ -184,6 +184,8 @@ def run_phase(phase: Phase, argv: Sequence[str] | None = None, *, prog: str | No
                 f"ray: {ray_info.mode} cluster at {ray_info.address}, {int(ray_info.resources.get('CPU', 0))} CPUs"
                 + (f", dashboard {ray_info.dashboard_url}" if ray_info.dashboard_url else "")
             )
+            for note in ray_info.notes:
+                log(f"ray: {note}")
             with tracker.invocation(params), tracker.phase(phase.name, params) as tracking:
                 context = PhaseContext(
                     config=config, run_storage=run_storage, tracking=tracking, ray=ray_info, log=log

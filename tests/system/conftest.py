@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from cluster.runtime import forget_dead_ray_address
+
 BIN = Path(sys.executable).parent
 
 
@@ -137,6 +139,9 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     finally:
         stop_group(process)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+        # A killed `ray start` leaves its address in /tmp/ray/ray_current_cluster (only `ray stop`
+        # removes it); left there, it stalls every later TorchTrainer run on this machine.
+        forget_dead_ray_address()
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ MODULES = [
     "cluster.errors",
     "cluster.tracking",
     "cluster.config",
+    "cluster.runtime",
     "pipelines.config",
 ]
 
