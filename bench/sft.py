@@ -43,7 +43,7 @@ import torch  # noqa: E402
 from machine_load import fmt_load, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
 from record import write_record  # noqa: E402
 
-from chessrl.lm_data import pack_blocks, split_games, training_text  # noqa: E402
+from chessrl.lm_data import pack_games, split_games, training_text  # noqa: E402
 from chessrl.models import build_model, resolve_bf16  # noqa: E402
 from cluster.config import RaySection  # noqa: E402
 from cluster.runtime import ray_session  # noqa: E402
@@ -68,19 +68,25 @@ def prepare_games(workdir: Path) -> Path:
     return workdir / "bench" / "prepare" / "games"
 
 
-def packed_blocks(games: Path, tokenizer: Any, block: int) -> torch.Tensor:
-    """The training games as the sft phase packs them: ``<bos> game <eos>`` cut into blocks."""
+def packed_blocks(games: Path, tokenizer: Any, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training games as the sft phase packs them: whole ``<bos> game <eos>`` sequences in
+    blocks padded to ``block``; returns (input ids, labels with the padding not a target)."""
     rows = pads.dataset(games, format="parquet").to_table(columns=["game_id", "moves", "result"]).to_pylist()
     train, _, _ = split_games(rows, 0.05)  # the phase's split: each game once
     texts = [training_text(r["moves"], r["result"]) for r in train]
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    packed = pack_blocks(([tokenizer.bos_token_id, *seq, tokenizer.eos_token_id] for seq in ids), block)
-    return torch.tensor(packed, dtype=torch.long)
+    packed, _ = pack_games([[tokenizer.bos_token_id, *seq, tokenizer.eos_token_id] for seq in ids], block)
+    inputs = torch.full((len(packed), block), tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full((len(packed), block), -100, dtype=torch.long)
+    for i, tokens in enumerate(packed):
+        inputs[i, : len(tokens)] = torch.tensor(tokens)
+        labels[i, : len(tokens)] = torch.tensor(tokens)
+    return inputs, labels
 
 
 def baseline_run(
     preset: str,
-    blocks: torch.Tensor,
+    blocks: tuple[torch.Tensor, torch.Tensor],
     steps: int,
     batch: int,
     lr: float,
@@ -95,13 +101,13 @@ def baseline_run(
     forward = torch.compile(model) if compile_model else model
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(seed)
-    order = torch.randperm(len(blocks), generator=gen)
+    inputs, labels = blocks
+    order = torch.randperm(len(inputs), generator=gen)
     started = None
     for step in range(steps):
-        idx = order[(torch.arange(batch) + step * batch) % len(blocks)]
-        x = blocks[idx]
+        idx = order[(torch.arange(batch) + step * batch) % len(inputs)]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = forward(input_ids=x, labels=x).loss
+            loss = forward(input_ids=inputs[idx], labels=labels[idx]).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -110,7 +116,7 @@ def baseline_run(
             started = time.perf_counter()
     assert started is not None
     seconds = time.perf_counter() - started
-    tokens = (steps - 1) * batch * blocks.shape[1]
+    tokens = (steps - 1) * batch * inputs.shape[1]
     return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds, "loss": float(loss)}
 
 
@@ -189,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         blocks = packed_blocks(games, tokenizer, args.max_length)
         bf16 = resolve_bf16(args.precision, on_gpu=False)
         print(
-            f"{len(blocks):,} blocks of {args.max_length} tokens; model {args.model}, batch {args.batch_size}, "
+            f"{len(blocks[0]):,} blocks of {args.max_length} tokens; model {args.model}, batch {args.batch_size}, "
             f"{args.steps} steps per run, {THREADS} torch threads, {'bf16 autocast' if bf16 else 'fp32'}"
             + (", torch.compile" if args.torch_compile else "")
         )

@@ -5,12 +5,16 @@ game, and packing token sequences into fixed-length blocks.
 (True, False)
 >>> training_text("e2e4 e7e5", "1-0", condition_on_result=True)
 '1-0 e2e4 e7e5'
->>> pack_blocks([[1, 5, 6, 2], [1, 7, 2], [1, 8, 9, 9, 2]], block=4)
-[[1, 5, 6, 2], [1, 7, 2, 1], [8, 9, 9, 2]]
+>>> pack_games([[1, 5, 6, 2], [1, 7, 2], [1, 8, 9, 9, 2]], block=8)
+([[1, 8, 9, 9, 2, 1, 7, 2], [1, 5, 6, 2]], 0)
 
-Packing is nanoGPT's: games (each ``<bos> ... <eos>``) are concatenated and cut into blocks of
-exactly ``block`` tokens, so no position is padding and every move is a training target; a game
-may run across two blocks, and the last partial block of a batch is dropped.
+Packing keeps games whole: every block starts with a game's ``<bos>`` and holds only whole games
+(``<bos> ... <eos>`` each), placed first-fit-decreasing, and the rest of a block is padding that
+is not a target. nanoGPT's packing (concatenate, cut every ``block`` tokens) cuts a game across two
+blocks, and the moves of its second half are then targets with no start of the game in view: the
+model cannot know the board there and learns to guess. Those are the late plies, where a model
+that reads moves must track the board, so on chess games whole-game blocks are worth the few
+percent of padding. A game longer than a block keeps its first ``block`` tokens.
 """
 
 from __future__ import annotations
@@ -65,9 +69,23 @@ def training_text(moves: str, result: str | None, *, condition_on_result: bool =
     return MovesFormat().game_text(moves.split(), prefix=result_prefix(result, condition_on_result))
 
 
-def pack_blocks(sequences: Iterable[Sequence[int]], block: int) -> list[list[int]]:
-    """Concatenate ``sequences`` and cut them into blocks of exactly ``block`` tokens."""
+def pack_games(sequences: Iterable[Sequence[int]], block: int) -> tuple[list[list[int]], int]:
+    """Whole sequences into blocks of at most ``block`` tokens, first-fit-decreasing.
+
+    Returns (blocks, sequences truncated to ``block`` tokens). Blocks are not padded: each holds
+    whole sequences, longest first, in the first block with room.
+    """
     if block < 1:
         raise ValueError(f"block must be at least 1, got {block}")
-    stream = [token for seq in sequences for token in seq]
-    return [stream[i : i + block] for i in range(0, len(stream) - block + 1, block)]
+    items = [list(seq) for seq in sequences]
+    truncated = sum(1 for item in items if len(item) > block)
+    items = [item[:block] for item in items]
+    blocks: list[list[int]] = []
+    for item in sorted(items, key=len, reverse=True):
+        for candidate in blocks:
+            if len(candidate) + len(item) <= block:
+                candidate.extend(item)
+                break
+        else:
+            blocks.append(item)
+    return blocks, truncated

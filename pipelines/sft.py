@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from chessrl.lm_data import pack_blocks, split_games, training_text
+from chessrl.lm_data import pack_games, split_games, training_text
 from chessrl.lm_eval import sample_positions
 from chessrl.models import context_length, load_tokenizer, local_checkpoint
 from chessrl.tokenizer import build_chess_tokenizer
@@ -70,9 +70,10 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
                 local_shuffle_buffer_size=4096,
                 local_shuffle_seed=cfg["seed"] + epoch,
             ):
-                for row in batch["input_ids"]:
+                for row, length in zip(batch["input_ids"], batch["length"], strict=True):
+                    # a fixed shape (no recompiles); the padding after the last game is not a target
                     ids = row.tolist()
-                    yield {"input_ids": ids, "labels": ids}
+                    yield {"input_ids": ids, "labels": ids[:length] + [-100] * (len(ids) - length)}
             epoch += 1
 
     def keyed() -> Any:
@@ -232,13 +233,29 @@ def cpu_sft_trainer_class() -> type:
 
 
 def tokenize_and_pack(batch: dict[str, Any], tokenizer: Any, block: int) -> dict[str, Any]:
-    """Ray Data stage: game texts -> ``<bos> game <eos>`` token ids -> packed blocks of ``block``."""
+    """Ray Data stage: game texts -> ``<bos> game <eos>`` token ids -> blocks of whole games.
+
+    Each row is one block right-padded to ``block`` (``input_ids``) with its real length
+    (``length``) and the number of games in the batch cut to ``block`` tokens (``truncated``, on
+    the batch's first row).
+    """
     import numpy as np
 
     start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     ids = tokenizer([str(t) for t in batch["text"]], add_special_tokens=False)["input_ids"]
-    packed = pack_blocks(([start, *seq, tokenizer.eos_token_id] for seq in ids), block)
-    return {"input_ids": np.asarray(packed, dtype=np.int32).reshape(len(packed), block)}
+    packed, truncated = pack_games([[start, *seq, tokenizer.eos_token_id] for seq in ids], block)
+    rows = np.full((len(packed), block), pad, dtype=np.int32)
+    for i, tokens in enumerate(packed):
+        rows[i, : len(tokens)] = tokens
+    counts = np.zeros(len(packed), dtype=np.int32)
+    if len(packed):
+        counts[0] = truncated
+    return {
+        "input_ids": rows,
+        "length": np.asarray([len(tokens) for tokens in packed], dtype=np.int32),
+        "truncated": counts,
+    }
 
 
 def default_cpus_per_worker(num_workers: int) -> int:
@@ -312,13 +329,14 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         .materialize()
     )
     blocks = dataset.count()
-    if blocks == 0:
-        raise StorageError(
-            f"{source.uri}: the training games hold fewer than one block of {cfg.max_length} tokens"
-        )
+    game_tokens = int(dataset.sum("length"))
+    truncated = int(dataset.sum("truncated"))
     cpus_per_worker = cfg.cpus_per_worker or default_cpus_per_worker(cfg.num_workers)
     log(
-        f"{blocks:,} blocks of {cfg.max_length} tokens ({blocks * cfg.max_length:,} tokens per epoch); "
+        f"{blocks:,} blocks of {cfg.max_length} tokens: {game_tokens:,} game tokens per epoch, "
+        f"{1 - game_tokens / (blocks * cfg.max_length):.1%} padding"
+        + (f", {truncated:,} games longer than a block cut to its length" if truncated else "")
+        + "; "
         f"{cfg.num_workers} worker(s) x {cpus_per_worker} CPU{' + 1 GPU' if cfg.use_gpu else ''}"
     )
 
@@ -381,7 +399,9 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         "resumed_from_step": int(metrics.get("resumed_from_step", 0)),
         "loss": metrics.get("loss"),
         "train_tokens_per_s": metrics.get("train_tokens_per_s"),
-        "tokens_per_epoch": blocks * cfg.max_length,
+        "tokens_per_epoch": game_tokens,
+        "padding_fraction": round(1 - game_tokens / (blocks * cfg.max_length), 4),
+        "truncated_games": truncated,
         "heldout_legal_rate": metrics.get("heldout_legal_rate"),
         "heldout_top1_agreement": metrics.get("heldout_top1_agreement"),
         "model": model_out.uri,
@@ -397,7 +417,8 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         f"top-1 agreement {float(summary['heldout_top1_agreement'] or 0):.1%} "
         f"on {len(heldout)} positions (argmax, unmasked)",
         f"  throughput    {float(summary['train_tokens_per_s'] or 0):,.0f} tokens/s per worker "
-        f"({cfg.num_workers} worker(s); {summary['tokens_per_epoch']:,} tokens per epoch)",
+        f"({cfg.num_workers} worker(s), padding included; {summary['tokens_per_epoch']:,} game tokens per epoch, "
+        f"{summary['padding_fraction']:.1%} padding)",
         f"  model         {model_out.uri}",
     ]
     return PhaseResult(summary=summary, lines=lines, ok=True)

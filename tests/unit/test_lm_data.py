@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from chessrl.lm_data import is_heldout, pack_blocks, result_prefix, split_games, training_text
+from chessrl.lm_data import is_heldout, pack_games, result_prefix, split_games, training_text
 from chessrl.tokenizer import build_chess_tokenizer
 
 
@@ -29,16 +29,30 @@ def test_split_keeps_each_game_once_on_one_side() -> None:
     assert all(r["copy"] == 0 for r in train + held)  # the first copy read is the one kept
 
 
-def test_packing_keeps_every_token_in_order_and_drops_only_the_tail() -> None:
-    seqs = [[1, *range(10 * k, 10 * k + k), 2] for k in range(1, 30)]
-    stream = [t for s in seqs for t in s]
-    blocks = pack_blocks(seqs, 16)
-    assert all(len(b) == 16 for b in blocks)
-    assert [t for b in blocks for t in b] == stream[: 16 * len(blocks)]
-    assert len(stream) - 16 * len(blocks) < 16
-    assert pack_blocks([[1, 2]], 16) == []
+def test_packing_keeps_every_game_whole_and_each_block_starts_a_game() -> None:
+    # games <bos>=1 ... <eos>=2 with distinct move tokens, 3 to 19 tokens long
+    seqs = [[1, *range(100 * k, 100 * k + k), 2] for k in range(1, 18)] * 3
+    blocks, truncated = pack_games(seqs, 24)
+    assert truncated == 0
+    assert all(0 < len(b) <= 24 and b[0] == 1 for b in blocks)
+    # cut each block at its <bos> tokens: exactly the games, each once, none split
+    games = []
+    for b in blocks:
+        starts = [i for i, t in enumerate(b) if t == 1] + [len(b)]
+        games += [b[i:j] for i, j in zip(starts, starts[1:], strict=False)]
+    assert sorted(games) == sorted(seqs)
+    # first-fit-decreasing wastes little: within one block's worth of the ideal
+    assert len(blocks) * 24 - sum(map(len, seqs)) < 24 * 2
+
+
+def test_a_game_longer_than_a_block_keeps_its_start_and_is_counted() -> None:
+    blocks, truncated = pack_games([[1, *range(10, 40), 2], [1, 5, 2]], 8)
+    assert truncated == 1
+    assert [1, 10, 11, 12, 13, 14, 15, 16] in blocks
+    assert [1, 5, 2] in blocks
+    assert pack_games([], 8) == ([], 0)
     with pytest.raises(ValueError, match="block"):
-        pack_blocks(seqs, 0)
+        pack_games([[1, 2]], 0)
 
 
 def test_a_game_costs_one_token_per_move() -> None:
@@ -48,3 +62,20 @@ def test_a_game_costs_one_token_per_move() -> None:
     ids = tok(text, add_special_tokens=False)["input_ids"]
     assert len(ids) == 1 + 9 and tok.decode(ids) == text
     assert result_prefix("*", True) == "" and result_prefix("0-1", False) == ""
+
+
+def test_the_sft_packing_stage_pads_whole_game_blocks_and_counts_their_tokens() -> None:
+    from pipelines.sft import tokenize_and_pack
+
+    tok = build_chess_tokenizer()
+    games = ["e2e4 e7e5 g1f3", "d2d4 d7d5", "c2c4 " * 20]
+    out = tokenize_and_pack({"text": games}, tok, block=16)
+    rows, lengths = out["input_ids"], out["length"]
+    assert rows.shape[1] == 16 and len(rows) == len(lengths)
+    assert int(out["truncated"].sum()) == 1  # the 20-move game does not fit in 16 tokens
+    for row, length in zip(rows, lengths, strict=True):
+        assert row[0] == tok.bos_token_id
+        assert all(t == tok.pad_token_id for t in row[length:])
+        assert tok.pad_token_id not in row[:length]
+    real = sorted(tok.decode(row[:length]) for row, length in zip(rows, lengths, strict=True))
+    assert any("e2e4 e7e5 g1f3" in text and "d2d4 d7d5" in text for text in real)  # 5 + 4 tokens share a block
