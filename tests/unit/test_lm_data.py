@@ -78,4 +78,6 @@ def test_the_sft_packing_stage_pads_whole_game_blocks_and_counts_their_tokens() 
         assert all(t == tok.pad_token_id for t in row[length:])
         assert tok.pad_token_id not in row[:length]
     real = sorted(tok.decode(row[:length]) for row, length in zip(rows, lengths, strict=True))
-    assert any("e2e4 e7e5 g1f3" in text and "d2d4 d7d5" in text for text in real)  # 5 + 4 tokens share a block
+    assert any(
+        "e2e4 e7e5 g1f3" in text and "d2d4 d7d5" in text for text in real
+    )  # 5 + 4 tokens share a block
