@@ -41,6 +41,19 @@ class RayInfo:
     notes: tuple[str, ...] = ()  # one line each, for the phase's log
 
 
+# Ray Train's PlacementGroupCleaner asks the state API, once a second, whether its controller is
+# alive. An embedded Ray without the dashboard has no state API: the cleaner can never clean, and
+# it logs a warning each second of every training run (hundreds of lines in the demo). Everything
+# an embedded Ray started dies with the driver anyway, so its workers keep that logger to errors
+# (with or without the dashboard).
+PLACEMENT_GROUP_CLEANER_LOGGER = "ray.train.v2._internal.execution.controller.placement_group_cleaner"
+
+
+def quiet_embedded_workers() -> None:
+    """The embedded Ray's ``worker_process_setup_hook``: runs in each of its worker processes."""
+    logging.getLogger(PLACEMENT_GROUP_CLEANER_LOGGER).setLevel(logging.ERROR)
+
+
 def ray_address_file() -> Path:
     """Where ``ray start`` records the last cluster's address (Ray's own rule for its temp dir)."""
     if "RAY_TMPDIR" in os.environ:
@@ -149,6 +162,7 @@ def ray_session(config: RaySection, address: str | None = None, *, quiet: bool =
                 dashboard_port=config.dashboard_port,
                 logging_level=level,
                 configure_logging=True,
+                runtime_env={"worker_process_setup_hook": quiet_embedded_workers},
             )
             mode = "embedded"
     except ConnectionError as exc:
