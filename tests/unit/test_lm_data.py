@@ -1,5 +1,5 @@
 """Training data for the language models: the held-out split is stable and disjoint, and packing
-keeps every token in order with no padding."""
+keeps every game whole, each block starting at a game, with the padding not a target."""
 
 from __future__ import annotations
 
