@@ -43,10 +43,11 @@ import torch  # noqa: E402
 from machine_load import fmt_load, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
 from record import write_record  # noqa: E402
 
-from chessrl.lm_data import pack_games, split_games, training_text  # noqa: E402
+from chessrl.lm_data import split_games, training_text  # noqa: E402
 from chessrl.models import build_model, resolve_bf16  # noqa: E402
 from cluster.config import RaySection  # noqa: E402
 from cluster.runtime import ray_session  # noqa: E402
+from pipelines.sft import tokenize_and_pack  # noqa: E402
 
 TARGET = 0.85
 NUM_CPUS = 2
@@ -74,13 +75,10 @@ def packed_blocks(games: Path, tokenizer: Any, block: int) -> tuple[torch.Tensor
     rows = pads.dataset(games, format="parquet").to_table(columns=["game_id", "moves", "result"]).to_pylist()
     train, _, _ = split_games(rows, 0.05)  # the phase's split: each game once
     texts = [training_text(r["moves"], r["result"]) for r in train]
-    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    packed, _ = pack_games([[tokenizer.bos_token_id, *seq, tokenizer.eos_token_id] for seq in ids], block)
-    inputs = torch.full((len(packed), block), tokenizer.pad_token_id, dtype=torch.long)
-    labels = torch.full((len(packed), block), -100, dtype=torch.long)
-    for i, tokens in enumerate(packed):
-        inputs[i, : len(tokens)] = torch.tensor(tokens)
-        labels[i, : len(tokens)] = torch.tensor(tokens)
+    packed = tokenize_and_pack({"text": texts}, tokenizer, block)  # the phase's own Ray Data stage
+    inputs = torch.as_tensor(packed["input_ids"], dtype=torch.long)
+    padding = torch.arange(block) >= torch.as_tensor(packed["length"])[:, None]
+    labels = inputs.masked_fill(padding, -100)
     return inputs, labels
 
 

@@ -40,8 +40,8 @@ def test_no_file_is_nothing_to_do(tmp_path: Path) -> None:
     assert forget_dead_ray_address(tmp_path / "ray_current_cluster") is None
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Ray's TMPDIR rule is Linux-only")
 def test_the_file_follows_rays_temp_dir_rule(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(sys, "platform", "linux")  # Ray reads TMPDIR on Linux only
     monkeypatch.delenv("RAY_TMPDIR", raising=False)
     monkeypatch.delenv("TMPDIR", raising=False)
     assert ray_address_file() == Path("/tmp/ray/ray_current_cluster")
