@@ -14,7 +14,8 @@ from pathlib import Path
 import chess
 import pytest
 from safetensors import safe_open
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from chessrl.models import build_model, play_game
 from pipelines import prepare, sft
@@ -93,6 +94,37 @@ def test_sft_without_games_is_one_clear_error(tmp_path, local_ray, capsys, drive
     assert sft.main(["--config", "tiny", "--storage", str(tmp_path), "--no-tracking"]) == EXIT_USER_ERROR
     err = capsys.readouterr().err
     assert "Traceback" not in driver_err(err) and "run `chess-rl prepare` first" in err
+
+
+def test_sft_with_the_legal_move_loss_logs_the_legal_mass(storage, capsys):
+    games = str(storage / "s" / "prepare" / "games")
+    args = ("--run-name", "legal", "--games", games, "--eval-every", "2", "--legal-loss-weight", "0.5")
+    assert run_sft(storage, *args, "--max-steps", "2", "--set", "sft.heldout_positions=4") == EXIT_OK
+    summary = json.loads((storage / "legal" / "sft" / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["legal_loss_weight"] == 0.5
+    assert 0.0 < summary["legal_mass"] < 1.0  # the legal moves' share of probability, from the worker
+    assert "legal moves get" in capsys.readouterr().out
+
+
+def test_the_legal_move_loss_with_a_tokenizer_that_splits_moves_is_one_clear_error(
+    storage, tmp_path, capsys, driver_err
+):
+    core = Tokenizer(models.BPE(unk_token=None))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    core.train_from_iterator(["e2e4 e7e5 g1f3 b8c6"] * 10, trainer=trainers.BpeTrainer(vocab_size=300))
+    bpe = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    model, _ = build_model("tiny", tokenizer=bpe)
+    model.save_pretrained(tmp_path / "bpe")
+    bpe.save_pretrained(tmp_path / "bpe")
+    args = ("--run-name", "bpe", "--base-model", str(tmp_path / "bpe"), "--legal-loss-weight", "1")
+    assert run_sft(storage, *args, "--max-steps", "1") == EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    assert "Traceback" not in driver_err(err)
+    assert (
+        "sft.legal_loss_weight (--legal-loss-weight) is 1.0, but the tokenizer has no single token for" in err
+    )
+    assert "set it to 0 for this model" in err and not (storage / "bpe" / "sft" / "model").exists()
 
 
 def sft_command(storage: Path, games: Path, run: str, *args: str) -> list[str]:

@@ -571,6 +571,10 @@ def test_flatten_hides_uri_credentials_inside_lists() -> None:
         ({"dropout": 1.0}, "sft.dropout: 1.0 is not allowed: input should be less than 1"),
         ({"dropout": -0.1}, "sft.dropout: -0.1 is not allowed: input should be greater than or equal to 0"),
         ({"torch_compile": "sometimes"}, "sft.torch_compile: 'sometimes' is not allowed: "),
+        (
+            {"legal_loss_weight": -0.5},
+            "sft.legal_loss_weight: -0.5 is not allowed: input should be greater than or equal to 0",
+        ),
     ],
 )
 def test_sft_precision_and_dropout_are_checked(sft: dict, message: str) -> None:

@@ -16,6 +16,7 @@ MODULES = [
     "chessrl.formats",
     "chessrl.models",
     "chessrl.lm_data",
+    "chessrl.legality",
     "chessrl.rating",
     "chessrl.players",
     "chessrl.arena",
