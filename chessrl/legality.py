@@ -92,6 +92,8 @@ def legal_move_targets(ids: Sequence[int], moves: MoveTokens, start_id: int) -> 
     playing = False
     legal_now: dict[int, chess.Move] = {}  # the legal moves of the current position, by key
     move_of = moves.move_of
+    plain, spaced = moves.plain.tolist(), moves.spaced.tolist()
+    promotion = _PROMOTION_INDEX
     for t in range(len(ids) - 1):
         token = ids[t]
         if token == start_id:
@@ -109,23 +111,33 @@ def legal_move_targets(ids: Sequence[int], moves: MoveTokens, start_id: int) -> 
         if not playing or nxt is None:
             legal_now = {}
             continue
-        legal_now = {_move_key(m): m for m in board.generate_legal_moves()}
-        table = moves.spaced if nxt[1] else moves.plain
-        flat.extend(int(table[key]) for key in legal_now)
+        legal_now = {
+            (m.from_square * 64 + m.to_square) * 5 + promotion[m.promotion]: m
+            for m in board.generate_legal_moves()
+        }
+        table = spaced if nxt[1] else plain
+        flat.extend([table[key] for key in legal_now])
         counts[t] = len(legal_now)
     return flat, counts
 
 
-def pad_legal_targets(flat_rows: Sequence[Sequence[int]], count_rows: Sequence[Sequence[int]]) -> np.ndarray:
+def pad_legal_targets(
+    flat_rows: Sequence[Sequence[int]], count_rows: Sequence[Sequence[int]], multiple: int = 1
+) -> np.ndarray:
     """Rows of (flat ids, counts) from :func:`legal_move_targets` -> an int64 array
-    ``[rows, positions, most legal moves]`` padded with -1 (what :func:`legal_move_loss` takes).
+    ``[rows, positions, width]`` padded with -1 (what :func:`legal_move_loss` takes). The width
+    is the most legal moves of any position, rounded up to ``multiple`` (few distinct shapes, so
+    few ``torch.compile`` recompiles).
 
     >>> pad_legal_targets([[5, 6, 7]], [[2, 0, 1]]).tolist()
     [[[5, 6], [-1, -1], [7, -1]]]
+    >>> pad_legal_targets([[5, 6, 7]], [[2, 0, 1]], multiple=4).shape
+    (1, 3, 4)
     """
     counts = np.asarray(count_rows, dtype=np.int64)
     rows, positions = counts.shape
-    out = np.full((rows, positions, max(1, int(counts.max(initial=0)))), -1, dtype=np.int64)
+    width = -(-max(1, int(counts.max(initial=0))) // multiple) * multiple
+    out = np.full((rows, positions, width), -1, dtype=np.int64)
     for r in range(rows):
         n = counts[r]
         total = int(n.sum())
@@ -151,13 +163,49 @@ def legal_move_loss(logits: torch.Tensor, legal: torch.Tensor) -> tuple[torch.Te
     >>> round(loss.item(), 4), round(mass.item(), 2)   # -log(2/4), on the one position with targets
     (0.6931, 0.5)
     """
+    logits = logits.float()
+    return _legal_nll(logits, logits.logsumexp(-1), legal)
+
+
+def _legal_nll(
+    logits: torch.Tensor, lse: torch.Tensor, legal: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     valid = legal >= 0
     has = valid.any(-1)
-    if not bool(has.any()):
-        zero = logits.sum() * 0.0
-        return zero, zero.detach()
-    logits = logits[has].float()
-    valid = valid[has]
-    picked = logits.gather(-1, legal[has].clamp(min=0)).masked_fill(~valid, float("-inf"))
-    nll = logits.logsumexp(-1) - picked.logsumexp(-1)
-    return nll.mean(), torch.exp(-nll.detach()).mean()
+    picked = logits.gather(-1, legal.clamp(min=0)).masked_fill(~valid, float("-inf"))
+    nll = torch.where(has, lse - picked.logsumexp(-1), 0.0)
+    positions = has.sum().clamp(min=1)
+    return nll.sum() / positions, (torch.exp(-nll.detach()) * has).sum() / positions
+
+
+def lm_and_legal_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    legal: torch.Tensor,
+    weight: float,
+    num_items: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The causal LM cross-entropy plus ``weight`` x :func:`legal_move_loss`, sharing one pass
+    over the vocabulary. Returns (loss, cross-entropy, legal-move loss, legal mass).
+
+    ``labels`` are the input ids with -100 where there is no target (they are shifted here, like
+    transformers' ``ForCausalLMLoss``); the cross-entropy is their mean, or their sum over
+    ``num_items`` when given (the Trainer's count of targets for gradient accumulation).
+    Under ``torch.compile`` (a fixed ``legal`` width: :func:`pad_legal_targets` rounds it up)
+    the whole loss costs about what the cross-entropy alone does.
+
+    >>> logits = torch.zeros(1, 3, 4)
+    >>> labels = torch.tensor([[2, 1, -100]])
+    >>> legal = torch.tensor([[[0, 1], [1, -1], [-1, -1]]])
+    >>> [round(x.item(), 4) for x in lm_and_legal_loss(logits, labels, legal, 0.5)]  # log 4; -(log 2/4 + log 1/4) / 2
+    [1.9062, 1.3863, 1.0397, 0.375]
+    """
+    logits = logits.float()
+    lse = logits.logsumexp(-1)
+    targets = labels[:, 1:]
+    mask = targets != -100
+    picked = logits[:, :-1].gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    ce_sum = torch.where(mask, lse[:, :-1] - picked, 0.0).sum()
+    ce = ce_sum / (num_items if num_items is not None else mask.sum().clamp(min=1))
+    legal_loss, mass = _legal_nll(logits, lse, legal)
+    return ce + weight * legal_loss, ce.detach(), legal_loss.detach(), mass
