@@ -5,7 +5,8 @@
 
 Both sides train the same model preset on the same packed blocks (the repository's real games,
 tokenised and packed by the same code), with the same batch size, sequence length, optimizer
-(AdamW, weight decay 0.01, betas 0.9/0.95, gradient clipping 1.0), torch threads (2) and
+(AdamW, weight decay 0.01, betas 0.9/0.95, gradient clipping 1.0), loss (cross-entropy plus the
+legal-move loss at the phase's default weight 1.0: ``--legal-loss-weight``), torch threads (2) and
 precision: bf16 autocast where the phase's ``precision: auto`` picks it (a CPU with AMX or
 AVX512-BF16), fp32 elsewhere; ``--precision`` sets both sides, and ``--torch-compile`` compiles
 both (the phase's ``--torch-compile``; the untimed first step pays the compiling).
@@ -43,6 +44,7 @@ import torch  # noqa: E402
 from machine_load import fmt_load, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
 from record import write_record  # noqa: E402
 
+from chessrl.legality import MoveTokens, lm_and_legal_loss, pad_legal_targets  # noqa: E402
 from chessrl.lm_data import split_games, training_text  # noqa: E402
 from chessrl.models import build_model, resolve_bf16  # noqa: E402
 from cluster.config import RaySection  # noqa: E402
@@ -69,43 +71,55 @@ def prepare_games(workdir: Path) -> Path:
     return workdir / "bench" / "prepare" / "games"
 
 
-def packed_blocks(games: Path, tokenizer: Any, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+def packed_blocks(
+    games: Path, tokenizer: Any, block: int
+) -> tuple[torch.Tensor, torch.Tensor, list[Any], Any]:
     """The training games as the sft phase packs them: whole ``<bos> game <eos>`` sequences in
-    blocks padded to ``block``; returns (input ids, labels with the padding not a target)."""
+    blocks padded to ``block``; returns (input ids, labels with the padding not a target, and
+    each block's legal-move targets: flat ids and counts)."""
     rows = pads.dataset(games, format="parquet").to_table(columns=["game_id", "moves", "result"]).to_pylist()
     train, _, _ = split_games(rows, 0.05)  # the phase's split: each game once
     texts = [training_text(r["moves"], r["result"]) for r in train]
-    packed = tokenize_and_pack({"text": texts}, tokenizer, block)  # the phase's own Ray Data stage
+    # the phase's own Ray Data stage
+    packed = tokenize_and_pack({"text": texts}, tokenizer, block, legal=MoveTokens(tokenizer))
     inputs = torch.as_tensor(packed["input_ids"], dtype=torch.long)
     padding = torch.arange(block) >= torch.as_tensor(packed["length"])[:, None]
     labels = inputs.masked_fill(padding, -100)
-    return inputs, labels
+    return inputs, labels, list(packed["legal_moves"]), packed["legal_counts"]
 
 
 def baseline_run(
     preset: str,
-    blocks: tuple[torch.Tensor, torch.Tensor],
+    blocks: tuple[torch.Tensor, torch.Tensor, list[Any], Any],
     steps: int,
     batch: int,
     lr: float,
     seed: int,
     bf16: bool,
     compile_model: bool = False,
+    legal_weight: float = 0.0,
 ) -> dict[str, Any]:
     """A plain PyTorch loop: tokens/s of steps 2..N."""
     torch.set_num_threads(THREADS)
     model, _ = build_model(preset)
     model.train()
     forward = torch.compile(model) if compile_model else model
+    loss_fn = torch.compile(lm_and_legal_loss, dynamic=False) if compile_model else lm_and_legal_loss
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(seed)
-    inputs, labels = blocks
+    inputs, labels, legal_flat, legal_counts = blocks
     order = torch.randperm(len(inputs), generator=gen)
     started = None
     for step in range(steps):
         idx = order[(torch.arange(batch) + step * batch) % len(inputs)]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = forward(input_ids=inputs[idx], labels=labels[idx]).loss
+            if legal_weight:  # the phase's objective: the legal moves of each position, padded per batch
+                rows = idx.tolist()
+                legal = pad_legal_targets([legal_flat[r] for r in rows], legal_counts[rows], multiple=32)
+                logits = forward(input_ids=inputs[idx]).logits
+                loss = loss_fn(logits, labels[idx], torch.from_numpy(legal), legal_weight)[0]
+            else:
+                loss = forward(input_ids=inputs[idx], labels=labels[idx]).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -128,6 +142,7 @@ def measured_run(
     i: int,
     precision: str,
     compile_model: bool = False,
+    legal_weight: float = 0.0,
 ) -> dict[str, Any]:
     """``pipelines.sft.main`` with one worker; its own steady-state tokens/s."""
     from pipelines import sft
@@ -139,7 +154,7 @@ def measured_run(
          "--games", str(workdir / "bench" / "prepare" / "games"), "--model", preset,
          "--max-steps", str(steps), "--eval-every", str(steps), "--batch-size", str(batch),
          "--max-length", str(length), "--learning-rate", str(lr), "--num-workers", "1",
-         "--precision", precision, "--set", "sft.heldout_positions=1"]
+         "--precision", precision, "--legal-loss-weight", str(legal_weight), "--set", "sft.heldout_positions=1"]
         + (["--torch-compile", "always"] if compile_model else ["--torch-compile", "never"])
     )  # fmt: skip
     wall = time.perf_counter() - started
@@ -175,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
         "--torch-compile", action="store_true",
         help="both sides: torch.compile the model (the phase's --torch-compile); step 1 compiles, untimed",
     )  # fmt: skip
+    parser.add_argument(
+        "--legal-loss-weight", type=float, default=1.0,
+        help="both sides: cross-entropy + this x the legal-move loss (the phase's default for the chess "
+        "tokenizer is 1.0; 0: cross-entropy only)",
+    )  # fmt: skip
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "sft.json"))
     args = parser.parse_args(argv)
     if args.steps < 2:
@@ -196,11 +216,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{len(blocks[0]):,} blocks of {args.max_length} tokens; model {args.model}, batch {args.batch_size}, "
             f"{args.steps} steps per run, {THREADS} torch threads, {'bf16 autocast' if bf16 else 'fp32'}"
             + (", torch.compile" if args.torch_compile else "")
+            + (
+                f", legal-move loss x {args.legal_loss_weight:g}"
+                if args.legal_loss_weight
+                else ", cross-entropy only"
+            )
         )
         for i in range(args.runs):
             b = timed(
                 baseline_run, args.model, blocks, args.steps, args.batch_size, args.learning_rate, i, bf16,
-                args.torch_compile,
+                args.torch_compile, args.legal_loss_weight,
             )  # fmt: skip
             baseline.append(b)
             print(
@@ -210,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             # no "other load" here: the Train worker's CPU time leaves with its process, so it
             # would be counted as other processes' load
             m = timed(measured_run, args.model, workdir, args.steps, args.batch_size, args.max_length,
-                      args.learning_rate, i, "bf16" if bf16 else "fp32", args.torch_compile)  # fmt: skip
+                      args.learning_rate, i, "bf16" if bf16 else "fp32", args.torch_compile,
+                      args.legal_loss_weight)  # fmt: skip
             measured.append(m)
             print(
                 f"  run {i + 1} sft       {m['tokens_per_s']:9,.0f} tokens/s  (loss {m['loss']:.3f}; "
@@ -231,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps": args.steps,
         "precision": "bf16" if bf16 else "fp32",
         "torch_compile": args.torch_compile,
+        "legal_loss_weight": args.legal_loss_weight,
         "runs": {"baseline": baseline, "sft": measured},
         "medians": {"baseline_tokens_per_s": base_med, "sft_tokens_per_s": meas_med},
         "ratio": ratio,

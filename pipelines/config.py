@@ -104,10 +104,11 @@ class SftConfig(Section):
     bf16 in hardware (AMX, AVX512-BF16: ~1.5x faster per step), fp32 elsewhere. Weights stay fp32."""
     dropout: float | None = Field(None, ge=0, lt=1)
     """Set every dropout of the model to this (null: the model's own; the presets have none)."""
-    legal_loss_weight: float = Field(0.0, ge=0)
+    legal_loss_weight: float | None = Field(None, ge=0)
     """Add this weight times -log P(legal moves) at every position to the cross-entropy: the rules
-    of chess (python-chess) as a training signal next to the played move. 0 turns it off; it needs
-    a tokenizer with one token per UCI move (the presets' chess tokenizer)."""
+    of chess (python-chess) as a training signal next to the played move. It needs a tokenizer
+    with one token per UCI move (the presets' chess tokenizer). null: 1.0 with such a tokenizer,
+    off with another (a BPE --base-model); 0: off."""
     torch_compile: Literal["auto", "always", "never"] = "auto"
     """torch.compile the model (inductor): 1.5x faster per tiny step on 2 CPUs, after 20-40 s of
     compiling. auto: for runs of 500 steps or more, where a C++ compiler (g++, clang++) is found."""

@@ -330,6 +330,27 @@ def default_cpus_per_worker(num_workers: int) -> int:
     return max(1, min(total // num_workers, int(max(nodes, default=1))))
 
 
+def legal_move_tokens(cfg: SftConfig, tokenizer: Any, log: Any) -> tuple[MoveTokens | None, float]:
+    """The move tokens the legal-move loss needs, and its weight (0: off).
+
+    ``legal_loss_weight`` null means 1.0 where the tokenizer has one token per UCI move, and off
+    (said in the log) where it has not; a weight given for such a tokenizer is a ConfigError.
+    """
+    if cfg.legal_loss_weight == 0:
+        return None, 0.0
+    try:
+        moves = MoveTokens(tokenizer)
+    except ValueError as err:
+        if cfg.legal_loss_weight is None:
+            log(f"legal-move loss off: {err}")
+            return None, 0.0
+        raise ConfigError(
+            f"sft.legal_loss_weight (--legal-loss-weight) is {cfg.legal_loss_weight}, but {err} "
+            f"({cfg.base_model}): leave it unset or set it to 0 for this model"
+        ) from None
+    return moves, 1.0 if cfg.legal_loss_weight is None else cfg.legal_loss_weight
+
+
 def games_uri(context: PhaseContext) -> str:
     cfg = context.config.sft
     return cfg.games or context.phase_storage("prepare").uri_of("games")
@@ -353,15 +374,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
             f"sft.max_length (--max-length) is {cfg.max_length}, but the model reads at most {n_positions} "
             f"tokens ({cfg.base_model or 'preset ' + cfg.model}): use {n_positions} or less"
         )
-    legal_moves: MoveTokens | None = None
-    if cfg.legal_loss_weight:
-        try:
-            legal_moves = MoveTokens(tokenizer)
-        except ValueError as err:
-            raise ConfigError(
-                f"sft.legal_loss_weight (--legal-loss-weight) is {cfg.legal_loss_weight}, but {err} "
-                f"({cfg.base_model}): set it to 0 for this model"
-            ) from None
+    legal_moves, legal_weight = legal_move_tokens(cfg, tokenizer, log)
     source = Storage.from_uri(games_uri(context))
     if not source.exists() or not source.list_files():
         raise StorageError(f"no games at {source.uri}: run `chess-rl prepare` first, or pass --games")
@@ -432,7 +445,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
             "torch_compile": cfg.torch_compile,
             "precision": cfg.precision,
             "dropout": cfg.dropout,
-            "legal_loss_weight": cfg.legal_loss_weight,
+            "legal_loss_weight": legal_weight,
             "seed": context.config.run.seed,
             "heldout": [(list(p.moves_before), p.next_move, p.prefix) for p in heldout],
         },
@@ -475,7 +488,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         "tokens_per_epoch": game_tokens,
         "padding_fraction": round(1 - game_tokens / (blocks * cfg.max_length), 4),
         "truncated_games": truncated,
-        "legal_loss_weight": cfg.legal_loss_weight,
+        "legal_loss_weight": legal_weight,
         "legal_mass": metrics.get("legal_mass"),
         "heldout_legal_rate": metrics.get("heldout_legal_rate"),
         "heldout_top1_agreement": metrics.get("heldout_top1_agreement"),
@@ -493,10 +506,10 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         f"on {len(heldout)} positions (argmax, unmasked)",
         *(
             [
-                f"  legal loss    weight {cfg.legal_loss_weight:g}: legal moves get {float(summary['legal_mass'] or 0):.1%} "
+                f"  legal loss    weight {legal_weight:g}: legal moves get {float(summary['legal_mass'] or 0):.1%} "
                 "of the probability on the last logged step (training blocks)"
             ]
-            if cfg.legal_loss_weight
+            if legal_weight
             else []
         ),
         f"  throughput    {float(summary['train_tokens_per_s'] or 0):,.0f} tokens/s per worker "

@@ -106,7 +106,7 @@ def test_sft_with_the_legal_move_loss_logs_the_legal_mass(storage, capsys):
     assert "legal moves get" in capsys.readouterr().out
 
 
-def test_the_legal_move_loss_with_a_tokenizer_that_splits_moves_is_one_clear_error(
+def test_the_legal_move_loss_with_a_tokenizer_that_splits_moves_is_off_or_one_clear_error(
     storage, tmp_path, capsys, driver_err
 ):
     core = Tokenizer(models.BPE(unk_token=None))
@@ -117,14 +117,18 @@ def test_the_legal_move_loss_with_a_tokenizer_that_splits_moves_is_one_clear_err
     model, _ = build_model("tiny", tokenizer=bpe)
     model.save_pretrained(tmp_path / "bpe")
     bpe.save_pretrained(tmp_path / "bpe")
-    args = ("--run-name", "bpe", "--base-model", str(tmp_path / "bpe"), "--legal-loss-weight", "1")
-    assert run_sft(storage, *args, "--max-steps", "1") == EXIT_USER_ERROR
+    args = ("--run-name", "bpe", "--base-model", str(tmp_path / "bpe"))
+    assert run_sft(storage, *args, "--legal-loss-weight", "1", "--max-steps", "1") == EXIT_USER_ERROR
     err = capsys.readouterr().err
     assert "Traceback" not in driver_err(err)
-    assert (
-        "sft.legal_loss_weight (--legal-loss-weight) is 1.0, but the tokenizer has no single token for" in err
-    )
-    assert "set it to 0 for this model" in err and not (storage / "bpe" / "sft" / "model").exists()
+    message = "sft.legal_loss_weight (--legal-loss-weight) is 1.0, but the tokenizer has no single token for"
+    assert message in err and "leave it unset or set it to 0 for this model" in err
+    assert not (storage / "bpe" / "sft" / "model").exists()
+    # left unset, the loss is simply off for such a tokenizer, and the model trains
+    assert run_sft(storage, *args, "--max-steps", "1", "--eval-every", "1") == EXIT_OK
+    assert "legal-move loss off: the tokenizer has no single token for" in capsys.readouterr().err
+    summary = json.loads((storage / "bpe" / "sft" / "summary.json").read_text())
+    assert summary["legal_loss_weight"] == 0.0 and summary["steps"] == 1
 
 
 def sft_command(storage: Path, games: Path, run: str, *args: str) -> list[str]:
