@@ -117,7 +117,8 @@ def test_the_legal_move_loss_with_a_tokenizer_that_splits_moves_is_off_or_one_cl
     model, _ = build_model("tiny", tokenizer=bpe)
     model.save_pretrained(tmp_path / "bpe")
     bpe.save_pretrained(tmp_path / "bpe")
-    args = ("--run-name", "bpe", "--base-model", str(tmp_path / "bpe"))
+    games = str(storage / "s" / "prepare" / "games")
+    args = ("--run-name", "bpe", "--games", games, "--base-model", str(tmp_path / "bpe"))
     assert run_sft(storage, *args, "--legal-loss-weight", "1", "--max-steps", "1") == EXIT_USER_ERROR
     err = capsys.readouterr().err
     assert "Traceback" not in driver_err(err)
