@@ -253,6 +253,10 @@ def own_loss_sft_trainer_class(legal_weight: float = 0.0, compile_loss: bool = F
             )
             if legal is not None and legal_weight:
                 labels = inputs["labels"]
+                if num_items_in_batch is not None and self.args.average_tokens_across_devices:
+                    # the count is over every worker and DDP averages gradients: the Trainer's own
+                    # scaling (Trainer.compute_loss multiplies the loss by the number of processes)
+                    num_items_in_batch = num_items_in_batch / self.accelerator.num_processes
                 outputs = model(**{k: v for k, v in inputs.items() if k != "labels"})
                 loss, _, legal_loss, legal_mass = loss_fn(
                     outputs.logits, labels, legal.to(labels.device), legal_weight, num_items_in_batch
