@@ -43,8 +43,10 @@ def run_sft(storage: Path, *args: str) -> int:
     )  # fmt: skip
 
 
-def test_sft_trains_checkpoints_resumes_and_saves_a_playable_model(storage, capsys):
-    assert run_sft(storage, "--max-steps", "6", "--eval-every", "3") == EXIT_OK
+def test_sft_trains_checkpoints_resumes_and_saves_a_playable_model(storage, capsys, tmp_path):
+    # with the board-state loss on: its head trains, is checkpointed and resumed, and is not saved
+    board = ("--board-loss-weight", "0.5")
+    assert run_sft(storage, *board, "--max-steps", "6", "--eval-every", "3") == EXIT_OK
     out = capsys.readouterr().out
     assert "sft summary" in out and "legal-move rate" in out
     summary = json.loads((storage / "s" / "sft" / "summary.json").read_text())
@@ -52,14 +54,26 @@ def test_sft_trains_checkpoints_resumes_and_saves_a_playable_model(storage, caps
     assert 0.0 <= summary["heldout_legal_rate"] <= 1.0
     assert 0.0 <= summary["padding_fraction"] < 0.2 and summary["truncated_games"] >= 0
     assert list((storage / "s" / "sft" / "ray").glob("*/checkpoint_*"))
+    # the legal-move loss is on by default for the chess tokenizer; the worker reports the legal
+    # moves' share of the probability
+    assert summary["legal_loss_weight"] == 1.0 and 0.0 < summary["legal_mass"] < 1.0
+    assert "legal moves get" in out
+    assert summary["board_loss_weight"] == 0.5 and 0.0 < summary["board_accuracy"] <= 1.0
+    assert "board loss    weight 0.5" in out
 
     # The same command with more steps resumes from the last checkpoint (step 6), not from zero.
-    assert run_sft(storage, "--max-steps", "9", "--eval-every", "3") == EXIT_OK
+    assert run_sft(storage, *board, "--max-steps", "9", "--eval-every", "3") == EXIT_OK
     summary = json.loads((storage / "s" / "sft" / "summary.json").read_text())
     assert (summary["steps"], summary["resumed_from_step"]) == (9, 6)
     assert "resumed from step 6" in capsys.readouterr().out
 
     model_dir = storage / "s" / "sft" / "model"
+    build_model("tiny")[0].save_pretrained(tmp_path / "fresh")
+    with (
+        safe_open(model_dir / "model.safetensors", "pt") as saved,
+        safe_open(tmp_path / "fresh" / "model.safetensors", "pt") as fresh,
+    ):
+        assert set(saved.keys()) == set(fresh.keys())  # the plain GPT-2: no board_head
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     game = play_game(model, tokenizer, max_plies=30, seed=2)
@@ -94,16 +108,6 @@ def test_sft_without_games_is_one_clear_error(tmp_path, local_ray, capsys, drive
     assert sft.main(["--config", "tiny", "--storage", str(tmp_path), "--no-tracking"]) == EXIT_USER_ERROR
     err = capsys.readouterr().err
     assert "Traceback" not in driver_err(err) and "run `chess-rl prepare` first" in err
-
-
-def test_sft_with_the_legal_move_loss_logs_the_legal_mass(storage, capsys):
-    games = str(storage / "s" / "prepare" / "games")
-    args = ("--run-name", "legal", "--games", games, "--eval-every", "2", "--legal-loss-weight", "0.5")
-    assert run_sft(storage, *args, "--max-steps", "2", "--set", "sft.heldout_positions=4") == EXIT_OK
-    summary = json.loads((storage / "legal" / "sft" / "summary.json").read_text())
-    assert summary["steps"] == 2 and summary["legal_loss_weight"] == 0.5
-    assert 0.0 < summary["legal_mass"] < 1.0  # the legal moves' share of probability, from the worker
-    assert "legal moves get" in capsys.readouterr().out
 
 
 def test_the_legal_move_loss_with_a_tokenizer_that_splits_moves_is_off_or_one_clear_error(
