@@ -77,9 +77,7 @@ class MoveTokens:
         self.spaced = np.where(self.spaced >= 0, self.spaced, self.plain)
 
 
-def legal_move_targets(
-    ids: Sequence[int], moves: MoveTokens, start_id: int, *, boards: np.ndarray | None = None
-) -> tuple[list[int], list[int]]:
+def legal_move_targets(ids: Sequence[int], moves: MoveTokens, start_id: int) -> tuple[list[int], list[int]]:
     """The legal moves at each position of a block of whole games, as token ids.
 
     ``counts[t]`` is the number of legal moves when token ``t + 1`` is a move of the game (else
@@ -87,16 +85,10 @@ def legal_move_targets(
     game's own next token. The board restarts at every ``start_id`` (``<bos>``), so a packed
     block of several games works; tokens that are not moves (a result prefix) leave the board as
     it is, and a move that is not legal (a corrupt game) ends that game's targets.
-
-    With ``boards`` (uint8, ``[len(ids), 64]``), also writes the board at each of those positions
-    (:func:`board_labels`) into its row ``t``, for the board-state loss; other rows are left as
-    they are (fill them with :data:`NO_BOARD`).
     """
     board = chess.Board()
     flat: list[int] = []
     counts = [0] * len(ids)
-    board_rows: list[int] = []
-    board_masks: list[list[int]] = []
     playing = False
     legal_now: dict[int, chess.Move] = {}  # the legal moves of the current position, by key
     move_of = moves.move_of
@@ -126,39 +118,7 @@ def legal_move_targets(
         table = spaced if nxt[1] else plain
         flat.extend([table[key] for key in legal_now])
         counts[t] = len(legal_now)
-        if boards is not None:
-            board_rows.append(t)
-            board_masks.append(
-                [board.pieces_mask(kind, color) for color in _COLORS for kind in chess.PIECE_TYPES]
-            )
-    if boards is not None and board_rows:
-        boards[board_rows] = board_labels(board_masks)
     return flat, counts
-
-
-#: Classes of a square in the board-state loss: 0 empty, 1-6 a white pawn, knight, bishop, rook,
-#: queen, king, 7-12 the black ones. :data:`NO_BOARD` marks a position without a target.
-BOARD_CLASSES = 13
-NO_BOARD = 255
-_COLORS = (chess.WHITE, chess.BLACK)
-
-
-def board_labels(masks: Sequence[Sequence[int]]) -> np.ndarray:
-    """Piece bitboards -> the class of every square (uint8, ``[positions, 64]``, square a1 = 0).
-
-    ``masks[i]`` holds position ``i``'s 12 bitboards, white pawn to king then black's
-    (``board.pieces_mask(piece_type, color)``).
-
-    >>> board = chess.Board()
-    >>> masks = [[board.pieces_mask(k, c) for c in (chess.WHITE, chess.BLACK) for k in chess.PIECE_TYPES]]
-    >>> labels = board_labels(masks)[0]
-    >>> [int(labels[s]) for s in (chess.E1, chess.E2, chess.E4, chess.D8)]  # K, P, empty, q
-    [6, 1, 0, 11]
-    """
-    bitboards = np.asarray(masks, dtype="<u8").reshape(len(masks), 12)
-    bits = np.unpackbits(bitboards.view(np.uint8).reshape(len(masks), 12, 8), axis=-1, bitorder="little")
-    classes = np.arange(1, 13, dtype=np.uint8).reshape(1, 12, 1)
-    return (bits * classes).sum(axis=1, dtype=np.uint8)
 
 
 def pad_legal_targets(
@@ -249,26 +209,3 @@ def lm_and_legal_loss(
     ce = ce_sum / (num_items if num_items is not None else mask.sum().clamp(min=1))
     legal_loss, mass = _legal_nll(logits, lse, legal)
     return ce + weight * legal_loss, ce.detach(), legal_loss.detach(), mass
-
-
-def board_state_loss(logits: torch.Tensor, boards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The board-state loss: cross-entropy of every square's class, averaged over the squares of
-    the positions that have a board (:func:`legal_move_targets` with ``boards``), and the share
-    of those squares classed right (a metric).
-
-    ``logits`` is ``[..., 64 * 13]`` (a linear head on the model's hidden state at each
-    position), ``boards`` the matching ``[..., 64]`` classes, :data:`NO_BOARD` where there is
-    none. The head trains the model to keep the board in its hidden state; the saved model is a
-    plain GPT-2 without it.
-
-    >>> boards = torch.tensor([[[1] * 64, [NO_BOARD] * 64]], dtype=torch.uint8)
-    >>> loss, accuracy = board_state_loss(torch.zeros(1, 2, 64 * 13), boards)
-    >>> round(loss.item(), 4), accuracy.item()   # log 13: uniform over the classes; ties pick class 0
-    (2.5649, 0.0)
-    """
-    targets = boards.long().reshape(-1)
-    flat = logits.float().reshape(targets.shape[0], BOARD_CLASSES)
-    loss = torch.nn.functional.cross_entropy(flat, targets, ignore_index=NO_BOARD)
-    valid = targets != NO_BOARD
-    accuracy = ((flat.detach().argmax(-1) == targets) & valid).sum() / valid.sum().clamp(min=1)
-    return loss, accuracy

@@ -109,11 +109,6 @@ class SftConfig(Section):
     of chess (python-chess) as a training signal next to the played move. It needs a tokenizer
     with one token per UCI move (the presets' chess tokenizer). null: 1.0 with such a tokenizer,
     off with another (a BPE --base-model); 0: off."""
-    board_loss_weight: float = Field(0.0, ge=0)
-    """Add this weight times a board-state loss: a linear head on the hidden state halfway up the
-    model names the piece on every square after each move (python-chess), so the model is taught
-    to keep the board, not only to guess it from the moves. The head is dropped from the saved
-    model (a plain GPT-2). Needs one token per UCI move, like the legal-move loss; 0: off."""
     torch_compile: Literal["auto", "always", "never"] = "auto"
     """torch.compile the model (inductor): 1.5x faster per tiny step on 2 CPUs, after 20-40 s of
     compiling. auto: for runs of 500 steps or more, where a C++ compiler (g++, clang++) is found."""

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from chessrl.legality import NO_BOARD, MoveTokens, legal_move_targets
+from chessrl.legality import MoveTokens, legal_move_targets
 from chessrl.lm_data import pack_games, split_games, training_text
 from chessrl.lm_eval import sample_positions
 from chessrl.models import context_length, load_tokenizer, local_checkpoint
@@ -45,7 +45,6 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
-    from chessrl.legality import BOARD_CLASSES
     from chessrl.lm_eval import HeldoutPosition, evaluate_moves
     from chessrl.models import build_model, load_pretrained, resolve_bf16, resolve_compile, set_dropout
     from cluster.tracking import RunMetricsLogger
@@ -57,13 +56,6 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     if cfg["dropout"] is not None:
         set_dropout(model, cfg["dropout"])
     legal_weight = float(cfg["legal_loss_weight"])
-    board_weight = float(cfg["board_loss_weight"])
-    if board_weight:
-        # the board-state loss's head: trained with the model, in its checkpoints (so a resumed run
-        # keeps it), and dropped from the saved model (strip_board_head)
-        model.board_head = torch.nn.Linear(model.config.hidden_size, 64 * BOARD_CLASSES)
-        model.board_head.weight.data.normal_(0.0, model.config.initializer_range)
-        model.board_head.bias.data.zero_()
     heldout = [HeldoutPosition(tuple(p[0]), p[1], p[2]) for p in cfg["heldout"]]
     shard = ray.train.get_dataset_shard("train")
     rank = ray.train.get_context().get_world_rank()
@@ -87,8 +79,6 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
                     if legal_weight:
                         example["legal_moves"] = batch["legal_moves"][i]
                         example["legal_counts"] = batch["legal_counts"][i]
-                    if board_weight:
-                        example["boards"] = batch["boards"][i]
                     yield example
             epoch += 1
 
@@ -183,9 +173,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     # TRL's own loss on a GPU (its fused LM head saves memory) unless the legal-move loss needs
     # the logits; the model's own cross-entropy on a CPU (see own_loss_sft_trainer_class)
     trainer_class = (
-        SFTTrainer
-        if use_gpu and not legal_weight and not board_weight
-        else own_loss_sft_trainer_class(legal_weight, compiled, board_weight)
+        SFTTrainer if use_gpu and not legal_weight else own_loss_sft_trainer_class(legal_weight, compiled)
     )
     trainer = trainer_class(model=model, args=args, train_dataset=train, processing_class=tokenizer)
     print(
@@ -208,15 +196,11 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     trainer.train(resume_from_checkpoint=resume)
 
 
-def own_loss_sft_trainer_class(
-    legal_weight: float = 0.0, compile_loss: bool = False, board_weight: float = 0.0
-) -> type:
+def own_loss_sft_trainer_class(legal_weight: float = 0.0, compile_loss: bool = False) -> type:
     """TRL's SFTTrainer with the model's own cross-entropy in ``compute_loss`` (for CPU training)
     plus, when ``legal_weight`` > 0, that weight times the legal-move loss, in one pass over the
     vocabulary (:func:`chessrl.legality.lm_and_legal_loss`; ``compile_loss``: torch.compile'd,
-    which cut its cost from +27% to +5% of a tiny CPU step), plus, when ``board_weight`` > 0,
-    that weight times the board-state loss of the model's ``board_head`` on the hidden state
-    halfway up (:func:`chessrl.legality.board_state_loss`).
+    which cut its cost from +27% to +5% of a tiny CPU step).
 
     TRL computes the loss through its fused LM head (log-probabilities in tiles, plus entropy and
     top-1 for its metrics), which saves GPU memory. On a CPU, for a small model whose LM head is a
@@ -224,46 +208,36 @@ def own_loss_sft_trainer_class(
     step than the model's own loss (0.96 s against 0.66 s per 16 x 256 step, 2 threads). The data
     handling, optimizer, schedule, logging and checkpoints stay TRL's and transformers'; token
     accuracy and the token count are still logged, and with the legal-move loss its value
-    (``legal_loss``) and the probability the model gives legal moves (``legal_mass``); with the
-    board-state loss, ``board_loss`` and the share of squares its head gets right
-    (``board_accuracy``).
+    (``legal_loss``) and the probability the model gives legal moves (``legal_mass``).
     """
-    import numpy as np
     import torch
     from transformers import Trainer
     from trl import SFTTrainer
 
-    from chessrl.legality import board_state_loss, lm_and_legal_loss, pad_legal_targets
+    from chessrl.legality import lm_and_legal_loss, pad_legal_targets
 
     loss_fn = torch.compile(lm_and_legal_loss, dynamic=False) if compile_loss else lm_and_legal_loss
 
     class OwnLossSFTTrainer(SFTTrainer):  # type: ignore[misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            if legal_weight or board_weight:
+            if legal_weight:
                 collate = self.data_collator
 
-                def with_rule_targets(examples: list[dict[str, Any]]) -> dict[str, Any]:
-                    extra = {}
-                    if legal_weight:
-                        legal = pad_legal_targets(
-                            [e.pop("legal_moves") for e in examples],
-                            [e.pop("legal_counts") for e in examples],
-                            multiple=32,
-                        )
-                        extra["legal_moves"] = torch.from_numpy(legal)
-                    if board_weight:
-                        extra["boards"] = torch.from_numpy(np.stack([e.pop("boards") for e in examples]))
-                    return {**collate(examples), **extra}
+                def with_legal_moves(examples: list[dict[str, Any]]) -> dict[str, Any]:
+                    legal = pad_legal_targets(
+                        [e.pop("legal_moves") for e in examples],
+                        [e.pop("legal_counts") for e in examples],
+                        multiple=32,
+                    )
+                    return {**collate(examples), "legal_moves": torch.from_numpy(legal)}
 
-                self.data_collator = with_rule_targets
+                self.data_collator = with_legal_moves
 
         def _set_signature_columns_if_needed(self) -> None:
             super()._set_signature_columns_if_needed()
             if legal_weight:  # keep the legal moves for the collator
                 self._signature_columns = [*self._signature_columns, "legal_moves", "legal_counts"]
-            if board_weight:
-                self._signature_columns = [*self._signature_columns, "boards"]
 
         def compute_loss(
             self,
@@ -273,37 +247,23 @@ def own_loss_sft_trainer_class(
             num_items_in_batch: Any = None,
         ) -> Any:
             legal = inputs.pop("legal_moves", None)
-            boards = inputs.pop("boards", None)
             mode = "train" if model.training else "eval"
             logging = (
                 mode == "eval" or (self.state.global_step + 1) % max(1, int(self.args.logging_steps)) == 0
             )
-            if (legal is not None and legal_weight) or boards is not None:
+            if legal is not None and legal_weight:
                 labels = inputs["labels"]
                 if num_items_in_batch is not None and self.args.average_tokens_across_devices:
                     # the count is over every worker and DDP averages gradients: the Trainer's own
                     # scaling (Trainer.compute_loss multiplies the loss by the number of processes)
                     num_items_in_batch = num_items_in_batch / self.accelerator.num_processes
-                outputs = model(
-                    **{k: v for k, v in inputs.items() if k != "labels"},
-                    output_hidden_states=boards is not None,
-                )
-                if legal is None:  # the board-state loss alone: no legal moves, a zero legal-move term
-                    legal = torch.full((*labels.shape, 1), -1, dtype=torch.long)
+                outputs = model(**{k: v for k, v in inputs.items() if k != "labels"})
                 loss, _, legal_loss, legal_mass = loss_fn(
                     outputs.logits, labels, legal.to(labels.device), legal_weight, num_items_in_batch
                 )
-                if logging and legal_weight:
+                if logging:
                     self._metrics[mode]["legal_loss"].append(legal_loss.item())
                     self._metrics[mode]["legal_mass"].append(legal_mass.item())
-                if boards is not None:
-                    head = self.accelerator.unwrap_model(model).board_head
-                    hidden = outputs.hidden_states[len(outputs.hidden_states) // 2]
-                    board_loss, board_accuracy = board_state_loss(head(hidden), boards.to(labels.device))
-                    loss = loss + board_weight * board_loss
-                    if logging:
-                        self._metrics[mode]["board_loss"].append(board_loss.item())
-                        self._metrics[mode]["board_accuracy"].append(board_accuracy.item())
             else:
                 loss, outputs = Trainer.compute_loss(
                     self, model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
@@ -329,7 +289,7 @@ def own_loss_sft_trainer_class(
 
 
 def tokenize_and_pack(
-    batch: dict[str, Any], tokenizer: Any, block: int, legal: MoveTokens | None = None, boards: bool = False
+    batch: dict[str, Any], tokenizer: Any, block: int, legal: MoveTokens | None = None
 ) -> dict[str, Any]:
     """Ray Data stage: game texts -> ``<bos> game <eos>`` token ids -> blocks of whole games.
 
@@ -337,8 +297,7 @@ def tokenize_and_pack(
     (``length``) and the number of games in the batch cut to ``block`` tokens (``truncated``, on
     the batch's first row). With ``legal``, also the legal moves at every position for the
     legal-move loss: ``legal_counts`` (``block`` counts) and ``legal_moves`` (their token ids,
-    flat, one variable-length array per row); and with ``boards`` too, the board at each of
-    those positions for the board-state loss (``boards``: uint8 ``[block, 64]`` per row).
+    flat, one variable-length array per row).
     """
     import numpy as np
 
@@ -358,13 +317,7 @@ def tokenize_and_pack(
         "truncated": counts,
     }
     if legal is not None:
-        board_rows = np.full((len(rows), block, 64), NO_BOARD, dtype=np.uint8) if boards else None
-        targets = [
-            legal_move_targets(row, legal, start, boards=None if board_rows is None else board_rows[i])
-            for i, row in enumerate(rows.tolist())
-        ]
-        if board_rows is not None:
-            out["boards"] = board_rows
+        targets = [legal_move_targets(row, legal, start) for row in rows.tolist()]
         out["legal_counts"] = np.asarray([c for _, c in targets], dtype=np.uint8).reshape(len(rows), block)
         flat = np.empty(len(rows), dtype=object)
         flat[:] = [np.asarray(f, dtype=np.int16) for f, _ in targets]
@@ -382,23 +335,16 @@ def default_cpus_per_worker(num_workers: int) -> int:
 
 
 def legal_move_tokens(cfg: SftConfig, tokenizer: Any, log: Any) -> tuple[MoveTokens | None, float]:
-    """The move tokens the legal-move and board-state losses need, and the legal-move loss's
-    weight (0: off).
+    """The move tokens the legal-move loss needs, and its weight (0: off).
 
     ``legal_loss_weight`` null means 1.0 where the tokenizer has one token per UCI move, and off
-    (said in the log) where it has not; a weight given for such a tokenizer is a ConfigError, and
-    so is a ``board_loss_weight``.
+    (said in the log) where it has not; a weight given for such a tokenizer is a ConfigError.
     """
-    if cfg.legal_loss_weight == 0 and not cfg.board_loss_weight:
+    if cfg.legal_loss_weight == 0:
         return None, 0.0
     try:
         moves = MoveTokens(tokenizer)
     except ValueError as err:
-        if cfg.board_loss_weight:
-            raise ConfigError(
-                f"sft.board_loss_weight (--board-loss-weight) is {cfg.board_loss_weight}, but {err} "
-                f"({cfg.base_model}): set it to 0 for this model"
-            ) from None
         if cfg.legal_loss_weight is None:
             log(f"legal-move loss off: {err}")
             return None, 0.0
@@ -407,31 +353,6 @@ def legal_move_tokens(cfg: SftConfig, tokenizer: Any, log: Any) -> tuple[MoveTok
             f"({cfg.base_model}): leave it unset or set it to 0 for this model"
         ) from None
     return moves, 1.0 if cfg.legal_loss_weight is None else cfg.legal_loss_weight
-
-
-def strip_board_head(folder: Path) -> int:
-    """Drop the board-state loss's head (``board_head.*``) from the safetensors files of a saved
-    model, so it is the plain GPT-2 that ``AutoModelForCausalLM`` loads. Returns the tensors dropped.
-    """
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    dropped = 0
-    for path in sorted(folder.glob("*.safetensors")):
-        with safe_open(path, "pt") as f:
-            names = list(f.keys())
-            if not any(n.startswith("board_head.") for n in names):
-                continue
-            kept = {n: f.get_tensor(n) for n in names if not n.startswith("board_head.")}
-            metadata = f.metadata()
-        dropped += len(names) - len(kept)
-        save_file(kept, path, metadata=metadata)
-    index = folder / "model.safetensors.index.json"
-    if dropped and index.exists():
-        data = json.loads(index.read_text())
-        data["weight_map"] = {k: v for k, v in data["weight_map"].items() if not k.startswith("board_head.")}
-        index.write_text(json.dumps(data, indent=2))
-    return dropped
 
 
 def games_uri(context: PhaseContext) -> str:
@@ -490,12 +411,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         ray.data.from_items(texts)
         .map_batches(
             tokenize_and_pack,
-            fn_kwargs={
-                "tokenizer": tokenizer,
-                "block": cfg.max_length,
-                "legal": legal_moves,
-                "boards": bool(cfg.board_loss_weight),
-            },
+            fn_kwargs={"tokenizer": tokenizer, "block": cfg.max_length, "legal": legal_moves},
             batch_size=512,
             batch_format="numpy",
         )
@@ -534,7 +450,6 @@ def run_sft(context: PhaseContext) -> PhaseResult:
             "precision": cfg.precision,
             "dropout": cfg.dropout,
             "legal_loss_weight": legal_weight,
-            "board_loss_weight": cfg.board_loss_weight,
             "seed": context.config.run.seed,
             "heldout": [(list(p.moves_before), p.next_move, p.prefix) for p in heldout],
         },
@@ -554,20 +469,13 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     if result.checkpoint is None:
         raise RuntimeError("sft finished without a checkpoint")
     model_out = context.phase_storage("sft").child("model")
-    with (
-        result.checkpoint.as_directory() as folder,
-        tempfile.TemporaryDirectory(prefix="sft-model-") as plain,
-    ):
+    with result.checkpoint.as_directory() as folder:
         hf = Path(folder) / "checkpoint"
         for path in sorted(hf.iterdir()):
             if path.is_file() and not path.name.startswith(
                 ("optimizer", "scheduler", "rng_state", "training_args")
             ):
-                shutil.copy2(path, Path(plain, path.name))
-        if cfg.board_loss_weight:
-            strip_board_head(Path(plain))
-        for path in sorted(Path(plain).iterdir()):
-            model_out.upload_file(path, path.name)
+                model_out.upload_file(path, path.name)
     metrics = {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}
     context.tracking.log_metrics(metrics)
     summary = {
@@ -586,8 +494,6 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         "truncated_games": truncated,
         "legal_loss_weight": legal_weight,
         "legal_mass": metrics.get("legal_mass"),
-        "board_loss_weight": cfg.board_loss_weight,
-        "board_accuracy": metrics.get("board_accuracy"),
         "heldout_legal_rate": metrics.get("heldout_legal_rate"),
         "heldout_top1_agreement": metrics.get("heldout_top1_agreement"),
         "model": model_out.uri,
@@ -608,14 +514,6 @@ def run_sft(context: PhaseContext) -> PhaseResult:
                 "of the probability on the last logged step (training blocks)"
             ]
             if legal_weight
-            else []
-        ),
-        *(
-            [
-                f"  board loss    weight {cfg.board_loss_weight:g}: its head names {float(summary['board_accuracy'] or 0):.1%} "
-                "of the squares right on the last logged step (training blocks)"
-            ]
-            if cfg.board_loss_weight
             else []
         ),
         f"  throughput    {float(summary['train_tokens_per_s'] or 0):,.0f} tokens/s per worker "

@@ -575,10 +575,6 @@ def test_flatten_hides_uri_credentials_inside_lists() -> None:
             {"legal_loss_weight": -0.5},
             "sft.legal_loss_weight: -0.5 is not allowed: input should be greater than or equal to 0",
         ),
-        (
-            {"board_loss_weight": -1},
-            "sft.board_loss_weight: -1 is not allowed: input should be greater than or equal to 0",
-        ),
     ],
 )
 def test_sft_precision_and_dropout_are_checked(sft: dict, message: str) -> None:

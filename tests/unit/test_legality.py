@@ -10,14 +10,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from chessrl.legality import (
-    NO_BOARD,
-    MoveTokens,
-    board_state_loss,
-    legal_move_loss,
-    legal_move_targets,
-    pad_legal_targets,
-)
+from chessrl.legality import MoveTokens, legal_move_loss, legal_move_targets, pad_legal_targets
 from chessrl.lm_data import pack_games, training_text
 from chessrl.pgn import read_pgn_file
 from chessrl.tokenizer import build_chess_tokenizer
@@ -149,64 +142,3 @@ def test_no_targets_at_all_is_a_zero_loss_that_still_backpropagates() -> None:
     loss, mass = legal_move_loss(logits, torch.full((1, 2, 1), -1))
     loss.backward()
     assert loss.item() == 0.0 and mass.item() == 0.0 and logits.grad is not None
-
-
-def square_classes(board: chess.Board) -> list[int]:
-    """The board-state loss's classes, square by square, straight from python-chess."""
-    out = []
-    for square in chess.SQUARES:
-        piece = board.piece_at(square)
-        out.append(0 if piece is None else piece.piece_type + (0 if piece.color == chess.WHITE else 6))
-    return out
-
-
-def test_boards_are_python_chess_boards_where_there_are_legal_moves_and_nothing_elsewhere(
-    tok, moves, games
-) -> None:
-    blocks, _ = pack_games([encode(tok, training_text(" ".join(g), None)) for g in games], block=512)
-    checked = 0
-    for block in blocks:
-        ids = block + [tok.pad_token_id] * 3
-        boards = np.full((len(ids), 64), NO_BOARD, dtype=np.uint8)
-        flat, counts = legal_move_targets(ids, moves, tok.bos_token_id, boards=boards)
-        assert (flat, counts) == legal_move_targets(ids, moves, tok.bos_token_id)  # the same targets
-        board = chess.Board()
-        for t in range(len(ids) - 1):
-            token = tok.convert_ids_to_tokens(ids[t]).strip()
-            if ids[t] == tok.bos_token_id:
-                board.reset()
-            elif ids[t] not in (tok.eos_token_id, tok.pad_token_id):
-                board.push_uci(token)
-            if counts[t]:
-                assert boards[t].tolist() == square_classes(board)
-                checked += 1
-            else:
-                assert (boards[t] == NO_BOARD).all()
-    assert checked == sum(len(g) for g in games)
-
-
-def test_the_board_state_loss_skips_positions_without_a_board_and_teaches_a_head_the_board(
-    tok, moves
-) -> None:
-    ids = encode(tok, "e2e4 e7e5 g1f3 b8c6 f1b5 a7a6")
-    boards = np.full((len(ids), 64), NO_BOARD, dtype=np.uint8)
-    legal_move_targets(ids, moves, tok.bos_token_id, boards=boards)
-    target = torch.from_numpy(boards).unsqueeze(0)
-    logits = torch.randn(1, len(ids), 64 * 13)
-    noise = torch.randn(1, len(ids), 64 * 13) * 100
-    rows = torch.from_numpy((boards == NO_BOARD).all(-1)).view(1, -1, 1)
-    # what the logits say where there is no board does not count
-    assert torch.allclose(
-        board_state_loss(logits, target)[0], board_state_loss(logits + noise * rows, target)[0]
-    )
-    # and a head trained on it learns the boards (one feature per position: its index)
-    head = torch.nn.Linear(len(ids), 64 * 13)
-    features = torch.eye(len(ids)).unsqueeze(0)
-    optimizer = torch.optim.Adam(head.parameters(), lr=0.1)
-    first = board_state_loss(head(features), target)[0].item()
-    for _ in range(50):
-        optimizer.zero_grad()
-        loss, accuracy = board_state_loss(head(features), target)
-        loss.backward()
-        optimizer.step()
-    assert loss.item() < first / 10 and accuracy.item() == 1.0

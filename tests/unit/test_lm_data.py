@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 
-import numpy as np
 import pytest
 
 from chessrl.lm_data import is_heldout, pack_games, result_prefix, split_games, training_text
@@ -94,65 +93,3 @@ def test_the_legal_move_loss_weight_defaults_to_one_and_an_explicit_weight_is_ke
     assert legal_move_tokens(SftConfig(legal_loss_weight=0.5), tok, said.append)[1] == 0.5
     assert legal_move_tokens(SftConfig(legal_loss_weight=0), tok, said.append) == (None, 0.0)
     assert said == []
-
-
-def test_the_packing_stage_adds_the_boards_of_the_positions_with_legal_moves() -> None:
-    from chessrl.legality import NO_BOARD, MoveTokens
-    from pipelines.sft import tokenize_and_pack
-
-    tok = build_chess_tokenizer()
-    out = tokenize_and_pack(
-        {"text": ["e2e4 e7e5 g1f3", "d2d4"]}, tok, block=16, legal=MoveTokens(tok), boards=True
-    )
-    boards, counts = out["boards"], out["legal_counts"]
-    assert boards.shape == (len(out["input_ids"]), 16, 64) and boards.dtype == np.uint8
-    assert ((boards != NO_BOARD).all(-1) == (counts > 0)).all()  # a board exactly where there are legal moves
-    assert "boards" not in tokenize_and_pack({"text": ["d2d4"]}, tok, block=16, legal=MoveTokens(tok))
-
-
-def test_the_board_state_loss_needs_one_token_per_move(tmp_path) -> None:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    from cluster.errors import ConfigError
-    from pipelines.config import SftConfig
-    from pipelines.sft import legal_move_tokens
-
-    core = Tokenizer(models.BPE(unk_token=None))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    core.train_from_iterator(["e2e4 e7e5 g1f3 b8c6"] * 10, trainer=trainers.BpeTrainer(vocab_size=300))
-    bpe = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>")
-    cfg = SftConfig(board_loss_weight=0.5, base_model=str(tmp_path / "bpe"))
-    with pytest.raises(
-        ConfigError, match=r"sft.board_loss_weight \(--board-loss-weight\) is 0.5, but the tokenizer"
-    ):
-        legal_move_tokens(cfg, bpe, print)
-    # with the chess tokenizer and the legal-move loss off, the move tokens are still there for it
-    moves, weight = legal_move_tokens(
-        SftConfig(board_loss_weight=1, legal_loss_weight=0), build_chess_tokenizer(), print
-    )
-    assert moves is not None and weight == 0.0
-
-
-def test_a_saved_model_loses_the_board_head_and_loads_as_a_plain_gpt2(tmp_path) -> None:
-    import torch
-    from safetensors import safe_open
-    from transformers import AutoModelForCausalLM
-
-    from chessrl.models import build_model
-    from pipelines.sft import strip_board_head
-
-    model, _ = build_model("tiny")
-    plain = set(model.state_dict())
-    model.board_head = torch.nn.Linear(model.config.hidden_size, 64 * 13)
-    model.save_pretrained(tmp_path)
-    with safe_open(tmp_path / "model.safetensors", "pt") as f:
-        assert {"board_head.weight", "board_head.bias"} <= set(f.keys())
-    assert strip_board_head(tmp_path) == 2 and strip_board_head(tmp_path) == 0
-    with safe_open(tmp_path / "model.safetensors", "pt") as f:
-        names = set(f.keys())
-    assert not any(k.startswith("board_head") for k in names)
-    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
-    assert set(loaded.state_dict()) == plain
-    assert torch.equal(loaded.transformer.h[0].attn.c_attn.weight, model.transformer.h[0].attn.c_attn.weight)
