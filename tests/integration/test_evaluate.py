@@ -1,4 +1,4 @@
-"""evaluate on the local Ray with real Stockfish: a 20-game match of a tiny language model against
+"""evaluate on the local Ray with real Stockfish: an 8-game match of a tiny language model against
 RandomPlayer and against Stockfish Skill Level 0, games as parallel Ray tasks; every PGN parses
 back; a run killed halfway resumes and finishes with the right number of games; bad input is one
 clear message."""
@@ -35,11 +35,11 @@ def model_dir(tmp_path_factory) -> Path:
     return folder
 
 
-def args(storage: Path, model_dir: Path, *extra: str) -> list[str]:
+def args(storage: Path, model_dir: Path, *extra: str, games: int = 8) -> list[str]:
     return [
         "--config", "tiny", "--storage", str(storage), "--run-name", "e", "--no-tracking",
         "--players", f"lm:{model_dir}", "random", "stockfish:skill=0,nodes=50",
-        "--games", "20", "--max-plies", "40", "--quality-nodes", "200",
+        "--games", str(games), "--max-plies", "40", "--quality-nodes", "200",
         "--suites", "tests/data/epd/bratko-kopec.epd", *extra,
     ]  # fmt: skip
 
@@ -50,12 +50,12 @@ def test_match_against_random_and_stockfish(tmp_path, model_dir, local_ray, caps
     out = capsys.readouterr().out
     assert "evaluate summary" in out and "report" in out
     folder = tmp_path / "e" / "evaluate" / "eval"
-    assert len(list((folder / "games").glob("*.json"))) == 40
+    assert len(list((folder / "games").glob("*.json"))) == 16
     results = json.loads((folder / "results.json").read_text())
-    assert results["games"] == 40
+    assert results["games"] == 16
     for opponent in ("random", "stockfish:skill=0,nodes=50"):
         p = results["pairings"][opponent]
-        assert p["wins"] + p["draws"] + p["losses"] == 20
+        assert p["wins"] + p["draws"] + p["losses"] == 8
         assert 0.0 <= p["score"] <= 1.0
     moves = results["candidate_moves"]
     assert moves["moves"] > 0 and 0.0 <= moves["legal_rate"] <= 1.0
@@ -72,7 +72,7 @@ def test_match_against_random_and_stockfish(tmp_path, model_dir, local_ray, caps
         assert game.headers["Result"] in ("1-0", "0-1", "1/2-1/2")
         assert game.headers["White"] != game.headers["Black"]
         parsed += 1
-    assert parsed == 40
+    assert parsed == 16
     report = (folder / "report.md").read_text()
     assert "| random |" in report and (folder / "score.png").stat().st_size > 1000
     assert (folder / "elo.png").is_file()
@@ -80,7 +80,7 @@ def test_match_against_random_and_stockfish(tmp_path, model_dir, local_ray, caps
 
 def test_killed_evaluation_resumes_with_the_right_number_of_games(tmp_path, model_dir):
     command = [sys.executable, "-m", "pipelines.evaluate",
-               *args(tmp_path, model_dir, "--set", "ray.num_cpus=2", "--quality-nodes", "0", "--suites")]  # fmt: skip
+               *args(tmp_path, model_dir, "--set", "ray.num_cpus=2", "--quality-nodes", "0", "--suites", games=12)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": ""}
     games = tmp_path / "e" / "evaluate" / "eval" / "games"
     proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True,
@@ -88,7 +88,7 @@ def test_killed_evaluation_resumes_with_the_right_number_of_games(tmp_path, mode
     try:
         deadline = time.monotonic() + 300
         while proc.poll() is None and time.monotonic() < deadline:
-            if games.is_dir() and len(list(games.glob("*.json"))) >= 15:
+            if games.is_dir() and len(list(games.glob("*.json"))) >= 8:
                 break
             time.sleep(0.1)
         assert proc.poll() is None, "the evaluation ended before it could be killed"
@@ -96,12 +96,12 @@ def test_killed_evaluation_resumes_with_the_right_number_of_games(tmp_path, mode
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     played = len(list(games.glob("*.json")))
-    assert 15 <= played < 40
+    assert 8 <= played < 24
     rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert f"{played} already played, {40 - played} to play" in rerun.stdout + rerun.stderr
-    assert len(list(games.glob("*.json"))) == 40
-    assert json.loads((games.parent / "results.json").read_text())["games"] == 40
+    assert f"{played} already played, {24 - played} to play" in rerun.stdout + rerun.stderr
+    assert len(list(games.glob("*.json"))) == 24
+    assert json.loads((games.parent / "results.json").read_text())["games"] == 24
 
 
 @pytest.mark.parametrize(
