@@ -1,5 +1,5 @@
-"""evaluate on the local Ray with real Stockfish: an 8-game match of a tiny language model against
-RandomPlayer and against Stockfish Skill Level 0, games as parallel Ray tasks; every PGN parses
+"""evaluate on the local Ray with real Stockfish: a tiny language model plays 8 games against
+RandomPlayer and 8 against Stockfish Skill Level 0, games as parallel Ray tasks; every PGN parses
 back; a run killed halfway resumes and finishes with the right number of games; bad input is one
 clear message."""
 
