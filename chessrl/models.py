@@ -35,7 +35,7 @@ from transformers import (
 )
 
 from chessrl.formats import MoveCounts, MovesFormat, ParsedMove
-from chessrl.tokenizer import build_chess_tokenizer
+from chessrl.tokenizer import add_prompt_start, build_chess_tokenizer, start_token
 from cluster.errors import UserError
 from cluster.storage import Storage
 
@@ -229,7 +229,9 @@ def load_pretrained(path: str, *, cache_dir: str | None = None) -> tuple[Any, An
 
 
 def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
-    """The tokenizer saved with a checkpoint (a pad token is added from EOS when it has none)."""
+    """The tokenizer saved with a checkpoint (a pad token is added from EOS when it has none), set
+    to encode prompts as the phases train (:func:`chessrl.tokenizer.add_prompt_start`): a
+    checkpoint saved before tokenizers carried their start token loads the same way."""
     local = local_checkpoint(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(local)
@@ -237,7 +239,23 @@ def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
         raise ModelLoadError(f"cannot load the tokenizer of {path}: {str(exc).splitlines()[0]}") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
+    return add_prompt_start(tokenizer)
+
+
+def make_tokenizer_config_generic(folder: str | Path) -> bool:
+    """Point a saved ``tokenizer_config.json`` at the generic fast class, so ``AutoTokenizer``
+    reads ``tokenizer.json`` as saved (start token and trailing-space rule included) instead of
+    rebuilding it, as transformers' ``GPT2Tokenizer`` does from the vocabulary alone. Returns
+    whether the file changed; a folder without ``tokenizer.json`` is left alone."""
+    config_path = Path(folder) / "tokenizer_config.json"
+    if not (Path(folder) / "tokenizer.json").is_file() or not config_path.is_file():
+        return False
+    config = json.loads(config_path.read_text())
+    if config.get("tokenizer_class") in ("PreTrainedTokenizerFast", "TokenizersBackend"):
+        return False
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config_path.write_text(json.dumps(config, indent=2))
+    return True
 
 
 def context_length(preset: str | None, base_model: str | None = None) -> int:
@@ -259,10 +277,21 @@ def context_length(preset: str | None, base_model: str | None = None) -> int:
 
 
 def prompt_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
-    """BOS (or EOS for GPT-2-style tokenizers) then the text: the start every training text has."""
-    start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
-    return ([start] if start is not None else []) + list(ids)
+    """``tokenizer(text)``: BOS (or EOS for GPT-2-style tokenizers) then the text without its
+    trailing whitespace, the start every training text has. A saved model's tokenizer does this
+    by itself (:func:`chessrl.tokenizer.add_prompt_start`), so plain ``transformers`` code gets
+    the same ids; a tokenizer built without it gets the start token added here.
+
+    >>> tok = build_chess_tokenizer()
+    >>> prompt_ids(tok, "e2e4 ") == prompt_ids(tok, "e2e4") == [tok.bos_token_id, 381]
+    True
+    """
+    ids = list(tokenizer(text.rstrip())["input_ids"])
+    token = start_token(tokenizer)
+    start = tokenizer.convert_tokens_to_ids(token) if token is not None else None
+    if start is not None and (not ids or ids[0] != start):
+        ids.insert(0, start)
+    return ids
 
 
 @torch.no_grad()

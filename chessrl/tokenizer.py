@@ -7,22 +7,30 @@ task markers and special tokens, as a Hugging Face ``PreTrainedTokenizerFast``.
 >>> tok.tokenize("P: 8/8/8/8/8/8/8/K6k w - - 0 1 M: a1b1")[:5]
 ['P:', ' ', '8', '/', '8']
 >>> tok.decode(tok("e2e4 e7e5")["input_ids"])
-'e2e4 e7e5'
+'<bos>e2e4 e7e5'
+
+``tok(prompt)`` starts with ``<bos>``, as every training text did, and trailing whitespace is
+ignored, so ``tok(prompt)`` -> ``model.generate`` is the whole recipe for a move, through
+``transformers`` alone (see :func:`add_prompt_start`):
+
+>>> tok("e2e4 e7e5 ")["input_ids"] == tok("e2e4 e7e5")["input_ids"] == [tok.bos_token_id, 381, 3525]
+True
 
 Text is split by one regular expression: a UCI move only where it stands alone (not inside a FEN
 rank such as ``3b1b2``: the look-behind and look-ahead exclude letters, digits and ``/``), then the
 markers and results, then any single character. A move carries the one space before it, so each
 move of a game is one token (``" e7e5"``; the vocabulary holds every move with and without that
 space) and a game costs half the positions it would with separate space tokens. Other spaces are
-tokens of their own, so decoding gives back exactly the text that was encoded. Save it with ``save_pretrained(dir)`` and load it with
+tokens of their own, so decoding gives back exactly the text that was encoded, less any trailing
+whitespace (``add_special_tokens=False`` leaves the ``<bos>`` out). Save it with ``save_pretrained(dir)`` and load it with
 ``AutoTokenizer.from_pretrained(dir)``; a user's own checkpoint brings its own tokenizer instead.
 """
 
 from __future__ import annotations
 
 import chess
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, UNK)
@@ -97,4 +105,50 @@ def build_chess_tokenizer(model_max_length: int = 1024) -> PreTrainedTokenizerFa
         clean_up_tokenization_spaces=False,
     )
     tokenizer.padding_side = "right"
+    return add_prompt_start(tokenizer)
+
+
+def start_token(tokenizer: PreTrainedTokenizerBase) -> str | None:
+    """The token every training text starts with: BOS, or EOS for GPT-2-style tokenizers whose
+    BOS is missing (``<|endoftext|>`` serves as both there)."""
+    return tokenizer.bos_token if tokenizer.bos_token is not None else tokenizer.eos_token
+
+
+def add_prompt_start(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """Make ``tokenizer(text)`` encode text the way the phases train on it, in place: the start
+    token (:func:`start_token`) first, through the tokenizer's post-processor, and trailing
+    whitespace dropped by its normalizer (a prompt ``"e2e4 e7e5 "`` is ``"e2e4 e7e5"``). Both
+    live in ``tokenizer.json``, so a saved model answers through ``AutoTokenizer`` +
+    ``generate`` alone. Any fast tokenizer: the chess one and a user's BPE alike (a byte-level
+    post-processor is kept in front). Safe to call again; a slow tokenizer is returned unchanged.
+
+    >>> from transformers import PreTrainedTokenizerFast
+    >>> raw = PreTrainedTokenizerFast(tokenizer_object=build_chess_tokenizer().backend_tokenizer)
+    >>> raw.eos_token = "<eos>"
+    >>> add_prompt_start(raw)("e2e4 ")["input_ids"]
+    [2, 381]
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    start = start_token(tokenizer)
+    if backend is None or start is None:
+        return tokenizer
+    start_id = tokenizer.convert_tokens_to_ids(start)
+    template = processors.TemplateProcessing(
+        single=f"{start} $A", pair=f"{start} $A $B:1", special_tokens=[(start, start_id)]
+    )
+    current = backend.post_processor
+    if isinstance(current, processors.ByteLevel):
+        backend.post_processor = processors.Sequence([current, template])
+    elif not _is_our_template(current):
+        backend.post_processor = template
+    strip = normalizers.Strip(left=False, right=True)
+    norm = backend.normalizer
+    if norm is None:
+        backend.normalizer = strip
+    elif "Strip" not in repr(norm):
+        backend.normalizer = normalizers.Sequence([norm, strip])
     return tokenizer
+
+
+def _is_our_template(processor: object) -> bool:
+    return isinstance(processor, processors.Sequence) and "TemplateProcessing" in repr(processor)

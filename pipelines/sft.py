@@ -27,7 +27,7 @@ from typing import Any
 from chessrl.legality import MoveTokens, legal_move_targets
 from chessrl.lm_data import pack_games, split_games, training_text
 from chessrl.lm_eval import sample_positions
-from chessrl.models import context_length, load_tokenizer, local_checkpoint
+from chessrl.models import context_length, load_tokenizer, local_checkpoint, make_tokenizer_config_generic
 from chessrl.tokenizer import build_chess_tokenizer
 from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
@@ -471,6 +471,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     model_out = context.phase_storage("sft").child("model")
     with result.checkpoint.as_directory() as folder:
         hf = Path(folder) / "checkpoint"
+        make_tokenizer_config_generic(hf)  # AutoTokenizer then reads tokenizer.json as saved
         for path in sorted(hf.iterdir()):
             if path.is_file() and not path.name.startswith(
                 ("optimizer", "scheduler", "rng_state", "training_args")
