@@ -28,6 +28,16 @@ and ``elo1`` (H1):
 >>> result = sprt(wins=60, draws=20, losses=20, elo0=0, elo1=50)
 >>> round(result.llr, 3), round(result.upper, 3), result.decision
 (7.337, 2.944, 'H1')
+
+Game pairs (the same opening, colours swapped) are counted by their total for the first player,
+0, 0.5, 1, 1.5 or 2 points: the pentanomial counts fishtest tests on. Pairing cancels most of the
+opening's bias, so its variance is smaller and the test needs fewer games than the trinomial:
+
+>>> counts = pair_counts([2, 1.5, 1, 1, 1.5, 0.5, 2, 1])
+>>> counts
+(0, 1, 3, 2, 2)
+>>> round(pentanomial_llr(counts, elo0=0, elo1=50), 3), sprt_pentanomial(counts, 0, 50).decision
+(1.026, 'continue')
 """
 
 from __future__ import annotations
@@ -47,7 +57,11 @@ __all__ = [
     "match_elo",
     "rate_players",
     "score_interval",
+    "pair_counts",
+    "pentanomial_elo",
+    "pentanomial_llr",
     "sprt",
+    "sprt_pentanomial",
 ]
 
 _K = math.log(10) / 400  # slope of the logistic curve per Elo point, in natural-log units
@@ -380,3 +394,122 @@ def sprt(
         llr = n * (s1 - s0) * (2 * mean - s0 - s1) / (2 * var)
     decision: Literal["H0", "H1", "continue"] = "H1" if llr >= upper else "H0" if llr <= lower else "continue"
     return SprtResult(llr=llr, lower=lower, upper=upper, decision=decision)
+
+
+# ---------------------------------------------------------------------------------------------
+# game pairs: pentanomial statistics (fishtest's LLRcalc, in logistic Elo)
+
+#: fishtest's regularisation: an empty pentanomial cell counts as this many pairs.
+PENTANOMIAL_EPSILON = 1e-3
+Pentanomial = tuple[int, int, int, int, int]
+
+
+def pair_counts(pair_scores: Sequence[float]) -> Pentanomial:
+    """How many game pairs scored 0, 0.5, 1, 1.5 and 2 points for the first player.
+
+    >>> pair_counts([0, 2, 1, 1, 0.5])
+    (1, 1, 2, 0, 1)
+    """
+    counts = [0] * 5
+    for score in pair_scores:
+        index = score * 2
+        if index not in (0, 1, 2, 3, 4):
+            raise ValueError(f"a pair's score must be 0, 0.5, 1, 1.5 or 2, got {score!r}")
+        counts[int(index)] += 1
+    return counts[0], counts[1], counts[2], counts[3], counts[4]
+
+
+def _pdf(counts: Sequence[float]) -> tuple[float, list[tuple[float, float]]]:
+    """fishtest's ``results_to_pdf``: empty cells get :data:`PENTANOMIAL_EPSILON`; per-game scores
+    0, 1/4, 1/2, 3/4, 1 with their frequencies."""
+    if len(counts) != 5 or min(counts) < 0:
+        raise ValueError(f"pentanomial counts are five numbers >= 0, got {tuple(counts)}")
+    regular = [c if c > 0 else PENTANOMIAL_EPSILON for c in counts]
+    n = sum(regular)
+    return n, [(i / 4, c / n) for i, c in enumerate(regular)]
+
+
+def _mean_var(pdf: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    mean = sum(p * a for a, p in pdf)
+    return mean, sum(p * (a - mean) ** 2 for a, p in pdf)
+
+
+def _secular(pdf: Sequence[tuple[float, float]]) -> float:
+    """The root ``x`` of ``sum_i p_i·a_i / (1 + x·a_i) = 0`` between ``-1/max(a)`` and ``-1/min(a)``
+    (``a`` takes both signs); the function falls strictly on that interval, so bisection finds it."""
+    values = [a for a, _ in pdf]
+    low, high = -1 / max(values), -1 / min(values)
+    for _ in range(200):
+        mid = (low + high) / 2
+        if sum(p * a / (1 + mid * a) for a, p in pdf) > 0:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+def _mle_with_mean(pdf: Sequence[tuple[float, float]], s: float) -> list[tuple[float, float]]:
+    """The distribution on the same outcomes, closest in likelihood to ``pdf``, whose mean is ``s``
+    (fishtest's ``MLE_expected``: ``p_i / (1 + x·(a_i - s))`` with ``x`` from the secular equation)."""
+    x = _secular([(a - s, p) for a, p in pdf])
+    return [(a, p / (1 + x * (a - s))) for a, p in pdf]
+
+
+def pentanomial_llr(counts: Sequence[float], elo0: float, elo1: float) -> float:
+    """The generalized log-likelihood ratio of H1 (Elo difference ``elo1``) against H0 (``elo0``)
+    for pentanomial ``counts``: fishtest's ``LLR_logistic``. Each hypothesis' distribution is the
+    maximum-likelihood one with the expected score ``s0`` (``s1``); the LLR is
+    ``N · sum_i p_i · (log p1_i - log p0_i)`` over the (regularised) observed frequencies ``p``.
+
+    >>> round(pentanomial_llr((0, 0, 10, 0, 0), elo0=0, elo1=10), 2)   # ten even pairs: H0's way
+    -0.29
+    """
+    if not elo0 < elo1:
+        raise ValueError(f"elo0 must be below elo1, got elo0={elo0}, elo1={elo1}")
+    n, pdf = _pdf(counts)
+    s0, s1 = expected_score(elo0), expected_score(elo1)
+    pdf0, pdf1 = _mle_with_mean(pdf, s0), _mle_with_mean(pdf, s1)
+    return n * sum(
+        p * (math.log(q1) - math.log(q0)) for (_, p), (_, q0), (_, q1) in zip(pdf, pdf0, pdf1, strict=True)
+    )
+
+
+def sprt_pentanomial(
+    counts: Sequence[float], elo0: float, elo1: float, alpha: float = 0.05, beta: float = 0.05
+) -> SprtResult:
+    """The SPRT on game pairs, as fishtest runs it: :func:`pentanomial_llr` against the bounds
+    ``ln(β/(1-α))`` (accept H0) and ``ln((1-β)/α)`` (accept H1). No pairs: ``llr`` 0, "continue".
+
+    >>> result = sprt_pentanomial((0, 2, 8, 20, 10), elo0=0, elo1=50)
+    >>> round(result.llr, 2), result.decision
+    (5.34, 'H1')
+    """
+    if not (0 < alpha < 1 and 0 < beta < 1 and alpha + beta < 1):
+        raise ValueError(f"alpha and beta must be in (0, 1) with alpha + beta < 1, got {alpha}, {beta}")
+    lower, upper = math.log(beta / (1 - alpha)), math.log((1 - beta) / alpha)
+    llr = pentanomial_llr(counts, elo0, elo1) if sum(counts) > 0 else 0.0
+    if not elo0 < elo1:  # pentanomial_llr checked it when there were pairs
+        raise ValueError(f"elo0 must be below elo1, got elo0={elo0}, elo1={elo1}")
+    decision: Literal["H0", "H1", "continue"] = "H1" if llr >= upper else "H0" if llr <= lower else "continue"
+    return SprtResult(llr=llr, lower=lower, upper=upper, decision=decision)
+
+
+def pentanomial_elo(counts: Sequence[int], confidence: float = 0.95) -> EloEstimate:
+    """The Elo difference of a paired match and its interval, from the pairs' own variance:
+    the score ``x̄`` per game, its standard error ``sqrt(σ²_pair / N)`` with ``σ²_pair`` the variance
+    of a pair's per-game score (fishtest's ``stat_util``), mapped through :func:`elo_from_score`.
+    ``wins``/``draws``/``losses`` are left 0: a pair's games are not counted one by one here.
+
+    >>> est = pentanomial_elo((1, 2, 4, 2, 1))
+    >>> round(est.elo, 1), round(est.low, 1), round(est.high, 1), est.games
+    (0.0, -122.8, 122.8, 20)
+    """
+    z = _z(confidence)
+    pairs = sum(counts)
+    if pairs == 0:
+        raise ValueError("pentanomial_elo needs at least one pair")
+    mean, var = _mean_var([(i / 4, c / pairs) for i, c in enumerate(counts)])
+    half = z * math.sqrt(var / pairs)
+    low, high = max(0.0, mean - half), min(1.0, mean + half)
+    elo, low_elo, high_elo = (_elo_or_infinite(x) for x in (mean, low, high))
+    return EloEstimate(elo, low_elo, high_elo, mean, 2 * pairs, 0, 0, 0)

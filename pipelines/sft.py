@@ -395,6 +395,17 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         seed=context.config.run.seed,
         condition_on_result=cfg.condition_on_result,
     )
+    # the held-out positions, for anyone who measures the saved model the same way (prompt = the
+    # moves before, optionally behind the prefix; the move the game played)
+    context.phase_storage("sft").write_text(
+        "heldout.json",
+        json.dumps(
+            [
+                {"moves_before": list(p.moves_before), "next_move": p.next_move, "prefix": p.prefix}
+                for p in heldout
+            ]
+        ),
+    )
     texts = [
         {"text": training_text(r["moves"], r["result"], condition_on_result=cfg.condition_on_result)}
         for r in train_rows

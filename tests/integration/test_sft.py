@@ -3,6 +3,7 @@ saved model that loads with the Auto classes and plays a whole legal game."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -39,7 +40,7 @@ def storage(tmp_path_factory, local_ray, pgn_dir) -> Path:
 def run_sft(storage: Path, *args: str) -> int:
     return sft.main(
         ["--config", "tiny", "--storage", str(storage), "--run-name", "s", "--no-tracking",
-         "--batch-size", "4", "--max-length", "128", "--set", "sft.heldout_positions=8", *args]
+         "--batch-size", "4", "--max-length", "128", "--set", "sft.heldout_positions=24", *args]
     )  # fmt: skip
 
 
@@ -51,7 +52,7 @@ def test_sft_trains_checkpoints_resumes_and_saves_a_playable_model(storage, caps
     out = capsys.readouterr().out
     assert "sft summary" in out and "legal-move rate" in out
     summary = json.loads((storage / "s" / "sft" / "summary.json").read_text())
-    assert summary["steps"] == 6 and summary["heldout_positions"] == 8 and summary["resumed_from_step"] == 0
+    assert summary["steps"] == 6 and summary["heldout_positions"] == 24 and summary["resumed_from_step"] == 0
     assert 0.0 <= summary["heldout_legal_rate"] <= 1.0
     assert 0.0 <= summary["padding_fraction"] < 0.2 and summary["truncated_games"] >= 0
     assert list((storage / "s" / "sft" / "ray").glob("*/checkpoint_*"))
@@ -81,6 +82,52 @@ def test_sft_trains_checkpoints_resumes_and_saves_a_playable_model(storage, caps
         assert chess.Move.from_uci(uci) in board.legal_moves
         board.push_uci(uci)
     assert game.attempts.total >= len(game.moves)
+    # ... and plain transformers, with no project code, reads a prompt as the phase measured it
+    plain_hf_matches_the_phase(storage / "s" / "sft", summary["heldout_legal_rate"])
+
+
+#: A user's script: AutoTokenizer + AutoModelForCausalLM + generate, no chess-rl import. It prints
+#: the first word of the greedy completion of every held-out prompt, without and with a trailing space.
+PLAIN_HF = """
+import json, sys
+from transformers import AutoModelForCausalLM, AutoTokenizer
+folder, positions = sys.argv[1], json.load(open(sys.argv[2]))
+tok = AutoTokenizer.from_pretrained(folder)
+model = AutoModelForCausalLM.from_pretrained(folder).eval()
+out = {}
+for suffix in ("", " "):
+    words = []
+    for p in positions:
+        prompt = " ".join(([p["prefix"]] if p["prefix"] else []) + p["moves_before"]) + suffix
+        enc = tok(prompt, return_tensors="pt")
+        ids = model.generate(**enc, max_new_tokens=2, do_sample=False, pad_token_id=tok.pad_token_id)
+        words.append((tok.decode(ids[0, enc["input_ids"].shape[1]:], skip_special_tokens=True).split() or [""])[0])
+    out[suffix] = words
+print(json.dumps(out))
+"""
+
+
+def plain_hf_matches_the_phase(phase: Path, phase_rate: float) -> None:
+    """The saved model's legal-move rate through plain transformers on the phase's held-out
+    positions equals the phase's own held-out figure (within 1 point), with or without a trailing
+    space after the last move."""
+    positions = json.loads((phase / "heldout.json").read_text())
+    assert positions and {"moves_before", "next_move", "prefix"} <= set(positions[0])
+    proc = subprocess.run(
+        [sys.executable, "-c", PLAIN_HF, str(phase / "model"), str(phase / "heldout.json")],
+        capture_output=True, text=True, timeout=300, cwd="/",  # cwd: the project is not importable
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    words = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert words[""] == words[" "]  # the trailing space changes nothing
+    legal = 0
+    for p, word in zip(positions, words[""], strict=True):
+        board = chess.Board()
+        for uci in p["moves_before"]:
+            board.push_uci(uci)
+        with contextlib.suppress(ValueError):  # not a UCI move at all
+            legal += chess.Move.from_uci(word) in board.legal_moves
+    assert abs(legal / len(positions) - phase_rate) <= 0.01 + 1e-9, (legal, len(positions), phase_rate)
 
 
 def test_sft_without_games_is_one_clear_error(tmp_path, local_ray, capsys, driver_err):

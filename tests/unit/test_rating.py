@@ -11,14 +11,19 @@ import sys
 import pytest
 
 from chessrl.rating import (
+    PENTANOMIAL_EPSILON,
     EloEstimate,
     PlayerRating,
     elo_from_score,
     expected_score,
     match_elo,
+    pair_counts,
+    pentanomial_elo,
+    pentanomial_llr,
     rate_players,
     score_interval,
     sprt,
+    sprt_pentanomial,
 )
 
 Z95 = 1.959963984540054  # the 97.5% quantile of the standard normal
@@ -346,3 +351,86 @@ def test_sprt_rejects_bad_input() -> None:
 def test_rating_does_not_import_ray() -> None:
     code = "import sys, chessrl.rating; assert 'ray' not in sys.modules and 'scipy' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- game pairs: pentanomial counts, LLR, SPRT, Elo ------------------------------------------
+
+
+def test_pair_counts_bins_each_pair_by_its_total() -> None:
+    assert pair_counts([]) == (0, 0, 0, 0, 0)
+    assert pair_counts([0, 0.5, 1, 1, 1.5, 2, 2, 2]) == (1, 1, 2, 1, 3)
+    with pytest.raises(ValueError, match="0, 0.5, 1, 1.5 or 2"):
+        pair_counts([0.75])
+
+
+def _brute_force_llr(counts: tuple[int, ...], elo0: float, elo1: float) -> float:
+    """The generalized LLR by a general-purpose constrained optimiser (SLSQP), not the secular
+    equation: max log-likelihood over distributions with mean s1, minus the same with mean s0."""
+    import numpy as np
+    from scipy.optimize import minimize
+
+    c = np.array([x if x > 0 else PENTANOMIAL_EPSILON for x in counts], float)
+    a = np.arange(5) / 4
+
+    def best(s: float) -> float:
+        cons = [
+            {"type": "eq", "fun": lambda q: q.sum() - 1},
+            {"type": "eq", "fun": lambda q: (q * a).sum() - s},
+        ]
+        r = minimize(lambda q: -(c * np.log(q)).sum(), c / c.sum(), constraints=cons,
+                     bounds=[(1e-12, 1)] * 5, method="SLSQP", options={"ftol": 1e-15, "maxiter": 1000})  # fmt: skip
+        return float((c * np.log(r.x)).sum())
+
+    return best(expected_score(elo1)) - best(expected_score(elo0))
+
+
+@pytest.mark.parametrize(
+    "counts, elo0, elo1",
+    [((0, 1, 3, 2, 2), 0, 50), ((0, 0, 10, 0, 0), 0, 10), ((0, 1, 4, 10, 5), 0, 20),
+     ((3, 10, 40, 12, 5), -5, 5), ((7, 1, 0, 0, 2), -20, 20)],
+)  # fmt: skip
+def test_pentanomial_llr_is_the_constrained_maximum_likelihood_ratio(counts, elo0, elo1) -> None:
+    assert pentanomial_llr(counts, elo0, elo1) == pytest.approx(
+        _brute_force_llr(counts, elo0, elo1), abs=1e-6
+    )
+
+
+def test_pentanomial_llr_by_hand_near_h0() -> None:
+    """Pairs (1, 2, 4, 2, 1): mean 1/2 (so H0's distribution at elo0 = 0 is the observed one) and
+    per-pair variance (0.1·0.25 + 0.2·0.0625)·2 = 0.075. For a small step d = s1 - 1/2 the GSPRT
+    LLR is fishtest's Brownian approximation N·d·(2·x̄ - s0 - s1) / (2·σ²) = -10·d² / 0.15."""
+    d = expected_score(5) - 0.5
+    assert d == pytest.approx(0.0071951, abs=1e-7)
+    by_hand = -10 * d * d / 0.15  # -0.0034513
+    assert pentanomial_llr((1, 2, 4, 2, 1), 0, 5) == pytest.approx(by_hand, rel=1e-3)
+    # far from H0 the exact LLR and the approximation part: the doctest's literal values hold
+    assert pentanomial_llr((0, 1, 3, 2, 2), 0, 50) == pytest.approx(1.0262, abs=1e-4)
+    assert pentanomial_llr((0, 2, 8, 20, 10), 0, 50) == pytest.approx(5.343, abs=1e-3)
+
+
+def test_sprt_pentanomial_decides_and_checks_its_arguments() -> None:
+    assert sprt_pentanomial((0, 0, 0, 0, 0), 0, 20).decision == "continue"
+    strong = sprt_pentanomial((0, 2, 8, 20, 10), 0, 50)
+    assert strong.decision == "H1" and strong.upper == pytest.approx(math.log(0.95 / 0.05))
+    weak = sprt_pentanomial((10, 20, 8, 2, 0), 0, 50)
+    assert weak.decision == "H0" and weak.llr <= weak.lower == pytest.approx(math.log(0.05 / 0.95))
+    # more even pairs push toward H0: the LLR falls as they add up
+    assert pentanomial_llr((0, 0, 100, 0, 0), 0, 20) < pentanomial_llr((0, 0, 10, 0, 0), 0, 20) < 0
+    with pytest.raises(ValueError, match="elo0 must be below elo1"):
+        sprt_pentanomial((1, 1, 1, 1, 1), 20, 20)
+    with pytest.raises(ValueError, match="alpha and beta"):
+        sprt_pentanomial((1, 1, 1, 1, 1), 0, 20, alpha=0)
+    with pytest.raises(ValueError, match="five numbers"):
+        pentanomial_llr((1, 1, 1), 0, 20)
+
+
+def test_pentanomial_elo_by_hand() -> None:
+    """(1, 2, 4, 2, 1): x̄ = 1/2, σ²_pair = 0.075, se = sqrt(0.075/10) = 0.08660; the 95% score
+    interval 0.5 ± 1.95996·0.08660 = [0.33026, 0.66974] is ±122.8 Elo."""
+    est = pentanomial_elo((1, 2, 4, 2, 1))
+    assert (est.score, est.elo, est.games) == (0.5, 0.0, 20)
+    assert est.high == pytest.approx(elo_from_score(0.5 + 1.959964 * math.sqrt(0.0075)), abs=1e-3)
+    assert est.high == pytest.approx(122.8, abs=0.1) and est.low == pytest.approx(-est.high)
+    assert pentanomial_elo((0, 0, 0, 1, 3)).elo > 0
+    with pytest.raises(ValueError, match="at least one pair"):
+        pentanomial_elo((0, 0, 0, 0, 0))
