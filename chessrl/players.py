@@ -10,13 +10,17 @@ True
 A player is named by a spec string in configs and on the command line:
 
 >>> parse_player_spec("stockfish:elo=1500,nodes=2000")
-PlayerSpec(kind='stockfish', path=None, skill_level=None, elo=1500, nodes=2000, movetime_ms=None, simulations=None)
+PlayerSpec(kind='stockfish', path=None, skill_level=None, elo=1500, nodes=2000, movetime_ms=None, simulations=None, random_share=None)
 >>> parse_player_spec("random").label
 'random'
 
 ``random``; ``sft`` (this run's sft model); ``lm:DIR|s3://...``; ``mcts[:FILE.pt][,sims=N]`` (a
 self-play network searched by MCTS; bare ``mcts`` is this run's best);
-``stockfish[:skill=N|elo=N][,nodes=N]``; ``uci:/path/to/engine[,nodes=N|movetime_ms=N]``.
+``stockfish[:skill=N|elo=N][,nodes=N][,random=P]`` (``random=P``: a uniformly random legal move
+P% of the time, the rungs of the low Elo ladder); ``uci:/path/to/engine[,nodes=N|movetime_ms=N]``.
+
+>>> parse_player_spec("stockfish:elo=1350,nodes=1000,random=45").label
+'stockfish:elo=1350,nodes=1000,random=45'
 
 >>> parse_player_spec("mcts:runs/a/selfplay/best.pt,sims=64").label
 'mcts:runs/a/selfplay/best.pt,sims=64'
@@ -87,6 +91,7 @@ class PlayerSpec:
     nodes: int | None = None
     movetime_ms: int | None = None
     simulations: int | None = None
+    random_share: int | None = None
 
     @property
     def label(self) -> str:
@@ -102,6 +107,7 @@ class PlayerSpec:
             return "mcts" + (f",{sims}" if sims else "")
         extra = [f"nodes={self.nodes}"] if self.nodes else []
         extra += [f"movetime_ms={self.movetime_ms}"] if self.movetime_ms else []
+        extra += [f"random={self.random_share}"] if self.random_share is not None else []
         if self.kind == "stockfish":
             level = [f"elo={self.elo}"] if self.elo is not None else []
             level += [f"skill={self.skill_level}"] if self.skill_level is not None else []
@@ -110,8 +116,9 @@ class PlayerSpec:
 
     @property
     def anchor_elo(self) -> float | None:
-        """The rating this player is anchored to (Stockfish at a UCI_Elo level), if any."""
-        return float(self.elo) if self.kind == "stockfish" and self.elo is not None else None
+        """The rating this player is anchored to (Stockfish at a UCI_Elo level, no handicap), if any."""
+        handicapped = bool(self.random_share)  # a random move now and then: weaker than its UCI_Elo
+        return float(self.elo) if self.kind == "stockfish" and self.elo is not None and not handicapped else None
 
     def search_limit(self, default_nodes: int) -> SearchLimit:
         if self.movetime_ms:
@@ -125,7 +132,7 @@ class PlayerSpec:
 
 
 _ALLOWED = (
-    "random, sft, lm:DIR, mcts[:FILE.pt][,sims=N], stockfish[:skill=N|elo=N][,nodes=N|movetime_ms=N], "
+    "random, sft, lm:DIR, mcts[:FILE.pt][,sims=N], stockfish[:skill=N|elo=N][,nodes=N|movetime_ms=N][,random=P], "
     "uci:PATH[,nodes=N|movetime_ms=N]"
 )
 
@@ -149,16 +156,18 @@ def parse_player_spec(spec: str, *, key: str = "evaluate.players") -> PlayerSpec
     values: dict[str, int] = {}
     for part in parts:
         name, eq, value = part.partition("=")
-        name = {"skill": "skill_level", "skill_level": "skill_level"}.get(name, name)
+        name = {"skill": "skill_level", "skill_level": "skill_level", "random": "random_share"}.get(name, name)
         if (
             not eq
-            or name not in ("skill_level", "elo", "nodes", "movetime_ms")
+            or name not in ("skill_level", "elo", "nodes", "movetime_ms", "random_share")
             or not value.lstrip("-").isdigit()
         ):
             raise ConfigError(f"{key}: cannot read {part!r} in player {spec!r}; allowed: {_ALLOWED}")
         values[name] = int(value)
-    if kind == "uci" and ({"skill_level", "elo"} & values.keys()):
-        raise ConfigError(f"{key}: player {spec!r}: skill/elo apply to stockfish only; allowed: {_ALLOWED}")
+    if kind == "uci" and ({"skill_level", "elo", "random_share"} & values.keys()):
+        raise ConfigError(f"{key}: player {spec!r}: skill/elo/random apply to stockfish only; allowed: {_ALLOWED}")
+    if not 0 <= values.get("random_share", 0) <= 100:
+        raise ConfigError(f"{key}: player {spec!r}: random=P is a percentage, 0..100; allowed: {_ALLOWED}")
     try:
         Strength(skill_level=values.get("skill_level"), elo=values.get("elo"))
     except ValueError as exc:
@@ -289,17 +298,28 @@ class LMPlayer:
 
 
 class StockfishPlayer:
-    """Stockfish at a Skill Level or a ``UCI_Elo`` through a :class:`MoveEngine` (the pool)."""
+    """Stockfish at a Skill Level or a ``UCI_Elo`` through a :class:`MoveEngine` (the pool);
+    with ``random_share`` > 0, a uniformly random legal move that share of the time (seeded per
+    game): a graded handicap that places rungs below the weakest level Stockfish offers."""
 
     def __init__(
-        self, engine: MoveEngine, strength: Strength, limit: SearchLimit, name: str = "stockfish"
+        self,
+        engine: MoveEngine,
+        strength: Strength,
+        limit: SearchLimit,
+        name: str = "stockfish",
+        random_share: float = 0.0,
     ) -> None:
         self.engine, self.strength, self.limit, self.name = engine, strength, limit, name
+        self.random_share = random_share
+        self.rng = random.Random(0)
 
     def new_game(self, seed: int) -> None:
-        pass
+        self.rng = random.Random(seed)
 
     def move(self, board: chess.Board) -> MoveChoice:
+        if self.random_share > 0 and self.rng.random() < self.random_share:
+            return MoveChoice(self.rng.choice(sorted(m.uci() for m in board.legal_moves)))
         return MoveChoice(self.engine.play(board.fen(), self.strength, self.limit, fresh=False))
 
     def close(self) -> None:

@@ -104,7 +104,7 @@ def build_player(spec: PlayerSpec, settings: Settings, pool: Any) -> Player:
         return MCTSPlayer(_MODELS[path][0], spec.simulations or 32, name=spec.label)
     limit = spec.search_limit(settings.stockfish_nodes)
     if spec.kind == "stockfish":
-        return StockfishPlayer(pool, spec.strength(), limit, name=spec.label)
+        return StockfishPlayer(pool, spec.strength(), limit, name=spec.label, random_share=(spec.random_share or 0) / 100)
     assert spec.path is not None
     return UCIPlayer(spec.path, limit, name=spec.label)
 
