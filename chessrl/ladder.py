@@ -68,7 +68,9 @@ class LadderSettings:
         if not any(s.anchor_elo is not None for s in specs):
             raise ValueError("a ladder needs an anchored rung (stockfish:elo=N) to rate the others against")
         if any(s.kind not in ("random", "stockfish") for s in specs):
-            raise ValueError("ladder rungs are random or stockfish players (they must play the same everywhere)")
+            raise ValueError(
+                "ladder rungs are random or stockfish players (they must play the same everywhere)"
+            )
         if self.games < 2:
             raise ValueError(f"ladder games per pair must be at least 2, got {self.games}")
 
@@ -98,7 +100,10 @@ def stockfish_build(path: str) -> str:
     name = "unknown"
     try:
         out = subprocess.run([path], input="uci\nquit\n", capture_output=True, text=True, timeout=30).stdout
-        name = next((line[len("id name ") :].strip() for line in out.splitlines() if line.startswith("id name ")), name)
+        name = next(
+            (line[len("id name ") :].strip() for line in out.splitlines() if line.startswith("id name ")),
+            name,
+        )
     except (OSError, subprocess.TimeoutExpired):
         pass
     return f"{name} (sha256 {digest})"
@@ -157,7 +162,9 @@ def _finite(r: PlayerRating) -> tuple[float, float, float]:
     return bound, bound, bound
 
 
-def estimate(candidate: str, games: Sequence[tuple[str, str, float]], anchors: dict[str, float]) -> PlayerRating:
+def estimate(
+    candidate: str, games: Sequence[tuple[str, str, float]], anchors: dict[str, float]
+) -> PlayerRating:
     """The candidate's rating from its games against rated players (``anchors``: label -> Elo).
 
     An infinite estimate (it won or lost every game) comes back with its one-sided bound finite.
@@ -182,7 +189,11 @@ def informative_rungs(
     >>> informative_rungs(ladder, PlayerRating("x", -math.inf, -math.inf, -500.0, 4, 0.0, False))
     ['a']
     """
-    elo = rating.elo if math.isfinite(rating.elo) else (rating.low if math.isfinite(rating.low) else rating.high)
+    elo = (
+        rating.elo
+        if math.isfinite(rating.elo)
+        else (rating.low if math.isfinite(rating.low) else rating.high)
+    )
     by_distance = sorted(ladder.ratings, key=lambda label: abs(ladder.elo(label) - elo))
     chosen = [x for x in by_distance if low <= expected_score(elo - ladder.elo(x)) <= high][:most]
     return chosen or by_distance[:1]

@@ -118,7 +118,9 @@ class PlayerSpec:
     def anchor_elo(self) -> float | None:
         """The rating this player is anchored to (Stockfish at a UCI_Elo level, no handicap), if any."""
         handicapped = bool(self.random_share)  # a random move now and then: weaker than its UCI_Elo
-        return float(self.elo) if self.kind == "stockfish" and self.elo is not None and not handicapped else None
+        return (
+            float(self.elo) if self.kind == "stockfish" and self.elo is not None and not handicapped else None
+        )
 
     def search_limit(self, default_nodes: int) -> SearchLimit:
         if self.movetime_ms:
@@ -156,7 +158,9 @@ def parse_player_spec(spec: str, *, key: str = "evaluate.players") -> PlayerSpec
     values: dict[str, int] = {}
     for part in parts:
         name, eq, value = part.partition("=")
-        name = {"skill": "skill_level", "skill_level": "skill_level", "random": "random_share"}.get(name, name)
+        name = {"skill": "skill_level", "skill_level": "skill_level", "random": "random_share"}.get(
+            name, name
+        )
         if (
             not eq
             or name not in ("skill_level", "elo", "nodes", "movetime_ms", "random_share")
@@ -165,7 +169,9 @@ def parse_player_spec(spec: str, *, key: str = "evaluate.players") -> PlayerSpec
             raise ConfigError(f"{key}: cannot read {part!r} in player {spec!r}; allowed: {_ALLOWED}")
         values[name] = int(value)
     if kind == "uci" and ({"skill_level", "elo", "random_share"} & values.keys()):
-        raise ConfigError(f"{key}: player {spec!r}: skill/elo/random apply to stockfish only; allowed: {_ALLOWED}")
+        raise ConfigError(
+            f"{key}: player {spec!r}: skill/elo/random apply to stockfish only; allowed: {_ALLOWED}"
+        )
     if not 0 <= values.get("random_share", 0) <= 100:
         raise ConfigError(f"{key}: player {spec!r}: random=P is a percentage, 0..100; allowed: {_ALLOWED}")
     try:

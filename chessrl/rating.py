@@ -149,13 +149,21 @@ class EloEstimate:
 def match_elo(wins: int, draws: int, losses: int, confidence: float = 0.95) -> EloEstimate:
     """The Elo difference of a match, its interval being :func:`score_interval` mapped to Elo.
 
-    A perfect (or nil) score has zero sample variance, so all three numbers are ``+inf`` (``-inf``);
-    :func:`rate_players` gives such a player a finite one-sided bound.
+    A perfect (or nil) score has no finite Elo: ``elo`` is ``+inf`` (``-inf``) and the other side
+    of the interval is the exact one-sided bound, the score ``p`` at which ``N`` straight wins
+    have probability ``(1 - confidence) / 2`` (``p = tail^(1/N)``), so the report can say "above
+    X" instead of claiming nothing.
 
-    >>> match_elo(10, 0, 10).elo, match_elo(5, 0, 0).low
-    (0.0, inf)
+    >>> match_elo(10, 0, 10).elo, round(match_elo(5, 0, 0).low, 1), match_elo(5, 0, 0).high
+    (0.0, -15.2, inf)
     """
     s, low, high = score_interval(wins, draws, losses, confidence)
+    n = wins + draws + losses
+    tail = (1 - confidence) / 2
+    if s == 1:
+        low = tail ** (1 / n)
+    elif s == 0:
+        high = 1 - tail ** (1 / n)
     elo, low, high = (_elo_or_infinite(x) for x in (s, low, high))
     return EloEstimate(elo, low, high, s, wins + draws + losses, wins, draws, losses)
 

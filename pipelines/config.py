@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from chessrl.ladder import DEFAULT_RUNGS
 from chessrl.pgn import TimeControlCategory
 from cluster.config import RaySection, RunSection, Section, TrackingSection
 
@@ -136,10 +137,31 @@ class EvaluateConfig(Section):
     """Players: random, sft (this run's model), lm:DIR|s3://..., mcts[:FILE.pt][,sims=N] (a selfplay
     network with MCTS; bare: this run's best), stockfish[:skill=N|elo=N][,nodes=N],
     uci:PATH[,nodes=N|movetime_ms=N]. The first is the candidate."""
-    mode: Literal["gauntlet", "round_robin"] = "gauntlet"
-    """gauntlet: the first player against each of the others; round_robin: every pair."""
+    mode: Literal["gauntlet", "round_robin", "sprt"] = "gauntlet"
+    """gauntlet: the first player against each of the others; round_robin: every pair; sprt: two
+    players in game pairs (one opening, colours swapped) until the SPRT decides or --games."""
     games: int = Field(20, ge=2)
-    """Games per pairing (colours alternate; each opening is played from both sides)."""
+    """Games per pairing (colours alternate; each opening is played from both sides); in sprt
+    mode the most games played before stopping undecided."""
+    elo0: float = 0.0
+    """sprt: H0, the Elo difference (first player minus second) the test accepts when it fails."""
+    elo1: float = 20.0
+    """sprt: H1, the Elo difference the test accepts when it passes (above elo0)."""
+    alpha: float = Field(0.05, gt=0, lt=0.5)
+    """sprt: the false-positive rate (accepting H1 when H0 holds), in (0, 0.5)."""
+    beta: float = Field(0.05, gt=0, lt=0.5)
+    """sprt: the false-negative rate (accepting H0 when H1 holds), in (0, 0.5)."""
+    ladder: bool = True
+    """Rate the candidate on the low Elo ladder (rungs below Stockfish's weakest UCI_Elo, rated
+    once per storage and Stockfish build and reused), so a weak model gets a finite Elo."""
+    ladder_rungs: list[str] = Field(default_factory=lambda: list(DEFAULT_RUNGS))
+    """The ladder's rungs, weakest first: random and stockfish specs, one at least with elo=N."""
+    ladder_games: int = Field(16, ge=2)
+    """Calibration games per adjacent pair of rungs (played once, then reused)."""
+    placement_games: int = Field(2, ge=2)
+    """The candidate's placement games against every rung."""
+    ladder_match_games: int = Field(8, ge=0)
+    """Then this many more against each rung where its expected score is informative (15-85%)."""
     openings: str | None = None
     """Opening book: an .epd or .pgn file (default: seeded random openings of random_plies)."""
     random_plies: int = Field(4, ge=0)
@@ -170,6 +192,14 @@ class EvaluateConfig(Section):
     """Output folder under <storage>/<run>/evaluate/ (a re-run with the same name resumes)."""
     max_parallel: int | None = Field(None, ge=1)
     """Games in flight at once (default: the cluster's CPUs)."""
+
+    @field_validator("elo1")
+    @classmethod
+    def _sprt_hypotheses(cls, elo1: float, info: ValidationInfo) -> float:
+        elo0 = info.data.get("elo0")
+        if elo0 is not None and not elo0 < elo1:
+            raise ValueError(f"elo0 must be below elo1 (--elo0 < --elo1: H0 < H1), got elo0={elo0}, elo1={elo1}")
+        return elo1
 
 
 class SelfplayConfig(Section):

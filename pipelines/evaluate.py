@@ -1,20 +1,30 @@
-"""``evaluate``: an arena of players (one Ray task per game), Elo against the Stockfish levels
-played, EPD suites, move quality, a PGN of every game and a markdown report with plots.
+"""``evaluate``: an arena of players (one Ray task per game), Elo on a calibrated ladder, SPRT
+A/B matches, EPD suites, move quality, a PGN of every game and a markdown report with plots.
 
     python -m pipelines.evaluate --config tiny
     chess-rl evaluate --players sft random stockfish:skill=0 stockfish:elo=1350 --games 40
     chess-rl evaluate --players lm:runs/a/sft/model lm:runs/b/sft/model --mode round_robin --games 100
+    chess-rl evaluate --mode sprt --players lm:runs/ppo/model lm:runs/sft/model --elo0 0 --elo1 20 --games 2000
 
 The first player is the candidate. ``gauntlet`` plays it against each other player;
 ``round_robin`` plays every pair. Each opening (seeded random plies, or a book) is played from
-both sides. Every finished game is written at once to
-``<storage>/<run>/evaluate/<name>/games/<key>.json``, so running the same command again after a
-kill plays only the missing games. Then: ``games.pgn``, ``results.json``, ``report.md``,
-``score.png`` and ``elo.png`` in the same folder, all logged to MLflow.
+both sides. With ``--ladder`` (the default) the candidate is also rated on the low Elo ladder
+(:mod:`chessrl.ladder`): rungs below Stockfish's weakest ``UCI_Elo``, rated once per storage and
+Stockfish build under ``<storage>/ladder/<key>/`` and reused, then a placement match and more
+games against the informative rungs, so even a weak model gets a finite Elo with an interval.
+
+``sprt`` plays two players in game pairs (one opening, colours swapped) and stops when the
+pentanomial SPRT accepts H0 (``--elo0``) or H1 (``--elo1``), or after ``--games`` games.
+
+Every finished game is written at once to ``<storage>/<run>/evaluate/<name>/games/<key>.json``
+(ladder games beside it), so running the same command again after a kill plays only the missing
+games. Then: ``games.pgn``, ``results.json``, ``report.md`` and the plots (``score.png`` and
+``elo.png``; ``llr.png`` for an SPRT) in the same folder, all logged to MLflow.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -22,13 +32,32 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from chessrl.arena import ArenaGame, Opening, book_openings, game_pgn, play_game, random_openings
-from chessrl.engine import SearchLimit
+from chessrl.engine import SearchLimit, find_stockfish
+from chessrl.eval_report import (
+    fmt_estimate,
+    plot,
+    report_markdown,
+    sprt_markdown,
+    sprt_plot,
+    sprt_summary_lines,
+    summary_lines,
+)
+from chessrl.ladder import (
+    Ladder,
+    LadderSettings,
+    describe,
+    estimate,
+    fit_ladder,
+    informative_rungs,
+    ladder_record,
+    stockfish_build,
+)
 from chessrl.players import (
     LMPlayer,
     MCTSPlayer,
@@ -39,7 +68,14 @@ from chessrl.players import (
     UCIPlayer,
     parse_player_spec,
 )
-from chessrl.rating import match_elo, rate_players
+from chessrl.rating import (
+    match_elo,
+    pair_counts,
+    pentanomial_elo,
+    pentanomial_llr,
+    rate_players,
+    sprt_pentanomial,
+)
 from chessrl.suites import move_quality, read_epd_suite, run_suite, score_cp
 from cluster.errors import ConfigError, StorageError, UserError
 from cluster.storage import Storage
@@ -104,7 +140,9 @@ def build_player(spec: PlayerSpec, settings: Settings, pool: Any) -> Player:
         return MCTSPlayer(_MODELS[path][0], spec.simulations or 32, name=spec.label)
     limit = spec.search_limit(settings.stockfish_nodes)
     if spec.kind == "stockfish":
-        return StockfishPlayer(pool, spec.strength(), limit, name=spec.label, random_share=(spec.random_share or 0) / 100)
+        return StockfishPlayer(
+            pool, spec.strength(), limit, name=spec.label, random_share=(spec.random_share or 0) / 100
+        )
     assert spec.path is not None
     return UCIPlayer(spec.path, limit, name=spec.label)
 
@@ -161,42 +199,68 @@ def suite_task(
 # the driver
 
 
+def schedule_pairs(
+    pairs: Sequence[tuple[PlayerSpec, PlayerSpec]],
+    games: int,
+    openings: list[Opening],
+    seed: int,
+    prefix: str = "",
+) -> list[GameTask]:
+    """``games`` games for each pair of players, colours alternating and each opening played from
+    both sides, in a stable order with stable keys (a key names the game's result file)."""
+    tasks = []
+    for p, (a, b) in enumerate(pairs):
+        for g in range(games):
+            white, black = (a, b) if g % 2 == 0 else (b, a)
+            slug = re.sub(r"[^A-Za-z0-9=.-]+", "_", f"{a.label}-vs-{b.label}")[:80]
+            opening = openings[(g // 2) % len(openings)]
+            tasks.append(
+                GameTask(
+                    f"{prefix}{p:02d}-{slug}-{g:04d}", white, black, opening, seed * 100_003 + p * 10_007 + g
+                )
+            )
+    return tasks
+
+
 def schedule(
     cfg: EvaluateConfig, specs: list[PlayerSpec], openings: list[Opening], seed: int
 ) -> list[GameTask]:
-    """Every game of the evaluation, in a stable order with stable keys."""
+    """Every game of a gauntlet (the first player against each other) or round robin (every pair)."""
     n = len(specs)
     pairs = (
         [(0, j) for j in range(1, n)]
         if cfg.mode == "gauntlet"
         else [(i, j) for i in range(n) for j in range(i + 1, n)]
     )
-    tasks = []
-    for p, (i, j) in enumerate(pairs):
-        a, b = specs[i], specs[j]
-        for g in range(cfg.games):
-            white, black = (a, b) if g % 2 == 0 else (b, a)
-            slug = re.sub(r"[^A-Za-z0-9=.-]+", "_", f"{a.label}-vs-{b.label}")[:80]
-            tasks.append(
-                GameTask(
-                    f"{p:02d}-{slug}-{g:04d}",
-                    white,
-                    black,
-                    openings[(g // 2) % len(openings)],
-                    seed * 100_003 + p * 10_007 + g,
-                )
-            )
-    return tasks
+    return schedule_pairs([(specs[i], specs[j]) for i, j in pairs], cfg.games, openings, seed)
+
+
+def ladder_settings(cfg: EvaluateConfig, seed: int) -> LadderSettings | None:
+    """The ladder the candidate is rated on, or None (off, or an SPRT match)."""
+    if not cfg.ladder or cfg.mode == "sprt":
+        return None
+    try:
+        return LadderSettings(
+            tuple(cfg.ladder_rungs), cfg.ladder_games, cfg.max_plies, cfg.random_plies, seed
+        )
+    except ValueError as exc:
+        raise ConfigError(f"evaluate.ladder_rungs (--ladder-rungs): {exc}") from None
 
 
 def validate(cfg: EvaluateConfig, context: PhaseContext) -> tuple[list[PlayerSpec], str | None, str | None]:
     specs = [parse_player_spec(s) for s in cfg.players]
+    if cfg.mode == "sprt" and len(specs) != 2:
+        raise ConfigError(
+            f"evaluate.players (--players): --mode sprt plays exactly two players (A against B), got {len(specs)}: "
+            f"{' '.join(cfg.players)}"
+        )
     if len(specs) < 2:
         raise ConfigError(f"evaluate.players (--players) needs at least two players, got {cfg.players}")
     labels = [s.label for s in specs]
     if len(set(labels)) != len(labels):
         dupes = sorted(label for label, c in Counter(labels).items() if c > 1)
         raise ConfigError(f"evaluate.players (--players) names a player twice: {', '.join(dupes)}")
+    ladder_settings(cfg, context.config.run.seed)
     sft_model = None
     if any(s.kind == "sft" for s in specs):
         model = context.phase_storage("sft").child("model")
@@ -227,6 +291,129 @@ def validate(cfg: EvaluateConfig, context: PhaseContext) -> tuple[list[PlayerSpe
     return specs, sft_model, selfplay_best
 
 
+@dataclass
+class Arena:
+    """Plays game tasks as Ray tasks, at most ``limit`` at once, each result written to storage
+    as it finishes; a task whose file exists is not played again (so every caller resumes)."""
+
+    settings: Settings
+    actors: list[Any] | None
+    engines: int
+    limit: int
+    log: Callable[[str], None]
+
+    def play(
+        self,
+        tasks: Sequence[GameTask],
+        folder: Storage,
+        what: str,
+        stop: Callable[[dict[str, ArenaGame]], bool] | None = None,
+    ) -> dict[str, ArenaGame]:
+        """Every task's game by key: those already under ``folder`` and the ones played now.
+        ``stop(finished)`` after each game ends the match early (games in flight still finish)."""
+        import ray
+
+        on_disk = {name[: -len(".json")] for name in folder.list_files() if name.endswith(".json")}
+        finished = {
+            t.key: ArenaGame.from_dict(json.loads(folder.read_text(f"{t.key}.json")))
+            for t in tasks
+            if t.key in on_disk
+        }
+        queue = [t for t in tasks if t.key not in on_disk]
+        self.log(f"{what}: {len(tasks)} games ({len(finished)} already played, {len(queue)} to play)")
+        if stop is not None and stop(finished):
+            return finished
+        remote_game = ray.remote(num_cpus=1, max_retries=1)(play_one)
+        started, played, total = time.perf_counter(), 0, len(queue)
+        inflight: dict[Any, GameTask] = {}
+        while queue or inflight:
+            while queue and len(inflight) < self.limit:
+                task = queue.pop(0)
+                inflight[remote_game.remote(task, self.settings, self.actors, self.engines)] = task
+            ready, _ = ray.wait(list(inflight), num_returns=1)
+            for ref in ready:
+                task = inflight.pop(ref)
+                try:
+                    record = ray.get(ref)
+                except ray.exceptions.RayTaskError as exc:
+                    if isinstance(exc.cause, UserError):
+                        raise exc.cause from None
+                    raise
+                folder.write_text(f"{task.key}.json", json.dumps(record))
+                finished[task.key] = ArenaGame.from_dict(record)
+                played += 1
+                if stop is not None and stop(finished):
+                    queue.clear()
+                if played % 10 == 0 or not (queue or inflight):
+                    self.log(f"{what}: {played}/{total} played ({time.perf_counter() - started:.0f} s)")
+        return finished
+
+
+def _triples(games: Iterable[ArenaGame]) -> list[tuple[str, str, float]]:
+    return [(g.white, g.black, g.score_for(g.white)) for g in games]
+
+
+def ensure_ladder(arena: Arena, ls: LadderSettings, root: Storage, build: str) -> tuple[Ladder, int]:
+    """The ladder for these settings and this Stockfish build: read from ``<storage>/ladder/<key>``
+    when it was rated with the same build, otherwise rated now (its games resume like any other).
+    Returns the ladder and how many calibration games this call played."""
+    folder = root.child(f"ladder/{ls.key()}")
+    if folder.exists("ladder.json"):
+        try:
+            ladder = Ladder.from_json(folder.read_text("ladder.json"))
+        except (ValueError, KeyError, TypeError) as exc:
+            arena.log(f"ladder: {folder.uri_of('ladder.json')} is unreadable ({exc}): rating the rungs again")
+        else:
+            if ladder.stockfish == build and ladder.settings_key == ls.key():
+                arena.log(
+                    f"ladder: reusing {folder.uri_of('ladder.json')} ({ladder.games} games, {build}); no ladder games to play"
+                )
+                return ladder, 0
+            arena.log(
+                f"ladder: {folder.uri_of('ladder.json')} was rated with {ladder.stockfish}, this is {build}: "
+                "rating the rungs again with this build"
+            )
+    specs = {s.label: s for s in (parse_player_spec(r) for r in ls.rungs)}
+    openings = random_openings(max(1, (ls.games + 1) // 2), ls.random_plies, ls.seed)
+    tasks = schedule_pairs([(specs[a], specs[b]) for a, b in ls.pairs()], ls.games, openings, ls.seed)
+    games_folder = folder.child(f"games/{hashlib.sha256(build.encode()).hexdigest()[:12]}")
+    before = len(games_folder.list_files())
+    games = arena.play(tasks, games_folder, "ladder calibration")
+    played = len(games_folder.list_files()) - before
+    ladder = fit_ladder(_triples(games.values()), ls, build)
+    folder.write_text("ladder.json", ladder.to_json())
+    arena.log("ladder rated:\n  " + "\n  ".join(describe(ladder)))
+    return ladder, played
+
+
+def place_on_ladder(
+    arena: Arena, cfg: EvaluateConfig, candidate: PlayerSpec, ls: LadderSettings, ladder: Ladder,
+    earlier: list[ArenaGame], out: Storage, seed: int,
+) -> tuple[list[ArenaGame], dict[str, Any]]:  # fmt: skip
+    """The candidate's games against the rungs: a placement match against every rung, then more
+    games against the rungs where its estimated score is informative."""
+    specs = {s.label: s for s in (parse_player_spec(r) for r in ls.rungs)}
+    openings = random_openings(
+        max(1, cfg.ladder_match_games, cfg.placement_games), cfg.random_plies, seed + 1
+    )
+    folder = out.child("ladder-games")
+    placement = arena.play(
+        schedule_pairs([(candidate, specs[r]) for r in ladder.ratings], cfg.placement_games, openings, seed + 1, "place-"),
+        folder, "ladder placement",
+    )  # fmt: skip
+    fixed = {label: ladder.elo(label) for label in ladder.ratings}
+    rated = [*earlier, *placement.values()]
+    informative = informative_rungs(ladder, estimate(candidate.label, _triples(rated), fixed))
+    more: dict[str, ArenaGame] = {}
+    if cfg.ladder_match_games:
+        tasks = schedule_pairs(
+            [(candidate, specs[r]) for r in informative], cfg.ladder_match_games, openings, seed + 2, "match-"
+        )
+        more = arena.play(tasks, folder, f"ladder match against {', '.join(informative)}")
+    games = [*placement.values(), *more.values()]
+    return games, {"informative": informative, "placement_games": len(placement), "match_games": len(more)}
+
+
 def run_evaluate(context: PhaseContext) -> PhaseResult:
     import ray
 
@@ -234,22 +421,21 @@ def run_evaluate(context: PhaseContext) -> PhaseResult:
     log = context.log
     specs, sft_model, selfplay_best = validate(cfg, context)
     seed = context.config.run.seed
+    ls = ladder_settings(cfg, seed)
+    rung_specs = [parse_player_spec(r) for r in ls.rungs] if ls else []
     openings = (
         book_openings(cfg.openings)
         if cfg.openings
         else random_openings(max(1, (cfg.games + 1) // 2), cfg.random_plies, seed)
     )
-    tasks = schedule(cfg, specs, openings, seed)
     out = context.phase_storage("evaluate").child(cfg.name)
-    # results written as games finished: a re-run plays only the missing ones
-    done = {name[: -len(".json")] for name in out.child("games").list_files() if name.endswith(".json")}
-    pending = [t for t in tasks if t.key not in done]
     settings = Settings(
         sft_model, selfplay_best, cfg.lm_temperature, cfg.lm_retries, cfg.on_illegal, cfg.stockfish_nodes, cfg.max_plies,
         cfg.resign_cp, cfg.resign_plies,
     )  # fmt: skip
+    engine_players = [s for s in (*specs, *rung_specs) if s.kind == "stockfish"]
     needs_pool = (
-        any(s.kind == "stockfish" for s in specs) or cfg.resign_cp is not None or cfg.quality_nodes > 0
+        bool(engine_players) or cfg.resign_cp is not None or (cfg.quality_nodes > 0 and cfg.mode != "sprt")
     )
     pool = None
     if needs_pool:
@@ -260,48 +446,44 @@ def run_evaluate(context: PhaseContext) -> PhaseResult:
         )
     try:
         if pool is not None:
-            for s in specs:
-                if s.kind == "stockfish":
-                    try:
-                        pool.play("8/8/8/8/8/8/6k1/4K2R w K - 0 1", s.strength(), SearchLimit(nodes=1))
-                    except UserError as exc:
-                        raise ConfigError(f"evaluate.players: player {s.label!r}: {exc}") from None
-        log(
-            f"{len(tasks)} games ({len(done & {t.key for t in tasks})} already played, {len(pending)} to play): "
-            f"{cfg.mode} of {', '.join(s.label for s in specs)}; {len(openings)} openings"
-        )
-        actors = pool.actors if pool is not None else None
-        engines = pool.engines_per_actor if pool is not None else 1
-        remote_game = ray.remote(num_cpus=1, max_retries=1)(play_one)
-        limit = cfg.max_parallel or max(1, int(ray.cluster_resources().get("CPU", 1)))
-        started = time.perf_counter()
-        inflight: dict[Any, GameTask] = {}
-        queue = list(pending)
-        finished = 0
-        while queue or inflight:
-            while queue and len(inflight) < limit:
-                task = queue.pop(0)
-                inflight[remote_game.remote(task, settings, actors, engines)] = task
-            ready, _ = ray.wait(list(inflight), num_returns=1)
-            for ref in ready:
-                task = inflight.pop(ref)
+            for s in engine_players:
                 try:
-                    record = ray.get(ref)
-                except ray.exceptions.RayTaskError as exc:
-                    if isinstance(exc.cause, UserError):
-                        raise exc.cause from None
-                    raise
-                out.write_text(f"games/{task.key}.json", json.dumps(record))
-                finished += 1
-                if finished % 10 == 0 or not (queue or inflight):
-                    log(f"{finished}/{len(pending)} games played ({time.perf_counter() - started:.0f} s)")
-        games = [ArenaGame.from_dict(json.loads(out.read_text(f"games/{t.key}.json"))) for t in tasks]
+                    pool.play("8/8/8/8/8/8/6k1/4K2R w K - 0 1", s.strength(), SearchLimit(nodes=1))
+                except UserError as exc:
+                    key = "evaluate.players" if s in specs else "evaluate.ladder_rungs"
+                    raise ConfigError(f"{key}: player {s.label!r}: {exc}") from None
+        limit = cfg.max_parallel or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        arena = Arena(
+            settings, pool.actors if pool is not None else None, pool.engines_per_actor if pool is not None else 1, limit, log
+        )  # fmt: skip
+        if cfg.mode == "sprt":
+            return run_sprt(arena, cfg, specs, openings, out, seed, context)
+        tasks = schedule(cfg, specs, openings, seed)
+        log(f"{cfg.mode} of {', '.join(s.label for s in specs)}; {len(openings)} openings")
+        played = arena.play(tasks, out.child("games"), "games")
+        games = [played[t.key] for t in tasks]
+
+        ladder_info: dict[str, Any] | None = None
+        ladder_games: list[ArenaGame] = []
+        if ls is not None:
+            build = stockfish_build(find_stockfish())
+            ladder, calibration_played = ensure_ladder(
+                arena, ls, Storage.from_uri(context.config.run.storage), build
+            )
+            earlier = [g for g in games if {g.white, g.black} - {specs[0].label} <= ladder.ratings.keys()]
+            ladder_games, info = place_on_ladder(arena, cfg, specs[0], ls, ladder, earlier, out, seed)
+            ladder_info = {
+                **ladder_record(ladder), **info, "calibration_played": calibration_played,
+                "candidate_games": len(ladder_games) + len(earlier),
+            }  # fmt: skip
 
         suite_results: list[dict[str, Any]] = []
         if cfg.suites:
             suites = [str(p if Path(p).is_file() else ROOT / p) for p in cfg.suites]
             remote_suites = ray.remote(num_cpus=1)(suite_task)
-            suite_results = ray.get(remote_suites.remote(specs[0], settings, suites, actors, engines))
+            suite_results = ray.get(
+                remote_suites.remote(specs[0], settings, suites, arena.actors, arena.engines)
+            )
         quality = (
             candidate_quality(pool, specs[0].label, games, cfg.quality_nodes)
             if pool and cfg.quality_nodes
@@ -311,9 +493,101 @@ def run_evaluate(context: PhaseContext) -> PhaseResult:
         if pool is not None:
             pool.shutdown()
 
-    results = summarize(specs, games, suite_results, quality)
-    write_outputs(out, cfg, specs, tasks, games, results, context)
-    return PhaseResult(summary=results, lines=summary_lines(results, out), ok=True)
+    results = summarize(specs, games, suite_results, quality, ladder_games, ladder_info)
+    write_outputs(out, cfg, [*games, *ladder_games], results, context)
+    lines = summary_lines(results, out.uri_of("report.md"), out.uri_of("games.pgn"))
+    return PhaseResult(summary=results, lines=lines, ok=True)
+
+
+def sprt_tasks(specs: list[PlayerSpec], openings: list[Opening], games: int, seed: int) -> list[GameTask]:
+    """Game pairs: pair ``i`` plays opening ``i`` twice, A with white then with black."""
+    a, b = specs
+    tasks = []
+    for i in range(max(1, games // 2)):
+        opening = openings[i % len(openings)]
+        tasks.append(GameTask(f"pair-{i:05d}-a-white", a, b, opening, seed * 100_003 + 2 * i))
+        tasks.append(GameTask(f"pair-{i:05d}-b-white", b, a, opening, seed * 100_003 + 2 * i + 1))
+    return tasks
+
+
+def sprt_state(
+    cfg: EvaluateConfig, specs: list[PlayerSpec], tasks: list[GameTask], games: dict[str, ArenaGame]
+) -> dict[str, Any]:
+    """The SPRT over the finished pairs (both games played), in pair order: counts, LLR after
+    each pair, the decision, the Elo difference."""
+    a = specs[0].label
+    pair_scores: list[float] = []
+    trajectory: list[float] = []
+    wdl = Counter[str]()
+    for first, second in zip(tasks[::2], tasks[1::2], strict=True):
+        if first.key not in games or second.key not in games:
+            continue
+        scores = [games[first.key].score_for(a), games[second.key].score_for(a)]
+        wdl.update("wins" if x == 1 else "draws" if x == 0.5 else "losses" for x in scores)
+        pair_scores.append(sum(scores))
+        trajectory.append(pentanomial_llr(pair_counts(pair_scores), cfg.elo0, cfg.elo1))
+    counts = pair_counts(pair_scores)
+    result = sprt_pentanomial(counts, cfg.elo0, cfg.elo1, cfg.alpha, cfg.beta)
+    n = len(pair_scores)
+    est = pentanomial_elo(counts) if n else None
+    return {
+        "elo0": cfg.elo0, "elo1": cfg.elo1, "alpha": cfg.alpha, "beta": cfg.beta, "max_games": len(tasks),
+        "pairs": n, "games": 2 * n, "pentanomial": list(counts), "llr": result.llr, "lower": result.lower,
+        "upper": result.upper, "decision": result.decision, "trajectory": trajectory,
+        "wins": wdl["wins"], "draws": wdl["draws"], "losses": wdl["losses"],
+        "score": est.score if est else 0.5, "elo": est.elo if est else 0.0,
+        "elo_low": est.low if est else -math.inf, "elo_high": est.high if est else math.inf,
+    }  # fmt: skip
+
+
+def run_sprt(
+    arena: Arena, cfg: EvaluateConfig, specs: list[PlayerSpec], openings: list[Opening], out: Storage, seed: int,
+    context: PhaseContext,
+) -> PhaseResult:  # fmt: skip
+    """Game pairs until the SPRT accepts H0 or H1, or ``cfg.games`` games; resumable."""
+    tasks = sprt_tasks(specs, openings, cfg.games, seed)
+    reported = [0]
+
+    def decided(finished: dict[str, ArenaGame]) -> bool:
+        state = sprt_state(cfg, specs, tasks, finished)
+        if state["pairs"] > reported[0]:
+            reported[0] = state["pairs"]
+            if state["decision"] != "continue" or state["pairs"] % 5 == 0:
+                arena.log(
+                    f"sprt: {state['pairs']} pairs, LLR {state['llr']:.2f} ({state['lower']:.2f} .. {state['upper']:.2f})"
+                )
+        return state["decision"] != "continue"
+
+    arena.log(
+        f"sprt: {specs[0].label} against {specs[1].label}, H0 {cfg.elo0:+g} / H1 {cfg.elo1:+g}, "
+        f"alpha {cfg.alpha:g}, beta {cfg.beta:g}, at most {len(tasks)} games"
+    )
+    finished = arena.play(tasks, out.child("games"), "sprt games", stop=decided)
+    state = sprt_state(cfg, specs, tasks, finished)
+    games = [finished[t.key] for t in tasks if t.key in finished]
+    results = {"mode": "sprt", "players": [s.label for s in specs], "sprt": state, "games": len(games),
+               "results": dict(Counter(g.result for g in games))}  # fmt: skip
+    out.write_text(
+        "games.pgn",
+        "".join(
+            game_pgn(g, event=f"chess-rl sprt {cfg.name}", round_=str(i + 1)) for i, g in enumerate(games)
+        ),
+    )
+    out.write_text("results.json", json.dumps(results, indent=2, sort_keys=True))
+    out.write_text("report.md", sprt_markdown(results))
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in sprt_plot(results, Path(tmp)):
+            out.upload_file(path, path.name)
+            context.tracking.log_artifact(path)
+        for name in ("games.pgn", "results.json", "report.md"):
+            local = Path(tmp) / name
+            local.write_bytes(out.read_bytes(name))
+            context.tracking.log_artifact(local)
+    metrics = {"sprt_llr": state["llr"], "sprt_pairs": float(state["pairs"]), "sprt_score": state["score"]}
+    if math.isfinite(state["elo"]):
+        metrics["sprt_elo"] = state["elo"]
+    context.tracking.log_metrics(metrics)
+    return PhaseResult(summary=results, lines=sprt_summary_lines(results, out.uri_of("report.md")), ok=True)
 
 
 def candidate_quality(pool: Any, name: str, games: list[ArenaGame], nodes: int) -> dict[str, float]:
@@ -348,7 +622,11 @@ def summarize(
     games: list[ArenaGame],
     suites: list[dict[str, Any]],
     quality: dict[str, float] | None,
+    ladder_games: Sequence[ArenaGame] = (),
+    ladder: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """Scores per opponent (the arena's own games), one Elo fit over every game with the
+    anchored players and the ladder's rungs fixed, and the candidate's move statistics."""
     candidate = specs[0].label
     pairings: dict[str, dict[str, Any]] = {}
     for game in games:
@@ -363,21 +641,24 @@ def summarize(
         est = match_elo(p["wins"], p["draws"], p["losses"])
         p.update(score=est.score, elo_diff=est.elo, elo_low=est.low, elo_high=est.high, games=est.games)
         p["terminations"] = dict(p["terminations"])
-    anchors = {s.label: s.anchor_elo for s in specs if s.anchor_elo is not None}
+    everything = [*games, *ladder_games]
+    anchors: dict[str, float] = {s.label: s.anchor_elo for s in specs if s.anchor_elo is not None}
+    if ladder:
+        met = {x for g in everything for x in (g.white, g.black)}
+        anchors.update({label: v[0] for label, v in ladder["ratings"].items() if label in met})
     ratings: dict[str, Any] = {}
     if anchors:
         try:
-            fitted = rate_players([(g.white, g.black, g.score_for(g.white)) for g in games], anchors)
+            fitted = rate_players([(g.white, g.black, g.score_for(g.white)) for g in everything], anchors)
             ratings = {
                 k: {f: getattr(v, f) for f in ("elo", "low", "high", "games", "score", "anchored")}
                 for k, v in fitted.items()
             }
         except ValueError as exc:
             ratings = {"error": str(exc)}
-    side = {"white": 0, "black": 0}
     legal = {"moves": 0, "first_attempt_legal": 0, "illegal_attempts": 0, "fallbacks": 0}
-    for game in games:
-        for color in side:
+    for game in everything:
+        for color in ("white", "black"):
             if getattr(game, color) == candidate:
                 legal["moves"] += game.player_moves[color]
                 legal["first_attempt_legal"] += game.first_attempt_legal[color]
@@ -388,9 +669,11 @@ def summarize(
         "candidate": candidate,
         "players": [s.label for s in specs],
         "games": len(games),
+        "ladder_games": len(ladder_games),
         "pairings": pairings,
         "ratings": ratings,
         "anchors": anchors,
+        "ladder": ladder,
         "candidate_moves": legal,
         "suites": suites,
         "quality": quality,
@@ -398,119 +681,33 @@ def summarize(
     }
 
 
-def _fmt_elo(value: float) -> str:
-    return "+inf" if value == math.inf else "-inf" if value == -math.inf else f"{value:+.0f}"
-
-
-def report_markdown(results: dict[str, Any], cfg: EvaluateConfig) -> str:
-    c = results["candidate"]
-    lines = [f"# Evaluation of `{c}`", "", f"{results['games']} games, {cfg.mode}; max {cfg.max_plies} plies; "
-             f"openings: {cfg.openings or f'{cfg.random_plies} seeded random plies'}.", "",
-             "## Score against each opponent", "", "| opponent | games | W | D | L | score | Elo difference (95% interval) |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for opp, p in results["pairings"].items():
-        lines.append(
-            f"| {opp} | {p['games']} | {p['wins']} | {p['draws']} | {p['losses']} | {p['score']:.1%} | "
-            f"{_fmt_elo(p['elo_diff'])} ({_fmt_elo(p['elo_low'])} .. {_fmt_elo(p['elo_high'])}) |"
-        )
-    if results["ratings"] and "error" not in results["ratings"]:
-        lines += ["", "## Elo (maximum likelihood over all games, anchored to Stockfish UCI_Elo)", "",
-                  "| player | Elo | 95% interval | games | score | anchored |", "|---|---|---|---|---|---|"]  # fmt: skip
-        for name, r in results["ratings"].items():
-            lines.append(
-                f"| {name} | {_fmt_elo(r['elo']).lstrip('+')} | {_fmt_elo(r['low']).lstrip('+')} .. "
-                f"{_fmt_elo(r['high']).lstrip('+')} | {r['games']} | {r['score']:.1%} | {'yes' if r['anchored'] else ''} |"
-            )
-    elif results["ratings"]:
-        lines += ["", f"Elo: not estimated ({results['ratings']['error']})."]
-    else:
-        lines += [
-            "",
-            "Elo: no Stockfish UCI_Elo level was played, so there is no anchor (add e.g. stockfish:elo=1350).",
-        ]
-    m = results["candidate_moves"]
-    lines += ["", "## The candidate's moves", "",
-              f"- moves: {m['moves']}; legal at the first attempt: {m['legal_rate']:.1%} (unmasked)",
-              f"- illegal or unparseable attempts: {m['illegal_attempts']}; random fallbacks: {m['fallbacks']}"]  # fmt: skip
-    if results["quality"]:
-        q = results["quality"]
-        lines.append(
-            f"- average centipawn loss {q['acpl']:.0f}, accuracy {q['accuracy']:.1f}% over {q['moves']} moves ({q.get('nodes')} nodes)"
-        )
-    if results["suites"]:
-        lines += [
-            "",
-            "## Test suites (bm/am, one move from the FEN)",
-            "",
-            "| suite | positions | solved | accuracy | legal |",
-            "|---|---|---|---|---|",
-        ]
-        for s in results["suites"]:
-            lines.append(
-                f"| {s['name']} | {s['positions']} | {s['solved']} | {s['accuracy']:.1%} | {s['legal_first_attempt'] / max(1, s['positions']):.1%} |"
-            )
-    lines += ["", "![score](score.png)", "", "![elo](elo.png)", ""]
-    return "\n".join(lines)
-
-
-def plot(results: dict[str, Any], folder: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
-    opponents = list(results["pairings"])
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for i, opp in enumerate(opponents):
-        p = results["pairings"][opp]
-        n = max(1, p["games"])
-        se = math.sqrt(max(p["score"] * (1 - p["score"]), 1e-9) / n)
-        ax.errorbar(i, p["score"], yerr=1.96 * se, fmt="o", capsize=4)
-    ax.set_xticks(range(len(opponents)), opponents, rotation=20, ha="right", fontsize=8)
-    ax.set_ylim(-0.05, 1.05)
-    ax.axhline(0.5, color="grey", lw=0.5)
-    ax.set_ylabel(f"score of {results['candidate']}")
-    ax.set_title("Score against each opponent (95% interval)")
-    fig.tight_layout()
-    paths.append(folder / "score.png")
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ratings = {k: v for k, v in results["ratings"].items() if k != "error"}
-    for i, r in enumerate(ratings.values()):
-        finite = [x for x in (r["low"], r["elo"], r["high"]) if math.isfinite(x)]
-        if not finite:
-            continue
-        mid = r["elo"] if math.isfinite(r["elo"]) else (finite[0])
-        lo = mid - r["low"] if math.isfinite(r["low"]) else 0
-        hi = r["high"] - mid if math.isfinite(r["high"]) else 0
-        ax.errorbar(i, mid, yerr=[[lo], [hi]], fmt="s" if r["anchored"] else "o", capsize=4)
-    ax.set_xticks(range(len(ratings)), list(ratings), rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("Elo")
-    ax.set_title("Elo estimates (squares: anchors)" if ratings else "Elo: no anchor played")
-    fig.tight_layout()
-    paths.append(folder / "elo.png")
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
-    return paths
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float as None: results.json is plain JSON (no NaN/Infinity);
+    the report's text says what an open end means."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def write_outputs(
-    out: Storage,
-    cfg: EvaluateConfig,
-    specs: list[PlayerSpec],
-    tasks: list[GameTask],
-    games: list[ArenaGame],
-    results: dict[str, Any],
-    context: PhaseContext,
+    out: Storage, cfg: EvaluateConfig, games: list[ArenaGame], results: dict[str, Any], context: PhaseContext
 ) -> None:
     pgn = "".join(
         game_pgn(g, event=f"chess-rl evaluate {cfg.name}", round_=str(i + 1)) for i, g in enumerate(games)
     )
     out.write_text("games.pgn", pgn)
-    out.write_text("results.json", json.dumps(results, indent=2, sort_keys=True, default=str))
-    out.write_text("report.md", report_markdown(results, cfg))
+    c = results["candidate"]
+    readable = dict(results)
+    if c in results["ratings"]:
+        r = results["ratings"][c]
+        readable["candidate_elo"] = fmt_estimate(r["elo"], r["low"], r["high"], signed=False)
+    out.write_text("results.json", json.dumps(json_safe(readable), indent=2, sort_keys=True, default=str))
+    openings = cfg.openings or f"{cfg.random_plies} seeded random plies"
+    out.write_text("report.md", report_markdown(results, cfg.mode, cfg.max_plies, openings))
     with tempfile.TemporaryDirectory() as tmp:
         for path in plot(results, Path(tmp)):
             out.upload_file(path, path.name)
@@ -523,9 +720,10 @@ def write_outputs(
     for opp, p in results["pairings"].items():
         key = re.sub(r"[^A-Za-z0-9_]+", "_", opp)
         metrics[f"score_vs_{key}"] = p["score"]
-    c = results["candidate"]
-    if c in results["ratings"] and math.isfinite(results["ratings"][c]["elo"]):
-        metrics["elo"] = results["ratings"][c]["elo"]
+    if c in results["ratings"]:
+        for name in ("elo", "low", "high"):
+            if math.isfinite(results["ratings"][c][name]):
+                metrics["elo" if name == "elo" else f"elo_{name}"] = results["ratings"][c][name]
     metrics["legal_rate"] = results["candidate_moves"]["legal_rate"]
     for s in results["suites"]:
         metrics[f"suite_{s['name']}_accuracy"] = s["accuracy"]
@@ -534,39 +732,15 @@ def write_outputs(
     context.tracking.log_metrics(metrics)
 
 
-def summary_lines(results: dict[str, Any], out: Storage) -> list[str]:
-    c = results["candidate"]
-    lines = ["evaluate summary", f"  candidate     {c}, {results['games']} games"]
-    for opp, p in results["pairings"].items():
-        lines.append(
-            f"  vs {opp:<24} +{p['wins']} ={p['draws']} -{p['losses']}  score {p['score']:.1%}  "
-            f"Elo diff {_fmt_elo(p['elo_diff'])} ({_fmt_elo(p['elo_low'])} .. {_fmt_elo(p['elo_high'])})"
-        )
-    if c in results["ratings"]:
-        r = results["ratings"][c]
-        lines.append(
-            f"  Elo           {_fmt_elo(r['elo']).lstrip('+')} ({_fmt_elo(r['low']).lstrip('+')} .. {_fmt_elo(r['high']).lstrip('+')}), anchored to {', '.join(results['anchors'])}"
-        )
-    m = results["candidate_moves"]
-    lines.append(
-        f"  moves         {m['legal_rate']:.1%} legal at the first attempt, {m['illegal_attempts']} illegal attempts, {m['fallbacks']} fallbacks"
-    )
-    if results["quality"]:
-        q = results["quality"]
-        lines.append(f"  quality       ACPL {q['acpl']:.0f}, accuracy {q['accuracy']:.1f}%")
-    for s in results["suites"]:
-        lines.append(f"  suite         {s['name']}: {s['solved']}/{s['positions']} ({s['accuracy']:.1%})")
-    lines.append(f"  report        {out.uri_of('report.md')}  (PGN: {out.uri_of('games.pgn')})")
-    return lines
-
-
 PHASE = Phase(
     name="evaluate",
     summary="evaluate: arenas of players as Ray tasks -> scores, Elo, suites, PGN and a report.",
     description=(
-        "Players: random, sft, lm:DIR, stockfish[:skill=N|elo=N][,nodes=N], uci:PATH. The first is the\n"
-        "candidate. Results are written as games finish; the same command resumes. Example:\n"
-        "  chess-rl evaluate --players sft random stockfish:skill=0 stockfish:elo=1350 --games 20"
+        "Players: random, sft, lm:DIR, mcts[:FILE.pt], stockfish[:skill=N|elo=N][,nodes=N][,random=P],\n"
+        "uci:PATH. The first is the candidate, rated on the low Elo ladder (--no-ladder: off). Results\n"
+        "are written as games finish; the same command resumes. Examples:\n"
+        "  chess-rl evaluate --players sft random stockfish:skill=0 stockfish:elo=1350 --games 20\n"
+        "  chess-rl evaluate --mode sprt --players lm:runs/a/ppo/model lm:runs/a/sft/model --games 400"
     ),
     section="evaluate",
     section_model=EvaluateConfig,

@@ -40,7 +40,7 @@ def args(storage: Path, model_dir: Path, *extra: str, games: int = 8) -> list[st
         "--config", "tiny", "--storage", str(storage), "--run-name", "e", "--no-tracking",
         "--players", f"lm:{model_dir}", "random", "stockfish:skill=0,nodes=50",
         "--games", str(games), "--max-plies", "40", "--quality-nodes", "200",
-        "--suites", "tests/data/epd/bratko-kopec.epd", *extra,
+        "--suites", "tests/data/epd/bratko-kopec.epd", "--no-ladder", *extra,
     ]  # fmt: skip
 
 
@@ -120,6 +120,27 @@ def test_killed_evaluation_resumes_with_the_right_number_of_games(tmp_path, mode
         (["--openings", "/nonexistent/book.epd", "--players", "random", "stockfish"], "does not exist"),
         (["--suites", "/nonexistent.epd", "--players", "random", "stockfish"], "does not exist"),
         (["--games", "1"], "games"),
+        (["--mode", "sprt", "--players", "random", "stockfish", "stockfish:skill=0"], "exactly two players"),
+        (["--mode", "sprt", "--players", "random"], "exactly two players"),
+        (
+            ["--mode", "sprt", "--players", "random", "stockfish", "--elo0", "20", "--elo1", "20"],
+            "elo0 must be below elo1",
+        ),
+        (
+            ["--mode", "sprt", "--players", "random", "stockfish", "--elo0", "30", "--elo1", "10"],
+            "elo0 must be below elo1",
+        ),
+        (["--mode", "sprt", "--players", "random", "stockfish", "--alpha", "0.5"], "evaluate.alpha"),
+        (["--mode", "sprt", "--players", "random", "stockfish", "--alpha", "0"], "evaluate.alpha"),
+        (["--mode", "sprt", "--players", "random", "stockfish", "--beta", "-0.1"], "evaluate.beta"),
+        (
+            ["--players", "random", "stockfish", "--ladder-rungs", "random", "stockfish:skill=0"],
+            "anchored rung",
+        ),
+        (
+            ["--players", "random", "stockfish", "--ladder-rungs", "random", "stockfish:elo=1350,random=101"],
+            "percentage",
+        ),
     ],
 )
 def test_bad_input_is_one_clear_message(tmp_path, local_ray, capsys, extra, message):
@@ -143,7 +164,7 @@ def test_a_selfplay_network_plays_in_the_arena(tmp_path, local_ray, capsys, monk
     code = evaluate.main(
         ["--config", "tiny", "--storage", str(tmp_path), "--run-name", "m", "--no-tracking",
          "--players", f"mcts:{path},sims=4", "random", "--games", "4", "--max-plies", "30",
-         "--quality-nodes", "0", "--suites", "tests/data/epd/bratko-kopec.epd"]
+         "--quality-nodes", "0", "--suites", "tests/data/epd/bratko-kopec.epd", "--no-ladder"]
     )  # fmt: skip
     assert code == EXIT_OK, capsys.readouterr().err[-2000:]
     results = json.loads((tmp_path / "m" / "evaluate" / "eval" / "results.json").read_text())

@@ -124,8 +124,11 @@ def test_match_elo_infinite_where_a_score_bound_is_zero_or_one() -> None:
     assert (match_elo(1, 0, 9).low, match_elo(9, 0, 1).high) == (-math.inf, math.inf)
     assert math.isfinite(match_elo(1, 0, 9).high)
     perfect, nil = match_elo(5, 0, 0), match_elo(0, 0, 5)
-    assert (perfect.elo, perfect.low, perfect.high) == (math.inf,) * 3
-    assert (nil.elo, nil.low, nil.high) == (-math.inf,) * 3
+    assert (perfect.elo, perfect.high) == (math.inf,) * 2
+    assert (nil.elo, nil.low) == (-math.inf,) * 2
+    # the finite side is the exact one-sided bound: 5 straight wins at p = 0.025^(1/5) = 0.4784
+    assert perfect.low == pytest.approx(elo_from_score(0.025 ** (1 / 5))) == pytest.approx(-15.2, abs=0.1)
+    assert nil.high == pytest.approx(-perfect.low)
 
 
 # --- rate_players --------------------------------------------------------------------------------
