@@ -198,7 +198,9 @@ class EvaluateConfig(Section):
     def _sprt_hypotheses(cls, elo1: float, info: ValidationInfo) -> float:
         elo0 = info.data.get("elo0")
         if elo0 is not None and not elo0 < elo1:
-            raise ValueError(f"elo0 must be below elo1 (--elo0 < --elo1: H0 < H1), got elo0={elo0}, elo1={elo1}")
+            raise ValueError(
+                f"elo0 must be below elo1 (--elo0 < --elo1: H0 < H1), got elo0={elo0}, elo1={elo1}"
+            )
         return elo1
 
 

@@ -1,0 +1,224 @@
+"""Games between players as Ray tasks, one task per game, for every phase that plays matches
+(``evaluate``'s gauntlets, ladder and SPRT; the RL phases' comparisons): the game task, the
+players built inside it, and :class:`Arena`, which plays a list of tasks at most ``limit`` at
+once and writes each game to storage as it finishes, so a re-run plays only what is missing.
+
+    arena = Arena(settings, pool.actors, pool.engines_per_actor, limit=2, log=print)
+    games = arena.play(schedule_pairs([(a, b)], 10, openings, seed=7), storage.child("games"), "games")
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chessrl.arena import ArenaGame, Opening, play_game
+from chessrl.engine import SearchLimit
+from chessrl.players import (
+    LMPlayer,
+    MCTSPlayer,
+    Player,
+    PlayerSpec,
+    RandomPlayer,
+    StockfishPlayer,
+    UCIPlayer,
+)
+from chessrl.suites import read_epd_suite, run_suite, score_cp
+from cluster.errors import UserError
+from cluster.storage import Storage
+
+
+@dataclass(frozen=True)
+class GameTask:
+    """One game to play: who, from where, with which seed; ``key`` names its result file."""
+
+    key: str
+    white: PlayerSpec
+    black: PlayerSpec
+    opening: Opening
+    seed: int
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a game task needs besides its players (picklable, sent to every task)."""
+
+    sft_model: str | None
+    selfplay_best: str | None
+    lm_temperature: float
+    lm_retries: int
+    on_illegal: str
+    stockfish_nodes: int
+    max_plies: int
+    resign_cp: int | None
+    resign_plies: int
+
+
+_MODELS: dict[str, tuple[Any, Any]] = {}  # per worker process: Ray reuses workers across tasks
+
+
+def build_player(spec: PlayerSpec, settings: Settings, pool: Any) -> Player:
+    """The player a spec names (language models are loaded once per worker process)."""
+    if spec.kind == "random":
+        return RandomPlayer(spec.label)
+    if spec.kind in ("sft", "lm"):
+        from chessrl.models import load_pretrained
+
+        path = settings.sft_model if spec.kind == "sft" else spec.path
+        assert path is not None
+        if path not in _MODELS:
+            _MODELS[path] = load_pretrained(path)
+        model, tokenizer = _MODELS[path]
+        return LMPlayer(
+            model, tokenizer, name=spec.label, temperature=settings.lm_temperature, retries=settings.lm_retries,
+            on_illegal=settings.on_illegal,  # type: ignore[arg-type]
+        )  # fmt: skip
+    if spec.kind == "mcts":
+        from chessrl.network import load_network
+
+        path = spec.path or settings.selfplay_best
+        assert path is not None
+        if path not in _MODELS:
+            _MODELS[path] = (load_network(path), None)
+        return MCTSPlayer(_MODELS[path][0], spec.simulations or 32, name=spec.label)
+    limit = spec.search_limit(settings.stockfish_nodes)
+    if spec.kind == "stockfish":
+        return StockfishPlayer(
+            pool, spec.strength(), limit, name=spec.label, random_share=(spec.random_share or 0) / 100
+        )
+    assert spec.path is not None
+    return UCIPlayer(spec.path, limit, name=spec.label)
+
+
+def _pool(actors: list[Any] | None, engines: int) -> Any:
+    if not actors:
+        return None
+    from actors.engine_pool import EnginePool
+
+    return EnginePool(actors, engines)
+
+
+def play_one(
+    task: GameTask, settings: Settings, pool_actors: list[Any] | None, engines: int
+) -> dict[str, Any]:
+    """A Ray task: play one game and return it as a dict."""
+    pool = _pool(pool_actors, engines)
+    white = build_player(task.white, settings, pool)
+    black = build_player(task.black, settings, pool)
+    evaluator = None
+    if settings.resign_cp is not None and pool is not None:
+
+        def evaluator(fen: str) -> int | None:
+            [analysis] = pool.analyse([fen], SearchLimit(nodes=2000))
+            return score_cp(analysis.score)
+
+    try:
+        game = play_game(
+            white, black, opening=task.opening, max_plies=settings.max_plies, seed=task.seed,
+            evaluator=evaluator, resign_cp=settings.resign_cp, resign_plies=settings.resign_plies,
+        )  # fmt: skip
+    finally:
+        white.close()
+        black.close()
+    return {"key": task.key, **game.to_dict()}
+
+
+def suite_task(
+    spec: PlayerSpec, settings: Settings, suites: list[str], pool_actors: list[Any] | None, engines: int
+) -> list[dict[str, Any]]:
+    """A Ray task: the candidate on every EPD suite."""
+    player = build_player(spec, settings, _pool(pool_actors, engines))
+    try:
+        out = []
+        for path in suites:
+            result = run_suite(player, Path(path).stem, read_epd_suite(path))
+            out.append({**result.__dict__, "accuracy": result.accuracy})
+        return out
+    finally:
+        player.close()
+
+
+def schedule_pairs(
+    pairs: Sequence[tuple[PlayerSpec, PlayerSpec]],
+    games: int,
+    openings: list[Opening],
+    seed: int,
+    prefix: str = "",
+) -> list[GameTask]:
+    """``games`` games for each pair of players, colours alternating and each opening played from
+    both sides, in a stable order with stable keys (a key names the game's result file)."""
+    tasks = []
+    for p, (a, b) in enumerate(pairs):
+        for g in range(games):
+            white, black = (a, b) if g % 2 == 0 else (b, a)
+            slug = re.sub(r"[^A-Za-z0-9=.-]+", "_", f"{a.label}-vs-{b.label}")[:80]
+            opening = openings[(g // 2) % len(openings)]
+            tasks.append(
+                GameTask(
+                    f"{prefix}{p:02d}-{slug}-{g:04d}", white, black, opening, seed * 100_003 + p * 10_007 + g
+                )
+            )
+    return tasks
+
+
+@dataclass
+class Arena:
+    """Plays game tasks as Ray tasks, at most ``limit`` at once, each result written to storage
+    as it finishes; a task whose file exists is not played again (so every caller resumes)."""
+
+    settings: Settings
+    actors: list[Any] | None
+    engines: int
+    limit: int
+    log: Callable[[str], None]
+
+    def play(
+        self,
+        tasks: Sequence[GameTask],
+        folder: Storage,
+        what: str,
+        stop: Callable[[dict[str, ArenaGame]], bool] | None = None,
+    ) -> dict[str, ArenaGame]:
+        """Every task's game by key: those already under ``folder`` and the ones played now.
+        ``stop(finished)`` after each game ends the match early (games in flight still finish)."""
+        import ray
+
+        on_disk = {name[: -len(".json")] for name in folder.list_files() if name.endswith(".json")}
+        finished = {
+            t.key: ArenaGame.from_dict(json.loads(folder.read_text(f"{t.key}.json")))
+            for t in tasks
+            if t.key in on_disk
+        }
+        queue = [t for t in tasks if t.key not in on_disk]
+        self.log(f"{what}: {len(tasks)} games ({len(finished)} already played, {len(queue)} to play)")
+        if stop is not None and stop(finished):
+            return finished
+        remote_game = ray.remote(num_cpus=1, max_retries=1)(play_one)
+        started, played, total = time.perf_counter(), 0, len(queue)
+        inflight: dict[Any, GameTask] = {}
+        while queue or inflight:
+            while queue and len(inflight) < self.limit:
+                task = queue.pop(0)
+                inflight[remote_game.remote(task, self.settings, self.actors, self.engines)] = task
+            ready, _ = ray.wait(list(inflight), num_returns=1)
+            for ref in ready:
+                task = inflight.pop(ref)
+                try:
+                    record = ray.get(ref)
+                except ray.exceptions.RayTaskError as exc:
+                    if isinstance(exc.cause, UserError):
+                        raise exc.cause from None
+                    raise
+                folder.write_text(f"{task.key}.json", json.dumps(record))
+                finished[task.key] = ArenaGame.from_dict(record)
+                played += 1
+                if stop is not None and stop(finished):
+                    queue.clear()
+                if played % 10 == 0 or not (queue or inflight):
+                    self.log(f"{what}: {played}/{total} played ({time.perf_counter() - started:.0f} s)")
+        return finished
