@@ -167,9 +167,10 @@ def summary_lines(results: dict[str, Any], report_uri: str, pgn_uri: str) -> lis
             f"Elo diff {fmt_estimate(p['elo_diff'], p['elo_low'], p['elo_high'])}"
         )
     if c in results["ratings"]:
-        lines.append(
-            f"  Elo           {_rating(results['ratings'][c])}, fixed: {', '.join(results['anchors'])}"
-        )
+        rungs = set(results["ladder"]["ratings"]) if results.get("ladder") else set()
+        fixed = [a for a in results["anchors"] if a not in rungs]
+        fixed += [f"{len(rungs & set(results['anchors']))} ladder rungs"] if rungs else []
+        lines.append(f"  Elo           {_rating(results['ratings'][c])}, fixed: {', '.join(fixed)}")
     if results.get("ladder"):
         lad = results["ladder"]
         lines.append(

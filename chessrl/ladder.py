@@ -16,7 +16,10 @@ enough that every pair's score is informative:
 Adjacent rungs play ``games`` games each; one maximum-likelihood fit over all of them, with the
 ``UCI_Elo`` rung fixed at its rating, rates every rung (:func:`fit_ladder`). The result is stored
 under the storage with its games, keyed by the settings and the Stockfish build
-(:func:`stockfish_build`), and reused by every later evaluation.
+(:func:`stockfish_build`), and reused by every later evaluation. The rungs' own intervals are wide
+at the bottom (each is chained through the rungs above it); a candidate's interval is given with
+the rungs' ratings held fixed, so two candidates rated on the same ladder compare more tightly
+than either compares with the ``UCI_Elo`` scale.
 
 A candidate is then placed: a short match against every rung, an estimate from it
 (:func:`estimate`), and more games against the rungs where its expected score is informative
@@ -51,7 +54,7 @@ class LadderSettings:
 
     rungs: tuple[str, ...] = DEFAULT_RUNGS
     """Player specs, weakest first; at least one is anchored (``stockfish:elo=N``)."""
-    games: int = 16
+    games: int = 40
     """Games per adjacent pair of rungs (colours alternate; each opening from both sides)."""
     max_plies: int = 200
     """A ladder game still going after this many plies is a draw."""

@@ -156,7 +156,7 @@ class EvaluateConfig(Section):
     once per storage and Stockfish build and reused), so a weak model gets a finite Elo."""
     ladder_rungs: list[str] = Field(default_factory=lambda: list(DEFAULT_RUNGS))
     """The ladder's rungs, weakest first: random and stockfish specs, one at least with elo=N."""
-    ladder_games: int = Field(16, ge=2)
+    ladder_games: int = Field(40, ge=2)
     """Calibration games per adjacent pair of rungs (played once, then reused)."""
     placement_games: int = Field(2, ge=2)
     """The candidate's placement games against every rung."""
