@@ -117,3 +117,81 @@ def test_saves_and_loads_with_auto_tokenizer(tok, tmp_path) -> None:
     assert len(loaded) == len(tok)
     batch = loaded(["e2e4", "e2e4 e7e5 g1f3"], padding=True)
     assert batch["input_ids"][0][-1] == loaded.pad_token_id  # pads on the right
+
+
+# --- prompts through plain transformers: <bos> first, trailing whitespace dropped ---------------
+
+
+def test_a_saved_tokenizer_starts_prompts_as_training_did(tok, tmp_path) -> None:
+    tok.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    for prompt in ("e2e4 e7e5", "e2e4 e7e5 ", "e2e4 e7e5  \n", "P: 8/8/8/8/8/8/8/K6k w - - 0 1 M:"):
+        ids = loaded(prompt)["input_ids"]
+        assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1
+        assert ids[1:] == tok(prompt.rstrip(), add_special_tokens=False)["input_ids"]
+    assert loaded("")["input_ids"] == [tok.bos_token_id]  # the start position: a prompt of one token
+    assert loaded("e2e4")["input_ids"] == loaded("e2e4 ")["input_ids"]
+    # a leading space is text, not trailing whitespace: it stays
+    assert loaded(" e2e4", add_special_tokens=False)["input_ids"] == [tok.convert_tokens_to_ids(" e2e4")]
+
+
+def _old_checkpoint_tokenizer(tmp_path):
+    """A tokenizer saved the way checkpoints were before prompts carried their start token."""
+    from tokenizers import processors
+
+    old = build_chess_tokenizer()
+    old.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single="$A", pair="$A $B", special_tokens=[]
+    )
+    old.backend_tokenizer.normalizer = None
+    old.save_pretrained(tmp_path)
+    return AutoTokenizer.from_pretrained(tmp_path)
+
+
+def test_an_old_checkpoints_tokenizer_is_upgraded_at_load(tmp_path) -> None:
+    from chessrl.models import load_tokenizer, make_tokenizer_config_generic
+
+    raw = _old_checkpoint_tokenizer(tmp_path)
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')  # a checkpoint folder
+    assert raw("e2e4 ")["input_ids"] != raw("e2e4")["input_ids"]  # what users of old models got
+    assert raw("e2e4")["input_ids"][0] != raw.bos_token_id
+    upgraded = load_tokenizer(str(tmp_path))
+    assert upgraded("e2e4 ")["input_ids"] == upgraded("e2e4")["input_ids"] == [upgraded.bos_token_id, 381]
+    upgraded.save_pretrained(tmp_path / "new")
+    make_tokenizer_config_generic(tmp_path / "new")
+    again = AutoTokenizer.from_pretrained(tmp_path / "new")
+    assert again("e2e4 ")["input_ids"] == [upgraded.bos_token_id, 381]
+
+
+def test_a_gpt2_style_bpe_tokenizer_gets_its_endoftext_start_and_keeps_it(tmp_path) -> None:
+    """A user's GPT-2 BPE (BOS = EOS = <|endoftext|>, byte-level): its start token comes first,
+    byte-level decoding is unchanged, and saved as sft saves it, AutoTokenizer keeps both rules
+    even where the config named transformers' GPT2Tokenizer (which rebuilds from the vocabulary)."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from chessrl.models import make_tokenizer_config_generic
+    from chessrl.tokenizer import add_prompt_start
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    core.train_from_iterator(
+        ["e2e4 e7e5 g1f3 b8c6"] * 10,
+        trainer=trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"], show_progress=False),
+    )
+    bpe = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<|endoftext|>", eos_token="<|endoftext|>")
+    plain = bpe("e2e4 e7e5")["input_ids"]
+    add_prompt_start(add_prompt_start(bpe))  # twice: nothing doubles
+    assert bpe("e2e4 e7e5 ")["input_ids"] == [bpe.eos_token_id, *plain]
+    assert bpe.decode(bpe("e2e4 e7e5")["input_ids"], skip_special_tokens=True) == "e2e4 e7e5"
+    bpe.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({**config, "tokenizer_class": "GPT2Tokenizer"})
+    )
+    assert make_tokenizer_config_generic(tmp_path) and not make_tokenizer_config_generic(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert loaded("e2e4 e7e5 ")["input_ids"] == [bpe.eos_token_id, *plain]
