@@ -31,7 +31,7 @@ import re
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -369,22 +369,7 @@ def run_sprt(
     games = [finished[t.key] for t in tasks if t.key in finished]
     results = {"mode": "sprt", "players": [s.label for s in specs], "sprt": state, "games": len(games),
                "results": dict(Counter(g.result for g in games))}  # fmt: skip
-    out.write_text(
-        "games.pgn",
-        "".join(
-            game_pgn(g, event=f"chess-rl sprt {cfg.name}", round_=str(i + 1)) for i, g in enumerate(games)
-        ),
-    )
-    out.write_text("results.json", json.dumps(results, indent=2, sort_keys=True))
-    out.write_text("report.md", sprt_markdown(results))
-    with tempfile.TemporaryDirectory() as tmp:
-        for path in sprt_plot(results, Path(tmp)):
-            out.upload_file(path, path.name)
-            context.tracking.log_artifact(path)
-        for name in ("games.pgn", "results.json", "report.md"):
-            local = Path(tmp) / name
-            local.write_bytes(out.read_bytes(name))
-            context.tracking.log_artifact(local)
+    publish(out, games, f"chess-rl sprt {cfg.name}", results, sprt_markdown(results), sprt_plot, context)
     metrics = {"sprt_llr": state["llr"], "sprt_pairs": float(state["pairs"]), "sprt_score": state["score"]}
     if math.isfinite(state["elo"]):
         metrics["sprt_elo"] = state["elo"]
@@ -495,29 +480,51 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def write_outputs(
-    out: Storage, cfg: EvaluateConfig, games: list[ArenaGame], results: dict[str, Any], context: PhaseContext
+def publish(
+    out: Storage,
+    games: Sequence[ArenaGame],
+    event: str,
+    results: dict[str, Any],
+    report: str,
+    plots: Callable[[dict[str, Any], Path], list[Path]],
+    context: PhaseContext,
 ) -> None:
-    pgn = "".join(
-        game_pgn(g, event=f"chess-rl evaluate {cfg.name}", round_=str(i + 1)) for i, g in enumerate(games)
+    """``games.pgn``, ``results.json`` (plain JSON: no NaN/Infinity), ``report.md`` and the plots,
+    to storage and to the phase's MLflow run."""
+    out.write_text(
+        "games.pgn", "".join(game_pgn(g, event=event, round_=str(i + 1)) for i, g in enumerate(games))
     )
-    out.write_text("games.pgn", pgn)
-    c = results["candidate"]
-    readable = dict(results)
-    if c in results["ratings"]:
-        r = results["ratings"][c]
-        readable["candidate_elo"] = fmt_estimate(r["elo"], r["low"], r["high"], signed=False)
-    out.write_text("results.json", json.dumps(json_safe(readable), indent=2, sort_keys=True, default=str))
-    openings = cfg.openings or f"{cfg.random_plies} seeded random plies"
-    out.write_text("report.md", report_markdown(results, cfg.mode, cfg.max_plies, openings))
+    out.write_text("results.json", json.dumps(json_safe(results), indent=2, sort_keys=True, default=str))
+    out.write_text("report.md", report)
     with tempfile.TemporaryDirectory() as tmp:
-        for path in plot(results, Path(tmp)):
+        for path in plots(results, Path(tmp)):
             out.upload_file(path, path.name)
             context.tracking.log_artifact(path)
         for name in ("games.pgn", "results.json", "report.md"):
             local = Path(tmp) / name
             local.write_bytes(out.read_bytes(name))
             context.tracking.log_artifact(local)
+
+
+def write_outputs(
+    out: Storage, cfg: EvaluateConfig, games: list[ArenaGame], results: dict[str, Any], context: PhaseContext
+) -> None:
+    c = results["candidate"]
+    readable = dict(results)
+    if c in results["ratings"]:
+        r = results["ratings"][c]
+        readable["candidate_elo"] = fmt_estimate(r["elo"], r["low"], r["high"], signed=False)
+    openings = cfg.openings or f"{cfg.random_plies} seeded random plies"
+    report = report_markdown(results, cfg.mode, cfg.max_plies, openings)
+    publish(
+        out,
+        games,
+        f"chess-rl evaluate {cfg.name}",
+        readable,
+        report,
+        lambda _, folder: plot(results, folder),
+        context,
+    )
     metrics: dict[str, float] = {}
     for opp, p in results["pairings"].items():
         key = re.sub(r"[^A-Za-z0-9_]+", "_", opp)

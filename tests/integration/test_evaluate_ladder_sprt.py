@@ -110,7 +110,7 @@ def test_sprt_accepts_h1_for_a_clearly_stronger_player_and_resumes(tmp_path, loc
     assert evaluate.main(sprt_args(tmp_path, strong, weak, "--elo1", "200", "--games", "60")) == EXIT_OK
     out = both(capsys)
     assert "(4 already played, 56 to play)" in out and "decision      H1" in out
-    result = json.loads((folder / "results.json").read_text())["sprt"]
+    result = json.loads((folder / "results.json").read_text(), parse_constant=pytest.fail)["sprt"]
     assert result["decision"] == "H1" and result["llr"] >= result["upper"] == pytest.approx(math.log(19))
     assert 4 < result["games"] < 60 and sum(result["pentanomial"]) == result["pairs"] == result["games"] // 2
     assert (
