@@ -18,7 +18,6 @@ import chess
 import chess.pgn
 import pytest
 
-from chessrl.models import build_model
 from pipelines import evaluate
 from pipelines.phase import EXIT_OK, EXIT_USER_ERROR
 
@@ -27,12 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("lm")
-    model, tokenizer = build_model("tiny")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+def model_dir(tiny_lm_dir) -> Path:
+    return tiny_lm_dir
 
 
 def args(storage: Path, model_dir: Path, *extra: str, games: int = 8) -> list[str]:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from chessrl.models import build_model
 from pipelines import evaluate
 from pipelines.phase import EXIT_OK
 
@@ -22,12 +21,8 @@ RUNGS = ["random", "stockfish:elo=1350,nodes=50,random=50", "stockfish:elo=1350,
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("lm")
-    model, tokenizer = build_model("tiny")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+def model_dir(tiny_lm_dir) -> Path:
+    return tiny_lm_dir
 
 
 def both(capsys) -> str:
