@@ -520,7 +520,8 @@ def run_selfplay(context: PhaseContext) -> PhaseResult:
     from ray.train.torch import TorchTrainer
     from ray.util.queue import Queue
 
-    from actors.selfplay import CollectorSpec, ParameterServer, SelfPlayCollector
+    from actors.parameter_server import ParameterServer
+    from actors.selfplay import CollectorSpec, SelfPlayCollector
     from chessrl.arena import ArenaGame, game_pgn, random_openings
     from chessrl.network import PolicyValueNet, count_parameters
     from chessrl.rating import match_elo
