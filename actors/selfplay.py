@@ -7,7 +7,7 @@
                   for i in range(2)]
     runs = [c.run.remote() for c in collectors]        # until server.stop() is called
 
-Both are thin shells: the games are :class:`chessrl.selfplay.SelfPlay`, the shards
+The collector is a thin shell: the games are :class:`chessrl.selfplay.SelfPlay`, the shards
 :mod:`chessrl.replay`. A collector asks the server for "weights newer than v" between moves,
 and, after each shard, puts a note of it on the learner's bounded queue (it waits there when
 the learner is behind: backpressure). A killed collector is restarted by Ray (``max_restarts``)

@@ -1,0 +1,231 @@
+"""Preference pairs for the reward model, Ray-free: positions from games, the pair rule, the
+Parquet schema.
+
+For a position from a real game, Stockfish's best move is *chosen* and a move the policy proposed
+is *rejected* when it is worse than Stockfish's by at least ``margin_cp`` centipawns (from the
+mover's view, mates capped at :data:`chessrl.suites.CP_CAP`), or when it is not a legal move at
+all (kept, marked by ``kind``, their share capped). A proposal equal to Stockfish's move, or
+within the margin, makes no pair; the reasons are counted.
+
+>>> pos = position_from_moves("g1", 3, ("e2e4", "e7e5"), source="train")
+>>> pos.phase, pos.fen.split()[1]
+('opening', 'w')
+>>> rule = PairRule(margin_cp=50)
+>>> rows, skipped = make_pairs(pos, best_move="g1f3", best_cp=40,
+...                            proposals=["g1f3", "f1c4", "a2a3", "e1e3", "Nf3"],
+...                            scores={"f1c4": 30, "a2a3": -20}, rule=rule)
+>>> [(r["rejected"], r["kind"], r["rejected_score"]) for r in rows]
+[(' a2a3', 'worse', -20), (' e1e3', 'illegal', -1000), (' Nf3', 'unparseable', -1000)]
+>>> dict(skipped)
+{'agrees': 1, 'within_margin': 1}
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import chess
+import pyarrow as pa
+
+from chessrl.formats import MovesFormat, parse_move
+from chessrl.suites import CP_CAP
+
+GamePhase = Literal["opening", "middlegame", "endgame"]
+PairKind = Literal["worse", "illegal", "unparseable"]
+PHASES: tuple[GamePhase, ...] = ("opening", "middlegame", "endgame")
+
+#: The preference table: one row a pair. ``prompt`` + ``chosen`` (+ ``rejected``) is the text the
+#: reward model reads (the ``moves`` format); scores are centipawns from the mover's view, capped.
+PREFERENCE_SCHEMA = pa.schema(
+    [
+        ("prompt", pa.string()),
+        ("chosen", pa.string()),
+        ("rejected", pa.string()),
+        ("chosen_score", pa.int32()),
+        ("rejected_score", pa.int32()),
+        ("fen", pa.string()),
+        ("source", pa.string()),  # train | heldout: which side of the games' split the game is on
+        ("game_id", pa.string()),
+        ("ply", pa.int32()),
+        ("phase", pa.string()),
+        ("kind", pa.string()),  # worse | illegal | unparseable
+    ]
+)
+REQUIRED_COLUMNS: tuple[str, ...] = ("prompt", "chosen", "rejected")
+
+
+def game_phase(board: chess.Board) -> GamePhase:
+    """``endgame`` with fewer than 14 pieces on the board (kings and pawns included), else
+    ``opening`` for the first ten moves, else ``middlegame``.
+
+    >>> game_phase(chess.Board()), game_phase(chess.Board("8/8/4k3/8/8/4K3/4P3/8 w - - 0 40"))
+    ('opening', 'endgame')
+    """
+    if len(board.piece_map()) < 14:
+        return "endgame"
+    return "opening" if board.fullmove_number <= 10 else "middlegame"
+
+
+@dataclass(frozen=True)
+class PrefPosition:
+    """A position from a game: the moves before it (the prompt), its FEN and phase."""
+
+    game_id: str
+    ply: int
+    moves_before: tuple[str, ...]
+    fen: str
+    phase: GamePhase
+    source: str
+
+    @property
+    def prompt(self) -> str:
+        return MovesFormat().prompt(self.moves_before)
+
+    def completion(self, move: str) -> str:
+        """The text after the prompt for ``move`` (its leading space when moves came before)."""
+        return MovesFormat().completion(self.moves_before, move)
+
+
+def position_from_moves(game_id: str, ply: int, moves: Sequence[str], *, source: str) -> PrefPosition:
+    """The position after ``moves[:ply]`` (the moves must be legal: they come from the games table)."""
+    board = chess.Board()
+    for uci in moves[:ply]:
+        board.push_uci(uci)
+    return PrefPosition(game_id, ply, tuple(moves[:ply]), board.fen(), game_phase(board), source)
+
+
+def sample_positions(
+    games: Iterable[Mapping[str, Any]], n: int, *, seed: int, source: str, min_ply: int = 0
+) -> list[PrefPosition]:
+    """``n`` positions where the side to move has a move to make, one per game in a seeded order
+    and round after round while games last; ``games`` are rows with ``game_id`` and ``moves``.
+
+    >>> rows = [{"game_id": "a", "moves": "e2e4 e7e5 g1f3"}, {"game_id": "b", "moves": "d2d4 d7d5"}]
+    >>> [(p.game_id, p.ply) for p in sample_positions(rows, 3, seed=1, source="train")]
+    [('b', 0), ('a', 1), ('b', 1)]
+    """
+    rng = random.Random(seed)
+    pool = [(str(r["game_id"]), str(r["moves"]).split()) for r in games if r.get("moves")]
+    pool = [(g, m) for g, m in pool if len(m) > min_ply]
+    rng.shuffle(pool)
+    taken: dict[str, set[int]] = {}
+    out: list[PrefPosition] = []
+    while pool and len(out) < n:
+        remaining = []
+        for game_id, moves in pool:
+            if len(out) >= n:
+                break
+            free = [p for p in range(min_ply, len(moves)) if p not in taken.setdefault(game_id, set())]
+            if not free:
+                continue
+            ply = rng.choice(free)
+            taken[game_id].add(ply)
+            out.append(position_from_moves(game_id, ply, moves, source=source))
+            remaining.append((game_id, moves))
+        pool = remaining
+    return out
+
+
+@dataclass(frozen=True)
+class PairRule:
+    """When a proposal makes a pair."""
+
+    margin_cp: int = 50
+    """A legal proposal is rejected when it scores at least this many centipawns below the best."""
+    invalid_score: int = -CP_CAP
+    """The score written for an illegal or unparseable proposal (the floor)."""
+
+    def __post_init__(self) -> None:
+        if self.margin_cp < 0:
+            raise ValueError(f"margin_cp must be >= 0, got {self.margin_cp}")
+
+
+def capped(cp: int) -> int:
+    """Centipawns within ±:data:`CP_CAP` (mates are already at the cap)."""
+    return max(-CP_CAP, min(CP_CAP, int(cp)))
+
+
+def make_pairs(
+    position: PrefPosition,
+    best_move: str,
+    best_cp: int,
+    proposals: Sequence[str],
+    scores: Mapping[str, int],
+    rule: PairRule,
+) -> tuple[list[dict[str, Any]], Counter[str]]:
+    """The pairs of one position: ``proposals`` are the policy's completions (first word read as
+    a move), ``scores`` the engine's score of each legal proposed move (mover's view). Each
+    distinct proposal counts once; returns the rows and the skipped proposals by reason."""
+    board = chess.Board(position.fen)
+    rows: list[dict[str, Any]] = []
+    skipped: Counter[str] = Counter()
+    seen: set[str] = set()
+    best = capped(best_cp)
+    for completion in proposals:
+        parsed = parse_move(board, completion)
+        word = parsed.text
+        if word in seen:
+            skipped["duplicate"] += 1
+            continue
+        seen.add(word)
+        if parsed.status == "legal":
+            if word == best_move:
+                skipped["agrees"] += 1
+                continue
+            score = capped(scores[word])
+            if best - score < rule.margin_cp:
+                skipped["within_margin"] += 1
+                continue
+            kind: PairKind = "worse"
+        else:
+            kind = parsed.status  # type: ignore[assignment]
+            score = rule.invalid_score
+        rows.append(
+            {
+                "prompt": position.prompt,
+                "chosen": position.completion(best_move),
+                "rejected": position.completion(word),
+                "chosen_score": best,
+                "rejected_score": score,
+                "fen": position.fen,
+                "source": position.source,
+                "game_id": position.game_id,
+                "ply": position.ply,
+                "phase": position.phase,
+                "kind": kind,
+            }
+        )
+    return rows, skipped
+
+
+def cap_invalid_share(
+    rows: list[dict[str, Any]], share: float, seed: int
+) -> tuple[list[dict[str, Any]], int]:
+    """At most ``share`` of the rows may be illegal/unparseable pairs: a seeded choice of the
+    extras is dropped. Returns the rows kept (in their order) and how many were dropped.
+
+    >>> rows = [{"kind": "worse"}] * 3 + [{"kind": "illegal"}] * 5
+    >>> kept, dropped = cap_invalid_share(rows, 0.25, seed=0)
+    >>> sum(r["kind"] == "illegal" for r in kept), len(kept), dropped
+    (1, 4, 4)
+    """
+    if not 0 <= share <= 1:
+        raise ValueError(f"the invalid share must be in [0, 1], got {share}")
+    valid = [i for i, r in enumerate(rows) if r["kind"] == "worse"]
+    invalid = [i for i, r in enumerate(rows) if r["kind"] != "worse"]
+    # k invalid rows out of len(valid) + k total: k <= share * (valid + k)  <=>  k <= share*valid/(1-share)
+    allowed = len(invalid) if share >= 1 else int(share * len(valid) / (1 - share) + 1e-9)
+    if len(invalid) <= allowed:
+        return rows, 0
+    keep = set(valid) | set(random.Random(seed).sample(invalid, allowed))
+    return [r for i, r in enumerate(rows) if i in keep], len(invalid) - allowed
+
+
+def missing_columns(names: Iterable[str]) -> list[str]:
+    """The required preference columns a table lacks (``prompt``, ``chosen``, ``rejected``)."""
+    have = set(names)
+    return [c for c in REQUIRED_COLUMNS if c not in have]

@@ -1,0 +1,120 @@
+"""Preference pairs, Ray-free: the pair rule on hand-made positions (margins, mates, illegal and
+unparseable proposals, duplicates), the invalid-share cap, position sampling and phases, and the
+Parquet schema."""
+
+from __future__ import annotations
+
+import chess
+import pyarrow as pa
+import pytest
+
+from chessrl.preferences import (
+    PREFERENCE_SCHEMA,
+    PairRule,
+    cap_invalid_share,
+    game_phase,
+    make_pairs,
+    missing_columns,
+    position_from_moves,
+    sample_positions,
+)
+from chessrl.suites import CP_CAP
+
+OPENING = position_from_moves("g", 2, ("e2e4", "e7e5", "g1f3"), source="train")
+
+
+def test_phases_by_move_number_and_material() -> None:
+    assert game_phase(chess.Board()) == "opening"
+    middlegame = chess.Board("r1bq1rk1/pp2bppp/2n1pn2/3p4/3P4/2NBPN2/PP3PPP/R2QK2R w KQ - 0 11")
+    assert game_phase(middlegame) == "middlegame"
+    # 13 pieces (kings and pawns count) is an endgame whatever the move number
+    endgame = chess.Board("6k1/5ppp/8/8/8/8/PPP2PPP/6K1 w - - 0 5")
+    assert len(endgame.piece_map()) == 11 and game_phase(endgame) == "endgame"
+
+
+def test_the_pair_rule_by_hand() -> None:
+    rule = PairRule(margin_cp=50)
+    rows, skipped = make_pairs(
+        OPENING, "g1f3", 35, ["g1f3", " b1c3", "d2d4 junk", "a2a3", "a2a3", "h2h5", "", "e1g1"],
+        {"b1c3": 30, "d2d4": -15, "a2a3": -16}, rule,
+    )  # fmt: skip
+    # b1c3 is 5 below (within the margin); d2d4 is 50 below (exactly the margin: a pair); a2a3 66 below
+    assert [(r["rejected"], r["kind"], r["rejected_score"]) for r in rows] == [
+        (" d2d4", "worse", -15), (" a2a3", "worse", -16), (" h2h5", "illegal", -CP_CAP),
+        (" ", "unparseable", -CP_CAP), (" e1g1", "illegal", -CP_CAP),
+    ]  # fmt: skip
+    assert skipped == {"agrees": 1, "within_margin": 1, "duplicate": 1}
+    for r in rows:
+        assert r["chosen"] == " g1f3" and r["chosen_score"] == 35 and r["prompt"] == "e2e4 e7e5"
+        assert r["chosen_score"] - r["rejected_score"] >= rule.margin_cp
+        assert (r["fen"], r["game_id"], r["ply"], r["phase"], r["source"]) == (
+            OPENING.fen,
+            "g",
+            2,
+            "opening",
+            "train",
+        )
+
+
+def test_mates_are_capped_on_both_sides() -> None:
+    # the best move mates (its score is the cap); a legal move that allows mate is at the floor
+    rows, _ = make_pairs(
+        OPENING, "g1f3", 10 * CP_CAP, ["a2a3", "b2b3"], {"a2a3": -5 * CP_CAP, "b2b3": CP_CAP}, PairRule(50)
+    )
+    assert [(r["chosen_score"], r["rejected_score"]) for r in rows] == [(CP_CAP, -CP_CAP)]
+
+
+def test_margin_zero_keeps_every_different_legal_move_and_negative_is_refused() -> None:
+    rows, skipped = make_pairs(OPENING, "g1f3", 20, ["b1c3"], {"b1c3": 20}, PairRule(0))
+    assert len(rows) == 1 and not skipped
+    with pytest.raises(ValueError, match="margin_cp must be >= 0"):
+        PairRule(-1)
+
+
+def test_the_first_move_of_a_game_has_no_leading_space() -> None:
+    start = position_from_moves("s", 0, ("e2e4",), source="heldout")
+    rows, _ = make_pairs(start, "e2e4", 30, ["a2a4"], {"a2a4": -40}, PairRule(50))
+    assert (rows[0]["prompt"], rows[0]["chosen"], rows[0]["rejected"]) == ("", "e2e4", "a2a4")
+    assert rows[0]["source"] == "heldout"
+
+
+@pytest.mark.parametrize(
+    ("valid", "invalid", "share", "kept_invalid"),
+    [(10, 10, 0.5, 10), (10, 10, 0.2, 2), (0, 5, 0.3, 0), (4, 2, 0.0, 0), (3, 9, 1.0, 9)],
+)
+def test_the_invalid_share_cap(valid: int, invalid: int, share: float, kept_invalid: int) -> None:
+    rows = [{"kind": "worse", "i": i} for i in range(valid)] + [
+        {"kind": "illegal", "i": 100 + i} for i in range(invalid)
+    ]
+    kept, dropped = cap_invalid_share(rows, share, seed=3)
+    bad = [r for r in kept if r["kind"] != "worse"]
+    assert len(bad) == kept_invalid and dropped == invalid - kept_invalid
+    assert len(kept) - len(bad) == valid and len(bad) <= share * len(kept) + 1e-9
+    assert [r["i"] for r in kept] == sorted(r["i"] for r in kept)  # order kept
+    assert cap_invalid_share(rows, share, seed=3) == (kept, dropped)  # seeded
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        cap_invalid_share(rows, 1.5, seed=0)
+
+
+def test_sampled_positions_are_distinct_legal_and_reproducible() -> None:
+    games = [{"game_id": f"g{i}", "moves": "e2e4 e7e5 g1f3 b8c6 f1b5 a7a6"} for i in range(4)]
+    positions = sample_positions(games, 10, seed=5, source="train")
+    assert len(positions) == 10 and len({(p.game_id, p.ply) for p in positions}) == 10
+    assert positions == sample_positions(games, 10, seed=5, source="train")
+    assert positions != sample_positions(games, 10, seed=6, source="train")
+    for p in positions:
+        board = chess.Board()
+        for uci in p.moves_before:
+            board.push_uci(uci)
+        assert board.fen() == p.fen and p.source == "train" and 0 <= p.ply < 6
+    # more positions asked than the games hold: every position once, no more
+    assert len(sample_positions(games, 100, seed=5, source="train")) == 24
+    assert sample_positions([{"game_id": "x", "moves": ""}], 3, seed=0, source="train") == []
+
+
+def test_rows_fit_the_schema_and_missing_columns_are_named() -> None:
+    rows, _ = make_pairs(OPENING, "g1f3", 35, ["a2a3"], {"a2a3": -100}, PairRule(50))
+    table = pa.Table.from_pylist(rows, schema=PREFERENCE_SCHEMA)
+    assert table.num_rows == 1 and table.schema == PREFERENCE_SCHEMA
+    assert missing_columns(table.column_names) == []
+    assert missing_columns(["prompt", "rejected"]) == ["chosen"]
