@@ -307,9 +307,7 @@ def propose_moves(
     """``n`` completions of ``prompt`` (greedy when temperature is 0), each long enough for a
     move: 2 tokens with the chess tokenizer (a move is one token), 8 with another tokenizer."""
     if max_new_tokens is None:
-        max_new_tokens = (
-            2 if tokenizer.convert_tokens_to_ids(" e2e4") not in (None, tokenizer.unk_token_id) else 8
-        )
+        max_new_tokens = move_tokens(tokenizer)
     ids = torch.tensor([prompt_ids(tokenizer, prompt)], device=model.device)
     sample = temperature > 0
     out = model.generate(
@@ -325,6 +323,54 @@ def propose_moves(
         else tokenizer.eos_token_id,
     )
     return [tokenizer.decode(seq[ids.shape[1] :], skip_special_tokens=True) for seq in out]
+
+
+def move_tokens(tokenizer: PreTrainedTokenizerBase) -> int:
+    """New tokens a completion needs for one move: 2 with the chess tokenizer (a move is one
+    token), 8 with another tokenizer (a BPE spells a move in pieces)."""
+    return 2 if tokenizer.convert_tokens_to_ids(" e2e4") not in (None, tokenizer.unk_token_id) else 8
+
+
+@torch.no_grad()
+def propose_moves_batch(
+    model: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[str],
+    *,
+    n: int = 1,
+    temperature: float = 1.0,
+    max_new_tokens: int | None = None,
+) -> list[list[str]]:
+    """``n`` completions for every prompt in one ``generate`` call (left-padded): greedy when
+    ``temperature`` is 0 (then one completion each, repeated ``n`` times), else sampled.
+
+    >>> model, tok = build_model("tiny")
+    >>> out = propose_moves_batch(model, tok, ["e2e4", "", "d2d4 d7d5"], n=2, temperature=1.0)
+    >>> len(out), [len(c) for c in out]
+    (3, [2, 2, 2])
+    """
+    if not prompts:
+        return []
+    max_new_tokens = max_new_tokens or move_tokens(tokenizer)
+    rows = [prompt_ids(tokenizer, p) for p in prompts]
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=model.device)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=model.device)
+    sample = temperature > 0
+    out = model.generate(
+        ids,
+        attention_mask=mask,
+        max_new_tokens=max_new_tokens,
+        do_sample=sample,
+        temperature=temperature if sample else None,
+        top_k=0 if sample else None,
+        num_return_sequences=n if sample else 1,
+        pad_token_id=pad,
+    )
+    texts = [tokenizer.decode(seq[width:], skip_special_tokens=True) for seq in out]
+    per = n if sample else 1
+    return [texts[i * per : (i + 1) * per] * (1 if sample else n) for i in range(len(prompts))]
 
 
 @dataclass

@@ -114,3 +114,17 @@ def test_bf16_matmul_is_read_from_the_cpu_flags(tmp_path, flags, expected) -> No
     (tmp_path / "cpuinfo").write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
     assert cpu_has_bf16_matmul(tmp_path / "cpuinfo") is expected
     assert cpu_has_bf16_matmul(tmp_path / "missing") is False
+
+
+def test_batched_proposals_equal_one_prompt_at_a_time() -> None:
+    """Left padding changes nothing: greedy completions of a batch of prompts of different
+    lengths are those of each prompt alone; sampling gives n completions a prompt."""
+    from chessrl.models import propose_moves, propose_moves_batch
+
+    model, tok = build_model("tiny")
+    prompts = ["", "e2e4", "e2e4 e7e5 g1f3 b8c6 f1b5 a7a6 b5a4", "d2d4 d7d5 c2c4"]
+    assert propose_moves_batch(model, tok, prompts, temperature=0) == [
+        propose_moves(model, tok, p) for p in prompts
+    ]
+    sampled = propose_moves_batch(model, tok, prompts, n=3, temperature=1.0)
+    assert [len(c) for c in sampled] == [3] * 4 and propose_moves_batch(model, tok, []) == []
