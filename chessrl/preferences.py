@@ -137,7 +137,8 @@ class PairRule:
     margin_cp: int = 50
     """A legal proposal is rejected when it scores at least this many centipawns below the best."""
     invalid_score: int = -CP_CAP
-    """The score written for an illegal or unparseable proposal (the floor)."""
+    """The score written for an illegal or unparseable proposal: the floor, or ``margin_cp`` below
+    the best move when that is lower (a lost position), so every pair keeps the margin."""
 
     def __post_init__(self) -> None:
         if self.margin_cp < 0:
@@ -183,7 +184,7 @@ def make_pairs(
             kind: PairKind = "worse"
         else:
             kind = parsed.status  # type: ignore[assignment]
-            score = rule.invalid_score
+            score = min(rule.invalid_score, best - rule.margin_cp)  # below any legal move, and the margin
         rows.append(
             {
                 "prompt": position.prompt,
@@ -229,3 +230,37 @@ def missing_columns(names: Iterable[str]) -> list[str]:
     """The required preference columns a table lacks (``prompt``, ``chosen``, ``rejected``)."""
     have = set(names)
     return [c for c in REQUIRED_COLUMNS if c not in have]
+
+
+def board_key(fen: str) -> str:
+    """A FEN without its move counters: the same position reached at another move number."""
+    return " ".join(fen.split()[:4])
+
+
+def unique_positions(
+    positions: Iterable[PrefPosition], exclude: set[str] | None = None
+) -> list[PrefPosition]:
+    """The positions whose board (:func:`board_key`) is neither in ``exclude`` nor seen before
+    in the list: no pair is made twice, and held-out pairs can exclude every training board.
+
+    >>> a = position_from_moves("a", 0, ("e2e4",), source="train")
+    >>> b = position_from_moves("b", 0, ("d2d4",), source="train")
+    >>> [p.game_id for p in unique_positions([a, b])], unique_positions([a], exclude={board_key(b.fen)})
+    (['a'], [])
+    """
+    seen = set(exclude or ())
+    out = []
+    for p in positions:
+        key = board_key(p.fen)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+def mover_cp_after(child_score: Any) -> int:
+    """The mover's score of a move from the engine's score of the position after it (the
+    opponent's view, so negated); mates at the cap, "mated now" (the move mates) at +CP_CAP."""
+    from chessrl.suites import score_cp
+
+    return -score_cp(child_score)

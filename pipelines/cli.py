@@ -23,6 +23,10 @@ PHASES: dict[str, tuple[str, str]] = {
         "pipelines.evaluate",
         "arenas of players as Ray tasks -> scores, Elo vs Stockfish UCI_Elo, suites, PGN, report",
     ),
+    "preferences": (
+        "pipelines.preferences",
+        "games + the sft policy -> Stockfish-judged chosen/rejected pairs (EnginePool, batched samplers)",
+    ),
     "selfplay": (
         "pipelines.selfplay",
         "AlphaZero-style training: batched-MCTS collectors, parameter server, Ray Train learner, gating",
@@ -36,7 +40,6 @@ PHASES: dict[str, tuple[str, str]] = {
 
 #: Phases of the design that are not built yet (shown in --help so nobody hunts for them).
 PLANNED: dict[str, str] = {
-    "preferences": "Stockfish-judged preference pairs from the SFT model",
     "reward": "reward model on preference pairs (TRL RewardTrainer)",
     "ppo": "PPO against the reward model (KL to a frozen reference)",
     "grpo": "GRPO with engine-verified rewards",

@@ -204,6 +204,41 @@ class EvaluateConfig(Section):
         return elo1
 
 
+class PreferencesConfig(Section):
+    """``preferences``: positions from the games table -> the policy proposes moves (PolicySampler
+    actors, batched) -> Stockfish scores them (EnginePool) -> chosen/rejected pairs as Parquet."""
+
+    games: str | None = None
+    """The games table (default: this run's prepare output). Its split into training and held-out
+    games is sft's (sft.heldout_fraction): held-out pairs come only from held-out games."""
+    policy: str | None = None
+    """The policy that proposes moves: a saved model folder or s3:// prefix (default: this run's sft model)."""
+    positions: int = Field(2000, ge=1)
+    """Positions sampled from the training games (one per game first, then more)."""
+    heldout_positions: int = Field(200, ge=0)
+    """Positions from the held-out games, for the held-out pairs (boards seen in training excluded)."""
+    k: int = Field(4, ge=1)
+    """Moves the policy proposes per position."""
+    temperature: float = Field(1.0, ge=0)
+    """Sampling temperature of the proposals (0: the greedy move, once)."""
+    margin_cp: int = Field(50, ge=0)
+    """A legal proposal is rejected when it scores at least this many centipawns below Stockfish's move."""
+    max_invalid_share: float = Field(0.25, ge=0, le=1)
+    """Most share of a shard's pairs whose rejected move is illegal or unparseable."""
+    nodes: int = Field(20000, ge=1)
+    """Stockfish's node limit per position: its best move there is the chosen move."""
+    engines: int | None = Field(None, ge=1)
+    """Stockfish processes in the pool (default: one per CPU of the cluster, less the samplers')."""
+    samplers: int = Field(1, ge=1)
+    """PolicySampler actors (each holds a copy of the policy and takes a CPU)."""
+    batch_positions: int = Field(64, ge=1)
+    """Positions per batched generate call."""
+    shard_positions: int = Field(256, ge=1)
+    """Positions per Parquet shard (a shard is written whole; a re-run skips finished shards)."""
+    min_ply: int = Field(0, ge=0)
+    """Sample positions from this ply on."""
+
+
 class SelfplayConfig(Section):
     """``selfplay``: AlphaZero-style training: collectors (batched MCTS) -> replay shards -> a Ray
     Train learner -> the parameter server, with arena gating. Flag names and defaults of the
@@ -296,4 +331,5 @@ class ChessRLConfig(Section):
     prepare: PrepareConfig = Field(default_factory=PrepareConfig)
     sft: SftConfig = Field(default_factory=SftConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    preferences: PreferencesConfig = Field(default_factory=PreferencesConfig)
     selfplay: SelfplayConfig = Field(default_factory=SelfplayConfig)

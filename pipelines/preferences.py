@@ -1,0 +1,337 @@
+"""``preferences``: Stockfish-judged preference pairs from the policy's own moves.
+
+    python -m pipelines.preferences --config tiny
+    chess-rl preferences --positions 20000 --k 4 --margin-cp 50 --samplers 2 --engines 6
+    chess-rl preferences --policy s3://bucket/models/sft --games s3://bucket/games --storage s3://bucket/runs
+
+Positions come from the games table, training pairs from the training games and held-out pairs
+from the held-out games (sft's split, by game id; a held-out board also seen in training is left
+out). For each shard of positions, :class:`actors.policy_sampler.PolicySampler` actors propose
+``k`` moves a position in batched ``generate`` calls while the :class:`actors.engine_pool.EnginePool`
+finds Stockfish's move at ``nodes``; then the pool scores every distinct legal proposal (the
+position after it, batched) and :func:`chessrl.preferences.make_pairs` keeps a pair where the
+proposal is ``margin_cp`` or more below Stockfish's move, or is no legal move at all (their share
+capped by ``max_invalid_share``).
+
+Each shard is written whole (``<storage>/<run>/preferences/{train,heldout}/shard-NNNNN.parquet``,
+the schema :data:`chessrl.preferences.PREFERENCE_SCHEMA`), so after a kill the same command keeps
+the finished shards and does only the rest. ``summary.json``: pairs, skipped proposals by reason,
+pair kinds and phases, the centipawn-gap histogram, pairs/s and engine restarts.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from chessrl.engine import SearchLimit
+from chessrl.lm_data import split_games
+from chessrl.preferences import (
+    PREFERENCE_SCHEMA,
+    PairRule,
+    PrefPosition,
+    board_key,
+    cap_invalid_share,
+    make_pairs,
+    mover_cp_after,
+    sample_positions,
+    unique_positions,
+)
+from chessrl.suites import score_cp
+from cluster.errors import InputDataError, StorageError
+from cluster.storage import Storage
+from pipelines.config import PreferencesConfig
+from pipelines.phase import Phase, PhaseContext, PhaseResult, run_phase
+
+#: Edges of the centipawn-gap histogram in the summary (chosen score - rejected score).
+GAP_EDGES: tuple[int, ...] = (50, 100, 200, 400, 800, 1600, 2001)
+
+
+def games_location(context: PhaseContext) -> Storage:
+    return Storage.from_uri(
+        context.config.preferences.games or context.phase_storage("prepare").uri_of("games")
+    )
+
+
+def policy_location(context: PhaseContext) -> str:
+    """The policy's folder or URI; a missing one is one clear StorageError."""
+    cfg = context.config.preferences
+    if cfg.policy:
+        if "://" not in cfg.policy and not Path(cfg.policy, "config.json").is_file():
+            raise StorageError(
+                f"preferences.policy (--policy): {cfg.policy} is not a saved model folder (no config.json)"
+            )
+        return cfg.policy
+    model = context.phase_storage("sft").child("model")
+    if not model.exists("config.json"):
+        raise StorageError(
+            f"no policy at {model.uri}: run `chess-rl sft` first, or pass --policy DIR|s3://..."
+        )
+    return model.root if model.is_local else model.uri
+
+
+def read_games(source: Storage) -> list[dict[str, Any]]:
+    """``game_id`` and ``moves`` of every game; an empty or wrong-schema table is one clear error."""
+    import pyarrow.dataset as pads
+
+    if not source.exists() or not [f for f in source.list_files() if f.endswith(".parquet")]:
+        raise StorageError(f"no games at {source.uri}: run `chess-rl prepare` first, or pass --games")
+    try:
+        dataset = pads.dataset(source.path(), filesystem=source.fs, format="parquet")
+    except Exception as exc:  # pyarrow raises several types for unreadable files
+        raise InputDataError(f"{source.uri} is not a readable Parquet games table: {exc}") from None
+    missing = [c for c in ("game_id", "moves") if c not in dataset.schema.names]
+    if missing:
+        raise InputDataError(
+            f"{source.uri} is not a games table: no column {', '.join(missing)} "
+            f"(it has {', '.join(dataset.schema.names)}); write one with `chess-rl prepare`"
+        )
+    rows = dataset.to_table(columns=["game_id", "moves"]).to_pylist()
+    if not rows:
+        raise InputDataError(
+            f"{source.uri} holds no games: run `chess-rl prepare` with some PGN or --generate N"
+        )
+    return rows
+
+
+def plan_positions(
+    rows: list[dict[str, Any]], cfg: PreferencesConfig, heldout_fraction: float, seed: int
+) -> tuple[list[PrefPosition], list[PrefPosition]]:
+    """Training and held-out positions: distinct boards, held-out boards never in training."""
+    train_rows, held_rows, _ = split_games(rows, heldout_fraction)
+    train = unique_positions(
+        sample_positions(train_rows, cfg.positions, seed=seed, source="train", min_ply=cfg.min_ply)
+    )
+    seen = {board_key(p.fen) for p in train}
+    held = unique_positions(
+        sample_positions(
+            held_rows, cfg.heldout_positions, seed=seed + 1, source="heldout", min_ply=cfg.min_ply
+        ),
+        exclude=seen,
+    )
+    return train, held
+
+
+def shard_pairs(
+    positions: list[PrefPosition],
+    proposals: list[list[str]],
+    pool: Any,
+    limit: SearchLimit,
+    rule: PairRule,
+) -> tuple[list[dict[str, Any]], Counter[str]]:
+    """Stockfish's move for every position, a score for every distinct legal proposal (one batch
+    of positions-after-the-move), then the pairs."""
+    import chess
+
+    # fresh: each search starts from an empty hash, so the chosen move is what Stockfish plays at
+    # this limit in that position, whatever it searched before (reproducible, checkable)
+    best = pool.analyse([p.fen for p in positions], limit, fresh=True)
+    children: list[str] = []
+    owners: list[tuple[int, str]] = []
+    for i, (position, completions) in enumerate(zip(positions, proposals, strict=True)):
+        board = chess.Board(position.fen)
+        legal = {m.uci() for m in board.legal_moves}
+        for word in dict.fromkeys((c.split() or [""])[0] for c in completions):
+            if word in legal and word != best[i].best_move:
+                after = board.copy(stack=False)
+                after.push_uci(word)
+                children.append(after.fen())
+                owners.append((i, word))
+    scored = pool.analyse(children, limit, fresh=True) if children else []
+    scores: list[dict[str, int]] = [{} for _ in positions]
+    for (i, word), analysis in zip(owners, scored, strict=True):
+        scores[i][word] = mover_cp_after(analysis.score)
+    rows: list[dict[str, Any]] = []
+    skipped: Counter[str] = Counter()
+    for i, position in enumerate(positions):
+        if best[i].best_move is None:  # the game is over here: nothing to prefer
+            skipped["terminal"] += 1
+            continue
+        got, why = make_pairs(
+            position, best[i].best_move, score_cp(best[i].score), proposals[i], scores[i], rule
+        )
+        rows.extend(got)
+        skipped.update(why)
+    return rows, skipped
+
+
+def run_preferences(context: PhaseContext) -> PhaseResult:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import ray
+
+    from actors.engine_pool import EnginePool
+    from actors.policy_sampler import PolicySampler
+
+    cfg = context.config.preferences
+    log = context.log
+    seed = context.config.run.seed
+    policy = policy_location(context)
+    source = games_location(context)
+    rows = read_games(source)
+    rule = PairRule(margin_cp=cfg.margin_cp)
+    train, held = plan_positions(rows, cfg, context.config.sft.heldout_fraction, seed)
+    out = context.phase_storage("preferences")
+    shards: list[tuple[str, list[PrefPosition]]] = []
+    for name, positions in (("train", train), ("heldout", held)):
+        for i in range(0, len(positions), cfg.shard_positions):
+            shards.append(
+                (
+                    f"{name}/shard-{i // cfg.shard_positions:05d}.parquet",
+                    positions[i : i + cfg.shard_positions],
+                )
+            )
+    done = {f for f in out.list_files() if f.endswith(".parquet")}
+    pending = [(name, positions) for name, positions in shards if name not in done]
+    log(
+        f"{len(train):,} training and {len(held):,} held-out positions from {len(rows):,} games at {source.uri}; "
+        f"{len(shards)} shards ({len(shards) - len(pending)} already written, {len(pending)} to make); "
+        f"policy {policy}, k={cfg.k}, Stockfish at {cfg.nodes:,} nodes"
+    )
+    totals: Counter[str] = Counter()
+    kinds: Counter[str] = Counter()
+    phases: Counter[str] = Counter()
+    gaps = [0] * len(GAP_EDGES)
+    restarts = 0
+    started = time.perf_counter()
+    made = 0
+    if pending:
+        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        engines = cfg.engines or max(1, cpus - cfg.samplers)
+        pool = EnginePool.create(
+            1, engines, run=f"{context.config.run.name}-preferences", num_cpus_per_engine=0.5
+        )
+        samplers = [
+            PolicySampler.options(name=f"{context.config.run.name}/policy-sampler-{i}", num_cpus=0.5).remote(
+                policy, f"{context.config.run.name}/policy-sampler-{i}"
+            )
+            for i in range(cfg.samplers)
+        ]
+        try:
+            limit = SearchLimit(nodes=cfg.nodes)
+            number = {name: i for i, (name, _) in enumerate(shards)}  # seeds follow the shard, not the run
+            for done_now, (name, positions) in enumerate(pending):
+                index = number[name]
+                chunks = [
+                    positions[i : i + cfg.batch_positions]
+                    for i in range(0, len(positions), cfg.batch_positions)
+                ]
+                refs = [
+                    samplers[j % len(samplers)].propose.remote([p.prompt for p in chunk], cfg.k, cfg.temperature, seed * 1_000_003 + index * 1009 + j)
+                    for j, chunk in enumerate(chunks)
+                ]  # fmt: skip
+                proposals = [c for chunk in ray.get(refs) for c in chunk]
+                shard_rows, skipped = shard_pairs(positions, proposals, pool, limit, rule)
+                shard_rows, dropped = cap_invalid_share(shard_rows, cfg.max_invalid_share, seed + index)
+                skipped["invalid_share_cap"] += dropped
+                buffer = io.BytesIO()
+                pq.write_table(
+                    pa.Table.from_pylist(shard_rows, schema=PREFERENCE_SCHEMA), buffer, compression="zstd"
+                )
+                out.write_bytes(name, buffer.getvalue())
+                made += len(shard_rows)
+                totals.update(skipped)
+                log(
+                    f"{name}: {len(shard_rows)} pairs from {len(positions)} positions "
+                    f"({done_now + 1}/{len(pending)} shards, {made / (time.perf_counter() - started):.1f} pairs/s)"
+                )
+            restarts = sum(
+                int(s.get("restarts", 0)) for s in ray.get([a.stats.remote() for a in pool.actors])
+            )
+        finally:
+            pool.shutdown()
+            for sampler in samplers:
+                ray.kill(sampler, no_restart=True)
+    seconds = time.perf_counter() - started
+    counts: dict[str, int] = {}
+    for name, _ in shards:
+        table = pq.read_table(io.BytesIO(out.read_bytes(name)))
+        counts[name.split("/")[0]] = counts.get(name.split("/")[0], 0) + table.num_rows
+        kinds.update(table.column("kind").to_pylist())
+        phases.update(table.column("phase").to_pylist())
+        for gap in (
+            c - r
+            for c, r in zip(
+                table.column("chosen_score").to_pylist(),
+                table.column("rejected_score").to_pylist(),
+                strict=True,
+            )
+        ):
+            gaps[next((i for i, edge in enumerate(GAP_EDGES) if gap < edge), len(GAP_EDGES) - 1)] += 1
+    summary = {
+        "phase": "preferences",
+        "games": source.uri,
+        "policy": policy,
+        "positions": {"train": len(train), "heldout": len(held)},
+        "pairs": {"train": counts.get("train", 0), "heldout": counts.get("heldout", 0)},
+        "made_now": made,
+        "shards": len(shards),
+        "shards_made_now": len(pending),
+        "skipped": dict(totals),
+        "kinds": dict(kinds),
+        "phases": dict(phases),
+        "gap_histogram_cp": {
+            f"<{edge}" if edge < GAP_EDGES[-1] else f">={GAP_EDGES[-2]}": n
+            for edge, n in zip(GAP_EDGES, gaps, strict=True)
+        },
+        "pairs_per_s": made / seconds if made and seconds > 0 else 0.0,
+        "seconds": round(seconds, 1),
+        "engine_restarts": restarts,
+        "k": cfg.k,
+        "margin_cp": cfg.margin_cp,
+        "nodes": cfg.nodes,
+    }
+    out.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True))
+    context.tracking.log_metrics(
+        {
+            "pairs_train": summary["pairs"]["train"],
+            "pairs_heldout": summary["pairs"]["heldout"],
+            "pairs_per_s": summary["pairs_per_s"],
+        }
+    )
+    return PhaseResult(summary=summary, lines=summary_lines(summary, out), ok=True)
+
+
+def summary_lines(summary: dict[str, Any], out: Storage) -> list[str]:
+    pairs, positions = summary["pairs"], summary["positions"]
+    skipped = ", ".join(f"{k} {v}" for k, v in sorted(summary["skipped"].items())) or "none"
+    return [
+        "preferences summary",
+        f"  positions     {positions['train']:,} training, {positions['heldout']:,} held out (k={summary['k']} proposals each)",
+        f"  pairs         {pairs['train']:,} training, {pairs['heldout']:,} held out; kinds "
+        + ", ".join(f"{k} {v}" for k, v in sorted(summary["kinds"].items())),
+        "  phases        " + ", ".join(f"{k} {v}" for k, v in sorted(summary["phases"].items())),
+        f"  skipped       {skipped} (proposals)",
+        "  cp gap        " + ", ".join(f"{k}: {v}" for k, v in summary["gap_histogram_cp"].items()),
+        f"  speed         {summary['made_now']:,} pairs made now in {summary['seconds']} s "
+        f"({summary['pairs_per_s']:.1f} pairs/s); {summary['engine_restarts']} engine restarts",
+        f"  output        {out.uri}",
+    ]
+
+
+PHASE = Phase(
+    name="preferences",
+    summary="preferences: positions from games -> policy proposals (batched) -> Stockfish-judged pairs (Parquet).",
+    description=(
+        "Chosen: Stockfish's move at --nodes. Rejected: a proposal --margin-cp or more worse, or no legal\n"
+        "move (marked). Shards are written whole; the same command resumes. Example:\n"
+        "  chess-rl preferences --positions 20000 --k 4 --samplers 2"
+    ),
+    section="preferences",
+    section_model=PreferencesConfig,
+    run=run_preferences,
+)
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
+    return run_phase(PHASE, argv, prog=prog)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,265 @@
+"""preferences on the local Ray with real Stockfish and a tiny policy: the pairs are what they
+claim (chosen = Stockfish's best at the stated limit, rejected at least the margin worse or no
+legal move, held-out games never in the training pairs); a Stockfish process killed mid-batch and
+a driver killed with SIGKILL lose nothing and add nothing; bad input is one clear message."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import chess
+import chess.engine
+import pyarrow.parquet as pq
+import pytest
+
+from chessrl.engine import find_stockfish
+from chessrl.lm_data import split_games
+from chessrl.preferences import PREFERENCE_SCHEMA
+from pipelines import preferences, prepare
+from pipelines.phase import EXIT_OK, EXIT_USER_ERROR
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+NODES = 500
+
+
+@pytest.fixture(scope="module")
+def games(tmp_path_factory, local_ray, pgn_dir) -> Path:
+    root = tmp_path_factory.mktemp("pref-games")
+    code = prepare.main(
+        ["--config", "tiny", "--storage", str(root), "--run-name", "g", "--no-tracking", "--generate", "0",
+         "--inputs", str(pgn_dir / "masters" / "Firouzja.pgn.zst")]
+    )  # fmt: skip
+    assert code == EXIT_OK
+    return root / "g" / "prepare" / "games"
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory, games) -> Path:
+    """A tiny GPT-2 trained for 80 plain PyTorch steps on the games: it proposes legal moves some
+    of the time (an untrained one almost never does), so "worse" pairs exist."""
+    import pyarrow.dataset as pads
+    import torch
+
+    from chessrl.models import build_model
+
+    texts = [
+        r["moves"] for r in pads.dataset(str(games), format="parquet").to_table(columns=["moves"]).to_pylist()
+    ]
+    model, tok = build_model("tiny")
+    rows = [tok(t)["input_ids"][:96] for t in texts[:800]]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    generator = torch.Generator().manual_seed(0)
+    model.train()
+    for _ in range(80):
+        batch = [rows[i] for i in torch.randint(len(rows), (16,), generator=generator).tolist()]
+        width = max(len(r) for r in batch)
+        ids = torch.tensor([r + [tok.pad_token_id] * (width - len(r)) for r in batch])
+        labels = torch.tensor([r + [-100] * (width - len(r)) for r in batch])
+        loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    folder = tmp_path_factory.mktemp("policy")
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def pref_args(storage: Path, games: Path, policy: Path, *extra: str) -> list[str]:
+    return [
+        "--config", "tiny", "--storage", str(storage), "--run-name", "p", "--no-tracking",
+        "--games", str(games), "--policy", str(policy), "--positions", "40", "--heldout-positions", "10",
+        "--k", "8", "--nodes", str(NODES), "--shard-positions", "8", "--max-invalid-share", "1", *extra,
+    ]  # fmt: skip
+
+
+def read_pairs(folder: Path) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for shard in sorted(folder.glob("*/shard-*.parquet")):
+        table = pq.read_table(shard)
+        assert table.schema.equals(PREFERENCE_SCHEMA)
+        out.setdefault(shard.parent.name, []).extend(table.to_pylist())
+    return out
+
+
+def kill_one_engine_when(ready: Callable[[], bool], killed: list[int]) -> threading.Thread:
+    """Kill the newest Stockfish process with SIGKILL once ``ready()`` holds (mid-run)."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not ready():
+            time.sleep(0.05)
+        found = subprocess.run(
+            ["pgrep", "-n", "-f", "stockfish"], capture_output=True, text=True
+        ).stdout.split()
+        if found:
+            os.kill(int(found[0]), signal.SIGKILL)
+            killed.append(int(found[0]))
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_pairs_are_what_they_claim_and_an_engine_killed_mid_batch_loses_nothing(
+    tmp_path, games, policy, capsys
+):
+    folder = tmp_path / "p" / "preferences"
+    killed: list[int] = []
+    watcher = kill_one_engine_when(lambda: len(list(folder.glob("train/*.parquet"))) >= 1, killed)
+    assert preferences.main(pref_args(tmp_path, games, policy)) == EXIT_OK
+    watcher.join()
+    assert killed, "no Stockfish process was found to kill"
+    out = capsys.readouterr().out
+    assert "preferences summary" in out
+    pairs = read_pairs(folder)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["engine_restarts"] >= 1
+    # every shard is there: 40 training positions in shards of 8, 10 held-out ones
+    assert len(list(folder.glob("train/*.parquet"))) == 5 and len(list(folder.glob("heldout/*.parquet"))) == 2
+    assert summary["pairs"] == {"train": len(pairs["train"]), "heldout": len(pairs["heldout"])}
+    kinds = {r["kind"] for rows in pairs.values() for r in rows}
+    assert "worse" in kinds and kinds <= {"worse", "illegal", "unparseable"}
+
+    # held-out games never in the training pairs (sft's split of the same table)
+    import pyarrow.dataset as pads
+
+    rows = pads.dataset(str(games), format="parquet").to_table(columns=["game_id", "moves"]).to_pylist()
+    _, held, _ = split_games(rows, 0.05)
+    held_ids = {r["game_id"] for r in held}
+    assert not held_ids & {r["game_id"] for r in pairs["train"]}
+    assert {r["game_id"] for r in pairs["heldout"]} <= held_ids
+    assert all(r["source"] == source for source, rs in pairs.items() for r in rs)
+
+    engine = chess.engine.SimpleEngine.popen_uci(find_stockfish())
+    try:
+        engine.configure({"Threads": 1, "Hash": 16})
+        best: dict[str, str] = {}
+        for rs in pairs.values():
+            keys = set()
+            for r in rs:
+                assert (r["fen"], r["rejected"]) not in keys  # no pair twice
+                keys.add((r["fen"], r["rejected"]))
+                board = chess.Board(r["fen"])
+                moves = r["prompt"].split()
+                replay = chess.Board()
+                for uci in moves:
+                    replay.push_uci(uci)
+                assert replay.fen() == r["fen"] and r["ply"] == len(moves)
+                chosen = r["chosen"].strip()
+                assert chess.Move.from_uci(chosen) in board.legal_moves
+                if r["fen"] not in best:  # Stockfish's move at the stated limit, from an empty hash
+                    result = engine.play(board, chess.engine.Limit(nodes=NODES), game=object())
+                    best[r["fen"]] = result.move.uci()
+                assert chosen == best[r["fen"]]
+                assert r["rejected_score"] <= r["chosen_score"] - 50
+                word = r["rejected"].strip()
+                try:
+                    legal = chess.Move.from_uci(word) in board.legal_moves
+                except ValueError:  # not even a UCI move
+                    legal = False
+                assert (r["kind"] == "worse") == legal
+    finally:
+        engine.quit()
+
+
+def test_a_driver_killed_mid_run_resumes_with_no_duplicate_and_no_missing_pair(tmp_path, games, policy):
+    # the uninterrupted run: the reference
+    assert preferences.main(pref_args(tmp_path / "clean", games, policy)) == EXIT_OK
+    reference = read_pairs(tmp_path / "clean" / "p" / "preferences")
+
+    storage = tmp_path / "killed"
+    folder = storage / "p" / "preferences"
+    command = [
+        sys.executable,
+        "-m",
+        "pipelines.preferences",
+        *pref_args(storage, games, policy),
+        "--set",
+        "ray.num_cpus=2",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": ""}
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            if len(list(folder.glob("train/*.parquet"))) >= 2:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be killed"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    written = len(list(folder.glob("*/*.parquet")))
+    assert 2 <= written < 7
+    rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"({written} already written, {7 - written} to make)" in rerun.stdout + rerun.stderr
+    assert read_pairs(folder) == reference  # the same pairs, none twice, none missing
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--margin-cp", "-1"], "preferences.margin_cp"),
+        (["--k", "0"], "preferences.k"),
+        (["--policy", "/nonexistent/model"], "not a saved model folder"),
+    ],
+)
+def test_bad_input_is_one_clear_message(tmp_path, games, policy, local_ray, capsys, extra, message):
+    code = preferences.main([*pref_args(tmp_path, games, policy), *extra])
+    err = capsys.readouterr().err
+    assert code == EXIT_USER_ERROR, err
+    assert "Traceback" not in err and message in err
+    assert not (tmp_path / "p" / "preferences").exists()
+
+
+def test_no_policy_and_bad_games_tables_are_one_clear_message(tmp_path, games, policy, local_ray, capsys):
+    import pyarrow as pa
+
+    # no sft model in this run and no --policy
+    code = preferences.main(
+        ["--config", "tiny", "--storage", str(tmp_path), "--no-tracking", "--games", str(games)]
+    )
+    assert code == EXIT_USER_ERROR and "run `chess-rl sft` first" in capsys.readouterr().err
+    empty, wrong = tmp_path / "empty", tmp_path / "wrong"
+    empty.mkdir()
+    wrong.mkdir()
+    pq.write_table(pa.table({"white": ["a"], "black": ["b"]}), wrong / "part-0.parquet")
+    buffer = io.BytesIO()
+    pq.write_table(
+        pa.table({"game_id": pa.array([], pa.string()), "moves": pa.array([], pa.string())}), buffer
+    )
+    (tmp_path / "nogames").mkdir()
+    (tmp_path / "nogames" / "part-0.parquet").write_bytes(buffer.getvalue())
+    for folder, message in (
+        (empty, "no games at"),
+        (wrong, "no column game_id, moves"),
+        (tmp_path / "nogames", "holds no games"),
+    ):
+        code = preferences.main(
+            [
+                "--config",
+                "tiny",
+                "--storage",
+                str(tmp_path),
+                "--no-tracking",
+                "--games",
+                str(folder),
+                "--policy",
+                str(policy),
+            ]
+        )
+        err = capsys.readouterr().err
+        assert code == EXIT_USER_ERROR and message in err and "Traceback" not in err, err
