@@ -341,8 +341,14 @@ def propose_moves_batch(
     temperature: float = 1.0,
     max_new_tokens: int | None = None,
 ) -> list[list[str]]:
-    """``n`` completions for every prompt in one ``generate`` call (left-padded): greedy when
-    ``temperature`` is 0 (then one completion each, repeated ``n`` times), else sampled.
+    """``n`` completions for every prompt, batched: one forward pass over all the (left-padded)
+    prompts, ``n`` first tokens drawn from each prompt's last logits, then the cache repeated ``n``
+    times for the few tokens after (a move is one token with the chess tokenizer). Greedy when
+    ``temperature`` is 0 (the same completion ``n`` times), else sampled at ``temperature``.
+    Prompts are run shortest to longest in batches of similar length, so little is padding.
+
+    Unlike ``generate(num_return_sequences=n)``, the prompt is read once, not ``n`` times: for
+    short completions of long prompts that is most of the work.
 
     >>> model, tok = build_model("tiny")
     >>> out = propose_moves_batch(model, tok, ["e2e4", "", "d2d4 d7d5"], n=2, temperature=1.0)
@@ -351,26 +357,66 @@ def propose_moves_batch(
     """
     if not prompts:
         return []
-    max_new_tokens = max_new_tokens or move_tokens(tokenizer)
+    steps = max_new_tokens or move_tokens(tokenizer)
     rows = [prompt_ids(tokenizer, p) for p in prompts]
-    width = max(len(r) for r in rows)
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+    out: list[list[str]] = [[] for _ in prompts]
+    budget = 16_384  # prompt tokens per forward pass (padding included)
+    start = 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and (end + 1 - start) * len(rows[order[end]]) <= budget:
+            end += 1
+        batch = [order[i] for i in range(start, end)]
+        texts = _complete(model, tokenizer, [rows[i] for i in batch], n, temperature, steps)
+        for i, completions in zip(batch, texts, strict=True):
+            out[i] = completions
+        start = end
+    return out
+
+
+def _complete(
+    model: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    rows: list[list[int]],
+    n: int,
+    temperature: float,
+    steps: int,
+) -> list[list[str]]:
+    """:func:`propose_moves_batch` for one batch of tokenised prompts."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    eos = tokenizer.eos_token_id
+    width = max(len(r) for r in rows)
     ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=model.device)
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=model.device)
-    sample = temperature > 0
-    out = model.generate(
-        ids,
-        attention_mask=mask,
-        max_new_tokens=max_new_tokens,
-        do_sample=sample,
-        temperature=temperature if sample else None,
-        top_k=0 if sample else None,
-        num_return_sequences=n if sample else 1,
-        pad_token_id=pad,
-    )
-    texts = [tokenizer.decode(seq[width:], skip_special_tokens=True) for seq in out]
-    per = n if sample else 1
-    return [texts[i * per : (i + 1) * per] * (1 if sample else n) for i in range(len(prompts))]
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: each prompt counts from 0
+
+    def pick(logits: torch.Tensor, count: int) -> torch.Tensor:  # (B, V) -> (B, count)
+        if temperature <= 0:
+            return logits.argmax(-1, keepdim=True).expand(-1, count)
+        return torch.multinomial(torch.softmax(logits.float() / temperature, -1), count, replacement=True)
+
+    result = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    tokens = [pick(result.logits[:, -1, :], n).reshape(-1)]  # (B*n,), n per prompt, in order
+    if steps > 1:
+        cache = result.past_key_values
+        cache.batch_repeat_interleave(n)
+        mask = mask.repeat_interleave(n, 0)
+        last = positions[:, -1:].repeat_interleave(n, 0)
+        for step in range(1, steps):
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+            result = model(
+                input_ids=tokens[-1][:, None], attention_mask=mask, position_ids=last + step,
+                past_key_values=cache, use_cache=True,
+            )  # fmt: skip
+            cache = result.past_key_values
+            tokens.append(pick(result.logits[:, -1, :], 1).reshape(-1))
+    seqs = torch.stack(tokens, 1)  # (B*n, steps)
+    if eos is not None:  # as generate: after an EOS, only padding
+        ended = (seqs == eos).cumsum(1) - (seqs == eos).long() > 0
+        seqs = seqs.masked_fill(ended, pad)
+    texts = tokenizer.batch_decode(seqs, skip_special_tokens=True)
+    return [texts[i * n : (i + 1) * n] for i in range(len(rows))]
 
 
 @dataclass

@@ -228,7 +228,7 @@ class PreferencesConfig(Section):
     nodes: int = Field(20000, ge=1)
     """Stockfish's node limit per position: its best move there is the chosen move."""
     engines: int | None = Field(None, ge=1)
-    """Stockfish processes in the pool (default: one per CPU of the cluster, less the samplers')."""
+    """Stockfish processes in the pool (default: one per CPU of the cluster; each reserves half a CPU)."""
     samplers: int = Field(1, ge=1)
     """PolicySampler actors (each holds a copy of the policy and takes a CPU)."""
     batch_positions: int = Field(64, ge=1)

@@ -203,30 +203,41 @@ def run_preferences(context: PhaseContext) -> PhaseResult:
     made = 0
     if pending:
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        engines = cfg.engines or max(1, cpus - cfg.samplers)
+        engines = cfg.engines or cpus  # half a CPU each: the samplers mostly wait for the engines
         pool = EnginePool.create(
             1, engines, run=f"{context.config.run.name}-preferences", num_cpus_per_engine=0.5
         )
         samplers = [
+            # half a CPU reserved, every core's threads used: it runs while the engines wait for it
             PolicySampler.options(name=f"{context.config.run.name}/policy-sampler-{i}", num_cpus=0.5).remote(
-                policy, f"{context.config.run.name}/policy-sampler-{i}"
+                policy, f"{context.config.run.name}/policy-sampler-{i}", threads=cpus
             )
             for i in range(cfg.samplers)
         ]
         try:
             limit = SearchLimit(nodes=cfg.nodes)
             number = {name: i for i, (name, _) in enumerate(shards)}  # seeds follow the shard, not the run
-            for done_now, (name, positions) in enumerate(pending):
-                index = number[name]
+
+            def ask(positions: list[PrefPosition], index: int) -> list[Any]:
                 chunks = [
                     positions[i : i + cfg.batch_positions]
                     for i in range(0, len(positions), cfg.batch_positions)
                 ]
-                refs = [
-                    samplers[j % len(samplers)].propose.remote([p.prompt for p in chunk], cfg.k, cfg.temperature, seed * 1_000_003 + index * 1009 + j)
+                return [
+                    samplers[j % len(samplers)].propose.remote(
+                        [p.prompt for p in chunk], cfg.k, cfg.temperature, seed * 1_000_003 + index * 1009 + j
+                    )
                     for j, chunk in enumerate(chunks)
-                ]  # fmt: skip
-                proposals = [c for chunk in ray.get(refs) for c in chunk]
+                ]
+
+            # the samplers work one shard ahead: the next shard's proposals are generated while the
+            # engines score this one
+            asked = ask(pending[0][1], number[pending[0][0]])
+            for done_now, (name, positions) in enumerate(pending):
+                index = number[name]
+                proposals = [c for chunk in ray.get(asked) for c in chunk]
+                if done_now + 1 < len(pending):
+                    asked = ask(pending[done_now + 1][1], number[pending[done_now + 1][0]])
                 shard_rows, skipped = shard_pairs(positions, proposals, pool, limit, rule)
                 shard_rows, dropped = cap_invalid_share(shard_rows, cfg.max_invalid_share, seed + index)
                 skipped["invalid_share_cap"] += dropped
