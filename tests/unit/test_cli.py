@@ -51,7 +51,7 @@ def test_unknown_phase_exits_2_and_says_what_exists(capsys: pytest.CaptureFixtur
     assert captured.out == ""
     assert (
         captured.err
-        == "error: unknown phase 'prepar'; phases: prepare, sft, evaluate, selfplay, uci (chess-rl --help)\n"
+        == "error: unknown phase 'prepar'; phases: prepare, sft, evaluate, preferences, selfplay, uci (chess-rl --help)\n"
     )
 
 
@@ -61,5 +61,5 @@ def test_planned_phase_exits_2_and_names_the_phases_that_run(
 ) -> None:
     assert main([phase, "--config", "tiny"]) == 2
     assert capsys.readouterr().err == (
-        f"error: phase {phase!r} is planned but not built yet; phases that run: prepare, sft, evaluate, selfplay, uci\n"
+        f"error: phase {phase!r} is planned but not built yet; phases that run: prepare, sft, evaluate, preferences, selfplay, uci\n"
     )
