@@ -1,0 +1,161 @@
+"""What the reward model reads and how its score is used, Ray-free: the query (a position and a
+move), its text and token ids, batched scoring, and the normalisation PPO applies.
+
+A query is the game so far (UCI moves from the start, or from ``fen``) and the move to judge. The
+reward model reads ``<bos> moves so far + " " + move <eos>``: the ``moves`` text of the preference
+pairs, with the EOS that TRL's ``RewardTrainer`` appends, so a score through :func:`score_ids`
+equals one through ``transformers`` alone.
+
+>>> q = RewardQuery(moves=("e2e4", "e7e5"), move="g1f3")
+>>> q.text()
+'e2e4 e7e5 g1f3'
+>>> RewardQuery(moves=("e2e4",), move="e2e4").validate()
+Traceback (most recent call last):
+...
+chessrl.reward.InvalidQueryError: illegal move 'e2e4' after e2e4 (rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1)
+>>> Normalizer(mean=0.5, std=2.0).apply(1.5)
+0.5
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import chess
+
+from chessrl.formats import MovesFormat
+from cluster.errors import UserError
+
+
+class InvalidQueryError(UserError, ValueError):
+    """A reward query whose position or move is not legal chess."""
+
+
+@dataclass(frozen=True)
+class RewardQuery:
+    """A move to judge: ``move`` after ``moves`` (UCI, from the start position or from ``fen``)."""
+
+    moves: tuple[str, ...]
+    move: str
+    fen: str | None = None
+
+    def board(self) -> chess.Board:
+        """The position before ``move``; an :class:`InvalidQueryError` for a bad FEN or move list."""
+        try:
+            board = chess.Board(self.fen) if self.fen else chess.Board()
+        except ValueError as exc:
+            raise InvalidQueryError(f"bad FEN {self.fen!r}: {exc}") from None
+        if self.fen and not board.is_valid():
+            raise InvalidQueryError(f"bad FEN {self.fen!r}: not a legal position")
+        for i, uci in enumerate(self.moves):
+            try:
+                board.push_uci(uci)
+            except ValueError:
+                raise InvalidQueryError(
+                    f"move {i + 1} of the game ({uci!r}) is not legal in {board.fen()}"
+                ) from None
+        return board
+
+    def validate(self) -> chess.Board:
+        """The position before the move, checked: the move must be legal there."""
+        board = self.board()
+        try:
+            move = chess.Move.from_uci(self.move)
+        except ValueError:
+            raise InvalidQueryError(f"{self.move!r} is not a UCI move") from None
+        if move not in board.legal_moves:
+            after = " ".join(self.moves) or "the start"
+            raise InvalidQueryError(f"illegal move {self.move!r} after {after} ({board.fen()})")
+        return board
+
+    def text(self) -> str:
+        """The ``moves`` text of the game up to and including the move."""
+        fmt = MovesFormat()
+        return fmt.prompt(self.moves) + fmt.completion(self.moves, self.move)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RewardQuery:
+        return cls(tuple(data.get("moves", ())), str(data["move"]), data.get("fen"))
+
+
+def query_ids(tokenizer: Any, query: RewardQuery) -> list[int]:
+    """The token ids the reward model scores: the prompt ids (``<bos>`` first) and EOS last."""
+    from chessrl.models import prompt_ids
+
+    return [*prompt_ids(tokenizer, query.text()), tokenizer.eos_token_id]
+
+
+def score_ids(model: Any, rows: Sequence[Sequence[int]], pad_id: int) -> list[float]:
+    """One forward pass of a sequence-classification model over right-padded ``rows``: the
+    score of each (``logits[:, 0]``, read by the model at its last non-padding token)."""
+    import torch
+
+    if not rows:
+        return []
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([list(r) + [pad_id] * (width - len(r)) for r in rows], device=model.device)
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=model.device)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask).logits
+    return [float(x) for x in logits[:, 0].float().cpu()]
+
+
+@dataclass(frozen=True)
+class Normalizer:
+    """``(score - mean) / std``: the reward model's scores on its training pairs, saved with it
+    (``chessrl_reward_mean`` / ``chessrl_reward_std`` in its config), so rewards start near 0 and 1."""
+
+    mean: float = 0.0
+    std: float = 1.0
+
+    def apply(self, score: float) -> float:
+        return (score - self.mean) / (self.std if self.std > 0 else 1.0)
+
+    @classmethod
+    def from_config(cls, config: Any) -> Normalizer:
+        return cls(
+            float(getattr(config, "chessrl_reward_mean", 0.0)),
+            float(getattr(config, "chessrl_reward_std", 1.0)),
+        )
+
+
+def load_reward_model(path: str) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of a saved reward model (``AutoModelForSequenceClassification``,
+    one label) from a folder or an ``s3://`` prefix; in eval mode."""
+    from transformers import AutoModelForSequenceClassification
+
+    from chessrl.models import ModelLoadError, load_tokenizer, local_checkpoint
+
+    local = local_checkpoint(path)
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(local)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load the reward model {path}: {str(exc).splitlines()[0]}") from None
+    if model.config.num_labels != 1:
+        raise ModelLoadError(f"{path} has {model.config.num_labels} labels; a reward model has one")
+    tokenizer = load_tokenizer(str(local))
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    return model.eval(), tokenizer
+
+
+def build_reward_model(preset: str = "tiny", tokenizer: Any = None) -> tuple[Any, Any]:
+    """A randomly initialised GPT-2 reward model of a preset's shape (tests, benches): the
+    language model of :func:`chessrl.models.build_model` with a one-label score head.
+
+    >>> model, tok = build_reward_model()
+    >>> model.config.num_labels, model.config.pad_token_id == tok.pad_token_id
+    (1, True)
+    """
+    from transformers import GPT2ForSequenceClassification
+
+    from chessrl.models import build_model
+
+    lm, tok = build_model(preset, tokenizer)
+    config = lm.config
+    config.num_labels = 1
+    model = GPT2ForSequenceClassification(config)
+    model.transformer.load_state_dict(lm.transformer.state_dict())
+    return model.eval(), tok

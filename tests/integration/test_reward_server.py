@@ -1,0 +1,133 @@
+"""The RewardServer on the local Ray: 1,000 concurrent requests from several tasks all answered
+in order and equal to scoring each alone; a bad request fails for its caller only; a server
+killed with SIGKILL mid-batch restarts and every caller gets an answer or one clear error."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import ray
+
+from actors.reward_server import RewardClient
+from chessrl.reward import (
+    InvalidQueryError,
+    RewardQuery,
+    build_reward_model,
+    load_reward_model,
+    query_ids,
+    score_ids,
+)
+
+pytestmark = pytest.mark.integration
+
+GAME = [
+    "e2e4",
+    "e7e5",
+    "g1f3",
+    "b8c6",
+    "f1b5",
+    "a7a6",
+    "b5a4",
+    "g8f6",
+    "e1g1",
+    "f8e7",
+    "f1e1",
+    "b7b5",
+    "a4b3",
+    "d7d6",
+    "c2c3",
+    "e8g8",
+]
+
+
+@pytest.fixture(scope="module")
+def reward_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("rm")
+    model, tok = build_reward_model("tiny")
+    model.config.chessrl_reward_mean, model.config.chessrl_reward_std = 0.25, 2.0
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def queries(n: int) -> list[RewardQuery]:
+    """Legal moves along the game: every prefix, each legal reply."""
+    import chess
+
+    out = []
+    board = chess.Board()
+    for i, uci in enumerate(GAME):
+        for move in sorted(m.uci() for m in board.legal_moves):
+            out.append(RewardQuery(tuple(GAME[:i]), move))
+        board.push_uci(uci)
+    return (out * (n // len(out) + 1))[:n]
+
+
+@ray.remote(num_cpus=0)
+def caller(actors: list, qs: list[RewardQuery]) -> list[float]:
+    return RewardClient(actors).score(qs, normalized=False)
+
+
+def test_a_thousand_concurrent_requests_are_answered_in_order(reward_dir, local_ray):
+    client = RewardClient.create(
+        str(reward_dir), replicas=2, run="rs-test", max_batch=64, max_wait_ms=5, num_cpus=0.5
+    )
+    try:
+        qs = queries(1000)
+        parts = [qs[i::4] for i in range(4)]  # four tasks at once, interleaved
+        answers = ray.get([caller.remote(client.actors, part) for part in parts], timeout=300)
+        model, tok = load_reward_model(str(reward_dir))
+        alone = {q: score_ids(model, [query_ids(tok, q)], tok.pad_token_id)[0] for q in set(qs)}
+        for part, got in zip(parts, answers, strict=True):
+            assert len(got) == len(part)
+            for q, score in zip(part, got, strict=True):
+                assert score == pytest.approx(alone[q], abs=1e-4)
+        batches = sum(s["batches"] for s in ray.get([a.stats.remote() for a in client.actors]))
+        assert batches < 1000 / 4  # requests were gathered into batches
+        # normalised by the mean and std saved with the model
+        [q] = qs[:1]
+        assert client.score([q])[0] == pytest.approx((alone[q] - 0.25) / 2.0, abs=1e-4)
+        # a bad request fails for its caller only
+        refs = client.submit(
+            [qs[0], RewardQuery(("e2e4",), "e2e4"), {"moves": [], "move": "e2e4", "fen": "not a fen"}, qs[1]]
+        )
+        assert ray.get(refs[0]) == pytest.approx(client.score([qs[0]])[0]) and isinstance(
+            ray.get(refs[3]), float
+        )
+        for ref, message in ((refs[1], "illegal move 'e2e4'"), (refs[2], "bad FEN")):
+            with pytest.raises(ray.exceptions.RayTaskError) as info:
+                ray.get(ref)
+            assert isinstance(info.value.cause, InvalidQueryError) and message in str(info.value.cause)
+    finally:
+        client.shutdown()
+
+
+def test_a_server_killed_mid_batch_restarts_and_no_caller_hangs(reward_dir, local_ray):
+    client = RewardClient.create(
+        str(reward_dir), replicas=1, run="rs-kill", max_batch=32, max_wait_ms=20, num_cpus=0.5
+    )
+    try:
+        qs = queries(3000)
+        pid = ray.get(client.actors[0].stats.remote())["pid"]
+        refs = client.submit(qs, normalized=False)
+        ray.get(refs[:64], timeout=120)  # it is serving
+        os.kill(pid, signal.SIGKILL)
+        answered = failed = 0
+        deadline = time.monotonic() + 300
+        for ref in refs:
+            try:
+                value = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
+                assert isinstance(value, float)
+                answered += 1
+            except ray.exceptions.RayActorError:
+                failed += 1  # one clear error: the actor died under this call
+        assert answered + failed == len(qs) and answered >= 64
+        new_pid = ray.get(client.actors[0].stats.remote(), timeout=120)["pid"]
+        assert new_pid != pid  # restarted, and serving again
+        assert isinstance(client.score(qs[:3])[0], float)
+    finally:
+        client.shutdown()
