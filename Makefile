@@ -58,6 +58,8 @@ bench: venv stockfish ## benchmarks (ratios against a baseline measured in the s
 	$(PY) bench/engine_pool.py
 	$(PY) bench/sft.py
 	$(PY) bench/mcts.py
+	$(PY) bench/preferences.py
+	$(PY) bench/reward_server.py
 
 clean: ## remove runs/ and caches (keeps .venv)
 	rm -rf runs .pytest_cache .ruff_cache

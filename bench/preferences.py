@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a saved model folder [default: runs/demo/sft/model, else a tiny model trained for 80 steps]",
     )
     parser.add_argument(
-        "--positions", type=int, default=192, help="training positions per run [default: 192]"
+        "--positions", type=int, default=768, help="training positions per run [default: 768]"
     )
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--temperature", type=float, default=1.0)
@@ -192,27 +192,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def train_tiny(games: Path, folder: Path) -> Path:
-    """A tiny GPT-2 trained for 80 plain PyTorch steps on the games (so proposals are sometimes legal)."""
+    """A tiny GPT-2 trained for 80 steps on the games (so proposals are sometimes legal)."""
     import pyarrow.dataset as pads
-    import torch
 
-    from chessrl.models import build_model
+    from chessrl.models import quick_policy
 
     texts = [
         r["moves"] for r in pads.dataset(str(games), format="parquet").to_table(columns=["moves"]).to_pylist()
     ]
-    model, tok = build_model("tiny")
-    rows = [tok(t)["input_ids"][:96] for t in texts[:800]]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    generator = torch.Generator().manual_seed(0)
-    for _ in range(80):
-        batch = [rows[i] for i in torch.randint(len(rows), (16,), generator=generator).tolist()]
-        width = max(len(r) for r in batch)
-        ids = torch.tensor([r + [tok.pad_token_id] * (width - len(r)) for r in batch])
-        labels = torch.tensor([r + [-100] * (width - len(r)) for r in batch])
-        model(input_ids=ids, labels=labels).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
+    model, tok = quick_policy(texts)
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder

@@ -25,40 +25,6 @@ sys.path.insert(0, str(ROOT))
 
 from bench.record import write_record  # noqa: E402
 
-GAME = [
-    "e2e4",
-    "e7e5",
-    "g1f3",
-    "b8c6",
-    "f1b5",
-    "a7a6",
-    "b5a4",
-    "g8f6",
-    "e1g1",
-    "f8e7",
-    "f1e1",
-    "b7b5",
-    "a4b3",
-    "d7d6",
-    "c2c3",
-    "e8g8",
-    "h2h3",
-    "c6a5",
-]
-
-
-def make_queries(n: int) -> list:  # type: ignore[type-arg]
-    import chess
-
-    from chessrl.reward import RewardQuery
-
-    out = []
-    board = chess.Board()
-    for i, uci in enumerate(GAME):
-        out += [RewardQuery(tuple(GAME[:i]), m.uci()) for m in board.legal_moves]
-        board.push_uci(uci)
-    return (out * (n // len(out) + 1))[:n]
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
@@ -79,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from actors.reward_server import RewardClient
-    from chessrl.reward import build_reward_model, load_reward_model, query_ids, score_ids
+    from chessrl.reward import build_reward_model, example_queries, load_reward_model, query_ids, score_ids
     from cluster.config import RaySection
     from cluster.runtime import ray_session
 
@@ -90,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         model.save_pretrained(path)
         tok.save_pretrained(path)
     model, tok = load_reward_model(path)
-    queries = make_queries(args.requests)
+    queries = example_queries(args.requests)
     cpus = os.cpu_count() or 1
     torch.set_num_threads(cpus)
     print(

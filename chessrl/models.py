@@ -193,6 +193,26 @@ def compose_move_embeddings(model: GPT2LMHeadModel, tokenizer: PreTrainedTokeniz
     return done
 
 
+def quick_policy(texts: list[str], steps: int = 80, seed: int = 0) -> tuple[GPT2LMHeadModel, Any]:
+    """A tiny GPT-2 trained for ``steps`` plain PyTorch steps (16 games of at most 96 tokens each)
+    on ``moves`` texts: for tests and benches that need a policy which proposes a legal move now
+    and then (an untrained one almost never does), in seconds on a CPU."""
+    model, tok = build_model("tiny")
+    rows = [tok(t)["input_ids"][:96] for t in texts[:800]]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    generator = torch.Generator().manual_seed(seed)
+    model.train()
+    for _ in range(steps):
+        batch = [rows[i] for i in torch.randint(len(rows), (16,), generator=generator).tolist()]
+        width = max(len(r) for r in batch)
+        ids = torch.tensor([r + [tok.pad_token_id] * (width - len(r)) for r in batch])
+        labels = torch.tensor([r + [-100] * (width - len(r)) for r in batch])
+        model(input_ids=ids, labels=labels).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model.eval(), tok
+
+
 def count_parameters(model: torch.nn.Module) -> int:
     """Trainable parameters, counting tied weights once."""
     return sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values())

@@ -159,3 +159,44 @@ def build_reward_model(preset: str = "tiny", tokenizer: Any = None) -> tuple[Any
     model = GPT2ForSequenceClassification(config)
     model.transformer.load_state_dict(lm.transformer.state_dict())
     return model.eval(), tok
+
+
+#: A Ruy Lopez, for example queries.
+EXAMPLE_GAME: tuple[str, ...] = tuple(
+    [
+        "e2e4",
+        "e7e5",
+        "g1f3",
+        "b8c6",
+        "f1b5",
+        "a7a6",
+        "b5a4",
+        "g8f6",
+        "e1g1",
+        "f8e7",
+        "f1e1",
+        "b7b5",
+        "a4b3",
+        "d7d6",
+        "c2c3",
+        "e8g8",
+        "h2h3",
+        "c6a5",
+    ]
+)
+
+
+def example_queries(n: int, game: Sequence[str] = EXAMPLE_GAME) -> list[RewardQuery]:
+    """``n`` legal queries (tests, benches): every legal move after every prefix of ``game``,
+    repeated as needed.
+
+    >>> qs = example_queries(25)
+    >>> len(qs), qs[0], qs[20].moves
+    (25, RewardQuery(moves=(), move='a2a3', fen=None), ('e2e4',))
+    """
+    out = []
+    board = chess.Board()
+    for i, uci in enumerate(game):
+        out += [RewardQuery(tuple(game[:i]), move) for move in sorted(m.uci() for m in board.legal_moves)]
+        board.push_uci(uci)
+    return (out * (n // len(out) + 1))[:n]

@@ -17,31 +17,13 @@ from chessrl.reward import (
     InvalidQueryError,
     RewardQuery,
     build_reward_model,
+    example_queries,
     load_reward_model,
     query_ids,
     score_ids,
 )
 
 pytestmark = pytest.mark.integration
-
-GAME = [
-    "e2e4",
-    "e7e5",
-    "g1f3",
-    "b8c6",
-    "f1b5",
-    "a7a6",
-    "b5a4",
-    "g8f6",
-    "e1g1",
-    "f8e7",
-    "f1e1",
-    "b7b5",
-    "a4b3",
-    "d7d6",
-    "c2c3",
-    "e8g8",
-]
 
 
 @pytest.fixture(scope="module")
@@ -54,19 +36,6 @@ def reward_dir(tmp_path_factory) -> Path:
     return folder
 
 
-def queries(n: int) -> list[RewardQuery]:
-    """Legal moves along the game: every prefix, each legal reply."""
-    import chess
-
-    out = []
-    board = chess.Board()
-    for i, uci in enumerate(GAME):
-        for move in sorted(m.uci() for m in board.legal_moves):
-            out.append(RewardQuery(tuple(GAME[:i]), move))
-        board.push_uci(uci)
-    return (out * (n // len(out) + 1))[:n]
-
-
 @ray.remote(num_cpus=0)
 def caller(actors: list, qs: list[RewardQuery]) -> list[float]:
     return RewardClient(actors).score(qs, normalized=False)
@@ -77,7 +46,7 @@ def test_a_thousand_concurrent_requests_are_answered_in_order(reward_dir, local_
         str(reward_dir), replicas=2, run="rs-test", max_batch=64, max_wait_ms=5, num_cpus=0.5
     )
     try:
-        qs = queries(1000)
+        qs = example_queries(1000)
         parts = [qs[i::4] for i in range(4)]  # four tasks at once, interleaved
         answers = ray.get([caller.remote(client.actors, part) for part in parts], timeout=300)
         model, tok = load_reward_model(str(reward_dir))
@@ -111,7 +80,7 @@ def test_a_server_killed_mid_batch_restarts_and_no_caller_hangs(reward_dir, loca
         str(reward_dir), replicas=1, run="rs-kill", max_batch=32, max_wait_ms=20, num_cpus=0.5
     )
     try:
-        qs = queries(3000)
+        qs = example_queries(3000)
         pid = ray.get(client.actors[0].stats.remote())["pid"]
         refs = client.submit(qs, normalized=False)
         ray.get(refs[:64], timeout=120)  # it is serving

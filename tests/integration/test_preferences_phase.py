@@ -48,27 +48,13 @@ def policy(tmp_path_factory, games) -> Path:
     """A tiny GPT-2 trained for 80 plain PyTorch steps on the games: it proposes legal moves some
     of the time (an untrained one almost never does), so "worse" pairs exist."""
     import pyarrow.dataset as pads
-    import torch
 
-    from chessrl.models import build_model
+    from chessrl.models import quick_policy
 
     texts = [
         r["moves"] for r in pads.dataset(str(games), format="parquet").to_table(columns=["moves"]).to_pylist()
     ]
-    model, tok = build_model("tiny")
-    rows = [tok(t)["input_ids"][:96] for t in texts[:800]]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    generator = torch.Generator().manual_seed(0)
-    model.train()
-    for _ in range(80):
-        batch = [rows[i] for i in torch.randint(len(rows), (16,), generator=generator).tolist()]
-        width = max(len(r) for r in batch)
-        ids = torch.tensor([r + [tok.pad_token_id] * (width - len(r)) for r in batch])
-        labels = torch.tensor([r + [-100] * (width - len(r)) for r in batch])
-        loss = model(input_ids=ids, labels=labels).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
+    model, tok = quick_policy(texts)
     folder = tmp_path_factory.mktemp("policy")
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
