@@ -82,9 +82,16 @@ class RewardQuery:
 
 def query_ids(tokenizer: Any, query: RewardQuery) -> list[int]:
     """The token ids the reward model scores: the prompt ids (``<bos>`` first) and EOS last."""
+    return text_ids(tokenizer, query.text())
+
+
+def text_ids(tokenizer: Any, text: str) -> list[int]:
+    """The ids of a reward-model text (a preference pair's ``prompt + chosen`` or ``prompt +
+    rejected``, or :meth:`RewardQuery.text`): the prompt ids with EOS last, exactly what TRL's
+    ``RewardTrainer`` trains on and what :func:`query_ids` scores."""
     from chessrl.models import prompt_ids
 
-    return [*prompt_ids(tokenizer, query.text()), tokenizer.eos_token_id]
+    return [*prompt_ids(tokenizer, text), tokenizer.eos_token_id]
 
 
 def score_ids(model: Any, rows: Sequence[Sequence[int]], pad_id: int) -> list[float]:
@@ -119,6 +126,83 @@ class Normalizer:
             float(getattr(config, "chessrl_reward_mean", 0.0)),
             float(getattr(config, "chessrl_reward_std", 1.0)),
         )
+
+
+def ranks(values: Sequence[float]) -> list[float]:
+    """1-based ranks, ties sharing their average rank.
+
+    >>> ranks([10, 30, 20, 30])
+    [1.0, 3.5, 2.0, 3.5]
+    """
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Spearman's rank correlation (Pearson's on average ranks); None when either side has fewer
+    than two distinct values (no ranking to compare).
+
+    >>> spearman([1, 2, 3, 4], [10, 20, 30, 40]), spearman([1, 2, 3], [3, 2, 1])
+    (1.0, -1.0)
+    >>> spearman([1, 2, 3], [5, 5, 5]) is None
+    True
+    """
+    if len(xs) != len(ys):
+        raise ValueError(f"spearman: {len(xs)} values against {len(ys)}")
+    if len(set(xs)) < 2 or len(set(ys)) < 2:
+        return None
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    vx = sum((a - mx) ** 2 for a in rx)
+    vy = sum((b - my) ** 2 for b in ry)
+    return cov / (vx * vy) ** 0.5
+
+
+def mean_spearman(groups: Sequence[tuple[Sequence[float], Sequence[float]]]) -> tuple[float | None, int]:
+    """The mean of :func:`spearman` over groups (one group a position: the model's scores of its
+    legal moves, and Stockfish's), and how many groups had a ranking on both sides.
+
+    >>> mean_spearman([([1, 2, 3], [1, 2, 3]), ([1, 2, 3], [2, 1, 3]), ([1, 2], [0, 0])])
+    (0.75, 2)
+    """
+    values = [r for r in (spearman(a, b) for a, b in groups) if r is not None]
+    return (sum(values) / len(values) if values else None), len(values)
+
+
+def pairwise_accuracy(chosen: Sequence[float], rejected: Sequence[float]) -> float | None:
+    """The share of pairs whose chosen score is above the rejected one (a tie counts half).
+
+    >>> pairwise_accuracy([2.0, 1.0, 0.5], [1.0, 3.0, 0.5])
+    0.5
+    """
+    if not chosen:
+        return None
+    wins = sum(1.0 if c > r else 0.5 if c == r else 0.0 for c, r in zip(chosen, rejected, strict=True))
+    return wins / len(chosen)
+
+
+def heldout_board(fen: str, share: int = 20) -> bool:
+    """Whether a pair of a table with no train/held-out split is held out: one board in
+    ``share``, by a stable hash of the FEN's board, side to move, castling and en passant fields
+    (the same board is never on both sides).
+
+    >>> heldout_board("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1") in (True, False)
+    True
+    """
+    import hashlib
+
+    key = " ".join(fen.split()[:4]).encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") % share == 0
 
 
 def load_reward_model(path: str) -> tuple[Any, Any]:

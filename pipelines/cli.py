@@ -27,6 +27,10 @@ PHASES: dict[str, tuple[str, str]] = {
         "pipelines.preferences",
         "games + the sft policy -> Stockfish-judged chosen/rejected pairs (EnginePool, batched samplers)",
     ),
+    "reward": (
+        "pipelines.reward",
+        "preference pairs -> a reward model (Ray Train + TRL RewardTrainer), held-out accuracy, resumable",
+    ),
     "selfplay": (
         "pipelines.selfplay",
         "AlphaZero-style training: batched-MCTS collectors, parameter server, Ray Train learner, gating",
@@ -40,7 +44,6 @@ PHASES: dict[str, tuple[str, str]] = {
 
 #: Phases of the design that are not built yet (shown in --help so nobody hunts for them).
 PLANNED: dict[str, str] = {
-    "reward": "reward model on preference pairs (TRL RewardTrainer)",
     "ppo": "PPO against the reward model (KL to a frozen reference)",
     "grpo": "GRPO with engine-verified rewards",
     "tune": "Ray Tune sweeps (MCTS cpuct, KL coefficient)",

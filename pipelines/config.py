@@ -239,6 +239,51 @@ class PreferencesConfig(Section):
     """Sample positions from this ply on."""
 
 
+class RewardConfig(Section):
+    """``reward``: preference pairs -> a reward model (GPT2ForSequenceClassification, one label),
+    trained with TRL's RewardTrainer inside a Ray Train TorchTrainer."""
+
+    preferences: str | None = None
+    """The preference Parquet (default: this run's preferences output). Its ``train/`` shards are
+    trained on and its ``heldout/`` shards measured; a folder without them is all training pairs,
+    and every twentieth board (by a hash of its FEN) is held out."""
+    base_model: str | None = None
+    """The backbone: a GPT-2-style checkpoint folder or s3:// prefix (default: this run's sft model).
+    A new one-label score head is put on its transformer."""
+    max_steps: int = Field(300, ge=1)
+    """Optimizer steps."""
+    batch_size: int = Field(32, ge=1)
+    """Pairs per worker per step (each pair is two sequences)."""
+    learning_rate: float = Field(3e-4, gt=0)
+    """Peak learning rate (linear warm-up, then cosine decay)."""
+    warmup_steps: int = Field(20, ge=0)
+    """Linear warm-up steps."""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW weight decay."""
+    center_rewards_coefficient: float | None = Field(0.01, ge=0)
+    """TRL's auxiliary loss that keeps rewards centred on zero (null: off)."""
+    num_workers: int = Field(1, ge=1)
+    """Ray Train workers (data parallel; each reads its own shard of the pairs)."""
+    cpus_per_worker: int | None = Field(None, ge=1)
+    """CPUs each worker reserves (its torch threads); default: the cluster's CPUs split among workers."""
+    use_gpu: bool = False
+    """Train on GPUs."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """Training precision, as in sft."""
+    eval_every: int = Field(50, ge=1)
+    """Steps between held-out evaluations (pairwise accuracy, Spearman) and checkpoints."""
+    heldout_pairs: int = Field(1000, ge=0)
+    """Most held-out pairs the pairwise accuracy is measured on."""
+    spearman_positions: int = Field(50, ge=0)
+    """Held-out positions whose every legal move Stockfish scores once (kept under the phase's
+    storage): the rank correlation between the model's scores and Stockfish's, per position."""
+    spearman_nodes: int = Field(20000, ge=1)
+    """Stockfish's node limit for those scores."""
+    normalize_pairs: int = Field(1000, ge=1)
+    """Training pairs whose scores (chosen and rejected) give the reward mean and std saved in the
+    model's config (``chessrl_reward_mean`` / ``chessrl_reward_std``) for normalisation."""
+
+
 class SelfplayConfig(Section):
     """``selfplay``: AlphaZero-style training: collectors (batched MCTS) -> replay shards -> a Ray
     Train learner -> the parameter server, with arena gating. Flag names and defaults of the
@@ -332,4 +377,5 @@ class ChessRLConfig(Section):
     sft: SftConfig = Field(default_factory=SftConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     preferences: PreferencesConfig = Field(default_factory=PreferencesConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
     selfplay: SelfplayConfig = Field(default_factory=SelfplayConfig)

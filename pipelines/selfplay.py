@@ -50,6 +50,7 @@ from chessrl.network import NetConfig
 from chessrl.selfplay import SelfPlaySettings
 from cluster.storage import Storage
 from pipelines.config import SelfplayConfig
+from pipelines.learner import torch_trainer
 from pipelines.phase import Phase, PhaseContext, PhaseResult, run_phase
 
 
@@ -516,8 +517,6 @@ def evaluate_chunk(
 def run_selfplay(context: PhaseContext) -> PhaseResult:
     import ray
     import torch
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
     from ray.util.queue import Queue
 
     from actors.parameter_server import ParameterServer
@@ -600,11 +599,11 @@ def run_selfplay(context: PhaseContext) -> PhaseResult:
         + f"; {cfg.iterations} iterations of {cfg.episodes} games"
         + (f", at most {cfg.time_limit_minutes:g} min" if cfg.time_limit_minutes else "")
     )
-    ray_storage = phase.child("ray")
-    ray_storage.makedirs()
-    trainer = TorchTrainer(
+    trainer = torch_trainer(
+        context,
+        "selfplay",
         train_loop_per_worker,
-        train_loop_config={
+        {
             "run": run.name,
             "phase_uri": phase.uri,
             "net": net_cfg.__dict__,
@@ -635,16 +634,9 @@ def run_selfplay(context: PhaseContext) -> PhaseResult:
             "tracking_uri": context.tracking.uri,
             "tracking_run_id": context.tracking.run_id,
         },
-        scaling_config=ScalingConfig(
-            num_workers=cfg.learner_workers,
-            use_gpu=cfg.use_gpu,
-            resources_per_worker={"CPU": cpus_per_worker},
-        ),
-        run_config=RunConfig(
-            name=f"{run.name}-selfplay",
-            storage_path=ray_storage.root if ray_storage.is_local else ray_storage.path(),
-            storage_filesystem=None if ray_storage.is_local else ray_storage.fs,
-        ),
+        num_workers=cfg.learner_workers,
+        cpus_per_worker=cpus_per_worker,
+        use_gpu=cfg.use_gpu,
     )
     started = time.perf_counter()
     try:

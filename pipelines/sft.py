@@ -15,23 +15,21 @@ at ``<storage>/<run>/sft/model`` (load it with ``AutoModelForCausalLM.from_pretr
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from chessrl.legality import MoveTokens, legal_move_targets
 from chessrl.lm_data import pack_games, split_games, training_text
 from chessrl.lm_eval import sample_positions
-from chessrl.models import context_length, load_tokenizer, local_checkpoint, make_tokenizer_config_generic
+from chessrl.models import context_length, load_tokenizer, local_checkpoint
 from chessrl.tokenizer import build_chess_tokenizer
 from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
 from pipelines.config import SftConfig
+from pipelines.learner import default_cpus_per_worker, export_hf_checkpoint, resume_folder, torch_trainer
 from pipelines.phase import Phase, PhaseContext, PhaseResult, run_phase
 
 
@@ -185,15 +183,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     trainer.add_callback(HeldoutEval())
     trainer.add_callback(RayTrainReportCallback())
     trainer = prepare_trainer(trainer)
-    resume = None
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder:
-            resume = os.path.join(tempfile.mkdtemp(prefix="sft-resume-"), "checkpoint")
-            shutil.copytree(os.path.join(folder, RayTrainReportCallback.CHECKPOINT_NAME), resume)
-        state = json.loads(Path(resume, "trainer_state.json").read_text())
-        print(f"[sft] resuming from the checkpoint of step {state['global_step']}", flush=True)
-    trainer.train(resume_from_checkpoint=resume)
+    trainer.train(resume_from_checkpoint=resume_folder("sft"))
 
 
 def own_loss_sft_trainer_class(legal_weight: float = 0.0, compile_loss: bool = False) -> type:
@@ -325,15 +315,6 @@ def tokenize_and_pack(
     return out
 
 
-def default_cpus_per_worker(num_workers: int) -> int:
-    """The cluster's CPUs split among the workers, no more than the largest node has."""
-    import ray
-
-    nodes = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
-    total = int(ray.cluster_resources().get("CPU", 1))
-    return max(1, min(total // num_workers, int(max(nodes, default=1))))
-
-
 def legal_move_tokens(cfg: SftConfig, tokenizer: Any, log: Any) -> tuple[MoveTokens | None, float]:
     """The move tokens the legal-move loss needs, and its weight (0: off).
 
@@ -363,8 +344,6 @@ def games_uri(context: PhaseContext) -> str:
 def run_sft(context: PhaseContext) -> PhaseResult:
     import pyarrow.dataset as pads
     import ray.data
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
 
     cfg = context.config.sft
     log = context.log
@@ -440,11 +419,11 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         f"{cfg.num_workers} worker(s) x {cpus_per_worker} CPU{' + 1 GPU' if cfg.use_gpu else ''}"
     )
 
-    ray_storage = context.phase_storage("sft").child("ray")
-    ray_storage.makedirs()
-    trainer = TorchTrainer(
+    trainer = torch_trainer(
+        context,
+        "sft",
         train_loop_per_worker,
-        train_loop_config={
+        {
             "model": cfg.model,
             "base_model": cfg.base_model,
             "max_steps": cfg.max_steps,
@@ -464,15 +443,10 @@ def run_sft(context: PhaseContext) -> PhaseResult:
             "seed": context.config.run.seed,
             "heldout": [(list(p.moves_before), p.next_move, p.prefix) for p in heldout],
         },
-        scaling_config=ScalingConfig(
-            num_workers=cfg.num_workers, use_gpu=cfg.use_gpu, resources_per_worker={"CPU": cpus_per_worker}
-        ),
+        num_workers=cfg.num_workers,
+        cpus_per_worker=cpus_per_worker,
+        use_gpu=cfg.use_gpu,
         datasets={"train": dataset},
-        run_config=RunConfig(
-            name=f"{context.config.run.name}-sft",
-            storage_path=ray_storage.root if ray_storage.is_local else ray_storage.path(),
-            storage_filesystem=None if ray_storage.is_local else ray_storage.fs,
-        ),
     )
     started = time.perf_counter()
     result = trainer.fit()
@@ -480,14 +454,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     if result.checkpoint is None:
         raise RuntimeError("sft finished without a checkpoint")
     model_out = context.phase_storage("sft").child("model")
-    with result.checkpoint.as_directory() as folder:
-        hf = Path(folder) / "checkpoint"
-        make_tokenizer_config_generic(hf)  # AutoTokenizer then reads tokenizer.json as saved
-        for path in sorted(hf.iterdir()):
-            if path.is_file() and not path.name.startswith(
-                ("optimizer", "scheduler", "rng_state", "training_args")
-            ):
-                model_out.upload_file(path, path.name)
+    export_hf_checkpoint(result.checkpoint, model_out)
     metrics = {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}
     context.tracking.log_metrics(metrics)
     summary = {

@@ -25,6 +25,8 @@ MODULES = [
     "chessrl.board_encoding",
     "chessrl.network",
     "chessrl.mcts",
+    "chessrl.preferences",
+    "chessrl.reward",
     "cluster.errors",
     "cluster.tracking",
     "cluster.config",

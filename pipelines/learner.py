@@ -1,0 +1,106 @@
+"""The Ray Train learner every training phase builds the same way: scaling, storage (resume by
+``(storage_path, name)``), and the export of a Hugging Face checkpoint as the phase's model.
+
+    trainer = torch_trainer(context, "reward", train_loop_per_worker, loop_config,
+                            num_workers=2, cpus_per_worker=1, use_gpu=False, datasets={"train": ds})
+    result = trainer.fit()   # a re-run of the same command resumes from the last checkpoint
+    export_hf_checkpoint(result.checkpoint, context.phase_storage("reward").child("model"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from chessrl.models import make_tokenizer_config_generic
+from cluster.storage import Storage
+from pipelines.phase import PhaseContext
+
+#: Files of a transformers Trainer checkpoint that belong to training, not to the model.
+TRAINING_STATE_PREFIXES: tuple[str, ...] = ("optimizer", "scheduler", "rng_state", "training_args")
+
+
+def default_cpus_per_worker(num_workers: int) -> int:
+    """The cluster's CPUs split among the workers, no more than the largest node has."""
+    import ray
+
+    nodes = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
+    total = int(ray.cluster_resources().get("CPU", 1))
+    return max(1, min(total // num_workers, int(max(nodes, default=1))))
+
+
+def torch_trainer(
+    context: PhaseContext,
+    phase: str,
+    loop: Callable[[dict[str, Any]], None],
+    loop_config: dict[str, Any],
+    *,
+    num_workers: int,
+    cpus_per_worker: float,
+    use_gpu: bool,
+    datasets: dict[str, Any] | None = None,
+) -> Any:
+    """A ``TorchTrainer`` whose checkpoints live under ``<storage>/<run>/<phase>/ray``: running
+    the same phase again (same run name and storage) finds them and resumes."""
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    ray_storage = context.phase_storage(phase).child("ray")
+    ray_storage.makedirs()
+    return TorchTrainer(
+        loop,
+        train_loop_config=loop_config,
+        scaling_config=ScalingConfig(
+            num_workers=num_workers, use_gpu=use_gpu, resources_per_worker={"CPU": cpus_per_worker}
+        ),
+        datasets=datasets or {},
+        run_config=RunConfig(
+            name=f"{context.config.run.name}-{phase}",
+            storage_path=ray_storage.root if ray_storage.is_local else ray_storage.path(),
+            storage_filesystem=None if ray_storage.is_local else ray_storage.fs,
+        ),
+    )
+
+
+def export_hf_checkpoint(
+    checkpoint: Any,
+    out: Storage,
+    edit: Callable[[Path], None] | None = None,
+    *,
+    subfolder: str = "checkpoint",
+) -> None:
+    """Copy the model files of a Ray Train checkpoint written by ``RayTrainReportCallback`` (a
+    transformers checkpoint in ``subfolder``) to ``out``, without the optimizer and scheduler
+    state; the tokenizer config points at the generic fast class (see
+    :func:`chessrl.models.make_tokenizer_config_generic`). ``edit(folder)`` may change the files
+    first (e.g. add fields to ``config.json``)."""
+    with checkpoint.as_directory() as folder:
+        hf = Path(folder) / subfolder
+        make_tokenizer_config_generic(hf)
+        if edit is not None:
+            edit(hf)
+        for path in sorted(hf.iterdir()):
+            if path.is_file() and not path.name.startswith(TRAINING_STATE_PREFIXES):
+                out.upload_file(path, path.name)
+
+
+def resume_folder(phase: str, subfolder: str = "checkpoint") -> str | None:
+    """In a Ray Train worker: a local copy of the transformers checkpoint inside Ray Train's
+    latest checkpoint (``RayTrainReportCallback`` writes it to ``subfolder``), for
+    ``Trainer.train(resume_from_checkpoint=...)``; None on a fresh start."""
+    import json
+    import shutil
+    import tempfile
+
+    import ray.train
+
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None:
+        return None
+    with checkpoint.as_directory() as folder:
+        resume = str(Path(tempfile.mkdtemp(prefix=f"{phase}-resume-")) / subfolder)
+        shutil.copytree(Path(folder) / subfolder, resume)
+    state = json.loads(Path(resume, "trainer_state.json").read_text())
+    print(f"[{phase}] resuming from the checkpoint of step {state['global_step']}", flush=True)
+    return resume

@@ -1,0 +1,234 @@
+"""reward on the local Ray: two Ray Train workers finish (no hang); a driver killed with SIGKILL
+resumes from its last checkpoint; the saved reward model loads with transformers alone and
+scores a move there exactly as the RewardServer does; bad input is one clear message.
+
+The pairs are built from real games with python-chess (chosen: the move played, rejected: another
+legal move), in the preference schema and layout (``train/``, ``heldout/``): what is tested here
+is the training, not the judging (tests/integration/test_preferences_phase.py does that)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import chess
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from chessrl.formats import MovesFormat
+from chessrl.pgn import decode_game, iter_raw_games, parse_game
+from chessrl.preferences import PREFERENCE_SCHEMA
+from pipelines import reward
+from pipelines.phase import EXIT_OK, EXIT_USER_ERROR
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pair_rows(games: list[list[str]], source: str, rng: random.Random) -> list[dict]:
+    fmt = MovesFormat()
+    rows = []
+    for g, moves in enumerate(games):
+        board = chess.Board()
+        for ply, move in enumerate(moves[:40]):
+            others = sorted(m.uci() for m in board.legal_moves if m.uci() != move)
+            if others and ply % 3 == 0:
+                before = moves[:ply]
+                rows.append(
+                    {
+                        "prompt": fmt.prompt(before),
+                        "chosen": fmt.completion(before, move),
+                        "rejected": fmt.completion(before, rng.choice(others)),
+                        "chosen_score": 0,
+                        "rejected_score": -100,
+                        "fen": board.fen(),
+                        "source": source,
+                        "game_id": f"{source}-{g}",
+                        "ply": ply,
+                        "phase": "opening",
+                        "kind": "worse",
+                    }
+                )
+            board.push_uci(move)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def prefs(tmp_path_factory, pgn_dir) -> Path:
+    games = []
+    for path in sorted(pgn_dir.glob("*.pgn")):
+        with open(path, "rb") as handle:
+            for raw in iter_raw_games(handle):
+                game = parse_game(decode_game(raw)[0])
+                if game.moves and not game.error:
+                    games.append(list(game.moves))
+    assert len(games) >= 8
+    rng = random.Random(0)
+    folder = tmp_path_factory.mktemp("prefs") / "preferences"
+    for name, part in (("train", games[:-3]), ("heldout", games[-3:])):
+        rows = pair_rows(part, name, rng)
+        (folder / name).mkdir(parents=True)
+        pq.write_table(
+            pa.Table.from_pylist(rows, schema=PREFERENCE_SCHEMA), folder / name / "shard-00000.parquet"
+        )
+    return folder
+
+
+def reward_args(storage: Path, prefs: Path, backbone: Path, *extra: str) -> list[str]:
+    return [
+        "--config", "tiny", "--storage", str(storage), "--run-name", "r", "--no-tracking",
+        "--preferences", str(prefs), "--base-model", str(backbone), "--batch-size", "4",
+        "--spearman-positions", "3", "--spearman-nodes", "200", "--heldout-pairs", "40",
+        "--normalize-pairs", "50", *extra,
+    ]  # fmt: skip
+
+
+SCORE_WITH_TRANSFORMERS = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    folder, texts = sys.argv[1], json.loads(sys.argv[2])
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    out = []
+    with torch.no_grad():
+        for text in texts:
+            batch = tok(text + tok.eos_token, return_tensors="pt")
+            out.append(model(**batch).logits[0, 0].item())
+    print(json.dumps({"scores": out, "mean": model.config.chessrl_reward_mean,
+                      "std": model.config.chessrl_reward_std}))
+    """
+)
+
+
+def test_two_workers_finish_and_the_model_scores_the_same_through_transformers_and_the_server(
+    tmp_path, prefs, tiny_lm_dir, local_ray, capsys
+):
+    from actors.reward_server import RewardClient
+    from chessrl.reward import RewardQuery
+
+    code = reward.main(
+        reward_args(tmp_path, prefs, tiny_lm_dir, "--num-workers", "2", "--cpus-per-worker", "1",
+                    "--max-steps", "6", "--eval-every", "3")
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == EXIT_OK, out[-3000:]
+    summary = json.loads((tmp_path / "r" / "reward" / "summary.json").read_text())
+    assert summary["steps"] == 6 and summary["train_pairs"] > 50 and summary["heldout_pairs"] == 40
+    assert 0.0 <= summary["heldout_accuracy"] <= 1.0
+    assert summary["spearman_positions"] == 3 and -1.0 <= summary["heldout_spearman"] <= 1.0
+    assert summary["reward_std"] > 0
+    assert "[reward] step 6/6" in out and "held-out accuracy" in out
+    model_dir = tmp_path / "r" / "reward" / "model"
+    assert not list(model_dir.glob("optimizer*"))
+
+    queries = [
+        RewardQuery(("e2e4", "e7e5"), "g1f3"),
+        RewardQuery((), "d2d4"),
+        RewardQuery(("d2d4", "d7d5", "c2c4"), "e7e6"),
+    ]
+    # transformers alone, in a process that imports nothing of this project
+    done = subprocess.run(
+        [sys.executable, "-c", SCORE_WITH_TRANSFORMERS, str(model_dir), json.dumps([q.text() for q in queries])],
+        cwd="/", capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": ""},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    plain = json.loads(done.stdout.strip().splitlines()[-1])
+    assert plain["mean"] == pytest.approx(summary["reward_mean"]) and plain["std"] > 0
+
+    client = RewardClient.create(str(model_dir), run="rm-phase-test", num_cpus=0)
+    try:
+        raw = client.score(queries, normalized=False)
+        normalized = client.score(queries)
+    finally:
+        client.shutdown()
+    assert raw == pytest.approx(plain["scores"], abs=1e-5)
+    assert normalized == pytest.approx(
+        [(s - plain["mean"]) / plain["std"] for s in plain["scores"]], abs=1e-5
+    )
+
+
+def checkpoint_steps(storage: Path) -> list[int]:
+    steps = []
+    for state in (storage / "r" / "reward" / "ray").glob("*/checkpoint_*/checkpoint/trainer_state.json"):
+        try:
+            steps.append(json.loads(state.read_text())["global_step"])
+        except (OSError, ValueError):  # not there yet, or Ray Train is still copying it in
+            continue
+    return sorted(steps)
+
+
+def test_a_killed_reward_driver_resumes_from_its_last_checkpoint(tmp_path, prefs, tiny_lm_dir):
+    command = [
+        sys.executable, "-m", "pipelines.reward",
+        *reward_args(tmp_path, prefs, tiny_lm_dir, "--max-steps", "40", "--eval-every", "5", "--num-cpus", "2"),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": ""}
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while len(checkpoint_steps(tmp_path)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, "reward ended before it could be killed"
+        assert len(checkpoint_steps(tmp_path)) >= 2, "no two checkpoints within 300 s"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    written = checkpoint_steps(tmp_path)
+    assert written[-1] < 40 and not (tmp_path / "r" / "reward" / "summary.json").exists()
+
+    rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    summary = json.loads((tmp_path / "r" / "reward" / "summary.json").read_text())
+    assert summary["steps"] == 40
+    assert written[-2] <= summary["resumed_from_step"] <= written[-1]
+    assert f"resumed from step {summary['resumed_from_step']}" in rerun.stdout
+    # the Spearman positions were scored once, by the first run
+    assert "Stockfish scores every legal move" not in rerun.stdout + rerun.stderr
+
+
+def test_bad_input_is_one_clear_message(tmp_path, prefs, tiny_lm_dir, local_ray, capsys):
+    def run(*args: str) -> str:
+        code = reward.main(
+            ["--config", "tiny", "--storage", str(tmp_path), "--run-name", "bad", "--no-tracking", *args]
+        )
+        err = capsys.readouterr().err
+        assert code == EXIT_USER_ERROR, err
+        assert "Traceback" not in err
+        return err.strip().splitlines()[-1]
+
+    # no sft model in the run, no --base-model
+    assert "no sft model" in run("--preferences", str(prefs))
+    # no preference pairs
+    assert "no preference pairs" in run("--base-model", str(tiny_lm_dir))
+    # a preference Parquet without `chosen`
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    pq.write_table(pa.table({"prompt": ["e2e4"], "rejected": [" e7e5"]}), broken / "pairs.parquet")
+    line = run("--preferences", str(broken), "--base-model", str(tiny_lm_dir))
+    assert "no column chosen" in line and "pairs.parquet" in line
+    # a base model that is not GPT-2-style
+    llama = tmp_path / "llama"
+    llama.mkdir()
+    (llama / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 8}))
+    line = run("--preferences", str(prefs), "--base-model", str(llama))
+    assert "llama" in line and "GPT-2" in line and "reward.base_model" in line
+    # a base model folder that does not exist
+    assert "not a transformers checkpoint" in run(
+        "--preferences", str(prefs), "--base-model", str(tmp_path / "none")
+    )
+    # more pairs a step than the table has
+    line = run("--preferences", str(prefs), "--base-model", str(tiny_lm_dir), "--batch-size", "100000")
+    assert "training pairs" in line and "--batch-size" in line
+    # a config value out of range never reaches Ray
+    assert "reward.learning_rate" in run("--learning-rate", "0")

@@ -1,0 +1,90 @@
+"""The reward model's evaluation arithmetic and texts, Ray-free: ranks with ties, Spearman's
+correlation (against scipy and by hand), pairwise accuracy, the held-out board rule, and the ids
+a pair is trained on equal the ids a query is scored on."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from scipy.stats import spearmanr
+
+from chessrl.reward import (
+    RewardQuery,
+    heldout_board,
+    mean_spearman,
+    pairwise_accuracy,
+    query_ids,
+    ranks,
+    spearman,
+    text_ids,
+)
+from chessrl.tokenizer import build_chess_tokenizer
+
+
+def test_ranks_share_ties():
+    # sorted: 1 (rank 1), 2 2 (ranks 2 and 3 -> 2.5 each), 5 (rank 4)
+    assert ranks([5, 2, 1, 2]) == [4.0, 2.5, 1.0, 2.5]
+    assert ranks([]) == []
+
+
+def test_spearman_by_hand():
+    # x ranks 1 2 3 4, y ranks 1 3 2 4: d = 0 -1 1 0, sum d^2 = 2, rho = 1 - 6*2/(4*15) = 0.8
+    assert spearman([1, 2, 3, 4], [10, 30, 20, 40]) == pytest.approx(0.8)
+    assert spearman([1, 2], [2, 1]) == pytest.approx(-1.0)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_spearman_equals_scipy_with_ties(seed):
+    rng = random.Random(seed)
+    xs = [rng.randint(0, 6) for _ in range(30)]
+    ys = [x + rng.randint(-3, 3) for x in xs]
+    assert spearman(xs, ys) == pytest.approx(spearmanr(xs, ys).statistic, abs=1e-12)
+
+
+def test_spearman_without_a_ranking_is_none_and_lengths_must_match():
+    assert spearman([1, 1, 1], [1, 2, 3]) is None
+    assert spearman([1], [1]) is None
+    with pytest.raises(ValueError, match="3 values against 2"):
+        spearman([1, 2, 3], [1, 2])
+
+
+def test_mean_spearman_skips_groups_without_a_ranking():
+    value, counted = mean_spearman([([1, 2, 3], [3, 2, 1]), ([1, 2, 3], [1, 2, 3]), ([4, 4], [1, 2])])
+    assert (value, counted) == (0.0, 2)
+    assert mean_spearman([]) == (None, 0)
+
+
+def test_pairwise_accuracy_counts_ties_half():
+    assert pairwise_accuracy([1.0, 2.0, 3.0, 0.0], [0.0, 2.0, 4.0, -1.0]) == pytest.approx(2.5 / 4)
+    assert pairwise_accuracy([], []) is None
+
+
+def test_heldout_board_is_stable_about_one_in_twenty_and_ignores_move_counters():
+    import chess
+
+    board = chess.Board()
+    fens = []
+    rng = random.Random(1)
+    for _ in range(2000):
+        if board.is_game_over():
+            board = chess.Board()
+        board.push(rng.choice(list(board.legal_moves)))
+        fens.append(board.fen())
+    distinct = {" ".join(f.split()[:4]) for f in fens}
+    share = sum(heldout_board(f) for f in distinct) / len(distinct)
+    assert 0.02 < share < 0.09
+    fen = fens[10]
+    parts = fen.split()
+    assert heldout_board(fen) == heldout_board(" ".join([*parts[:4], "7", "40"]))
+
+
+def test_a_pair_is_trained_on_the_ids_a_query_is_scored_on():
+    tok = build_chess_tokenizer()
+    query = RewardQuery(("e2e4", "e7e5"), "g1f3")
+    # the preference table's prompt + chosen, as the preferences phase writes them
+    assert text_ids(tok, "e2e4 e7e5" + " g1f3") == query_ids(tok, query)
+    ids = query_ids(tok, query)
+    assert ids[0] == tok.bos_token_id and ids[-1] == tok.eos_token_id and len(ids) == 5
+    # the first move of a game has no leading space
+    assert text_ids(tok, "" + "d2d4") == query_ids(tok, RewardQuery((), "d2d4"))
