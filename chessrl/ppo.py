@@ -1,0 +1,427 @@
+"""PPO for a chess language model, Ray-free: episodes where the policy plays one colour, the
+experience they make, and the learner's update. The Ray phase (``pipelines/ppo.py``) runs the
+same pieces on collectors and a Ray Train learner; :func:`ppo_iteration` on one process is also
+the baseline that ``bench/rl_step.py`` compares it with.
+
+One policy move is one action, one token (the chess tokenizer has a token per UCI move; a
+tokenizer without one is refused by :class:`chessrl.legality.MoveTokens`). For each action the
+collector records the prompt (the game so far), the sampled token, its log-probability under the
+sampling policy and the weights' version, whether it was a legal move, and the reward model's
+normalised score of it. The learner adds the reference policy's log-probability and the critic's
+value, then (OpenRLHF's ``compute_reward``, veRL's GAE)::
+
+    r_t = score_t - kl_coef * (logprob_t - ref_logprob_t)         (k1, per action)
+    r_t = illegal_penalty                                          (an illegal move: the episode ends)
+    r_T += result_weight * result                                  (+1 / 0 / -1 from the policy's side)
+    A, R = GAE(r, V; gamma, lam) ; A whitened ; R = A_raw + V
+
+and takes ``ppo_epochs`` passes of clipped-surrogate and clipped-value minibatch steps
+(:mod:`chessrl.policy_gradient`).
+
+>>> s = PPOSettings(kl_coef=0.1)
+>>> action_rewards([0.5, 1.0], [True, True], [-1.0, -1.2], [-1.1, -1.0], s, result=0.0)
+[0.49, 1.02]
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import chess
+import torch
+
+from chessrl.formats import MovesFormat
+from chessrl.legality import MoveTokens
+from chessrl.policy_gradient import (
+    compute_gae_advantage_return,
+    compute_policy_loss,
+    compute_value_loss,
+    explained_variance,
+    masked_mean,
+)
+
+
+@dataclass(frozen=True)
+class PPOSettings:
+    """The algorithm's knobs (the ``ppo`` config section passes them through)."""
+
+    kl_coef: float = 0.05
+    """beta: weight of the per-action k1 KL to the reference policy in the reward."""
+    clip: float = 0.2
+    """epsilon of the clipped surrogate."""
+    value_clip: float = 0.2
+    """Clip range of the value loss around the old values."""
+    gamma: float = 1.0
+    """Discount over the policy's moves."""
+    lam: float = 0.95
+    """GAE lambda."""
+    ppo_epochs: int = 2
+    """Passes over each iteration's experience."""
+    minibatch: int = 64
+    """Actions per optimiser step."""
+    temperature: float = 1.0
+    """Sampling temperature (the log-probabilities are taken at the same temperature)."""
+    illegal_penalty: float = -3.0
+    """The reward of an illegal or unparseable move (in normalised reward units); it ends the episode."""
+    result_weight: float = 0.0
+    """Weight of the game result (+1 win, 0 draw or unfinished, -1 loss) added to the last action."""
+    entropy_coef: float = 0.0
+    """Weight of an entropy bonus in the policy loss (0: none)."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping of both models."""
+
+
+@dataclass
+class Action:
+    """One policy move of an episode, as a collector records it (a row of a rollout shard)."""
+
+    episode: str
+    t: int
+    prompt_ids: list[int]
+    action_id: int
+    move: str
+    legal: bool
+    logprob: float
+    version: int
+    score: float = 0.0
+    """The reward model's normalised score of the move (0 for an illegal one)."""
+    result: float = 0.0
+    """The game's result from the policy's side, on the episode's last action (0 elsewhere)."""
+    last: bool = False
+
+
+def last_token_logits(model: Any, rows: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
+    """``(B, V)`` logits at each row's last token (right-padded batch, one forward pass)."""
+    width = max(len(r) for r in rows)
+    device = next(model.parameters()).device
+    ids = torch.tensor([list(r) + [pad_id] * (width - len(r)) for r in rows], device=device)
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
+    logits = model(input_ids=ids, attention_mask=mask).logits  # (B, width, V)
+    last = torch.tensor([len(r) - 1 for r in rows], device=device)
+    return logits[torch.arange(len(rows), device=device), last].float()
+
+
+def action_logprobs(
+    model: Any, rows: Sequence[Sequence[int]], actions: torch.Tensor, pad_id: int, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probability ``(B,)`` of each row's action token after its prompt, and the entropy
+    ``(B,)`` of that next-token distribution; differentiable when grad is on."""
+    logits = last_token_logits(model, rows, pad_id) / temperature
+    logp = torch.log_softmax(logits, dim=-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    return logp.gather(-1, actions.view(-1, 1).to(logp.device)).squeeze(-1), entropy
+
+
+def state_values(critic: Any, rows: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
+    """``(B,)`` values of the states (a one-label sequence-classification model reads each row
+    up to its last token); differentiable when grad is on."""
+    width = max(len(r) for r in rows)
+    device = next(critic.parameters()).device
+    ids = torch.tensor([list(r) + [pad_id] * (width - len(r)) for r in rows], device=device)
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
+    return critic(input_ids=ids, attention_mask=mask).logits[:, 0].float()
+
+
+def sample_actions(
+    model: Any, rows: Sequence[Sequence[int]], pad_id: int, temperature: float, generator: torch.Generator
+) -> tuple[list[int], list[float]]:
+    """One batched forward pass: a sampled next token per row and its log-probability."""
+    with torch.no_grad():
+        logits = last_token_logits(model, rows, pad_id) / max(temperature, 1e-6)
+        logp = torch.log_softmax(logits, dim=-1)
+        tokens = torch.multinomial(logp.exp().cpu(), 1, generator=generator).squeeze(-1)
+    picked = logp.cpu().gather(-1, tokens.view(-1, 1)).squeeze(-1)
+    return tokens.tolist(), picked.tolist()
+
+
+#: An opponent chooses a move for each board it is given (batched; a random mover, a frozen
+#: policy, Stockfish through the EnginePool).
+Opponent = Callable[[Sequence[chess.Board]], list[chess.Move]]
+
+
+def random_opponent(seed: int) -> Opponent:
+    """A uniformly random legal mover."""
+    rng = random.Random(seed)
+
+    def choose(boards: Sequence[chess.Board]) -> list[chess.Move]:
+        return [rng.choice(list(b.legal_moves)) for b in boards]
+
+    return choose
+
+
+@dataclass
+class Episode:
+    """A game in progress: the policy plays ``colour`` from ``moves`` (UCI from the start)."""
+
+    name: str
+    board: chess.Board
+    colour: chess.Color
+    opponent: int
+    moves: list[str] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+    done: bool = False
+
+
+def result_for(board: chess.Board, colour: chess.Color) -> float:
+    """+1 / -1 / 0 from ``colour``'s side for a finished game; 0 for an unfinished one."""
+    outcome = board.outcome(claim_draw=True)
+    if outcome is None or outcome.winner is None:
+        return 0.0
+    return 1.0 if outcome.winner == colour else -1.0
+
+
+def play_episodes(
+    policy: Any,
+    tokenizer: Any,
+    moves_table: MoveTokens,
+    starts: Sequence[tuple[str, Sequence[str]]],
+    opponents: Sequence[Opponent],
+    settings: PPOSettings,
+    max_actions: int,
+    version: int,
+    generator: torch.Generator,
+    score: Callable[[list[tuple[list[str], str]]], list[float]],
+    seed: int = 0,
+) -> list[Action]:
+    """Play one episode per start ``(name, moves so far)`` at once: the policy moves for every
+    game whose turn it is in one forward pass, the opponents answer, until each game ends, an
+    illegal move, or ``max_actions`` policy moves. The policy plays the side to move at the
+    start; opponents are taken in turn. ``score([(moves, move), ...])`` gives the reward model's
+    normalised scores of the legal moves, batched per step. Returns every action."""
+    from chessrl.models import prompt_ids
+
+    fmt = MovesFormat()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    episodes = []
+    for i, (name, moves) in enumerate(starts):
+        board = chess.Board()
+        for uci in moves:
+            board.push_uci(uci)
+        episodes.append(Episode(name, board, board.turn, i % max(1, len(opponents)), list(moves)))
+    while True:
+        live = [e for e in episodes if not e.done]
+        if not live:
+            break
+        # the policy's turn in every live game (opponents answered at the end of the last step)
+        rows = [prompt_ids(tokenizer, fmt.prompt(e.moves)) for e in live]
+        tokens, logprobs = sample_actions(policy, rows, pad, settings.temperature, generator)
+        legal_queries: list[tuple[list[str], str]] = []
+        owners: list[Action] = []
+        for e, row, token, logprob in zip(live, rows, tokens, logprobs, strict=True):
+            found = moves_table.move_of.get(token)
+            move = found[0] if found else None
+            legal = move is not None and move in e.board.legal_moves
+            uci = move.uci() if move is not None else tokenizer.decode([token]).strip()
+            action = Action(e.name, len(e.actions), row, token, uci, legal, logprob, version)
+            e.actions.append(action)
+            if legal:
+                legal_queries.append((list(e.moves), uci))
+                owners.append(action)
+                e.board.push_uci(uci)
+                e.moves.append(uci)
+            else:
+                e.done = True
+        for action, value in zip(owners, score(legal_queries) if legal_queries else [], strict=True):
+            action.score = value
+        # the opponents answer, batched per opponent
+        waiting = [e for e in live if not e.done and not e.board.is_game_over(claim_draw=True)]
+        for k, opponent in enumerate(opponents):
+            mine = [e for e in waiting if e.opponent == k]
+            if mine:
+                for e, reply in zip(mine, opponent([e.board for e in mine]), strict=True):
+                    e.board.push(reply)
+                    e.moves.append(reply.uci())
+        for e in live:
+            if e.done:
+                continue
+            if e.board.is_game_over(claim_draw=True) or len(e.actions) >= max_actions:
+                e.done = True
+    out = []
+    for e in episodes:
+        if e.actions:
+            e.actions[-1].last = True
+            if e.actions[-1].legal:
+                e.actions[-1].result = result_for(e.board, e.colour)
+        out.extend(e.actions)
+    return out
+
+
+def action_rewards(
+    scores: Sequence[float],
+    legal: Sequence[bool],
+    logprobs: Sequence[float],
+    ref_logprobs: Sequence[float],
+    settings: PPOSettings,
+    result: float,
+) -> list[float]:
+    """The rewards of one episode's actions: the normalised score minus ``kl_coef`` times the k1
+    KL (behaviour log-prob minus the reference's), the penalty for an illegal move, the result
+    (times ``result_weight``) on the last action. See the module docstring's example."""
+    out = []
+    for score, ok, lp, ref in zip(scores, legal, logprobs, ref_logprobs, strict=True):
+        kl = lp - ref
+        out.append((score if ok else settings.illegal_penalty) - settings.kl_coef * kl)
+    if out:
+        out[-1] += settings.result_weight * result
+    return [round(r, 12) for r in out]
+
+
+@dataclass
+class Batch:
+    """One iteration's experience as flat tensors over its N actions (episode order kept)."""
+
+    rows: list[list[int]]
+    actions: torch.Tensor  # (N,) token ids
+    old_logprobs: torch.Tensor  # (N,)
+    advantages: torch.Tensor  # (N,) whitened
+    returns: torch.Tensor  # (N,)
+    old_values: torch.Tensor  # (N,)
+    rewards: torch.Tensor  # (N,)
+    kl: torch.Tensor  # (N,) k1 to the reference
+    legal: torch.Tensor  # (N,) bool
+
+
+def make_batch(
+    actions: Sequence[Action],
+    policy_ref: Any,
+    critic: Any,
+    pad_id: int,
+    settings: PPOSettings,
+    chunk: int = 64,
+) -> Batch:
+    """Reference log-probs and values for every action (no grad), the per-action rewards, and
+    GAE over each episode's actions (returns before whitening, advantages whitened over all)."""
+    by_episode: dict[str, list[Action]] = {}
+    for a in actions:
+        by_episode.setdefault(a.episode, []).append(a)
+    episodes = [sorted(v, key=lambda a: a.t) for v in by_episode.values()]
+    flat = [a for ep in episodes for a in ep]
+    rows = [a.prompt_ids for a in flat]
+    tokens = torch.tensor([a.action_id for a in flat])
+    with torch.no_grad():
+        ref = torch.cat(
+            [
+                action_logprobs(
+                    policy_ref, rows[i : i + chunk], tokens[i : i + chunk], pad_id, settings.temperature
+                )[0]
+                for i in range(0, len(rows), chunk)
+            ]
+        ).cpu()
+        values = torch.cat(
+            [state_values(critic, rows[i : i + chunk], pad_id) for i in range(0, len(rows), chunk)]
+        ).cpu()
+    old = torch.tensor([a.logprob for a in flat])
+    width = max(len(ep) for ep in episodes)
+    rewards = torch.zeros(len(episodes), width)
+    vals = torch.zeros(len(episodes), width)
+    mask = torch.zeros(len(episodes), width)
+    position = 0
+    for e, ep in enumerate(episodes):
+        n = len(ep)
+        got = action_rewards(
+            [a.score for a in ep],
+            [a.legal for a in ep],
+            old[position : position + n].tolist(),
+            ref[position : position + n].tolist(),
+            settings,
+            ep[-1].result,
+        )
+        rewards[e, :n] = torch.tensor(got)
+        vals[e, :n] = values[position : position + n]
+        mask[e, :n] = 1
+        position += n
+    whiten = int(mask.sum()) >= 2
+    advantages, returns = compute_gae_advantage_return(
+        rewards, vals, mask, settings.gamma, settings.lam, whiten
+    )
+    keep = mask.bool()
+    return Batch(
+        rows=rows,
+        actions=tokens,
+        old_logprobs=old,
+        advantages=advantages[keep],
+        returns=returns[keep],
+        old_values=values,
+        rewards=rewards[keep],
+        kl=old - ref,
+        legal=torch.tensor([a.legal for a in flat]),
+    )
+
+
+def ppo_update(
+    policy: Any,
+    critic: Any,
+    policy_opt: torch.optim.Optimizer | None,
+    critic_opt: torch.optim.Optimizer,
+    batch: Batch,
+    pad_id: int,
+    settings: PPOSettings,
+    generator: torch.Generator,
+) -> dict[str, float]:
+    """``ppo_epochs`` passes of shuffled minibatches: the clipped surrogate (token-mean over the
+    minibatch's actions; no policy step when ``policy_opt`` is None: critic warm-up) and the
+    clipped value loss. Returns the mean of each diagnostic over the minibatch steps."""
+    n = len(batch.rows)
+    totals: dict[str, float] = {}
+    steps = 0
+    for _ in range(settings.ppo_epochs):
+        order = torch.randperm(n, generator=generator).tolist()
+        for i in range(0, n, settings.minibatch):
+            idx = order[i : i + settings.minibatch]
+            rows = [batch.rows[j] for j in idx]
+            mask = torch.ones(len(idx), 1)
+            metrics: dict[str, float] = {}
+            if policy_opt is not None:
+                logprob, entropy = action_logprobs(
+                    policy, rows, batch.actions[idx], pad_id, settings.temperature
+                )
+                pg_loss, pg_metrics = compute_policy_loss(
+                    batch.old_logprobs[idx].view(-1, 1).to(logprob.device),
+                    logprob.view(-1, 1),
+                    batch.advantages[idx].view(-1, 1).to(logprob.device),
+                    mask.to(logprob.device),
+                    clip_ratio_low=settings.clip,
+                )
+                loss = pg_loss - settings.entropy_coef * entropy.mean()
+                policy_opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(policy.parameters(), settings.max_grad_norm)
+                policy_opt.step()
+                metrics.update(
+                    pg_loss=pg_loss.item(),
+                    clipfrac=float(pg_metrics["pg_clipfrac"]),
+                    approx_kl=float(pg_metrics["ppo_kl"]),
+                    entropy=entropy.mean().item(),
+                )
+            values = state_values(critic, rows, pad_id)
+            vf_loss, vf_clipfrac = compute_value_loss(
+                values.view(-1, 1),
+                batch.returns[idx].view(-1, 1).to(values.device),
+                batch.old_values[idx].view(-1, 1).to(values.device),
+                mask.to(values.device),
+                cliprange_value=settings.value_clip,
+            )
+            critic_opt.zero_grad()
+            vf_loss.backward()
+            torch.nn.utils.clip_grad_norm_(critic.parameters(), settings.max_grad_norm)
+            critic_opt.step()
+            metrics.update(value_loss=vf_loss.item(), value_clipfrac=float(vf_clipfrac))
+            for k, v in metrics.items():
+                totals[k] = totals.get(k, 0.0) + v
+            steps += 1
+    out = {k: v / max(1, steps) for k, v in totals.items()}
+    legal = batch.legal.float()
+    out.update(
+        reward_mean=batch.rewards.mean().item(),
+        kl_to_ref=batch.kl.mean().item(),
+        legal_rate=legal.mean().item(),
+        explained_variance=float(
+            explained_variance(batch.old_values.view(1, -1), batch.returns.view(1, -1), torch.ones(1, n))
+        ),
+        actions=float(n),
+        score_mean=float(masked_mean(batch.rewards, batch.legal.float())) if n else 0.0,
+    )
+    return out

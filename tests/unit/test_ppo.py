@@ -1,0 +1,175 @@
+"""PPO's episode, experience and update on tiny models, Ray-free: rewards by hand, the episode
+loop's rules (the policy's colour, an illegal move ends it, at most T actions, prompts are the
+game so far), GAE over each episode, and a one-batch overfit that moves the policy toward the
+rewarded action."""
+
+from __future__ import annotations
+
+import chess
+import pytest
+import torch
+
+from chessrl.formats import MovesFormat
+from chessrl.legality import MoveTokens
+from chessrl.models import build_model, prompt_ids
+from chessrl.ppo import (
+    Action,
+    PPOSettings,
+    action_logprobs,
+    action_rewards,
+    make_batch,
+    play_episodes,
+    ppo_update,
+    random_opponent,
+    result_for,
+)
+from chessrl.reward import build_reward_model
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    policy, tok = build_model("tiny")
+    critic, _ = build_reward_model("tiny", tok)
+    return policy.eval(), critic, tok
+
+
+def test_action_rewards_by_hand():
+    s = PPOSettings(kl_coef=0.5, illegal_penalty=-3.0, result_weight=2.0)
+    # step 1: 1.0 - 0.5 * (-1.0 - -1.5) = 0.75 ; step 2 illegal: -3.0 - 0.5 * 0.2 = -3.1, plus 2 * -1
+    assert action_rewards([1.0, 0.0], [True, False], [-1.0, -2.0], [-1.5, -2.2], s, result=-1.0) == [
+        pytest.approx(0.75),
+        pytest.approx(-5.1),
+    ]
+    assert action_rewards([], [], [], [], s, result=1.0) == []
+
+
+def test_result_for_the_policy_side():
+    mate = chess.Board()
+    for uci in ["f2f3", "e7e5", "g2g4", "d8h4"]:  # fool's mate: black wins
+        mate.push_uci(uci)
+    assert result_for(mate, chess.BLACK) == 1.0 and result_for(mate, chess.WHITE) == -1.0
+    assert result_for(chess.Board(), chess.WHITE) == 0.0
+
+
+def test_episodes_follow_the_rules(tiny):
+    policy, _, tok = tiny
+    moves_table = MoveTokens(tok)
+    starts = [("a", []), ("b", ["e2e4"]), ("c", ["d2d4", "d7d5"])]
+    scored: list[tuple[list[str], str]] = []
+
+    def score(queries):
+        scored.extend(queries)
+        return [0.5] * len(queries)
+
+    gen = torch.Generator().manual_seed(0)
+    actions = play_episodes(
+        policy, tok, moves_table, starts, [random_opponent(1)], PPOSettings(), 4, 7, gen, score
+    )
+    fmt = MovesFormat()
+    by_episode: dict[str, list[Action]] = {}
+    for a in actions:
+        by_episode.setdefault(a.episode, []).append(a)
+    assert set(by_episode) == {"a", "b", "c"}
+    for name, steps in by_episode.items():
+        assert 1 <= len(steps) <= 4
+        assert [a.t for a in steps] == list(range(len(steps)))
+        assert steps[-1].last and not any(a.last for a in steps[:-1])
+        # only the last action may be illegal (an illegal move ends the episode)
+        assert all(a.legal for a in steps[:-1])
+        assert all(a.version == 7 for a in steps)
+        start = dict(starts)[name]
+        board = chess.Board()
+        for uci in start:
+            board.push_uci(uci)
+        colour = board.turn
+        history = list(start)
+        for a in steps:
+            assert a.prompt_ids == prompt_ids(tok, fmt.prompt(history))
+            assert board.turn == colour  # the policy always moves for the side it started with
+            if a.legal:
+                assert a.score == 0.5 and (history, a.move) in scored
+                board.push_uci(a.move)
+                history.append(a.move)
+                if not a.last:
+                    # the opponent's reply is in the next prompt
+                    nxt = steps[a.t + 1]
+                    board_moves = tok.decode(nxt.prompt_ids, skip_special_tokens=True).split()
+                    board.push_uci(board_moves[-1])
+                    history.append(board_moves[-1])
+            else:
+                assert a.score == 0.0
+    # an untrained policy proposes illegal moves: some episode ended on one
+    assert any(not a.legal for a in actions)
+
+
+def test_make_batch_gae_per_episode(tiny):
+    policy, critic, tok = tiny
+    s = PPOSettings(kl_coef=0.0, gamma=1.0, lam=1.0, illegal_penalty=-3.0)
+    rows = [prompt_ids(tok, "e2e4"), prompt_ids(tok, "e2e4 e7e5 g1f3"), prompt_ids(tok, "d2d4")]
+    token = tok.convert_tokens_to_ids("e7e5")
+    acts = [
+        Action("x", 0, rows[0], token, "e7e5", True, -1.0, 0, score=1.0),
+        Action("x", 1, rows[1], token, "b8c6", True, -1.0, 0, score=2.0, last=True, result=1.0),
+        Action("y", 0, rows[2], token, "zz", False, -1.0, 0, last=True),
+    ]
+    batch = make_batch(acts, policy, critic, tok.pad_token_id, s)
+    # gamma = lam = 1, no KL: the return of a step is the sum of the rewards from it on
+    assert batch.rewards.tolist() == pytest.approx([1.0, 2.0, -3.0])
+    assert batch.returns.tolist() == pytest.approx([3.0, 2.0, -3.0], abs=1e-5)
+    assert batch.advantages.mean().item() == pytest.approx(0.0, abs=1e-5)
+    assert batch.legal.tolist() == [True, True, False]
+
+
+def test_one_batch_overfit_moves_the_policy_toward_the_rewarded_move():
+    torch.manual_seed(1)
+    policy, tok = build_model("tiny")
+    critic, _ = build_reward_model("tiny", tok)
+    moves_table = MoveTokens(tok)
+    row = prompt_ids(tok, "e2e4 e7e5")
+    good, bad = tok.convert_tokens_to_ids("g1f3"), tok.convert_tokens_to_ids("e1e2")
+    pad = tok.pad_token_id
+    assert good in moves_table.move_of and bad in moves_table.move_of
+
+    def prob(token: int) -> float:
+        with torch.no_grad():
+            lp, _ = action_logprobs(policy, [row], torch.tensor([token]), pad)
+        return lp.exp().item()
+
+    before = prob(good) / prob(bad)
+    settings = PPOSettings(kl_coef=0.0, ppo_epochs=2, minibatch=8)
+    popt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    copt = torch.optim.Adam(critic.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        with torch.no_grad():
+            lps = action_logprobs(policy, [row, row], torch.tensor([good, bad]), pad)[0].tolist()
+        acts = [
+            Action(f"e{i}", 0, row, tok_id, move, True, lp, 0, score=score, last=True)
+            for i in range(8)
+            for tok_id, move, lp, score in ((good, "g1f3", lps[0], 1.0), (bad, "e1e2", lps[1], -1.0))
+        ]
+        for j, a in enumerate(acts):
+            a.episode = f"e{j}"
+        batch = make_batch(acts, policy, critic, pad, settings)
+        metrics = ppo_update(policy, critic, popt, copt, batch, pad, settings, gen)
+    after = prob(good) / prob(bad)
+    assert after > 5 * before
+    assert 0.0 <= metrics["clipfrac"] <= 1.0 and metrics["legal_rate"] == 1.0
+
+
+def test_critic_warm_up_leaves_the_policy_alone(tiny):
+    _, critic, tok = tiny
+    policy, _ = build_model("tiny", tok)
+    row = prompt_ids(tok, "e2e4")
+    token = tok.convert_tokens_to_ids("e7e5")
+    acts = [
+        Action(f"e{i}", 0, row, token, "e7e5", True, -8.0, 0, score=float(i), last=True) for i in range(4)
+    ]
+    settings = PPOSettings(ppo_epochs=1, minibatch=4)
+    before = [p.detach().clone() for p in policy.parameters()]
+    batch = make_batch(acts, policy, critic, tok.pad_token_id, settings)
+    copt = torch.optim.Adam(critic.parameters(), lr=1e-3)
+    metrics = ppo_update(policy, critic, None, copt, batch, tok.pad_token_id, settings, torch.Generator())
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters(), strict=True))
+    assert "pg_loss" not in metrics and metrics["value_loss"] >= 0
