@@ -5,7 +5,10 @@ For a position from a real game, Stockfish's best move is *chosen* and a move th
 is *rejected* when it is worse than Stockfish's by at least ``margin_cp`` centipawns (from the
 mover's view, mates capped at :data:`chessrl.suites.CP_CAP`), or when it is not a legal move at
 all (kept, marked by ``kind``, their share capped). A proposal equal to Stockfish's move, or
-within the margin, makes no pair; the reasons are counted.
+within the margin, makes no such pair; the reasons are counted. With ``PairRule(ranked=True)``,
+two legal proposals ``margin_cp`` or more apart also make a pair (``kind: ranked``, the better
+one chosen): the reward model then also learns to rank the policy's own moves, not only to tell
+them from Stockfish's.
 
 >>> pos = position_from_moves("g1", 3, ("e2e4", "e7e5"), source="train")
 >>> pos.phase, pos.fen.split()[1]
@@ -35,7 +38,7 @@ from chessrl.formats import MovesFormat, parse_move
 from chessrl.suites import CP_CAP
 
 GamePhase = Literal["opening", "middlegame", "endgame"]
-PairKind = Literal["worse", "illegal", "unparseable"]
+PairKind = Literal["worse", "ranked", "illegal", "unparseable"]
 PHASES: tuple[GamePhase, ...] = ("opening", "middlegame", "endgame")
 
 #: The preference table: one row a pair. ``prompt`` + ``chosen`` (+ ``rejected``) is the text the
@@ -52,7 +55,7 @@ PREFERENCE_SCHEMA = pa.schema(
         ("game_id", pa.string()),
         ("ply", pa.int32()),
         ("phase", pa.string()),
-        ("kind", pa.string()),  # worse | illegal | unparseable
+        ("kind", pa.string()),  # worse | ranked | illegal | unparseable
     ]
 )
 REQUIRED_COLUMNS: tuple[str, ...] = ("prompt", "chosen", "rejected")
@@ -140,6 +143,9 @@ class PairRule:
     """The score written for an illegal or unparseable proposal: the floor, or ``margin_cp`` below
     the best move when that is lower (a lost position), so every pair keeps the margin."""
 
+    ranked: bool = False
+    """Also pair the legal proposals among themselves (the better one chosen, ``kind: ranked``)."""
+
     def __post_init__(self) -> None:
         if self.margin_cp < 0:
             raise ValueError(f"margin_cp must be >= 0, got {self.margin_cp}")
@@ -166,6 +172,7 @@ def make_pairs(
     skipped: Counter[str] = Counter()
     seen: set[str] = set()
     best = capped(best_cp)
+    legal_scores: dict[str, int] = {}
     for completion in proposals:
         parsed = parse_move(board, completion)
         word = parsed.text
@@ -174,6 +181,7 @@ def make_pairs(
             continue
         seen.add(word)
         if parsed.status == "legal":
+            legal_scores[word] = best if word == best_move else capped(scores[word])
             if word == best_move:
                 skipped["agrees"] += 1
                 continue
@@ -200,6 +208,27 @@ def make_pairs(
                 "kind": kind,
             }
         )
+    if rule.ranked:
+        ordered = sorted(legal_scores.items(), key=lambda kv: (-kv[1], kv[0]))
+        for i, (better, high) in enumerate(ordered):
+            for worse, low in ordered[i + 1 :]:
+                if better == best_move or high - low < rule.margin_cp:
+                    continue  # a pair with Stockfish's move is made above
+                rows.append(
+                    {
+                        "prompt": position.prompt,
+                        "chosen": position.completion(better),
+                        "rejected": position.completion(worse),
+                        "chosen_score": high,
+                        "rejected_score": low,
+                        "fen": position.fen,
+                        "source": position.source,
+                        "game_id": position.game_id,
+                        "ply": position.ply,
+                        "phase": position.phase,
+                        "kind": "ranked",
+                    }
+                )
     return rows, skipped
 
 
@@ -216,8 +245,8 @@ def cap_invalid_share(
     """
     if not 0 <= share <= 1:
         raise ValueError(f"the invalid share must be in [0, 1], got {share}")
-    valid = [i for i, r in enumerate(rows) if r["kind"] == "worse"]
-    invalid = [i for i, r in enumerate(rows) if r["kind"] != "worse"]
+    valid = [i for i, r in enumerate(rows) if r["kind"] in ("worse", "ranked")]
+    invalid = [i for i, r in enumerate(rows) if r["kind"] not in ("worse", "ranked")]
     # k invalid rows out of len(valid) + k total: k <= share * (valid + k)  <=>  k <= share*valid/(1-share)
     allowed = len(invalid) if share >= 1 else int(share * len(valid) / (1 - share) + 1e-9)
     if len(invalid) <= allowed:

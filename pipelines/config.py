@@ -223,6 +223,11 @@ class PreferencesConfig(Section):
     """Sampling temperature of the proposals (0: the greedy move, once)."""
     margin_cp: int = Field(50, ge=0)
     """A legal proposal is rejected when it scores at least this many centipawns below Stockfish's move."""
+    ranked_pairs: bool = True
+    """Also pair the policy's legal proposals among themselves when they are margin_cp or more
+    apart (the better one chosen, kind "ranked"): the reward model learns to rank the policy's own
+    moves, not only to tell them from Stockfish's (which alone taught it "unlike the policy",
+    anti-correlated with Stockfish over the legal moves)."""
     max_invalid_share: float = Field(0.25, ge=0, le=1)
     """Most share of a shard's pairs whose rejected move is illegal or unparseable."""
     nodes: int = Field(20000, ge=1)

@@ -175,7 +175,7 @@ def run_preferences(context: PhaseContext) -> PhaseResult:
     policy = policy_location(context)
     source = games_location(context)
     rows = read_games(source)
-    rule = PairRule(margin_cp=cfg.margin_cp)
+    rule = PairRule(margin_cp=cfg.margin_cp, ranked=cfg.ranked_pairs)
     train, held = plan_positions(rows, cfg, context.config.sft.heldout_fraction, seed)
     out = context.phase_storage("preferences")
     shards: list[tuple[str, list[PrefPosition]]] = []

@@ -11,8 +11,8 @@ TRL's trainer expects, built by :func:`chessrl.reward.text_ids`, the same ids th
 scores), and each Ray Train worker streams its own shard, with equal rows per worker so no
 worker waits on another. Every ``eval_every`` steps rank 0 measures, on held-out data:
 
-- the pairwise accuracy on the held-out pairs (all of them, and the "worse" pairs alone: a
-  legal move Stockfish judged worse, harder than an illegal one);
+- the pairwise accuracy on the held-out pairs (all of them, and the pairs of two legal moves
+  alone, kinds "worse" and "ranked": harder than an illegal move);
 - the Spearman correlation, per held-out position, between the model's score of every legal
   move and Stockfish's score of it (positions scored once at ``spearman_nodes``, kept in
   ``<storage>/<run>/reward/spearman_positions.json``), averaged over the positions;
@@ -124,9 +124,9 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
                 scores = [s for i in range(0, len(ids), 64) for s in score_ids(model, ids[i : i + 64], pad)]
                 chosen, rejected = scores[: len(heldout)], scores[len(heldout) :]
                 metrics["heldout_accuracy"] = pairwise_accuracy(chosen, rejected) or 0.0
-                worse = [i for i, p in enumerate(heldout) if p["kind"] == "worse"]
+                worse = [i for i, p in enumerate(heldout) if p["kind"] in ("worse", "ranked")]
                 if worse:
-                    metrics["heldout_accuracy_worse"] = (
+                    metrics["heldout_accuracy_legal"] = (
                         pairwise_accuracy([chosen[i] for i in worse], [rejected[i] for i in worse]) or 0.0
                     )
             if spearman_set:
@@ -192,7 +192,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             figures = [f"loss {loss:.3f}"] if loss is not None else []
             for key, text in (
                 ("heldout_accuracy", "held-out accuracy {:.1%}"),
-                ("heldout_accuracy_worse", "on worse moves {:.1%}"),
+                ("heldout_accuracy_legal", "on legal moves {:.1%}"),
                 ("heldout_spearman", "Spearman {:.3f}"),
             ):
                 if key in metrics:
@@ -593,7 +593,7 @@ def run_reward(context: PhaseContext) -> PhaseResult:
         "loss": metrics.get("loss"),
         "train_accuracy": metrics.get("accuracy"),
         "heldout_accuracy": metrics.get("heldout_accuracy"),
-        "heldout_accuracy_worse": metrics.get("heldout_accuracy_worse"),
+        "heldout_accuracy_legal": metrics.get("heldout_accuracy_legal"),
         "heldout_spearman": metrics.get("heldout_spearman"),
         "train_pairs_per_s": metrics.get("train_pairs_per_s"),
         "reward_mean": mean,
@@ -614,7 +614,7 @@ def run_reward(context: PhaseContext) -> PhaseResult:
         f"training accuracy {pct('train_accuracy')})"
         + (f", resumed from step {summary['resumed_from_step']}" if summary["resumed_from_step"] else ""),
         f"  held-out      pairwise accuracy {pct('heldout_accuracy')} "
-        f"(on worse legal moves {pct('heldout_accuracy_worse')}); "
+        f"(on pairs of legal moves {pct('heldout_accuracy_legal')}); "
         + (
             f"Spearman {float(summary['heldout_spearman']):.3f} with Stockfish over the legal moves of "
             f"{len(spearman)} positions"

@@ -115,7 +115,7 @@ def test_pairs_are_what_they_claim_and_an_engine_killed_mid_batch_loses_nothing(
     assert len(list(folder.glob("train/*.parquet"))) == 5 and len(list(folder.glob("heldout/*.parquet"))) == 2
     assert summary["pairs"] == {"train": len(pairs["train"]), "heldout": len(pairs["heldout"])}
     kinds = {r["kind"] for rows in pairs.values() for r in rows}
-    assert "worse" in kinds and kinds <= {"worse", "illegal", "unparseable"}
+    assert "worse" in kinds and kinds <= {"worse", "ranked", "illegal", "unparseable"}
 
     # held-out games never in the training pairs (sft's split of the same table)
     import pyarrow.dataset as pads
@@ -134,8 +134,8 @@ def test_pairs_are_what_they_claim_and_an_engine_killed_mid_batch_loses_nothing(
         for rs in pairs.values():
             keys = set()
             for r in rs:
-                assert (r["fen"], r["rejected"]) not in keys  # no pair twice
-                keys.add((r["fen"], r["rejected"]))
+                assert (r["fen"], r["chosen"], r["rejected"]) not in keys  # no pair twice
+                keys.add((r["fen"], r["chosen"], r["rejected"]))
                 board = chess.Board(r["fen"])
                 moves = r["prompt"].split()
                 replay = chess.Board()
@@ -147,14 +147,15 @@ def test_pairs_are_what_they_claim_and_an_engine_killed_mid_batch_loses_nothing(
                 if r["fen"] not in best:  # Stockfish's move at the stated limit, from an empty hash
                     result = engine.play(board, chess.engine.Limit(nodes=NODES), game=object())
                     best[r["fen"]] = result.move.uci()
-                assert chosen == best[r["fen"]]
+                # chosen: Stockfish's move, or (a ranked pair) the better of two legal proposals
+                assert (chosen == best[r["fen"]]) == (r["kind"] != "ranked")
                 assert r["rejected_score"] <= r["chosen_score"] - 50
                 word = r["rejected"].strip()
                 try:
                     legal = chess.Move.from_uci(word) in board.legal_moves
                 except ValueError:  # not even a UCI move
                     legal = False
-                assert (r["kind"] == "worse") == legal
+                assert (r["kind"] in ("worse", "ranked")) == legal
     finally:
         engine.quit()
 

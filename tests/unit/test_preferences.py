@@ -118,3 +118,33 @@ def test_rows_fit_the_schema_and_missing_columns_are_named() -> None:
     assert table.num_rows == 1 and table.schema == PREFERENCE_SCHEMA
     assert missing_columns(table.column_names) == []
     assert missing_columns(["prompt", "rejected"]) == ["chosen"]
+
+
+def test_ranked_pairs_order_the_policy_s_own_legal_moves():
+    pos = position_from_moves("g", 3, ("e2e4", "e7e5"), source="train")
+    scores = {"f1c4": 30, "a2a3": -20, "g1e2": -25, "d1h5": -300}
+    proposals = ["g1f3", "f1c4", "a2a3", "g1e2", "d1h5", "e1e3"]
+    plain, _ = make_pairs(pos, "g1f3", 40, proposals, scores, PairRule(margin_cp=50))
+    rows, skipped = make_pairs(pos, "g1f3", 40, proposals, scores, PairRule(margin_cp=50, ranked=True))
+    # the pairs with Stockfish's move are unchanged; the rest order the legal proposals that are
+    # 50 cp or more apart: f1c4 (30) > a2a3 (-20), f1c4 > g1e2 (-25), and all three > d1h5 (-300);
+    # a2a3 vs g1e2 (5 cp apart) makes none, and g1f3 (Stockfish's) is never paired twice
+    assert rows[: len(plain)] == plain
+    ranked = [(r["chosen"].strip(), r["rejected"].strip()) for r in rows[len(plain) :]]
+    assert ranked == [
+        ("f1c4", "a2a3"),
+        ("f1c4", "g1e2"),
+        ("f1c4", "d1h5"),
+        ("a2a3", "d1h5"),
+        ("g1e2", "d1h5"),
+    ]
+    assert all(
+        r["kind"] == "ranked" and r["chosen_score"] - r["rejected_score"] >= 50 for r in rows[len(plain) :]
+    )
+    assert dict(skipped) == {"agrees": 1, "within_margin": 1}
+
+
+def test_the_invalid_share_cap_counts_ranked_pairs_as_valid():
+    rows = [{"kind": "ranked"}] * 3 + [{"kind": "illegal"}] * 5
+    kept, dropped = cap_invalid_share(rows, 0.25, seed=0)
+    assert (len(kept), dropped) == (4, 4)
