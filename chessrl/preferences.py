@@ -38,7 +38,7 @@ from chessrl.formats import MovesFormat, parse_move
 from chessrl.suites import CP_CAP
 
 GamePhase = Literal["opening", "middlegame", "endgame"]
-PairKind = Literal["worse", "ranked", "illegal", "unparseable"]
+PairKind = Literal["worse", "ranked", "random", "illegal", "unparseable"]
 PHASES: tuple[GamePhase, ...] = ("opening", "middlegame", "endgame")
 
 #: The preference table: one row a pair. ``prompt`` + ``chosen`` (+ ``rejected``) is the text the
@@ -55,10 +55,12 @@ PREFERENCE_SCHEMA = pa.schema(
         ("game_id", pa.string()),
         ("ply", pa.int32()),
         ("phase", pa.string()),
-        ("kind", pa.string()),  # worse | ranked | illegal | unparseable
+        ("kind", pa.string()),  # worse | ranked | random | illegal | unparseable
     ]
 )
 REQUIRED_COLUMNS: tuple[str, ...] = ("prompt", "chosen", "rejected")
+#: Pair kinds whose rejected move is legal.
+LEGAL_KINDS: tuple[str, ...] = ("worse", "ranked", "random")
 
 
 def game_phase(board: chess.Board) -> GamePhase:
@@ -163,17 +165,21 @@ def make_pairs(
     proposals: Sequence[str],
     scores: Mapping[str, int],
     rule: PairRule,
+    extra: Sequence[str] = (),
 ) -> tuple[list[dict[str, Any]], Counter[str]]:
     """The pairs of one position: ``proposals`` are the policy's completions (first word read as
     a move), ``scores`` the engine's score of each legal proposed move (mover's view). Each
-    distinct proposal counts once; returns the rows and the skipped proposals by reason."""
+    distinct proposal counts once; returns the rows and the skipped proposals by reason.
+    ``extra``: legal moves that are not the policy's (e.g. random ones, scored in ``scores``): they
+    pair with Stockfish's move like a proposal (``kind: random``) and join the ranked pairs."""
     board = chess.Board(position.fen)
     rows: list[dict[str, Any]] = []
     skipped: Counter[str] = Counter()
     seen: set[str] = set()
     best = capped(best_cp)
     legal_scores: dict[str, int] = {}
-    for completion in proposals:
+    marked = [(c, False) for c in proposals] + [(m, True) for m in extra]
+    for completion, is_extra in marked:
         parsed = parse_move(board, completion)
         word = parsed.text
         if word in seen:
@@ -189,7 +195,7 @@ def make_pairs(
             if best - score < rule.margin_cp:
                 skipped["within_margin"] += 1
                 continue
-            kind: PairKind = "worse"
+            kind: PairKind = "random" if is_extra else "worse"
         else:
             kind = parsed.status  # type: ignore[assignment]
             score = min(rule.invalid_score, best - rule.margin_cp)  # below any legal move, and the margin
@@ -245,8 +251,8 @@ def cap_invalid_share(
     """
     if not 0 <= share <= 1:
         raise ValueError(f"the invalid share must be in [0, 1], got {share}")
-    valid = [i for i, r in enumerate(rows) if r["kind"] in ("worse", "ranked")]
-    invalid = [i for i, r in enumerate(rows) if r["kind"] not in ("worse", "ranked")]
+    valid = [i for i, r in enumerate(rows) if r["kind"] in LEGAL_KINDS]
+    invalid = [i for i, r in enumerate(rows) if r["kind"] not in LEGAL_KINDS]
     # k invalid rows out of len(valid) + k total: k <= share * (valid + k)  <=>  k <= share*valid/(1-share)
     allowed = len(invalid) if share >= 1 else int(share * len(valid) / (1 - share) + 1e-9)
     if len(invalid) <= allowed:

@@ -223,6 +223,10 @@ class PreferencesConfig(Section):
     """Sampling temperature of the proposals (0: the greedy move, once)."""
     margin_cp: int = Field(50, ge=0)
     """A legal proposal is rejected when it scores at least this many centipawns below Stockfish's move."""
+    random_moves: int = Field(1, ge=0)
+    """Random legal moves per position that the policy did not propose, scored by Stockfish too:
+    paired with Stockfish's move (kind "random") and ranked with the proposals, so the reward
+    model also sees the moves no policy would play (one more search each)."""
     ranked_pairs: bool = True
     """Also pair the policy's legal proposals among themselves when they are margin_cp or more
     apart (the better one chosen, kind "ranked"): the reward model learns to rank the policy's own

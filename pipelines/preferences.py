@@ -124,20 +124,31 @@ def shard_pairs(
     pool: Any,
     limit: SearchLimit,
     rule: PairRule,
+    random_moves: int = 0,
+    seed: int = 0,
 ) -> tuple[list[dict[str, Any]], Counter[str]]:
-    """Stockfish's move for every position, a score for every distinct legal proposal (one batch
-    of positions-after-the-move), then the pairs."""
+    """Stockfish's move for every position, a score for every distinct legal proposal and for
+    ``random_moves`` random legal moves the policy did not propose (one batch of
+    positions-after-the-move), then the pairs."""
+    import random
+
     import chess
 
+    rng = random.Random(seed)
     # fresh: each search starts from an empty hash, so the chosen move is what Stockfish plays at
     # this limit in that position, whatever it searched before (reproducible, checkable)
     best = pool.analyse([p.fen for p in positions], limit, fresh=True)
     children: list[str] = []
     owners: list[tuple[int, str]] = []
+    extras: list[list[str]] = []
     for i, (position, completions) in enumerate(zip(positions, proposals, strict=True)):
         board = chess.Board(position.fen)
         legal = {m.uci() for m in board.legal_moves}
-        for word in dict.fromkeys((c.split() or [""])[0] for c in completions):
+        words = list(dict.fromkeys((c.split() or [""])[0] for c in completions))
+        others = sorted(legal - set(words) - {best[i].best_move})
+        extra = rng.sample(others, min(random_moves, len(others)))
+        extras.append(extra)
+        for word in [*words, *extra]:
             if word in legal and word != best[i].best_move:
                 after = board.copy(stack=False)
                 after.push_uci(word)
@@ -154,7 +165,7 @@ def shard_pairs(
             skipped["terminal"] += 1
             continue
         got, why = make_pairs(
-            position, best[i].best_move, score_cp(best[i].score), proposals[i], scores[i], rule
+            position, best[i].best_move, score_cp(best[i].score), proposals[i], scores[i], rule, extras[i]
         )
         rows.extend(got)
         skipped.update(why)
@@ -238,7 +249,9 @@ def run_preferences(context: PhaseContext) -> PhaseResult:
                 proposals = [c for chunk in ray.get(asked) for c in chunk]
                 if done_now + 1 < len(pending):
                     asked = ask(pending[done_now + 1][1], number[pending[done_now + 1][0]])
-                shard_rows, skipped = shard_pairs(positions, proposals, pool, limit, rule)
+                shard_rows, skipped = shard_pairs(
+                    positions, proposals, pool, limit, rule, cfg.random_moves, seed * 7919 + index
+                )
                 shard_rows, dropped = cap_invalid_share(shard_rows, cfg.max_invalid_share, seed + index)
                 skipped["invalid_share_cap"] += dropped
                 buffer = io.BytesIO()

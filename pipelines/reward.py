@@ -12,7 +12,7 @@ scores), and each Ray Train worker streams its own shard, with equal rows per wo
 worker waits on another. Every ``eval_every`` steps rank 0 measures, on held-out data:
 
 - the pairwise accuracy on the held-out pairs (all of them, and the pairs of two legal moves
-  alone, kinds "worse" and "ranked": harder than an illegal move);
+  alone, kinds "worse", "ranked" and "random": harder than an illegal move);
 - the Spearman correlation, per held-out position, between the model's score of every legal
   move and Stockfish's score of it (positions scored once at ``spearman_nodes``, kept in
   ``<storage>/<run>/reward/spearman_positions.json``), averaged over the positions;
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from chessrl.models import ModelLoadError, context_length, load_tokenizer, local_checkpoint
-from chessrl.preferences import REQUIRED_COLUMNS, mover_cp_after
+from chessrl.preferences import LEGAL_KINDS, REQUIRED_COLUMNS, mover_cp_after
 from chessrl.reward import heldout_board, text_ids
 from cluster.errors import ConfigError, InputDataError, StorageError
 from cluster.storage import Storage
@@ -124,7 +124,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
                 scores = [s for i in range(0, len(ids), 64) for s in score_ids(model, ids[i : i + 64], pad)]
                 chosen, rejected = scores[: len(heldout)], scores[len(heldout) :]
                 metrics["heldout_accuracy"] = pairwise_accuracy(chosen, rejected) or 0.0
-                worse = [i for i, p in enumerate(heldout) if p["kind"] in ("worse", "ranked")]
+                worse = [i for i, p in enumerate(heldout) if p["kind"] in LEGAL_KINDS]
                 if worse:
                     metrics["heldout_accuracy_legal"] = (
                         pairwise_accuracy([chosen[i] for i in worse], [rejected[i] for i in worse]) or 0.0

@@ -115,7 +115,7 @@ def test_pairs_are_what_they_claim_and_an_engine_killed_mid_batch_loses_nothing(
     assert len(list(folder.glob("train/*.parquet"))) == 5 and len(list(folder.glob("heldout/*.parquet"))) == 2
     assert summary["pairs"] == {"train": len(pairs["train"]), "heldout": len(pairs["heldout"])}
     kinds = {r["kind"] for rows in pairs.values() for r in rows}
-    assert "worse" in kinds and kinds <= {"worse", "ranked", "illegal", "unparseable"}
+    assert "worse" in kinds and kinds <= {"worse", "ranked", "random", "illegal", "unparseable"}
 
     # held-out games never in the training pairs (sft's split of the same table)
     import pyarrow.dataset as pads
@@ -155,7 +155,7 @@ def test_pairs_are_what_they_claim_and_an_engine_killed_mid_batch_loses_nothing(
                     legal = chess.Move.from_uci(word) in board.legal_moves
                 except ValueError:  # not even a UCI move
                     legal = False
-                assert (r["kind"] in ("worse", "ranked")) == legal
+                assert (r["kind"] in ("worse", "ranked", "random")) == legal
     finally:
         engine.quit()
 

@@ -170,7 +170,7 @@ def checkpoint_steps(storage: Path) -> list[int]:
 def test_a_killed_reward_driver_resumes_from_its_last_checkpoint(tmp_path, prefs, tiny_lm_dir):
     command = [
         sys.executable, "-m", "pipelines.reward",
-        *reward_args(tmp_path, prefs, tiny_lm_dir, "--max-steps", "40", "--eval-every", "5", "--num-cpus", "2"),
+        *reward_args(tmp_path, prefs, tiny_lm_dir, "--max-steps", "20", "--eval-every", "4", "--num-cpus", "2"),
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": ""}
     proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True,
@@ -185,12 +185,12 @@ def test_a_killed_reward_driver_resumes_from_its_last_checkpoint(tmp_path, prefs
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     written = checkpoint_steps(tmp_path)
-    assert written[-1] < 40 and not (tmp_path / "r" / "reward" / "summary.json").exists()
+    assert written[-1] < 20 and not (tmp_path / "r" / "reward" / "summary.json").exists()
 
     rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     summary = json.loads((tmp_path / "r" / "reward" / "summary.json").read_text())
-    assert summary["steps"] == 40
+    assert summary["steps"] == 20
     assert written[-2] <= summary["resumed_from_step"] <= written[-1]
     assert f"resumed from step {summary['resumed_from_step']}" in rerun.stdout
     # the Spearman positions were scored once, by the first run

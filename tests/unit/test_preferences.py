@@ -148,3 +148,16 @@ def test_the_invalid_share_cap_counts_ranked_pairs_as_valid():
     rows = [{"kind": "ranked"}] * 3 + [{"kind": "illegal"}] * 5
     kept, dropped = cap_invalid_share(rows, 0.25, seed=0)
     assert (len(kept), dropped) == (4, 4)
+
+
+def test_random_moves_pair_with_stockfish_s_move_and_join_the_ranking():
+    pos = position_from_moves("g", 3, ("e2e4", "e7e5"), source="train")
+    scores = {"f1c4": 30, "a2a3": -20, "g2g4": -150}
+    rows, _ = make_pairs(
+        pos, "g1f3", 40, ["f1c4", "a2a3"], scores, PairRule(margin_cp=50, ranked=True), extra=["g2g4"]
+    )
+    kinds = [(r["chosen"].strip(), r["rejected"].strip(), r["kind"]) for r in rows]
+    # g2g4 (-150) is 190 cp below Stockfish's g1f3: a "random" pair; it also ranks below f1c4 and a2a3
+    assert ("g1f3", "g2g4", "random") in kinds
+    assert ("f1c4", "g2g4", "ranked") in kinds and ("a2a3", "g2g4", "ranked") in kinds
+    assert ("g1f3", "a2a3", "worse") in kinds
