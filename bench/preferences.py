@@ -171,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
             code = preferences.main(
                 ["--config", "tiny", "--storage", str(storage), "--run-name", "b", "--no-tracking", "--games", str(games),
                  "--policy", policy, "--positions", str(args.positions), "--heldout-positions", "0", "--k", str(args.k),
-                 "--temperature", str(args.temperature), "--nodes", str(args.nodes)]
+                 "--temperature", str(args.temperature), "--nodes", str(args.nodes),
+                 # the plain loop's pair rule: Stockfish's move against the proposals only
+                 "--no-ranked-pairs", "--random-moves", "0", "--shard-positions", "128"]
             )  # fmt: skip
             if code != 0:
                 return code
