@@ -422,6 +422,6 @@ def ppo_update(
             explained_variance(batch.old_values.view(1, -1), batch.returns.view(1, -1), torch.ones(1, n))
         ),
         actions=float(n),
-        score_mean=float(masked_mean(batch.rewards, batch.legal.float())) if n else 0.0,
+        legal_reward_mean=float(masked_mean(batch.rewards, batch.legal.float())) if n else 0.0,
     )
     return out
