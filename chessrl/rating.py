@@ -325,6 +325,17 @@ def rate_players(
     return {p.name: p for p in table}
 
 
+def _log_expected(elo_diff: float) -> float:
+    """``log(expected_score(elo_diff))`` without underflow: a Newton trial step can put two
+    ratings thousands of Elo apart, where the expected score rounds to 0.0.
+
+    >>> round(_log_expected(0), 6) == round(math.log(0.5), 6), _log_expected(-100_000) < -500
+    (True, True)
+    """
+    x = _K * elo_diff
+    return -math.log1p(math.exp(-x)) if x >= 0 else x - math.log1p(math.exp(x))
+
+
 def _newton_terms(
     free: Sequence[str], ratings: Mapping[str, float], prior_mean: float, terms: Sequence[_Term]
 ) -> tuple[float, list[float], list[list[float]]]:
@@ -334,7 +345,7 @@ def _newton_terms(
     for a, b, n, s in terms:
         diff = ratings[a] - (prior_mean if b is None else ratings[b])
         p = expected_score(diff)
-        log_likelihood += s * math.log(p) + (n - s) * math.log(expected_score(-diff))
+        log_likelihood += s * _log_expected(diff) + (n - s) * _log_expected(-diff)
         weight = _K * _K * n * p * (1 - p)
         for x, sign in ((a, 1), (b, -1)):
             if x in index:

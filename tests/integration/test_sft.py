@@ -127,7 +127,9 @@ def plain_hf_matches_the_phase(phase: Path, phase_rate: float) -> None:
             board.push_uci(uci)
         with contextlib.suppress(ValueError):  # not a UCI move at all
             legal += chess.Move.from_uci(word) in board.legal_moves
-    assert abs(legal / len(positions) - phase_rate) <= 0.01 + 1e-9, (legal, len(positions), phase_rate)
+    # within one position: this barely trained model has near-ties in its logits, and another thread
+    # count can flip one of them; a tokenisation mismatch flips many (47% against 86.5% on the demo)
+    assert abs(legal - phase_rate * len(positions)) <= 1 + 1e-9, (legal, len(positions), phase_rate)
 
 
 def test_sft_without_games_is_one_clear_error(tmp_path, local_ray, capsys, driver_err):
