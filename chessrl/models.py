@@ -20,6 +20,7 @@ import os
 import random
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -294,6 +295,21 @@ def context_length(preset: str | None, base_model: str | None = None) -> int:
 
 # ---------------------------------------------------------------------------------------------
 # playing
+
+
+def right_padded(
+    rows: Sequence[Sequence[int]], pad_id: int, device: Any = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)`` of ``rows`` right-padded to the longest, ``(B, width)``.
+
+    >>> ids, mask = right_padded([[5, 6, 7], [8]], pad_id=0)
+    >>> ids.tolist(), mask.tolist()
+    ([[5, 6, 7], [8, 0, 0]], [[1, 1, 1], [1, 0, 0]])
+    """
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([list(r) + [pad_id] * (width - len(r)) for r in rows], device=device)
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
+    return ids, mask
 
 
 def prompt_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:

@@ -35,6 +35,7 @@ import torch
 
 from chessrl.formats import MovesFormat
 from chessrl.legality import MoveTokens
+from chessrl.models import right_padded
 from chessrl.policy_gradient import (
     compute_gae_advantage_return,
     compute_policy_loss,
@@ -42,6 +43,7 @@ from chessrl.policy_gradient import (
     explained_variance,
     masked_mean,
 )
+from chessrl.reward import score_ids
 
 
 @dataclass(frozen=True)
@@ -95,10 +97,8 @@ class Action:
 
 def last_token_logits(model: Any, rows: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
     """``(B, V)`` logits at each row's last token (right-padded batch, one forward pass)."""
-    width = max(len(r) for r in rows)
     device = next(model.parameters()).device
-    ids = torch.tensor([list(r) + [pad_id] * (width - len(r)) for r in rows], device=device)
-    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
+    ids, mask = right_padded(rows, pad_id, device)
     logits = model(input_ids=ids, attention_mask=mask).logits  # (B, width, V)
     last = torch.tensor([len(r) - 1 for r in rows], device=device)
     return logits[torch.arange(len(rows), device=device), last].float()
@@ -118,10 +118,7 @@ def action_logprobs(
 def state_values(critic: Any, rows: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
     """``(B,)`` values of the states (a one-label sequence-classification model reads each row
     up to its last token); differentiable when grad is on."""
-    width = max(len(r) for r in rows)
-    device = next(critic.parameters()).device
-    ids = torch.tensor([list(r) + [pad_id] * (width - len(r)) for r in rows], device=device)
-    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
+    ids, mask = right_padded(rows, pad_id, next(critic.parameters()).device)
     return critic(input_ids=ids, attention_mask=mask).logits[:, 0].float()
 
 
@@ -310,9 +307,7 @@ def make_batch(
                 for i in range(0, len(rows), chunk)
             ]
         ).cpu()
-        values = torch.cat(
-            [state_values(critic, rows[i : i + chunk], pad_id) for i in range(0, len(rows), chunk)]
-        ).cpu()
+    values = torch.tensor(score_ids(critic, rows, pad_id, chunk))
     old = torch.tensor([a.logprob for a in flat])
     width = max(len(ep) for ep in episodes)
     rewards = torch.zeros(len(episodes), width)

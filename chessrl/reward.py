@@ -94,19 +94,59 @@ def text_ids(tokenizer: Any, text: str) -> list[int]:
     return [*prompt_ids(tokenizer, text), tokenizer.eos_token_id]
 
 
-def score_ids(model: Any, rows: Sequence[Sequence[int]], pad_id: int) -> list[float]:
-    """One forward pass of a sequence-classification model over right-padded ``rows``: the
-    score of each (``logits[:, 0]``, read by the model at its last non-padding token)."""
+def score_ids(model: Any, rows: Sequence[Sequence[int]], pad_id: int, batch_size: int = 64) -> list[float]:
+    """The score of each row (``logits[:, 0]`` of a sequence-classification model, read at its
+    last non-padding token), ``batch_size`` right-padded rows a forward pass, no grad."""
     import torch
 
-    if not rows:
-        return []
-    width = max(len(r) for r in rows)
-    ids = torch.tensor([list(r) + [pad_id] * (width - len(r)) for r in rows], device=model.device)
-    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=model.device)
+    from chessrl.models import right_padded
+
+    out: list[float] = []
     with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=mask).logits
-    return [float(x) for x in logits[:, 0].float().cpu()]
+        for i in range(0, len(rows), batch_size):
+            ids, mask = right_padded(rows[i : i + batch_size], pad_id, model.device)
+            out += [float(x) for x in model(input_ids=ids, attention_mask=mask).logits[:, 0].float().cpu()]
+    return out
+
+
+def evaluate_reward_model(
+    model: Any,
+    pairs: Sequence[dict[str, Any]],
+    positions: Sequence[dict[str, Any]],
+    pad_id: int,
+    legal_kinds: Sequence[str] = ("worse", "ranked", "random"),
+) -> dict[str, float]:
+    """Held-out figures of a reward model (put in eval mode for the call):
+
+    - ``heldout_accuracy``: :func:`pairwise_accuracy` over ``pairs`` (``chosen_ids``,
+      ``rejected_ids``, ``kind``), and ``heldout_accuracy_legal`` over those whose rejected move
+      is legal (``legal_kinds``);
+    - ``heldout_spearman``: :func:`mean_spearman` over ``positions`` (``ids``: one row a legal
+      move, ``cp``: Stockfish's scores of them), and how many positions counted.
+    """
+    was_training = model.training
+    model.eval()
+    metrics: dict[str, float] = {}
+    try:
+        if pairs:
+            scores = score_ids(
+                model, [p["chosen_ids"] for p in pairs] + [p["rejected_ids"] for p in pairs], pad_id
+            )
+            chosen, rejected = scores[: len(pairs)], scores[len(pairs) :]
+            metrics["heldout_accuracy"] = pairwise_accuracy(chosen, rejected) or 0.0
+            legal = [i for i, p in enumerate(pairs) if p["kind"] in legal_kinds]
+            if legal:
+                metrics["heldout_accuracy_legal"] = (
+                    pairwise_accuracy([chosen[i] for i in legal], [rejected[i] for i in legal]) or 0.0
+                )
+        if positions:
+            value, counted = mean_spearman([(score_ids(model, p["ids"], pad_id), p["cp"]) for p in positions])
+            if value is not None:
+                metrics["heldout_spearman"] = value
+                metrics["heldout_spearman_positions"] = float(counted)
+    finally:
+        model.train(was_training)
+    return metrics
 
 
 @dataclass(frozen=True)

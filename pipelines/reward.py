@@ -59,6 +59,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     from trl import RewardTrainer
 
     from chessrl.models import resolve_bf16
+    from chessrl.reward import evaluate_reward_model
     from cluster.tracking import RunMetricsLogger
 
     model, tokenizer = reward_model_from_backbone(cfg["base_model"])
@@ -111,40 +112,6 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     heldout = cfg["heldout"]
     spearman_set = cfg["spearman"]
 
-    def evaluate(model: Any) -> dict[str, float]:
-        from chessrl.reward import mean_spearman, pairwise_accuracy, score_ids
-
-        pad = tokenizer.pad_token_id
-        was_training = model.training
-        model.eval()
-        metrics: dict[str, float] = {}
-        try:
-            if heldout:
-                ids = [p["chosen_ids"] for p in heldout] + [p["rejected_ids"] for p in heldout]
-                scores = [s for i in range(0, len(ids), 64) for s in score_ids(model, ids[i : i + 64], pad)]
-                chosen, rejected = scores[: len(heldout)], scores[len(heldout) :]
-                metrics["heldout_accuracy"] = pairwise_accuracy(chosen, rejected) or 0.0
-                worse = [i for i, p in enumerate(heldout) if p["kind"] in LEGAL_KINDS]
-                if worse:
-                    metrics["heldout_accuracy_legal"] = (
-                        pairwise_accuracy([chosen[i] for i in worse], [rejected[i] for i in worse]) or 0.0
-                    )
-            if spearman_set:
-                groups = []
-                for position in spearman_set:
-                    rows = position["ids"]
-                    got = [
-                        s for i in range(0, len(rows), 64) for s in score_ids(model, rows[i : i + 64], pad)
-                    ]
-                    groups.append((got, position["cp"]))
-                value, counted = mean_spearman(groups)
-                if value is not None:
-                    metrics["heldout_spearman"] = value
-                    metrics["heldout_spearman_positions"] = float(counted)
-        finally:
-            model.train(was_training)
-        return metrics
-
     class HeldoutEval(TrainerCallback):  # type: ignore[misc]
         """Held-out pairwise accuracy and Spearman every ``eval_every`` steps (rank 0), into the
         trainer's log history (Ray Train's reported metrics), MLflow and one progress line."""
@@ -162,7 +129,9 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             if rank != 0 or not (step % cfg["eval_every"] == 0 or step >= state.max_steps):
                 return
             now = time.perf_counter()
-            metrics = evaluate(kw["model"])
+            metrics = evaluate_reward_model(
+                kw["model"], heldout, spearman_set, tokenizer.pad_token_id, LEGAL_KINDS
+            )
             metrics["heldout_eval_s"] = time.perf_counter() - now
             done = max(1, step - self.first_step)
             metrics["train_pairs_per_s"] = (
@@ -291,9 +260,9 @@ def base_model_location(context: PhaseContext) -> str:
     return model.root if model.is_local else model.uri
 
 
-def preference_files(context: PhaseContext) -> tuple[Storage, list[str], list[str]]:
-    """The preference table's training and held-out Parquet files (relative names); a missing,
-    empty or wrong-schema table is one clear error."""
+def preference_files(context: PhaseContext) -> tuple[Storage, list[str], list[str], set[str]]:
+    """The preference table's training and held-out Parquet files (relative names) and the
+    columns every file has; a missing, empty or wrong-schema table is one clear error."""
     import pyarrow.parquet as pq
 
     cfg = context.config.reward
@@ -303,6 +272,7 @@ def preference_files(context: PhaseContext) -> tuple[Storage, list[str], list[st
         raise StorageError(
             f"no preference pairs at {source.uri}: run `chess-rl preferences` first, or pass --preferences"
         )
+    common: set[str] | None = None
     for name in files:
         try:
             with source.fs.open_input_file(source.path(name)) as handle:
@@ -316,11 +286,14 @@ def preference_files(context: PhaseContext) -> tuple[Storage, list[str], list[st
                 f"(it has {', '.join(names)}); the columns {', '.join(REQUIRED_COLUMNS)} are needed, "
                 "as `chess-rl preferences` writes them"
             )
+        common = set(names) if common is None else common & set(names)
     train = [f for f in files if f.startswith("train/")]
     held = [f for f in files if f.startswith("heldout/")]
+    if held and not train:
+        raise InputDataError(f"{source.uri} has held-out pairs but no train/ shards to train on")
     if not train and not held:  # a table without the split: every file is read and split by board
-        return source, files, []
-    return source, train, held
+        return source, files, [], common or set()
+    return source, train, held, common or set()
 
 
 def tokenize_pairs(batch: dict[str, Any], tokenizer: Any, max_length: int, holdout: bool) -> dict[str, Any]:
@@ -451,9 +424,7 @@ def normalizer_stats(checkpoint: Any, sample: list[dict[str, Any]], name: str) -
         model, tokenizer = reward_model_from_backbone(str(Path(folder) / name))
     model.eval()
     rows = [p["chosen_ids"] for p in sample] + [p["rejected_ids"] for p in sample]
-    scores = [
-        s for i in range(0, len(rows), 64) for s in score_ids(model, rows[i : i + 64], tokenizer.pad_token_id)
-    ]
+    scores = score_ids(model, rows, tokenizer.pad_token_id)
     return statistics.fmean(scores), statistics.pstdev(scores) if len(scores) > 1 else 1.0
 
 
@@ -469,13 +440,12 @@ def run_reward(context: PhaseContext) -> PhaseResult:
     local = check_backbone(base)
     tokenizer = load_tokenizer(str(local))
     max_length = context_length(None, str(local))
-    source, train_files, held_files = preference_files(context)
+    source, train_files, held_files, present = preference_files(context)
     data_context = ray.data.DataContext.get_current()
     data_context.enable_progress_bars = sys.stderr.isatty()
     data_context.print_on_execution_start = False
     # tokenize in Ray Data, then keep what fits the model's context
     split_by_board = not held_files
-    present = parquet_columns(source, train_files[0])
     columns = [*REQUIRED_COLUMNS, *(c for c in ("fen", "kind") if c in present)]
     tokenized = (
         ray.data.read_parquet([source.path(f) for f in train_files], filesystem=source.fs)
@@ -626,13 +596,6 @@ def run_reward(context: PhaseContext) -> PhaseResult:
         f"  model         {model_out.uri}",
     ]
     return PhaseResult(summary=summary, lines=lines, ok=True)
-
-
-def parquet_columns(source: Storage, name: str) -> list[str]:
-    import pyarrow.parquet as pq
-
-    with source.fs.open_input_file(source.path(name)) as handle:
-        return list(pq.read_schema(handle).names)
 
 
 PHASE = Phase(

@@ -3,6 +3,8 @@ an untrained tiny language model saved as a Hugging Face folder."""
 
 from __future__ import annotations
 
+import logging
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +12,21 @@ import pytest
 
 from cluster.config import RaySection
 from cluster.runtime import RayInfo, ray_session
+
+
+@pytest.fixture(autouse=True)
+def _log_handlers_follow_capture() -> None:
+    """Point stream handlers whose stream was closed at the current ``sys.stderr``.
+
+    Ray's ``PlainRayHandler`` keeps the ``sys.stderr`` it saw when Ray Data first logged; under
+    ``capsys`` that is one test's capture, closed when the test ends, and every later Ray Data
+    line then prints a "--- Logging error ---" traceback into the next test's stderr.
+    """
+    loggers = [logging.root, *logging.root.manager.loggerDict.values()]
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", ()):
+            if isinstance(handler, logging.StreamHandler) and getattr(handler.stream, "closed", False):
+                handler.stream = sys.stderr
 
 
 @pytest.fixture(scope="session")

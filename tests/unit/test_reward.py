@@ -88,3 +88,28 @@ def test_a_pair_is_trained_on_the_ids_a_query_is_scored_on():
     assert ids[0] == tok.bos_token_id and ids[-1] == tok.eos_token_id and len(ids) == 5
     # the first move of a game has no leading space
     assert text_ids(tok, "" + "d2d4") == query_ids(tok, RewardQuery((), "d2d4"))
+
+
+def test_evaluate_reward_model_is_accuracy_and_spearman_of_its_scores():
+    import torch
+
+    from chessrl.reward import build_reward_model, evaluate_reward_model, score_ids
+
+    torch.manual_seed(0)
+    model, tok = build_reward_model("tiny")
+    model.train()
+    rows = [query_ids(tok, q) for q in (RewardQuery((), m) for m in ("e2e4", "d2d4", "g1f3", "a2a3"))]
+    pairs = [
+        {"chosen_ids": rows[0], "rejected_ids": rows[1], "kind": "worse"},
+        {"chosen_ids": rows[2], "rejected_ids": rows[3], "kind": "illegal"},
+    ]
+    scores = score_ids(model.eval(), rows, tok.pad_token_id)
+    model.train()
+    metrics = evaluate_reward_model(model, pairs, [{"ids": rows, "cp": [30, 20, 10, 0]}], tok.pad_token_id)
+    assert model.training  # left as it was
+    assert metrics["heldout_accuracy"] == pairwise_accuracy([scores[0], scores[2]], [scores[1], scores[3]])
+    assert metrics["heldout_accuracy_legal"] == pairwise_accuracy([scores[0]], [scores[1]])
+    assert metrics["heldout_spearman"] == spearman(scores, [30, 20, 10, 0])
+    assert metrics["heldout_spearman_positions"] == 1.0
+    # score_ids in chunks equals one pass
+    assert score_ids(model.eval(), rows, tok.pad_token_id, batch_size=3) == pytest.approx(scores, abs=1e-5)
