@@ -26,16 +26,18 @@ and takes ``ppo_epochs`` passes of clipped-surrogate and clipped-value minibatch
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 import chess
+import pyarrow as pa
 import torch
 
 from chessrl.formats import MovesFormat
 from chessrl.legality import MoveTokens
 from chessrl.models import right_padded
+from chessrl.players import PlayerSpec, parse_player_spec
 from chessrl.policy_gradient import (
     compute_gae_advantage_return,
     compute_policy_loss,
@@ -44,6 +46,7 @@ from chessrl.policy_gradient import (
     masked_mean,
 )
 from chessrl.reward import score_ids
+from cluster.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,8 @@ class Action:
     result: float = 0.0
     """The game's result from the policy's side, on the episode's last action (0 elsewhere)."""
     last: bool = False
+    opponent: int = 0
+    """Index of the episode's opponent in the configured pool."""
 
 
 def last_token_logits(model: Any, rows: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
@@ -182,12 +187,15 @@ def play_episodes(
     generator: torch.Generator,
     score: Callable[[list[tuple[list[str], str]]], list[float]],
     seed: int = 0,
+    refresh: Callable[[], tuple[Any, int] | None] | None = None,
 ) -> list[Action]:
     """Play one episode per start ``(name, moves so far)`` at once: the policy moves for every
     game whose turn it is in one forward pass, the opponents answer, until each game ends, an
     illegal move, or ``max_actions`` policy moves. The policy plays the side to move at the
     start; opponents are taken in turn. ``score([(moves, move), ...])`` gives the reward model's
-    normalised scores of the legal moves, batched per step. Returns every action."""
+    normalised scores of the legal moves, batched per step. ``refresh()``, called between moves,
+    returns ``(newer policy, its version)`` or None: each action records the version that chose
+    it. Returns every action."""
     from chessrl.models import prompt_ids
 
     fmt = MovesFormat()
@@ -202,6 +210,9 @@ def play_episodes(
         live = [e for e in episodes if not e.done]
         if not live:
             break
+        newer = refresh() if refresh is not None else None
+        if newer is not None:
+            policy, version = newer
         # the policy's turn in every live game (opponents answered at the end of the last step)
         rows = [prompt_ids(tokenizer, fmt.prompt(e.moves)) for e in live]
         tokens, logprobs = sample_actions(policy, rows, pad, settings.temperature, generator)
@@ -212,7 +223,9 @@ def play_episodes(
             move = found[0] if found else None
             legal = move is not None and move in e.board.legal_moves
             uci = move.uci() if move is not None else tokenizer.decode([token]).strip()
-            action = Action(e.name, len(e.actions), row, token, uci, legal, logprob, version)
+            action = Action(
+                e.name, len(e.actions), row, token, uci, legal, logprob, version, opponent=e.opponent
+            )
             e.actions.append(action)
             if legal:
                 legal_queries.append((list(e.moves), uci))
@@ -420,3 +433,169 @@ def ppo_update(
         legal_reward_mean=float(masked_mean(batch.rewards, batch.legal.float())) if n else 0.0,
     )
     return out
+
+
+#: What ``ppo.opponents`` may name.
+OPPONENTS_ALLOWED = "self, random, stockfish[:skill=N|elo=N|nodes=N|random=P,...]"
+
+
+@dataclass(frozen=True)
+class OpponentSpec:
+    """One opponent of the pool: ``self`` (the policy as the collector last pulled it, sampled at
+    the policy's temperature), ``random``, or ``stockfish[:...]`` (weak Stockfish, the player
+    syntax of ``evaluate``).
+
+    >>> parse_opponent("stockfish:skill=0").player.skill_level
+    0
+    """
+
+    kind: Literal["self", "random", "stockfish"]
+    text: str
+    player: PlayerSpec | None = None
+
+
+def parse_opponent(spec: str, key: str = "ppo.opponents (--opponents)") -> OpponentSpec:
+    """Parse one opponent; anything else is a :class:`ConfigError` naming ``key`` and what is allowed."""
+    text = spec.strip()
+    if text in ("self", "random"):
+        return OpponentSpec(text, text)  # type: ignore[arg-type]
+    if text == "stockfish" or text.startswith("stockfish:"):
+        return OpponentSpec("stockfish", text, parse_player_spec(text, key=key))
+    raise ConfigError(f"{key}: unknown opponent {spec!r}; allowed: {OPPONENTS_ALLOWED}")
+
+
+def policy_opponent(
+    model: Any, tokenizer: Any, moves_table: MoveTokens, temperature: float, generator: torch.Generator
+) -> Opponent:
+    """The policy itself as an opponent: one batched forward pass for all boards, a sampled move
+    each; an illegal sample is replaced by a random legal move (the opponent's moves are
+    observations, never trained on)."""
+    from chessrl.models import prompt_ids
+
+    fmt = MovesFormat()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    rng = random.Random(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
+
+    def choose(boards: Sequence[chess.Board]) -> list[chess.Move]:
+        rows = [prompt_ids(tokenizer, fmt.prompt([m.uci() for m in b.move_stack])) for b in boards]
+        tokens, _ = sample_actions(model, rows, pad, temperature, generator)
+        out = []
+        for board, token in zip(boards, tokens, strict=True):
+            found = moves_table.move_of.get(token)
+            move = found[0] if found else None
+            out.append(
+                move
+                if move is not None and move in board.legal_moves
+                else rng.choice(list(board.legal_moves))
+            )
+        return out
+
+    return choose
+
+
+def start_positions(
+    games: Iterable[Mapping[str, Any]], n: int, *, seed: int, max_ply: int, prefix: str
+) -> list[tuple[str, list[str]]]:
+    """``n`` episode starts ``(name, moves so far)``: a seeded game of ``games`` (rows with a
+    ``moves`` string of UCI moves) cut at a ply in ``[0, max_ply]`` where the game went on, so
+    the side to move has a move; the start position when there are no games.
+
+    >>> start_positions([{"moves": "e2e4 e7e5 g1f3"}], 2, seed=3, max_ply=1, prefix="c0")
+    [('c0-0', []), ('c0-1', ['e2e4'])]
+    """
+    rng = random.Random(seed)
+    pool = [str(g["moves"]).split() for g in games if g.get("moves")]
+    out: list[tuple[str, list[str]]] = []
+    for i in range(n):
+        moves = rng.choice(pool) if pool else []
+        ply = rng.randint(0, min(max_ply, len(moves) - 1)) if moves else 0
+        out.append((f"{prefix}-{i}", moves[:ply]))
+    return out
+
+
+#: A rollout shard: one row per policy action (episode order kept).
+ROLLOUT_SCHEMA = pa.schema(
+    [
+        ("episode", pa.string()),
+        ("t", pa.int32()),
+        ("prompt_ids", pa.list_(pa.int32())),
+        ("action_id", pa.int32()),
+        ("move", pa.string()),
+        ("legal", pa.bool_()),
+        ("logprob", pa.float64()),
+        ("version", pa.int64()),
+        ("score", pa.float64()),
+        ("result", pa.float64()),
+        ("last", pa.bool_()),
+        ("opponent", pa.int32()),
+    ]
+)
+
+
+def rollout_table(actions: Sequence[Action]) -> pa.Table:
+    """Actions as a :data:`ROLLOUT_SCHEMA` table (see :func:`actions_from_rows` for the way back).
+
+    >>> a = Action("g0", 0, [1, 5], 9, "e2e4", True, -0.5, 3, score=0.2, last=True)
+    >>> actions_from_rows(rollout_table([a]).to_pylist()) == [a]
+    True
+    """
+    rows = [asdict(a) for a in actions]
+    return pa.Table.from_pylist(rows, schema=ROLLOUT_SCHEMA)
+
+
+def actions_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Action]:
+    """Rows of a rollout shard (``to_pylist()``, Ray Data rows) as :class:`Action` s."""
+    names = [f.name for f in ROLLOUT_SCHEMA]
+    out = []
+    for r in rows:
+        values = {k: r[k] for k in names}
+        values["prompt_ids"] = [int(x) for x in values["prompt_ids"]]
+        out.append(Action(**values))
+    return out
+
+
+def stale_episodes(actions: Sequence[Action], learner_version: int, max_staleness: int) -> set[str]:
+    """Episodes with an action chosen by weights more than ``max_staleness`` versions older than
+    the learner's (the learner drops them whole: GAE needs every action of an episode).
+
+    >>> a = [Action("x", 0, [1], 2, "e2e4", True, 0.0, 1), Action("y", 0, [1], 2, "e2e4", True, 0.0, 3)]
+    >>> stale_episodes(a, learner_version=4, max_staleness=2)
+    {'x'}
+    """
+    return {a.episode for a in actions if learner_version - a.version > max_staleness}
+
+
+def ppo_iteration(
+    policy: Any,
+    reference: Any,
+    critic: Any,
+    policy_opt: torch.optim.Optimizer | None,
+    critic_opt: torch.optim.Optimizer,
+    tokenizer: Any,
+    moves_table: MoveTokens,
+    starts: Sequence[tuple[str, Sequence[str]]],
+    opponents: Sequence[Opponent],
+    settings: PPOSettings,
+    max_actions: int,
+    version: int,
+    generator: torch.Generator,
+    score: Callable[[list[tuple[list[str], str]]], list[float]],
+) -> dict[str, float]:
+    """One PPO iteration in one process, with no Ray: play the episodes, score them, train. The
+    baseline of ``bench/rl_step.py``; the phase runs the same steps on collectors and a learner."""
+    import time
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    started = time.perf_counter()
+    policy.eval()
+    actions = play_episodes(
+        policy, tokenizer, moves_table, starts, opponents, settings, max_actions, version, generator, score
+    )
+    played = time.perf_counter()
+    batch = make_batch(actions, reference, critic, pad, settings)
+    policy.train()
+    critic.train()
+    metrics = ppo_update(policy, critic, policy_opt, critic_opt, batch, pad, settings, generator)
+    done = time.perf_counter()
+    metrics.update(play_s=played - started, learn_s=done - played, episodes=float(len(starts)))
+    return metrics

@@ -27,6 +27,8 @@ MODULES = [
     "chessrl.mcts",
     "chessrl.preferences",
     "chessrl.reward",
+    "chessrl.ppo",
+    "pipelines.ppo",
     "cluster.errors",
     "cluster.tracking",
     "cluster.config",
