@@ -83,6 +83,27 @@ class RewardServer:
         raw = await future
         return self.normalizer.apply(raw) if normalized else raw
 
+    async def score_batch(
+        self, queries: Sequence[dict[str, Any] | RewardQuery], normalized: bool = True
+    ) -> list[float]:
+        """Many moves in one call (one round trip for a rollout step); they share the queue with
+        single calls, so they may be scored together. An invalid query fails the whole call."""
+        from chessrl.reward import query_ids
+
+        qs = [q if isinstance(q, RewardQuery) else RewardQuery.from_dict(q) for q in queries]
+        for q in qs:
+            q.validate()
+        loop = asyncio.get_running_loop()
+        queue = self._queue()
+        futures: list[asyncio.Future[float]] = []
+        for q in qs:
+            future: asyncio.Future[float] = loop.create_future()
+            await queue.put((query_ids(self.tokenizer, q), future, time.perf_counter()))
+            futures.append(future)
+        self._depth.set(queue.qsize(), tags=self._tags)
+        raw = await asyncio.gather(*futures)
+        return [self.normalizer.apply(r) if normalized else r for r in raw]
+
     async def _serve(self) -> None:
         from chessrl.reward import score_ids
 
@@ -161,6 +182,24 @@ class RewardClient:
         for ref in self.submit(queries, normalized):
             try:
                 out.append(ray.get(ref))
+            except ray.exceptions.RayTaskError as exc:
+                raise exc.cause from None
+        return out
+
+    def score_batch(
+        self, queries: Sequence[RewardQuery | dict[str, Any]], normalized: bool = True
+    ) -> list[float]:
+        """The scores, in order, from one call per replica (the queries split evenly among them)."""
+        if not queries:
+            return []
+        n = len(self.actors)
+        size = -(-len(queries) // n)
+        chunks = [list(queries[i : i + size]) for i in range(0, len(queries), size)]
+        refs = [self.actors[next(self._next)].score_batch.remote(c, normalized) for c in chunks]
+        out: list[float] = []
+        for ref in refs:
+            try:
+                out += ray.get(ref)
             except ray.exceptions.RayTaskError as exc:
                 raise exc.cause from None
         return out

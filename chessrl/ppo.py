@@ -104,9 +104,14 @@ def last_token_logits(model: Any, rows: Sequence[Sequence[int]], pad_id: int) ->
     """``(B, V)`` logits at each row's last token (right-padded batch, one forward pass)."""
     device = next(model.parameters()).device
     ids, mask = right_padded(rows, pad_id, device)
-    logits = model(input_ids=ids, attention_mask=mask).logits  # (B, width, V)
     last = torch.tensor([len(r) - 1 for r in rows], device=device)
-    return logits[torch.arange(len(rows), device=device), last].float()
+    head = model.get_output_embeddings()
+    if head is None:  # no separate head to apply: the full logits
+        logits = model(input_ids=ids, attention_mask=mask).logits  # (B, width, V)
+        return logits[torch.arange(len(rows), device=device), last].float()
+    # the head on the last position only: (B, V) rather than (B, width, V)
+    hidden = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+    return head(hidden[torch.arange(len(rows), device=device), last]).float()
 
 
 def action_logprobs(

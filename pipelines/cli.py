@@ -31,6 +31,10 @@ PHASES: dict[str, tuple[str, str]] = {
         "pipelines.reward",
         "preference pairs -> a reward model (Ray Train + TRL RewardTrainer), held-out accuracy, resumable",
     ),
+    "ppo": (
+        "pipelines.ppo",
+        "PPO against the reward model: rollout collectors, RewardServer, Ray Train learner, KL to sft, resumable",
+    ),
     "selfplay": (
         "pipelines.selfplay",
         "AlphaZero-style training: batched-MCTS collectors, parameter server, Ray Train learner, gating",
@@ -44,7 +48,6 @@ PHASES: dict[str, tuple[str, str]] = {
 
 #: Phases of the design that are not built yet (shown in --help so nobody hunts for them).
 PLANNED: dict[str, str] = {
-    "ppo": "PPO against the reward model (KL to a frozen reference)",
     "grpo": "GRPO with engine-verified rewards",
     "tune": "Ray Tune sweeps (MCTS cpuct, KL coefficient)",
     "rlaif": "every phase in order, resumable",

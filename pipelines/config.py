@@ -293,6 +293,73 @@ class RewardConfig(Section):
     model's config (``chessrl_reward_mean`` / ``chessrl_reward_std``) for normalisation."""
 
 
+class PPOConfig(Section):
+    """``ppo``: the sft policy plays against an opponent pool on rollout collectors, the reward model
+    scores each move (RewardServer), and a Ray Train learner improves it with PPO (clipped
+    surrogate, GAE, a critic initialised from the reward model, a KL penalty to the sft start)."""
+
+    policy: str | None = None
+    """The starting policy and frozen reference: a saved model folder or s3:// prefix (default: this run's sft model)."""
+    reward_model: str | None = None
+    """The reward model (default: this run's reward model); its tokenizer must be the policy's."""
+    games: str | None = None
+    """Games table the episodes start from (default: this run's prepare output; none: the start position)."""
+    iterations: int = Field(40, ge=1)
+    """Learner iterations (one policy version each)."""
+    time_limit_minutes: float | None = Field(None, gt=0)
+    """Stop the learner after this many minutes (the last iteration finishes)."""
+    episodes_per_iteration: int = Field(64, ge=1)
+    """Episodes the learner takes per iteration."""
+    max_actions: int = Field(16, ge=1)
+    """T: policy moves per episode at most."""
+    max_start_ply: int = Field(40, ge=0)
+    """Episodes start at a ply in [0, this] of a sampled game."""
+    opponents: list[str] = Field(default_factory=lambda: ["self", "random"], min_length=1)
+    """Opponent pool, taken in turn: self (the policy as last pulled), random, stockfish[:skill=N|elo=N|nodes=N|random=P]."""
+    stockfish_nodes: int = Field(1000, ge=1)
+    """Node limit of a Stockfish opponent without its own."""
+    collectors: int = Field(1, ge=1)
+    """RolloutCollector actors."""
+    concurrent_games: int = Field(32, ge=1)
+    """Episodes each collector plays at once (one forward pass a move for all)."""
+    max_staleness: int = Field(1, ge=0)
+    """Most versions a sample's weights may lag the learner's; older episodes are dropped."""
+    reward_servers: int = Field(1, ge=1)
+    """RewardServer replicas."""
+    kl_coef: float = Field(0.05, ge=0)
+    """beta: the per-action k1 KL to the reference in the reward."""
+    clip: float = Field(0.2, gt=0)
+    """epsilon of the clipped surrogate."""
+    value_clip: float = Field(0.2, gt=0)
+    """Clip range of the value loss."""
+    gamma: float = Field(1.0, ge=0, le=1)
+    """Discount over the policy's moves."""
+    lam: float = Field(0.95, ge=0, le=1)
+    """GAE lambda."""
+    ppo_epochs: int = Field(2, ge=1)
+    """Passes over each iteration's experience."""
+    minibatch: int = Field(64, ge=1)
+    """Actions per optimiser step."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature of the policy's moves."""
+    illegal_penalty: float = Field(-3.0, le=0)
+    """Reward of an illegal or unparseable move (it ends the episode)."""
+    result_weight: float = Field(0.0, ge=0)
+    """Weight of the game result (+1/0/-1) added to an episode's last action."""
+    entropy_coef: float = Field(0.0, ge=0)
+    """Entropy bonus in the policy loss."""
+    learning_rate: float = Field(1e-5, gt=0)
+    """Policy learning rate (AdamW)."""
+    critic_learning_rate: float = Field(1e-4, gt=0)
+    """Critic learning rate (AdamW)."""
+    critic_warmup: int = Field(2, ge=0)
+    """Iterations that train only the critic before the policy moves."""
+    checkpoint_interval: int = Field(5, ge=1)
+    """Save a learner checkpoint every this many iterations (and at the end)."""
+    cpus_per_worker: float | None = Field(None, gt=0)
+    """CPUs the learner reserves (default: what the collectors and reward servers leave, keeping one free)."""
+
+
 class SelfplayConfig(Section):
     """``selfplay``: AlphaZero-style training: collectors (batched MCTS) -> replay shards -> a Ray
     Train learner -> the parameter server, with arena gating. Flag names and defaults of the
@@ -388,3 +455,4 @@ class ChessRLConfig(Section):
     preferences: PreferencesConfig = Field(default_factory=PreferencesConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     selfplay: SelfplayConfig = Field(default_factory=SelfplayConfig)
+    ppo: PPOConfig = Field(default_factory=PPOConfig)

@@ -9,6 +9,10 @@
 
 from __future__ import annotations
 
+import json
+import math
+import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -104,3 +108,36 @@ def resume_folder(phase: str, subfolder: str = "checkpoint") -> str | None:
     state = json.loads(Path(resume, "trainer_state.json").read_text())
     print(f"[{phase}] resuming from the checkpoint of step {state['global_step']}", flush=True)
     return resume
+
+
+class LearnerLog:
+    """``metrics.jsonl`` and TensorBoard events in a local folder, copied to remote storage on
+    :meth:`sync` (a local storage is written in place)."""
+
+    def __init__(self, storage: Storage) -> None:
+        from tensorboardX import SummaryWriter
+
+        self.storage = storage
+        self.folder = storage.path() if storage.is_local else tempfile.mkdtemp(prefix="selfplay-logs-")
+        os.makedirs(self.folder, exist_ok=True)
+        if not storage.is_local and storage.exists("metrics.jsonl"):  # a resumed run appends
+            with open(os.path.join(self.folder, "metrics.jsonl"), "wb") as handle:
+                handle.write(storage.read_bytes("metrics.jsonl"))
+        self.writer = SummaryWriter(self.folder, flush_secs=10)
+
+    def write(self, metrics: dict[str, Any], step: int) -> None:
+        with open(os.path.join(self.folder, "metrics.jsonl"), "a") as handle:
+            handle.write(json.dumps(metrics, sort_keys=True) + "\n")
+        for key, value in metrics.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                self.writer.add_scalar(key, value, step)
+
+    def sync(self) -> None:
+        self.writer.flush()
+        if not self.storage.is_local:
+            for name in os.listdir(self.folder):
+                self.storage.upload_file(os.path.join(self.folder, name), name)
+
+    def close(self) -> None:
+        self.sync()
+        self.writer.close()

@@ -50,7 +50,7 @@ from chessrl.network import NetConfig
 from chessrl.selfplay import SelfPlaySettings
 from cluster.storage import Storage
 from pipelines.config import SelfplayConfig
-from pipelines.learner import torch_trainer
+from pipelines.learner import LearnerLog, torch_trainer
 from pipelines.phase import Phase, PhaseContext, PhaseResult, run_phase
 
 
@@ -119,39 +119,6 @@ def load_weights(storage: Storage, rel: str) -> dict[str, Any]:
 def numpy_state(net: Any) -> dict[str, Any]:
     """A module's state dict as CPU numpy arrays (what the parameter server hands out)."""
     return {k: v.detach().cpu().numpy() for k, v in net.state_dict().items()}
-
-
-class LearnerLog:
-    """``metrics.jsonl`` and TensorBoard events in a local folder, copied to remote storage on
-    :meth:`sync` (a local storage is written in place)."""
-
-    def __init__(self, storage: Storage) -> None:
-        from tensorboardX import SummaryWriter
-
-        self.storage = storage
-        self.folder = storage.path() if storage.is_local else tempfile.mkdtemp(prefix="selfplay-logs-")
-        os.makedirs(self.folder, exist_ok=True)
-        if not storage.is_local and storage.exists("metrics.jsonl"):  # a resumed run appends
-            with open(os.path.join(self.folder, "metrics.jsonl"), "wb") as handle:
-                handle.write(storage.read_bytes("metrics.jsonl"))
-        self.writer = SummaryWriter(self.folder, flush_secs=10)
-
-    def write(self, metrics: dict[str, Any], step: int) -> None:
-        with open(os.path.join(self.folder, "metrics.jsonl"), "a") as handle:
-            handle.write(json.dumps(metrics, sort_keys=True) + "\n")
-        for key, value in metrics.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                self.writer.add_scalar(key, value, step)
-
-    def sync(self) -> None:
-        self.writer.flush()
-        if not self.storage.is_local:
-            for name in os.listdir(self.folder):
-                self.storage.upload_file(os.path.join(self.folder, name), name)
-
-    def close(self) -> None:
-        self.sync()
-        self.writer.close()
 
 
 def train_loop_per_worker(cfg: dict[str, Any]) -> None:

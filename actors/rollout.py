@@ -1,0 +1,260 @@
+"""RolloutCollectors: many games at once, the policy's moves for all of them in one forward pass,
+rewards from the RewardServer, finished episodes written as rollout Parquet shards (PPO now;
+GRPO's group rollouts reuse the shard layout and the weight pulls).
+
+    spec = RolloutSpec(run="demo", rollout_uri=".../ppo/rollouts", ..., server_name="demo/parameter-server")
+    collectors = [RolloutCollector.options(name=f"demo/rollout-collector-{i}").remote(spec, i)
+                  for i in range(2)]
+    runs = [c.run.remote() for c in collectors]          # until the ParameterServer says stop
+
+A collector is a thin shell around :func:`chessrl.ppo.play_episodes`. Between moves it asks the
+ParameterServer for newer weights (each action records the version that chose it). It plays
+at most ``rounds_per_version`` rounds of ``concurrent_games`` episodes with one version, then
+waits for the learner's next one: that is the backpressure, and it bounds how stale a sample
+can be. Each round is one shard, ``shard-<collector>-<n>.parquet``, written whole (a temporary
+file renamed): the learner lists the folder, so a shard on storage is never lost, and a shard
+half written is never seen. A killed collector is restarted by Ray (``max_restarts``), its
+``run`` retried, and it numbers its shards on from what is on storage, so none is written twice;
+the round it was playing is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.util import metrics
+
+from chessrl.ppo import PPOSettings
+
+_SHARD = re.compile(r"^shard-(\d+)-(\d+)\.parquet$")
+
+
+def rollout_shard_name(collector: int, n: int) -> str:
+    """The ``n``-th rollout shard of ``collector``.
+
+    >>> rollout_shard_name(1, 12)
+    'shard-01-000012.parquet'
+    """
+    return f"shard-{collector:02d}-{n:06d}.parquet"
+
+
+def list_rollout_shards(storage: Any) -> list[str]:
+    """Finished rollout shards under ``storage`` (temporary files of writes in progress excluded)."""
+    if not storage.exists():
+        return []
+    return sorted(rel for rel in storage.list_files() if _SHARD.match(rel))
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """What every collector of a run needs (picklable)."""
+
+    run: str
+    rollout_uri: str
+    status_uri: str
+    policy_path: str
+    settings: PPOSettings
+    opponents: tuple[str, ...]
+    start_pool: tuple[tuple[str, ...], ...]
+    """Move lists the episodes start from (sampled by the driver from the games table)."""
+    concurrent_games: int
+    max_actions: int
+    rounds_per_version: int
+    seed: int
+    server_name: str
+    namespace: str
+    reward_servers: tuple[str, ...]
+    engine_pool: Any = None
+    """An :class:`actors.engine_pool.EnginePool` when an opponent is Stockfish."""
+    stockfish_nodes: int = 1000
+    invocation: str = ""
+
+
+class _Stopped(Exception):
+    """The ParameterServer said stop while a round was being played."""
+
+
+@ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=-1)
+class RolloutCollector:
+    """``concurrent_games`` episodes at once; each finished round is one rollout shard."""
+
+    def __init__(self, spec: RolloutSpec, index: int) -> None:
+        from cluster.storage import Storage
+
+        self.spec, self.index = spec, index
+        self.rollouts = Storage.from_uri(spec.rollout_uri)
+        self.status = Storage.from_uri(spec.status_uri)
+        mine = [rel for rel in list_rollout_shards(self.rollouts) if rel.startswith(f"shard-{index:02d}-")]
+        self.next_shard = 1 + max((int(_SHARD.match(rel).group(2)) for rel in mine), default=-1)  # type: ignore[union-attr]
+        previous = self._read_status()
+        same = previous.get("invocation") == spec.invocation
+        self.starts = int(previous.get("starts", 0)) + 1 if same else 1
+        self.lifetime_starts = int(previous.get("lifetime_starts", 0)) + 1
+        self._write_status(state="starting")
+        tags = {"collector": f"{spec.run}/rollout-collector-{index}"}
+        self._episodes = metrics.Counter(
+            "chessrl_rollout_episodes", "Episodes written", tag_keys=("collector",)
+        )
+        self._actions = metrics.Counter(
+            "chessrl_rollout_actions", "Policy actions written", tag_keys=("collector",)
+        )
+        self._legal = metrics.Gauge(
+            "chessrl_rollout_legal_rate", "Legal share of the last shard", tag_keys=("collector",)
+        )
+        for metric in (self._episodes, self._actions, self._legal):
+            metric.set_default_tags(tags)
+
+    def _read_status(self) -> dict[str, Any]:
+        name = f"collector-{self.index:02d}.json"
+        return json.loads(self.status.read_text(name)) if self.status.exists(name) else {}
+
+    def _write_status(self, **fields: Any) -> None:
+        record = {
+            "index": self.index, "pid": os.getpid(), "invocation": self.spec.invocation,
+            "starts": self.starts, "lifetime_starts": self.lifetime_starts, "next_shard": self.next_shard,
+        }  # fmt: skip
+        record.update(fields)
+        self.status.write_text(f"collector-{self.index:02d}.json", json.dumps(record))
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run(self, max_rounds: int | None = None) -> dict[str, Any]:
+        """Play rounds until the server says stop (or ``max_rounds`` were written); returns
+        counts. An exception is reported to the server first, so the learner does not wait."""
+        try:
+            return self._run(max_rounds)
+        except Exception as exc:
+            server = ray.get_actor(self.spec.server_name, namespace=self.spec.namespace)
+            ray.get(
+                server.report_failure.remote(f"rollout collector {self.index}: {type(exc).__name__}: {exc}")
+            )
+            raise
+
+    def _opponents(self, policy: Any, tokenizer: Any, moves_table: Any, generator: Any) -> list[Any]:
+        from chessrl.ppo import parse_opponent, policy_opponent, random_opponent
+
+        out = []
+        for k, text in enumerate(self.spec.opponents):
+            spec = parse_opponent(text)
+            seed = self.spec.seed * 7919 + self.index * 101 + self.lifetime_starts * 13 + k
+            if spec.kind == "random":
+                out.append(random_opponent(seed))
+            elif spec.kind == "self":
+                out.append(
+                    policy_opponent(policy, tokenizer, moves_table, self.spec.settings.temperature, generator)
+                )
+            else:
+                out.append(self._stockfish(spec.player, seed))
+        return out
+
+    def _stockfish(self, player: Any, seed: int) -> Any:
+        pool = self.spec.engine_pool
+        strength, limit = player.strength(), player.search_limit(self.spec.stockfish_nodes)
+        share = (player.random_share or 0) / 100
+        rng = random.Random(seed)
+
+        def choose(boards: Any) -> Any:
+            import chess
+
+            moves = pool.play_many([b.fen() for b in boards], [strength] * len(boards), limit)
+            out = []
+            for board, uci in zip(boards, moves, strict=True):
+                if share and rng.random() < share:
+                    out.append(rng.choice(list(board.legal_moves)))
+                else:
+                    out.append(chess.Move.from_uci(uci))
+            return out
+
+        return choose
+
+    def _run(self, max_rounds: int | None) -> dict[str, Any]:
+        import torch
+
+        from actors.reward_server import RewardClient
+        from chessrl.legality import MoveTokens
+        from chessrl.models import load_pretrained
+        from chessrl.ppo import play_episodes, rollout_table, start_positions
+        from chessrl.replay import write_shard
+        from chessrl.reward import RewardQuery
+
+        spec = self.spec
+        torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
+        server = ray.get_actor(spec.server_name, namespace=spec.namespace)
+        reward = RewardClient([ray.get_actor(n, namespace=spec.namespace) for n in spec.reward_servers])
+        policy, tokenizer = load_pretrained(spec.policy_path)
+        policy.eval()
+        moves_table = MoveTokens(tokenizer)
+        seed = spec.seed * 1000 + self.index * 100 + self.lifetime_starts  # a restart plays new games
+        generator = torch.Generator().manual_seed(seed)
+        opponents = self._opponents(policy, tokenizer, moves_table, generator)
+        pool = [{"moves": " ".join(m)} for m in spec.start_pool]
+        state = {"version": -1, "rounds_at_version": 0}
+
+        def load(newer: Any) -> None:
+            version, [ref] = newer
+            policy.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in ray.get(ref).items()})
+            policy.eval()
+            if version != state["version"]:
+                state["rounds_at_version"] = 0
+            state["version"] = version
+
+        def refresh() -> tuple[Any, int] | None:
+            stopped, newer = ray.get(server.poll.remote(state["version"]))
+            if stopped:
+                raise _Stopped
+            if newer is None:
+                return None
+            load(newer)
+            return policy, state["version"]
+
+        def score(queries: list[tuple[list[str], str]]) -> list[float]:
+            return reward.score_batch([RewardQuery(tuple(moves), move) for moves, move in queries])
+
+        rounds = episodes = actions_written = 0
+        self._write_status(state="running")
+        started = time.perf_counter()
+        while max_rounds is None or rounds < max_rounds:
+            stopped, newer = ray.get(server.poll.remote(state["version"]))
+            if stopped:
+                break
+            if newer is not None:
+                load(newer)
+            if state["version"] < 0 or state["rounds_at_version"] >= spec.rounds_per_version:
+                time.sleep(0.05)  # nothing published yet, or this version's share is played
+                continue
+            n = self.next_shard
+            starts = start_positions(
+                pool, spec.concurrent_games, seed=seed * 100_003 + n, max_ply=10**6,
+                prefix=f"c{self.index}-{n:06d}",
+            )  # fmt: skip
+            try:
+                actions = play_episodes(
+                    policy, tokenizer, moves_table, starts, opponents, spec.settings, spec.max_actions,
+                    state["version"], generator, score, refresh=refresh,
+                )  # fmt: skip
+            except _Stopped:
+                break
+            table = rollout_table(actions)
+            write_shard(self.rollouts, rollout_shard_name(self.index, n), table)
+            self.next_shard += 1
+            rounds += 1
+            state["rounds_at_version"] += 1
+            episodes += len(starts)
+            actions_written += table.num_rows
+            self._episodes.inc(len(starts))
+            self._actions.inc(table.num_rows)
+            self._legal.set(sum(a.legal for a in actions) / max(1, len(actions)))
+            self._write_status(state="running", last_shard=rollout_shard_name(self.index, n))
+        self._write_status(state="stopped")
+        return {
+            "collector": self.index, "rounds": rounds, "episodes": episodes, "actions": actions_written,
+            "seconds": time.perf_counter() - started, "starts": self.starts,
+        }  # fmt: skip

@@ -1,0 +1,518 @@
+"""``ppo``: actor-critic RL of the sft policy against the reward model, on rollout collectors, a
+parameter server, a RewardServer and a Ray Train learner.
+
+    python -m pipelines.ppo --config tiny
+    chess-rl ppo --kl-coef 0.05 --clip 0.2 --ppo-epochs 2 --collectors 2 --opponents self random stockfish:skill=0
+    chess-rl ppo --policy runs/a/sft/model --reward-model runs/a/reward/model --iterations 200
+
+How the pieces fit (the formulas are :mod:`chessrl.ppo` and :mod:`chessrl.policy_gradient`):
+
+1. The driver checks its inputs (the policy, the reward model and their tokenizers, the opponent
+   pool, the context length an episode needs), samples the episodes' start positions from the
+   games table, and starts the ``ParameterServer``, ``--reward-servers`` RewardServers and
+   ``--collectors`` RolloutCollectors (actors named ``<run>/<role>-<i>``).
+2. Each collector plays ``concurrent_games`` episodes at once: the policy plays the side to move
+   of a start position against an opponent of the pool (``self``, ``random``, weak Stockfish),
+   one batched forward pass per move for all games, the RewardServer scores each legal move,
+   newer weights are pulled between moves. A round is one rollout shard under ``rollouts/``.
+3. The learner (a Ray Train ``TorchTrainer``) publishes its weights as version ``v``, reads the
+   shards it has not read through Ray Data until it has ``episodes_per_iteration`` episodes,
+   drops episodes more than ``max_staleness`` versions old, adds the reference's log-probs and
+   the critic's values, and takes ``ppo_epochs`` passes of clipped PPO (the first
+   ``critic_warmup`` iterations train only the critic). Then it publishes ``v + 1``.
+4. Every ``checkpoint_interval`` iterations: a Ray Train checkpoint (policy, critic, both
+   optimisers, version, shards read). Running the same command again resumes from it.
+5. At the end: the policy as a Hugging Face folder (``ppo/model``), the critic (``ppo/critic``),
+   ``metrics.jsonl``, and a plot of the reward, KL and legal-move curves (``ppo/curves.png``).
+
+Measure the result with ``evaluate --mode sprt --players lm:<run>/ppo/model sft``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from chessrl.ppo import PPOSettings
+from cluster.errors import ConfigError, StorageError
+from cluster.storage import Storage
+from pipelines.config import PPOConfig
+from pipelines.learner import LearnerLog, torch_trainer
+from pipelines.phase import Phase, PhaseContext, PhaseResult, run_phase
+
+
+def ppo_settings(cfg: PPOConfig) -> PPOSettings:
+    """The algorithm's knobs from the config section.
+
+    >>> ppo_settings(PPOConfig(kl_coef=0.1)).kl_coef
+    0.1
+    """
+    return PPOSettings(
+        kl_coef=cfg.kl_coef, clip=cfg.clip, value_clip=cfg.value_clip, gamma=cfg.gamma, lam=cfg.lam,
+        ppo_epochs=cfg.ppo_epochs, minibatch=cfg.minibatch, temperature=cfg.temperature,
+        illegal_penalty=cfg.illegal_penalty, result_weight=cfg.result_weight, entropy_coef=cfg.entropy_coef,
+    )  # fmt: skip
+
+
+def rounds_per_version(cfg: PPOConfig) -> int:
+    """Rounds a collector may play with one weights version: its share of an iteration's
+    episodes, times ``1 + max_staleness`` (so collectors keep playing while the learner trains).
+
+    >>> rounds_per_version(PPOConfig(episodes_per_iteration=64, collectors=1, concurrent_games=32, max_staleness=1))
+    4
+    """
+    share = math.ceil(cfg.episodes_per_iteration / (cfg.collectors * cfg.concurrent_games))
+    return share * (1 + cfg.max_staleness)
+
+
+def split_ppo_cpus(cpus: float, collectors: int, reward_servers: int) -> tuple[float, float, float]:
+    """CPUs each collector, reward server and the learner reserve; one CPU's worth stays free
+    for the learner's Ray Data reads (which start no task while no CPU is free).
+
+    >>> split_ppo_cpus(2, 1, 1)
+    (0.25, 0.25, 0.5)
+    >>> split_ppo_cpus(16, 4, 2)
+    (1.0, 1.0, 9.0)
+    """
+    spare = max(cpus - 1, 1.0)
+    units = collectors + reward_servers + 2  # the learner counts twice: it does the most work
+    each = min(1.0, spare / units)
+    learner = spare - (collectors + reward_servers) * each
+    return each, each, float(learner if learner < 1 else int(learner))
+
+
+def model_location(path: str | None, default: Storage, key: str, producer: str) -> str:
+    """A saved model's folder or URI; a missing one is one clear StorageError."""
+    if path:
+        if "://" not in path and not Path(path, "config.json").is_file():
+            raise StorageError(f"{key}: {path} is not a saved model folder (no config.json)")
+        return path
+    if not default.exists("config.json"):
+        flag = key.split("(")[-1].rstrip(")")
+        raise StorageError(
+            f"no model at {default.uri}: run `chess-rl {producer}` first, or pass {flag} DIR|s3://..."
+        )
+    return default.root if default.is_local else default.uri
+
+
+def check_models(policy_path: str, reward_path: str, max_tokens: int) -> dict[str, Any]:
+    """Load-free checks of the policy and reward model: both GPT-2-style, one tokenizer, a
+    token per move, a context long enough for an episode. Returns facts for the log."""
+    from chessrl.legality import MoveTokens
+    from chessrl.models import load_tokenizer, local_checkpoint
+
+    configs = {}
+    for key, path in (
+        ("ppo.policy (--policy)", policy_path),
+        ("ppo.reward_model (--reward-model)", reward_path),
+    ):
+        try:
+            configs[key] = json.loads((local_checkpoint(path) / "config.json").read_text())
+        except Exception as exc:  # noqa: BLE001 - a missing or unreadable checkpoint, said once
+            raise StorageError(f"{key}: cannot read {path}/config.json: {str(exc).splitlines()[0]}") from None
+        if configs[key].get("model_type") != "gpt2":
+            raise ConfigError(
+                f"{key}: {path} is a {configs[key].get('model_type')} checkpoint; ppo needs GPT-2-style ones"
+            )
+    reward_arch = configs["ppo.reward_model (--reward-model)"].get("architectures") or []
+    if "GPT2ForSequenceClassification" not in reward_arch:
+        raise ConfigError(
+            f"ppo.reward_model (--reward-model): {reward_path} is not a reward model ({', '.join(reward_arch) or 'no architectures'}); "
+            "train one with `chess-rl reward`"
+        )
+    policy_tok, reward_tok = load_tokenizer(policy_path), load_tokenizer(reward_path)
+    if policy_tok.get_vocab() != reward_tok.get_vocab():
+        raise ConfigError(
+            f"ppo.reward_model (--reward-model): its tokenizer ({len(reward_tok)} tokens) is not the policy's "
+            f"({len(policy_tok)} tokens, {policy_path}): the reward model must be trained on the policy's tokenizer"
+        )
+    try:
+        MoveTokens(policy_tok)
+    except ValueError as exc:
+        raise ConfigError(f"ppo.policy (--policy): {exc}") from None
+    context = int(configs["ppo.policy (--policy)"].get("n_positions", 1024))
+    if max_tokens > context:
+        raise ConfigError(
+            f"ppo.max_start_ply + 2 x ppo.max_actions needs {max_tokens} tokens, more than the policy's context "
+            f"({context}): lower --max-start-ply or --max-actions"
+        )
+    return {"context": context, "vocab": len(policy_tok)}
+
+
+def start_pool(context: PhaseContext, cfg: PPOConfig, limit: int = 4096) -> list[tuple[str, ...]]:
+    """Move lists the episodes start from: up to ``limit`` seeded games of the games table, cut
+    after ``max_start_ply + 1`` moves; only the start position when there is no table."""
+    import random
+
+    from pipelines.preferences import read_games
+
+    source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
+    if not cfg.games and not source.exists():
+        return [()]
+    rows = read_games(source)
+    random.Random(context.config.run.seed).shuffle(rows)
+    pool = [tuple(str(r["moves"]).split()[: cfg.max_start_ply + 1]) for r in rows[:limit]]
+    return [m for m in pool if m] or [()]
+
+
+def train_loop_per_worker(cfg: dict[str, Any]) -> None:
+    """The learner: publish, read new rollout shards, PPO-update, checkpoint; repeat."""
+    import copy
+
+    import ray
+    import ray.data
+    import ray.train
+    import torch
+    from ray.train import Checkpoint
+
+    from actors.rollout import list_rollout_shards
+    from chessrl.models import load_pretrained
+    from chessrl.ppo import actions_from_rows, make_batch, ppo_update, stale_episodes
+    from chessrl.reward import load_reward_model
+    from cluster.tracking import RunMetricsLogger
+
+    torch.set_num_threads(max(1, int(cfg["threads"])))
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    settings = PPOSettings(**cfg["settings"])
+    phase = Storage.from_uri(cfg["phase_uri"])
+    rollouts = phase.child("rollouts")
+    policy, tokenizer = load_pretrained(cfg["policy_path"])
+    reference = copy.deepcopy(policy).eval()
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    critic, _ = load_reward_model(cfg["reward_path"])
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    policy_opt = torch.optim.AdamW(policy.parameters(), lr=cfg["learning_rate"], weight_decay=0.0)
+    critic_opt = torch.optim.AdamW(critic.parameters(), lr=cfg["critic_learning_rate"], weight_decay=0.0)
+    state: dict[str, Any] = {"iteration": 0, "version": 0, "read": [], "episodes": 0, "actions": 0,
+                             "stale_dropped": 0, "seconds": 0.0}  # fmt: skip
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            saved = torch.load(os.path.join(folder, "learner.pt"), map_location="cpu", weights_only=False)
+        policy.load_state_dict(saved["policy"])
+        critic.load_state_dict(saved["critic"])
+        policy_opt.load_state_dict(saved["policy_opt"])
+        critic_opt.load_state_dict(saved["critic_opt"])
+        state = saved["state"]
+        print(
+            f"[ppo] learner resumes at iteration {state['iteration']} (version {state['version']})",
+            flush=True,
+        )
+    server = ray.get_actor(cfg["server_name"], namespace=cfg["namespace"])
+    mlflow = RunMetricsLogger(cfg["tracking_uri"], cfg["tracking_run_id"])
+    log = LearnerLog(phase.child("logs"))
+    generator = torch.Generator().manual_seed(cfg["seed"] * 31 + state["iteration"])
+    started = time.perf_counter() - state["seconds"]
+    time_limit = cfg["time_limit_s"]
+
+    def publish() -> None:
+        weights = {k: v.detach().cpu().numpy() for k, v in policy.state_dict().items()}
+        state["version"] = ray.get(server.publish.remote(weights, state["version"]))
+
+    def take_episodes() -> list[Any] | None:
+        """New shards' actions until ``episodes_per_iteration`` episodes (None: out of time)."""
+        actions: list[Any] = []
+        episodes: set[str] = set()
+        read = set(state["read"])
+        while len(episodes) < cfg["episodes_per_iteration"]:
+            if time_limit is not None and time.perf_counter() - started > time_limit:
+                return None
+            new = [rel for rel in list_rollout_shards(rollouts) if rel not in read]
+            if not new:
+                failure = ray.get(server.failure.remote())
+                if failure:
+                    raise RuntimeError(f"a rollout collector failed: {failure}")
+                time.sleep(0.1)
+                continue
+            dataset = ray.data.read_parquet(
+                [rollouts.path(rel) for rel in new], filesystem=rollouts.fs, num_cpus=0
+            )
+            got = actions_from_rows(dataset.take_all())
+            stale = stale_episodes(got, state["version"], cfg["max_staleness"])
+            state["stale_dropped"] += len(stale)
+            actions += [a for a in got if a.episode not in stale]
+            episodes |= {a.episode for a in got if a.episode not in stale}
+            read |= set(new)
+            state["read"] += new
+        return actions
+
+    def save_checkpoint(metrics: dict[str, Any], final: bool = False) -> None:
+        folder = tempfile.mkdtemp(prefix="ppo-ckpt-")
+        torch.save(
+            {"policy": policy.state_dict(), "critic": critic.state_dict(), "policy_opt": policy_opt.state_dict(),
+             "critic_opt": critic_opt.state_dict(), "state": state},
+            os.path.join(folder, "learner.pt"),
+        )  # fmt: skip
+        log.sync()
+        ray.train.report({**metrics, "done": int(final)}, checkpoint=Checkpoint.from_directory(folder))
+
+    publish()
+    metrics: dict[str, Any] = {}
+    while state["iteration"] < cfg["iterations"]:
+        if time_limit is not None and time.perf_counter() - started > time_limit:
+            break
+        wait_started = time.perf_counter()
+        actions = take_episodes()
+        if actions is None:
+            break
+        wait_s = time.perf_counter() - wait_started
+        learn_started = time.perf_counter()
+        warmup = state["iteration"] < cfg["critic_warmup"]
+        policy.train()
+        critic.train()
+        batch = make_batch(actions, reference, critic, pad, settings)
+        opt = None if warmup else policy_opt
+        got = ppo_update(policy, critic, opt, critic_opt, batch, pad, settings, generator)
+        policy.eval()
+        learn_s = time.perf_counter() - learn_started
+        state["iteration"] += 1
+        lags = [state["version"] - a.version for a in actions]
+        episodes = {a.episode for a in actions}
+        finished = [a for a in actions if a.last]
+        results = Counter(a.result for a in finished if a.legal)
+        state["episodes"] += len(episodes)
+        state["actions"] += len(actions)
+        publish()
+        state["seconds"] = time.perf_counter() - started
+        metrics = {
+            "iteration": state["iteration"], "version": state["version"], "critic_warmup": int(warmup),
+            **{k: float(v) for k, v in got.items()},
+            "episodes": len(episodes), "episodes_total": state["episodes"],
+            "episode_length": len(actions) / max(1, len(episodes)),
+            "illegal_end_rate": sum(not a.legal for a in finished) / max(1, len(finished)),
+            "win_rate": results[1.0] / max(1, len(finished)), "loss_rate": results[-1.0] / max(1, len(finished)),
+            "version_lag_mean": sum(lags) / max(1, len(lags)), "version_lag_max": max(lags, default=0),
+            "stale_dropped": state["stale_dropped"],
+            "episodes_per_s": len(episodes) / max(wait_s + learn_s, 1e-9),
+            "learner_step_s": learn_s, "wait_s": wait_s, "elapsed_s": state["seconds"],
+        }  # fmt: skip
+        log.write(metrics, state["iteration"])
+        mlflow.log(metrics, step=state["iteration"])
+        print(
+            f"[ppo] iteration {state['iteration']}/{cfg['iterations']}: reward {metrics['reward_mean']:+.3f}, "
+            f"KL {metrics['kl_to_ref']:.4f}, legal {metrics['legal_rate']:.1%}, "
+            + ("critic warm-up, " if warmup else f"clip {metrics.get('clipfrac', 0):.2f}, ")
+            + f"value loss {metrics['value_loss']:.3f}, EV {metrics['explained_variance']:+.2f}, "
+            f"{len(episodes)} episodes (lag <= {metrics['version_lag_max']}), learn {learn_s:.1f} s, wait {wait_s:.1f} s",
+            flush=True,
+        )
+        if state["iteration"] % cfg["checkpoint_interval"] == 0 and state["iteration"] < cfg["iterations"]:
+            save_checkpoint(metrics)
+        else:
+            ray.train.report(metrics)
+    ray.get(server.stop.remote())
+    export_models(policy, critic, tokenizer, phase)
+    log.close()
+    save_checkpoint({**metrics, "iteration": state["iteration"], "episodes_total": state["episodes"],
+                     "actions_total": state["actions"], "stale_dropped": state["stale_dropped"]}, final=True)  # fmt: skip
+
+
+def export_models(policy: Any, critic: Any, tokenizer: Any, phase: Storage) -> None:
+    """The policy (``model/``) and critic (``critic/``) as Hugging Face folders with the tokenizer."""
+    from chessrl.models import make_tokenizer_config_generic
+
+    for name, model in (("model", policy), ("critic", critic)):
+        folder = Path(tempfile.mkdtemp(prefix=f"ppo-{name}-"))
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        make_tokenizer_config_generic(folder)
+        out = phase.child(name)
+        for path in sorted(folder.iterdir()):
+            if path.is_file():
+                out.upload_file(path, path.name)
+
+
+def plot_curves(rows: list[dict[str, Any]], path: str) -> None:
+    """Reward, KL to the reference, legal-move rate and value loss by iteration, one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    its = [r["iteration"] for r in rows]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6), sharex=True)
+    for ax, key, title in (
+        (axes[0][0], "reward_mean", "reward (normalised RM score - beta KL)"),
+        (axes[0][1], "kl_to_ref", "KL to the sft reference (k1, per action)"),
+        (axes[1][0], "legal_rate", "legal-move rate of the samples"),
+        (axes[1][1], "value_loss", "critic value loss"),
+    ):
+        ax.plot(its, [r.get(key, float("nan")) for r in rows], marker=".")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+    for ax in axes[1]:
+        ax.set_xlabel("iteration")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run_ppo(context: PhaseContext) -> PhaseResult:
+    import ray
+
+    from actors.parameter_server import ParameterServer
+    from actors.reward_server import RewardClient
+    from actors.rollout import RolloutCollector, RolloutSpec, list_rollout_shards
+    from chessrl.ppo import parse_opponent
+    from pipelines.selfplay import release_actor_name
+
+    cfg = context.config.ppo
+    run = context.config.run
+    log = context.log
+    phase = context.phase_storage("ppo")
+    opponents = [parse_opponent(o) for o in cfg.opponents]
+    policy_path = model_location(
+        cfg.policy, context.phase_storage("sft").child("model"), "ppo.policy (--policy)", "sft"
+    )
+    reward_path = model_location(
+        cfg.reward_model,
+        context.phase_storage("reward").child("model"),
+        "ppo.reward_model (--reward-model)",
+        "reward",
+    )
+    facts = check_models(policy_path, reward_path, cfg.max_start_ply + 2 * cfg.max_actions + 2)
+    pool = start_pool(context, cfg)
+    phase.makedirs()
+    cpus = float(context.ray.resources.get("CPU", 1))
+    collector_cpus, server_cpus, learner_cpus = split_ppo_cpus(cpus, cfg.collectors, cfg.reward_servers)
+    learner_cpus = cfg.cpus_per_worker or learner_cpus
+    log(
+        f"policy {policy_path}, reward model {reward_path} (vocab {facts['vocab']}, context {facts['context']}); "
+        f"{len(pool)} start games; opponents {', '.join(o.text for o in opponents)}"
+    )
+    namespace = ray.get_runtime_context().namespace
+    server_name = f"{run.name}/parameter-server"
+    names = [server_name, *(f"{run.name}/rollout-collector-{i}" for i in range(cfg.collectors)),
+             *(f"{run.name}/reward-server-{i}" for i in range(cfg.reward_servers))]  # fmt: skip
+    for name in names:
+        release_actor_name(name, namespace)
+    server = ParameterServer.options(name=server_name, namespace=namespace).remote()
+    reward = RewardClient.create(
+        reward_path, cfg.reward_servers, run=run.name, num_cpus=server_cpus, threads=1, max_wait_ms=2.0
+    )
+    engine_pool = None
+    if any(o.kind == "stockfish" for o in opponents):
+        from actors.engine_pool import EnginePool
+
+        engine_pool = EnginePool.create(1, 1, run=run.name, num_cpus_per_engine=0.25)
+    spec = RolloutSpec(
+        run=run.name, rollout_uri=phase.uri_of("rollouts"), status_uri=phase.uri_of("collectors"),
+        policy_path=policy_path, settings=ppo_settings(cfg), opponents=tuple(cfg.opponents),
+        start_pool=tuple(pool), concurrent_games=cfg.concurrent_games, max_actions=cfg.max_actions,
+        rounds_per_version=rounds_per_version(cfg), seed=run.seed, server_name=server_name,
+        namespace=namespace, reward_servers=tuple(f"{run.name}/reward-server-{i}" for i in range(cfg.reward_servers)),
+        engine_pool=engine_pool, stockfish_nodes=cfg.stockfish_nodes, invocation=uuid.uuid4().hex,
+    )  # fmt: skip
+    collectors = [
+        RolloutCollector.options(name=f"{run.name}/rollout-collector-{i}", num_cpus=collector_cpus).remote(
+            spec, i
+        )
+        for i in range(cfg.collectors)
+    ]
+    runs = [c.run.remote() for c in collectors]
+    log(
+        f"{cfg.collectors} collector(s) x {cfg.concurrent_games} games ({collector_cpus:g} CPU each), "
+        f"{cfg.reward_servers} reward server(s), learner {learner_cpus:g} CPU; {cfg.iterations} iterations of "
+        f"{cfg.episodes_per_iteration} episodes, T={cfg.max_actions}, beta={cfg.kl_coef:g}, clip={cfg.clip:g}"
+        + (f", at most {cfg.time_limit_minutes:g} min" if cfg.time_limit_minutes else "")
+    )
+    trainer = torch_trainer(
+        context, "ppo", train_loop_per_worker,
+        {
+            "phase_uri": phase.uri, "policy_path": policy_path, "reward_path": reward_path,
+            "settings": ppo_settings(cfg).__dict__, "seed": run.seed, "iterations": cfg.iterations,
+            "episodes_per_iteration": cfg.episodes_per_iteration, "max_staleness": cfg.max_staleness,
+            "critic_warmup": cfg.critic_warmup, "learning_rate": cfg.learning_rate,
+            "critic_learning_rate": cfg.critic_learning_rate, "checkpoint_interval": cfg.checkpoint_interval,
+            "time_limit_s": cfg.time_limit_minutes * 60 if cfg.time_limit_minutes else None,
+            "threads": max(1, int(learner_cpus)), "server_name": server_name, "namespace": namespace,
+            "tracking_uri": context.tracking.uri, "tracking_run_id": context.tracking.run_id,
+        },
+        num_workers=1, cpus_per_worker=learner_cpus, use_gpu=False,
+    )  # fmt: skip
+    started = time.perf_counter()
+    try:
+        result = trainer.fit()
+    finally:
+        ray.get(server.stop.remote())
+        summaries = []
+        for c, ref in zip(collectors, runs, strict=True):
+            try:
+                summaries.append(ray.get(ref, timeout=120))
+            except Exception as exc:  # noqa: BLE001 - reported, not fatal
+                summaries.append({"error": str(exc).splitlines()[0]})
+            ray.kill(c)
+        ray.kill(server)
+        reward.shutdown()
+        if engine_pool is not None:
+            engine_pool.shutdown()
+    seconds = time.perf_counter() - started
+    final = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
+    rows = [json.loads(line) for line in phase.child("logs").read_text("metrics.jsonl").splitlines() if line.strip()] \
+        if phase.child("logs").exists("metrics.jsonl") else []  # fmt: skip
+    if rows:
+        png = os.path.join(tempfile.mkdtemp(prefix="ppo-plot-"), "curves.png")
+        plot_curves(rows, png)
+        phase.upload_file(png, "curves.png")
+        context.tracking.log_artifact(png)
+    shards = list_rollout_shards(phase.child("rollouts"))
+    starts = [int(s.get("starts", 1)) for s in summaries if "starts" in s]
+    first, last = (rows[0], rows[-1]) if rows else ({}, {})
+    summary = {
+        "phase": "ppo", "iterations": int(final.get("iteration", 0)), "version": int(final.get("version", 0)),
+        "episodes": int(final.get("episodes_total", 0)), "actions": int(final.get("actions_total", 0)),
+        "stale_dropped": int(final.get("stale_dropped", 0)), "shards_written": len(shards),
+        "collectors": summaries, "collector_restarts": sum(s - 1 for s in starts),
+        "learn_seconds": round(seconds, 1), "first": first, "last": last,
+        "model": phase.uri_of("model"), "critic": phase.uri_of("critic"),
+    }  # fmt: skip
+    phase.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))
+
+    def curve(key: str, fmt: str) -> str:
+        return f"{format(first.get(key, float('nan')), fmt)} -> {format(last.get(key, float('nan')), fmt)}"
+
+    lines = [
+        "ppo summary",
+        f"  learner       {summary['iterations']} iterations, {summary['episodes']} episodes, "
+        f"{summary['actions']} actions in {seconds:.0f} s ({summary['stale_dropped']} stale episodes dropped)",
+        f"  reward        {curve('reward_mean', '+.3f')}   (legal moves only: {curve('legal_reward_mean', '+.3f')})",
+        f"  KL to sft     {curve('kl_to_ref', '.4f')}",
+        f"  legal rate    {curve('legal_rate', '.1%')}",
+        f"  collectors    {len(shards)} shards, {summary['collector_restarts']} restart(s)",
+        f"  model         {summary['model']}",
+        f"  curves        {phase.uri_of('curves.png')}",
+        f"  next          chess-rl evaluate --mode sprt --players lm:{summary['model']} sft",
+    ]
+    return PhaseResult(summary=summary, lines=lines, ok=summary["iterations"] > 0)
+
+
+PHASE = Phase(
+    name="ppo",
+    summary="ppo: PPO of the sft policy against the reward model (rollout collectors, RewardServer, Ray Train learner).",
+    description=(
+        "Collectors play episodes against an opponent pool, the reward model scores every move, and a\n"
+        "Ray Train learner runs clipped PPO with a critic and a KL penalty to the sft start. Example:\n"
+        "  chess-rl ppo --iterations 40 --kl-coef 0.05 --opponents self random"
+    ),
+    section="ppo",
+    section_model=PPOConfig,
+    run=run_ppo,
+)
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
+    return run_phase(PHASE, argv, prog=prog)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
