@@ -311,6 +311,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         else:
             ray.train.report(metrics)
     ray.get(server.stop.remote())
+    phase.write_text("learner_state.json", json.dumps(state, indent=1))
     export_models(policy, critic, tokenizer, phase)
     log.close()
     save_checkpoint({**metrics, "iteration": state["iteration"], "episodes_total": state["episodes"],
@@ -466,12 +467,14 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
         phase.upload_file(png, "curves.png")
         context.tracking.log_artifact(png)
     shards = list_rollout_shards(phase.child("rollouts"))
+    learner = json.loads(phase.read_text("learner_state.json")) if phase.exists("learner_state.json") else {}
     starts = [int(s.get("starts", 1)) for s in summaries if "starts" in s]
     first, last = (rows[0], rows[-1]) if rows else ({}, {})
     summary = {
         "phase": "ppo", "iterations": int(final.get("iteration", 0)), "version": int(final.get("version", 0)),
         "episodes": int(final.get("episodes_total", 0)), "actions": int(final.get("actions_total", 0)),
         "stale_dropped": int(final.get("stale_dropped", 0)), "shards_written": len(shards),
+        "shards_read": len(learner.get("read", [])),
         "collectors": summaries, "collector_restarts": sum(s - 1 for s in starts),
         "learn_seconds": round(seconds, 1), "first": first, "last": last,
         "model": phase.uri_of("model"), "critic": phase.uri_of("critic"),
@@ -488,7 +491,8 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
         f"  reward        {curve('reward_mean', '+.3f')}   (legal moves only: {curve('legal_reward_mean', '+.3f')})",
         f"  KL to sft     {curve('kl_to_ref', '.4f')}",
         f"  legal rate    {curve('legal_rate', '.1%')}",
-        f"  collectors    {len(shards)} shards, {summary['collector_restarts']} restart(s)",
+        f"  collectors    {len(shards)} shards written, {summary['shards_read']} read, "
+        f"{summary['collector_restarts']} restart(s)",
         f"  model         {summary['model']}",
         f"  curves        {phase.uri_of('curves.png')}",
         f"  next          chess-rl evaluate --mode sprt --players lm:{summary['model']} sft",

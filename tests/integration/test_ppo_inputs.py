@@ -1,0 +1,66 @@
+"""ppo: bad input is one clear message (exit 2, one ``error:`` line naming the key or flag and
+what is wrong), and every case fails in the driver before any actor or training starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chessrl.models import load_tokenizer
+from chessrl.reward import build_reward_model
+from pipelines import ppo
+from pipelines.phase import EXIT_USER_ERROR
+
+
+def save_reward_model(folder: Path, tokenizer, extra_tokens: list[str] | None = None) -> Path:
+    """A randomly initialised tiny reward model on ``tokenizer`` (plus ``extra_tokens``), saved."""
+    model, tok = build_reward_model("tiny", tokenizer)
+    if extra_tokens:
+        tok.add_tokens(extra_tokens)
+        model.resize_token_embeddings(len(tok))
+    folder.mkdir()
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def test_ppo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, local_ray, capsys):
+    def run(*args: str) -> str:
+        code = ppo.main(
+            ["--config", "tiny", "--storage", str(tmp_path), "--run-name", "bad", "--no-tracking", *args]
+        )
+        err = capsys.readouterr().err
+        assert code == EXIT_USER_ERROR, err
+        assert "Traceback" not in err, err
+        return err.strip().splitlines()[-1]
+
+    policy = ("--policy", str(tiny_lm_dir))
+    reward_ok = save_reward_model(tmp_path / "rm-ok", load_tokenizer(str(tiny_lm_dir)))
+    reward_other = save_reward_model(
+        tmp_path / "rm-other", load_tokenizer(str(tiny_lm_dir)), ["<not-a-move-1>", "<not-a-move-2>"]
+    )
+    models = (*policy, "--reward-model", str(reward_ok))
+
+    # no reward model in the run and no --reward-model
+    line = run(*policy)
+    assert line.startswith("error: ") and "chess-rl reward" in line and "--reward-model" in line, line
+    # a reward model whose tokenizer is not the policy's
+    line = run(*policy, "--reward-model", str(reward_other))
+    assert "ppo.reward_model" in line and "tokenizer" in line and "not the policy's" in line, line
+    # a causal LM (with the right tokenizer) passed as the reward model
+    line = run(*policy, "--reward-model", str(tiny_lm_dir))
+    assert "ppo.reward_model" in line and "not a reward model" in line, line
+    # beta < 0
+    line = run(*models, "--kl-coef", "-0.1")
+    assert "ppo.kl_coef" in line, line
+    # an opponent outside the pool's syntax
+    line = run(*models, "--opponents", "self", "alphazero")
+    assert "ppo.opponents" in line and "alphazero" in line, line
+    assert all(word in line.split("allowed:")[-1] for word in ("self", "random", "stockfish")), line
+    # T < 1
+    line = run(*models, "--max-actions", "0")
+    assert "ppo.max_actions" in line, line
+    # start plies + T that do not fit in the policy's context
+    line = run(*models, "--max-start-ply", "5000")
+    assert "--max-start-ply" in line and "context" in line, line
+    # nothing started: no phase output, no rollouts
+    assert not (tmp_path / "bad" / "ppo").exists()
