@@ -62,8 +62,10 @@ class RolloutSpec:
     policy_path: str
     settings: PPOSettings
     opponents: tuple[str, ...]
-    start_pool: tuple[tuple[str, ...], ...]
-    """Move lists the episodes start from (sampled by the driver from the games table)."""
+    phase_uri: str
+    """The phase's folder: its ``starts.json`` lists the move lists the episodes start from
+    (sampled by the driver from the games table; on storage, so that the actor's constructor
+    arguments stay small)."""
     concurrent_games: int
     max_actions: int
     rounds_per_version: int
@@ -195,7 +197,10 @@ class RolloutCollector:
         seed = spec.seed * 1000 + self.index * 100 + self.lifetime_starts  # a restart plays new games
         generator = torch.Generator().manual_seed(seed)
         opponents = self._opponents(policy, tokenizer, moves_table, generator)
-        pool = [{"moves": " ".join(m)} for m in spec.start_pool]
+        from cluster.storage import Storage
+
+        starts = json.loads(Storage.from_uri(spec.phase_uri).read_text("starts.json"))
+        pool = [{"moves": " ".join(m)} for m in starts]
         state = {"version": -1, "rounds_at_version": 0}
 
         def load(newer: Any) -> None:

@@ -77,6 +77,12 @@ class PPOSettings:
     """Weight of an entropy bonus in the policy loss (0: none)."""
     max_grad_norm: float = 1.0
     """Gradient clipping of both models."""
+    center_scores: bool = True
+    """Subtract the mean score of the batch's legal moves from each legal move's score. Without
+    it, a policy whose moves the reward model rates below its training average (a weak sft
+    policy: -0.4 on the demo) earns a negative reward per move, so an early illegal move, which
+    ends the episode, beats playing on: with gamma = 1 the illegal moves got the higher
+    advantages and PPO taught the policy to play them (measured on the demo run)."""
 
 
 @dataclass
@@ -327,6 +333,8 @@ def make_batch(
         ).cpu()
     values = torch.tensor(score_ids(critic, rows, pad_id, chunk))
     old = torch.tensor([a.logprob for a in flat])
+    legal_scores = [a.score for a in flat if a.legal]
+    shift = sum(legal_scores) / len(legal_scores) if settings.center_scores and legal_scores else 0.0
     width = max(len(ep) for ep in episodes)
     rewards = torch.zeros(len(episodes), width)
     vals = torch.zeros(len(episodes), width)
@@ -335,7 +343,7 @@ def make_batch(
     for e, ep in enumerate(episodes):
         n = len(ep)
         got = action_rewards(
-            [a.score for a in ep],
+            [a.score - shift for a in ep],
             [a.legal for a in ep],
             old[position : position + n].tolist(),
             ref[position : position + n].tolist(),
@@ -597,9 +605,8 @@ def ppo_iteration(
         policy, tokenizer, moves_table, starts, opponents, settings, max_actions, version, generator, score
     )
     played = time.perf_counter()
+    critic.eval()  # dropout off in both models throughout, as in the phase
     batch = make_batch(actions, reference, critic, pad, settings)
-    policy.train()
-    critic.train()
     metrics = ppo_update(policy, critic, policy_opt, critic_opt, batch, pad, settings, generator)
     done = time.perf_counter()
     metrics.update(play_s=played - started, learn_s=done - played, episodes=float(len(starts)))

@@ -268,12 +268,12 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         wait_s = time.perf_counter() - wait_started
         learn_started = time.perf_counter()
         warmup = state["iteration"] < cfg["critic_warmup"]
-        policy.train()
-        critic.train()
+        # eval mode throughout (dropout off, as OpenRLHF does): the ratio compares the same function
+        policy.eval()
+        critic.eval()
         batch = make_batch(actions, reference, critic, pad, settings)
         opt = None if warmup else policy_opt
         got = ppo_update(policy, critic, opt, critic_opt, batch, pad, settings, generator)
-        policy.eval()
         learn_s = time.perf_counter() - learn_started
         state["iteration"] += 1
         lags = [state["version"] - a.version for a in actions]
@@ -384,6 +384,7 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     facts = check_models(policy_path, reward_path, cfg.max_start_ply + 2 * cfg.max_actions + 2)
     pool = start_pool(context, cfg)
     phase.makedirs()
+    phase.write_text("starts.json", json.dumps(pool))
     cpus = float(context.ray.resources.get("CPU", 1))
     collector_cpus, server_cpus, learner_cpus = split_ppo_cpus(cpus, cfg.collectors, cfg.reward_servers)
     learner_cpus = cfg.cpus_per_worker or learner_cpus
@@ -409,7 +410,7 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     spec = RolloutSpec(
         run=run.name, rollout_uri=phase.uri_of("rollouts"), status_uri=phase.uri_of("collectors"),
         policy_path=policy_path, settings=ppo_settings(cfg), opponents=tuple(cfg.opponents),
-        start_pool=tuple(pool), concurrent_games=cfg.concurrent_games, max_actions=cfg.max_actions,
+        phase_uri=phase.uri, concurrent_games=cfg.concurrent_games, max_actions=cfg.max_actions,
         rounds_per_version=rounds_per_version(cfg), seed=run.seed, server_name=server_name,
         namespace=namespace, reward_servers=tuple(f"{run.name}/reward-server-{i}" for i in range(cfg.reward_servers)),
         engine_pool=engine_pool, stockfish_nodes=cfg.stockfish_nodes, invocation=uuid.uuid4().hex,

@@ -105,7 +105,7 @@ def test_episodes_follow_the_rules(tiny):
 
 def test_make_batch_gae_per_episode(tiny):
     policy, critic, tok = tiny
-    s = PPOSettings(kl_coef=0.0, gamma=1.0, lam=1.0, illegal_penalty=-3.0)
+    s = PPOSettings(kl_coef=0.0, gamma=1.0, lam=1.0, illegal_penalty=-3.0, center_scores=False)
     rows = [prompt_ids(tok, "e2e4"), prompt_ids(tok, "e2e4 e7e5 g1f3"), prompt_ids(tok, "d2d4")]
     token = tok.convert_tokens_to_ids("e7e5")
     acts = [
@@ -119,6 +119,26 @@ def test_make_batch_gae_per_episode(tiny):
     assert batch.returns.tolist() == pytest.approx([3.0, 2.0, -3.0], abs=1e-5)
     assert batch.advantages.mean().item() == pytest.approx(0.0, abs=1e-5)
     assert batch.legal.tolist() == [True, True, False]
+    # centred scores: the legal moves' mean (1.5) is taken off, the penalty stays
+    centred = make_batch(acts, policy, critic, tok.pad_token_id, PPOSettings(kl_coef=0.0, gamma=1.0, lam=1.0))
+    assert centred.rewards.tolist() == pytest.approx([-0.5, 0.5, -3.0])
+    assert centred.returns.tolist() == pytest.approx([0.0, 0.5, -3.0], abs=1e-5)
+
+
+def test_centred_scores_make_playing_on_beat_an_early_illegal_move(tiny):
+    """A policy whose legal moves the reward model rates below its average (-0.4 each) must not
+    prefer an illegal move that ends the episode to playing on: with raw scores and gamma = 1, the
+    legal move's return (-0.4 x 3 - 3) is below the illegal move's (-3); centred, no lower."""
+    policy, critic, tok = tiny
+    token = tok.convert_tokens_to_ids("e7e5")
+    row = prompt_ids(tok, "e2e4")
+    acts = [Action("a", t, row, token, "e7e5", t < 3, -1.0, 0, score=-0.4 if t < 3 else 0.0, last=t == 3)
+            for t in range(4)]  # fmt: skip
+    acts += [Action("b", 0, row, token, "zz", False, -1.0, 0, last=True)]
+    for centre, legal_wins in ((False, False), (True, True)):
+        s = PPOSettings(kl_coef=0.0, gamma=1.0, lam=1.0, center_scores=centre)
+        batch = make_batch(acts, policy, critic, tok.pad_token_id, s)
+        assert bool(batch.returns[0] >= batch.returns[4] - 1e-6) is legal_wins
 
 
 def test_one_batch_overfit_moves_the_policy_toward_the_rewarded_move():
