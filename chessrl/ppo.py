@@ -77,6 +77,12 @@ class PPOSettings:
     """Weight of an entropy bonus in the policy loss (0: none)."""
     max_grad_norm: float = 1.0
     """Gradient clipping of both models."""
+    legal_coef: float = 0.0
+    """Weight of an auxiliary legal-move loss (-log of the probability mass on the legal moves of
+    each action's position, :func:`chessrl.legality.legal_move_loss`) added to the policy loss,
+    like InstructGPT's PPO-ptx mixes in the pretraining loss. Negative advantages push a sampled
+    token's probability onto the whole vocabulary, mostly illegal tokens that are never sampled
+    back: on the demo, PPO alone lowered the sampled legal rate from 76% to 70%."""
     center_scores: bool = True
     """Subtract the mean score of the batch's legal moves from each legal move's score. Without
     it, a policy whose moves the reward model rates below its training average (a weak sft
@@ -125,10 +131,18 @@ def action_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probability ``(B,)`` of each row's action token after its prompt, and the entropy
     ``(B,)`` of that next-token distribution; differentiable when grad is on."""
-    logits = last_token_logits(model, rows, pad_id) / temperature
-    logp = torch.log_softmax(logits, dim=-1)
+    logprob, entropy, _ = action_terms(model, rows, actions, pad_id, temperature)
+    return logprob, entropy
+
+
+def action_terms(
+    model: Any, rows: Sequence[Sequence[int]], actions: torch.Tensor, pad_id: int, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`action_logprobs` and the raw ``(B, V)`` logits they come from (one forward pass)."""
+    raw = last_token_logits(model, rows, pad_id)
+    logp = torch.log_softmax(raw / temperature, dim=-1)
     entropy = -(logp.exp() * logp).sum(-1)
-    return logp.gather(-1, actions.view(-1, 1).to(logp.device)).squeeze(-1), entropy
+    return logp.gather(-1, actions.view(-1, 1).to(logp.device)).squeeze(-1), entropy, raw
 
 
 def state_values(critic: Any, rows: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
@@ -303,6 +317,7 @@ class Batch:
     rewards: torch.Tensor  # (N,)
     kl: torch.Tensor  # (N,) k1 to the reference
     legal: torch.Tensor  # (N,) bool
+    legal_ids: torch.Tensor | None = None  # (N, W) legal move token ids of each position, -1 padded
 
 
 def make_batch(
@@ -312,6 +327,7 @@ def make_batch(
     pad_id: int,
     settings: PPOSettings,
     chunk: int = 64,
+    moves_table: MoveTokens | None = None,
 ) -> Batch:
     """Reference log-probs and values for every action (no grad), the per-action rewards, and
     GAE over each episode's actions (returns before whitening, advantages whitened over all)."""
@@ -369,7 +385,24 @@ def make_batch(
         rewards=rewards[keep],
         kl=old - ref,
         legal=torch.tensor([a.legal for a in flat]),
+        legal_ids=legal_move_ids(rows, tokens.tolist(), moves_table) if moves_table is not None else None,
     )
+
+
+def legal_move_ids(
+    rows: Sequence[Sequence[int]], actions: Sequence[int], moves_table: MoveTokens
+) -> torch.Tensor:
+    """``(N, W)`` token ids of the legal moves after each prompt (``-1`` padded), in the form
+    (space or not) of the action's token; a row whose action is not a move token has none."""
+    from chessrl.legality import legal_move_targets, pad_legal_targets
+
+    flats, counts = [], []
+    for row, action in zip(rows, actions, strict=True):
+        flat, count = legal_move_targets([*row, action], moves_table, start_id=row[0])
+        n = count[len(row) - 1]
+        flats.append(flat[len(flat) - n :] if n else [])
+        counts.append([n])
+    return torch.from_numpy(pad_legal_targets(flats, counts)[:, 0, :])
 
 
 def ppo_update(
@@ -396,7 +429,7 @@ def ppo_update(
             mask = torch.ones(len(idx), 1)
             metrics: dict[str, float] = {}
             if policy_opt is not None:
-                logprob, entropy = action_logprobs(
+                logprob, entropy, raw = action_terms(
                     policy, rows, batch.actions[idx], pad_id, settings.temperature
                 )
                 pg_loss, pg_metrics = compute_policy_loss(
@@ -407,6 +440,13 @@ def ppo_update(
                     clip_ratio_low=settings.clip,
                 )
                 loss = pg_loss - settings.entropy_coef * entropy.mean()
+                if settings.legal_coef > 0 and batch.legal_ids is not None:
+                    from chessrl.legality import legal_move_loss
+
+                    legal_ids = batch.legal_ids[idx].unsqueeze(1).to(raw.device)
+                    legal_loss, mass = legal_move_loss(raw.unsqueeze(1), legal_ids)
+                    loss = loss + settings.legal_coef * legal_loss
+                    metrics.update(legal_loss=legal_loss.item(), legal_mass=mass.item())
                 policy_opt.zero_grad()
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(policy.parameters(), settings.max_grad_norm)
@@ -606,7 +646,7 @@ def ppo_iteration(
     )
     played = time.perf_counter()
     critic.eval()  # dropout off in both models throughout, as in the phase
-    batch = make_batch(actions, reference, critic, pad, settings)
+    batch = make_batch(actions, reference, critic, pad, settings, moves_table=moves_table)
     metrics = ppo_update(policy, critic, policy_opt, critic_opt, batch, pad, settings, generator)
     done = time.perf_counter()
     metrics.update(play_s=played - started, learn_s=done - played, episodes=float(len(starts)))

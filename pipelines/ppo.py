@@ -60,6 +60,7 @@ def ppo_settings(cfg: PPOConfig) -> PPOSettings:
         kl_coef=cfg.kl_coef, clip=cfg.clip, value_clip=cfg.value_clip, gamma=cfg.gamma, lam=cfg.lam,
         ppo_epochs=cfg.ppo_epochs, minibatch=cfg.minibatch, temperature=cfg.temperature,
         illegal_penalty=cfg.illegal_penalty, result_weight=cfg.result_weight, entropy_coef=cfg.entropy_coef,
+        legal_coef=cfg.legal_coef,
     )  # fmt: skip
 
 
@@ -175,6 +176,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     from ray.train import Checkpoint
 
     from actors.rollout import list_rollout_shards
+    from chessrl.legality import MoveTokens
     from chessrl.models import load_pretrained
     from chessrl.ppo import actions_from_rows, make_batch, ppo_update, stale_episodes
     from chessrl.reward import load_reward_model
@@ -190,6 +192,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     for p in reference.parameters():
         p.requires_grad_(False)
     critic, _ = load_reward_model(cfg["reward_path"])
+    moves_table = MoveTokens(tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     policy_opt = torch.optim.AdamW(policy.parameters(), lr=cfg["learning_rate"], weight_decay=0.0)
     critic_opt = torch.optim.AdamW(critic.parameters(), lr=cfg["critic_learning_rate"], weight_decay=0.0)
@@ -271,7 +274,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         # eval mode throughout (dropout off, as OpenRLHF does): the ratio compares the same function
         policy.eval()
         critic.eval()
-        batch = make_batch(actions, reference, critic, pad, settings)
+        batch = make_batch(actions, reference, critic, pad, settings, moves_table=moves_table)
         opt = None if warmup else policy_opt
         got = ppo_update(policy, critic, opt, critic_opt, batch, pad, settings, generator)
         learn_s = time.perf_counter() - learn_started
