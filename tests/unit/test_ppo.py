@@ -17,6 +17,7 @@ from chessrl.ppo import (
     PPOSettings,
     action_logprobs,
     action_rewards,
+    legal_move_ids,
     make_batch,
     play_episodes,
     ppo_update,
@@ -193,3 +194,31 @@ def test_critic_warm_up_leaves_the_policy_alone(tiny):
     metrics = ppo_update(policy, critic, None, copt, batch, tok.pad_token_id, settings, torch.Generator())
     assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters(), strict=True))
     assert "pg_loss" not in metrics and metrics["value_loss"] >= 0
+
+
+def test_legal_move_loss_moves_probability_onto_the_legal_moves(tiny):
+    """With the legal-move loss (and a zero advantage, so PPO itself does nothing), updates raise
+    the probability mass on the legal moves of the actions' positions."""
+    from chessrl.ppo import Batch
+
+    policy, critic, tok = tiny
+    table = MoveTokens(tok)
+    rows = [prompt_ids(tok, "e2e4"), prompt_ids(tok, "d2d4 d7d5"), prompt_ids(tok, "")]
+    actions = [tok.convert_tokens_to_ids(m) for m in ("e7e5", "c2c4", "e2e4")]
+    legal = legal_move_ids(rows, actions, table)
+    assert (legal >= 0).sum(1).tolist() == [20, 27, 20]  # black after 1.e4; white after 1.d4 d5; the start
+    n = len(rows)
+    with torch.no_grad():
+        old, _ = action_logprobs(policy, rows, torch.tensor(actions), tok.pad_token_id)
+    batch = Batch(rows, torch.tensor(actions), old, torch.zeros(n), torch.zeros(n), torch.zeros(n),
+                  torch.zeros(n), torch.zeros(n), torch.ones(n, dtype=torch.bool), legal)  # fmt: skip
+    s = PPOSettings(ppo_epochs=20, minibatch=n, legal_coef=1.0)
+    opt = torch.optim.AdamW(policy.parameters(), lr=1e-3)
+    copt = torch.optim.AdamW(critic.parameters(), lr=1e-3)
+    first = ppo_update(
+        policy, critic, opt, copt, batch, tok.pad_token_id, s, torch.Generator().manual_seed(0)
+    )
+    again = ppo_update(
+        policy, critic, opt, copt, batch, tok.pad_token_id, s, torch.Generator().manual_seed(0)
+    )
+    assert again["legal_mass"] > first["legal_mass"] + 0.1
