@@ -360,6 +360,9 @@ class PPOConfig(Section):
     """Iterations that train only the critic before the policy moves."""
     checkpoint_interval: int = Field(5, ge=1)
     """Save a learner checkpoint every this many iterations (and at the end)."""
+    heldout_positions: int = Field(200, ge=0)
+    """At the end, the greedy legal-move rate of the start policy and of the final one on this many
+    positions of the held-out games (sft's split; 0: skip)."""
     cpus_per_worker: float | None = Field(None, gt=0)
     """CPUs the learner reserves (default: what the collectors and reward servers leave, keeping one free)."""
 

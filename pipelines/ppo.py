@@ -165,6 +165,30 @@ def start_pool(context: PhaseContext, cfg: PPOConfig, limit: int = 4096) -> list
     return [m for m in pool if m] or [()]
 
 
+def heldout_legal_rates(
+    context: PhaseContext, cfg: PPOConfig, models: dict[str, str]
+) -> dict[str, dict[str, float]]:
+    """The greedy legal-move rate and top-1 agreement of each model on ``cfg.heldout_positions``
+    positions of the held-out games (the split sft used); empty without a games table."""
+    from chessrl.lm_data import split_games
+    from chessrl.lm_eval import evaluate_moves, sample_positions
+    from chessrl.models import load_pretrained
+    from pipelines.preferences import read_games
+
+    source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
+    if cfg.heldout_positions == 0 or (not cfg.games and not source.exists()):
+        return {}
+    _, held, _ = split_games(read_games(source), context.config.sft.heldout_fraction)
+    positions = sample_positions(
+        [(r["moves"], None) for r in held], cfg.heldout_positions, seed=context.config.run.seed
+    )
+    out = {}
+    for name, path in models.items():
+        model, tokenizer = load_pretrained(path)
+        out[name] = evaluate_moves(model, tokenizer, positions) | {"positions": len(positions)}
+    return out
+
+
 def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     """The learner: publish, read new rollout shards, PPO-update, checkpoint; repeat."""
     import copy
@@ -470,6 +494,10 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
         plot_curves(rows, png)
         phase.upload_file(png, "curves.png")
         context.tracking.log_artifact(png)
+    heldout: dict[str, dict[str, float]] = {}
+    if phase.exists("model/config.json"):
+        final_path = model_location(None, phase.child("model"), "ppo", "ppo")
+        heldout = heldout_legal_rates(context, cfg, {"start": policy_path, "final": final_path})
     shards = list_rollout_shards(phase.child("rollouts"))
     learner = json.loads(phase.read_text("learner_state.json")) if phase.exists("learner_state.json") else {}
     starts = [int(s.get("starts", 1)) for s in summaries if "starts" in s]
@@ -481,7 +509,7 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
         "shards_read": len(learner.get("read", [])),
         "collectors": summaries, "collector_restarts": sum(s - 1 for s in starts),
         "learn_seconds": round(seconds, 1), "first": first, "last": last,
-        "model": phase.uri_of("model"), "critic": phase.uri_of("critic"),
+        "model": phase.uri_of("model"), "critic": phase.uri_of("critic"), "heldout": heldout,
     }  # fmt: skip
     phase.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))
 
@@ -495,6 +523,14 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
         f"  reward        {curve('reward_mean', '+.3f')}   (legal moves only: {curve('legal_reward_mean', '+.3f')})",
         f"  KL to sft     {curve('kl_to_ref', '.4f')}",
         f"  legal rate    {curve('legal_rate', '.1%')}",
+        *(
+            [
+                f"  held-out      greedy legal-move rate {heldout['start']['legal_rate']:.1%} (start) -> "
+                f"{heldout['final']['legal_rate']:.1%} (final) on {heldout['final']['positions']} positions"
+            ]
+            if heldout
+            else []
+        ),
         f"  collectors    {len(shards)} shards written, {summary['shards_read']} read, "
         f"{summary['collector_restarts']} restart(s)",
         f"  model         {summary['model']}",
