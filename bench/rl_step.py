@@ -48,6 +48,7 @@ import json
 import math
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -286,18 +287,29 @@ def phase_run(
         "--critic-warmup", "0", "--episodes-per-iteration", str(cfg.episodes_per_iteration),
         "--concurrent-games", str(cfg.concurrent_games), "--max-actions", str(cfg.max_actions),
         "--max-start-ply", str(cfg.max_start_ply), "--opponents", *cfg.opponents,
-        "--time-limit-minutes", str(max(1.0, timeout_s / 60)),
+        # the learner stops itself in time for the export and Ray's shutdown
+        "--time-limit-minutes", f"{max(1.0, (timeout_s - 150) / 60):.2f}",
     ] + (["--games", games] if games else [])  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     log_path = work / f"phase-{index}.log"
     started = time.perf_counter()
     with open(log_path, "w") as log:
+        # a session of its own: on a timeout the phase and the Ray processes it started go together
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
         try:
-            code = subprocess.run(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=timeout_s).returncode  # fmt: skip
+            code: int | str = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             code = "timeout"
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)  # the phase shuts its Ray down on an interrupt
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
     wall = time.perf_counter() - started
     metrics = storage / "bench" / "ppo" / "logs" / "metrics.jsonl"
     rows = (
@@ -305,7 +317,7 @@ def phase_run(
         if metrics.is_file()
         else []
     )
-    if code != 0 or len(rows) < 2:
+    if len(rows) < 2 or (code != 0 and code != "timeout"):
         tail = "".join(log_path.read_text().splitlines(keepends=True)[-40:])
         raise SystemExit(f"rl_step: the ppo phase failed ({code}, {len(rows)} iterations logged):\n{tail}")
     timed = rows[1:]
@@ -317,6 +329,7 @@ def phase_run(
         "iterations": len(timed), "learn_s": sum(r["learner_step_s"] for r in timed),
         "wait_s": sum(r["wait_s"] for r in timed), "stale_dropped": int(rows[-1].get("stale_dropped", 0)),
         "episode_length": actions / max(1, episodes), "phase_seconds": wall, "startup_s": rows[0]["elapsed_s"],
+        "exit": code,
     }  # fmt: skip
 
 
@@ -342,8 +355,10 @@ def main(argv: list[str] | None = None) -> int:
         "--baseline-threads", type=int, default=NUM_CPUS, help="torch threads of the baseline [default: 2]"
     )
     parser.add_argument(
-        "--phase-timeout", type=float, default=420.0, help="seconds a phase run may take [default: 420]"
-    )
+        "--phase-timeout", type=float, default=600.0,
+        help="seconds a phase run may take; its learner stops 150 s before, after the iteration in progress "
+        "[default: 600]",
+    )  # fmt: skip
     parser.add_argument(
         "--wait-quiet", type=float, default=120.0,
         help="before each run, wait up to this many seconds for other processes to leave the CPUs [default: 120]",
@@ -412,7 +427,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"  run {i + 1} phase    {p['samples_per_s']:8.1f} samples/s ({p['actions']} actions, "
                 f"{p['episode_length']:.2f} a game, {p['seconds']:.1f} s: learner wait {p['wait_s']:.1f}, "
                 f"learn {p['learn_s']:.1f}; start-up {p['startup_s']:.0f} s, {p['phase_seconds']:.0f} s end to "
-                f"end; other load {fmt_load(p['other_load_cores'])})",
+                f"end; other load {fmt_load(p['other_load_cores'])})"
+                + (
+                    ""
+                    if p["iterations"] == args.iterations
+                    else f" - {p['iterations']} iterations, stopped ({p['exit']})"
+                ),
                 flush=True,
             )
     base_med = statistics.median(r["samples_per_s"] for r in baseline)
