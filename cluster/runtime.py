@@ -186,3 +186,22 @@ def _gcs_address(ray_module: object) -> str:
         return str(ray_module.get_runtime_context().gcs_address)  # type: ignore[attr-defined]
     except Exception:  # pragma: no cover - older Ray
         return "unknown"
+
+
+def release_actor_name(name: str, namespace: str | None, timeout_s: float = 30.0) -> None:
+    """Kill a leftover actor of this name (an earlier invocation in the same Ray session, or one
+    killed with its driver) and wait until the name is free."""
+    import time
+
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            actor = ray.get_actor(name, namespace=namespace)
+        except ValueError:
+            return
+        ray.kill(actor)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the Ray actor name {name!r} is still taken after {timeout_s:g} s")
+        time.sleep(0.1)

@@ -259,7 +259,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
                 failure = ray.get(server.failure.remote())
                 if failure:
                     raise RuntimeError(f"a rollout collector failed: {failure}")
-                time.sleep(0.1)
+                time.sleep(0.5)  # a listing per poll: cheap locally, a request on S3
                 continue
             dataset = ray.data.read_parquet(
                 [rollouts.path(rel) for rel in new], filesystem=rollouts.fs, num_cpus=0
@@ -392,7 +392,7 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     from actors.reward_server import RewardClient
     from actors.rollout import RolloutCollector, RolloutSpec, list_rollout_shards
     from chessrl.ppo import parse_opponent
-    from pipelines.selfplay import release_actor_name
+    from cluster.runtime import release_actor_name
 
     cfg = context.config.ppo
     run = context.config.run

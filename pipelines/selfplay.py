@@ -48,6 +48,7 @@ from typing import Any
 from chessrl.mcts import MCTSConfig
 from chessrl.network import NetConfig
 from chessrl.selfplay import SelfPlaySettings
+from cluster.runtime import release_actor_name
 from cluster.storage import Storage
 from pipelines.config import SelfplayConfig
 from pipelines.learner import LearnerLog, torch_trainer
@@ -730,23 +731,6 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return value
-
-
-def release_actor_name(name: str, namespace: str | None, timeout_s: float = 30.0) -> None:
-    """Kill a leftover actor of this name (an earlier invocation in the same Ray session, or one
-    killed with its driver) and wait until the name is free."""
-    import ray
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            actor = ray.get_actor(name, namespace=namespace)
-        except ValueError:
-            return
-        ray.kill(actor)
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the Ray actor name {name!r} is still taken after {timeout_s:g} s")
-        time.sleep(0.1)
 
 
 def _elo_text(e: dict[str, Any]) -> str:
