@@ -80,8 +80,14 @@ class SftConfig(Section):
     """Model preset when not starting from --base-model."""
     base_model: str | None = None
     """Start from saved weights and tokenizer: a folder or s3:// prefix written by save_pretrained."""
-    text_format: Literal["moves"] = "moves"
-    """How a game is written for the model."""
+    text_format: Literal["moves", "rookworld"] = "moves"
+    """How a game is written for the model: ``moves`` (the game's UCI moves) or ``rookworld``
+    (RookWorld-LM's tasks, positions of the games: policy ``P: <FEN> M: <move>`` and environment
+    ``A: <FEN>+<move>+<history>+<next FEN>+<reward>+<terminated>+<truncated>``)."""
+    rookworld_env_share: float = Field(0.2, ge=0, le=1)
+    """rookworld: share of environment-task texts (the rest are policy tasks)."""
+    rookworld_positions_per_game: int = Field(8, ge=1)
+    """rookworld: texts cut from each training game (positions sampled without replacement)."""
     condition_on_result: bool = False
     """Prefix each game with its result (1-0, 0-1, 1/2-1/2) so play can be conditioned on it."""
     max_steps: int = Field(200, ge=1)
@@ -365,6 +371,12 @@ class PPOConfig(Section):
     positions of the held-out games (sft's split; 0: skip)."""
     cpus_per_worker: float | None = Field(None, gt=0)
     """CPUs the learner reserves (default: what the collectors and reward servers leave, keeping one free)."""
+    learner_threads: int | None = Field(None, ge=1)
+    """Torch threads of the learner (default: the CPUs the collectors and reward servers do not reserve)."""
+    rollout_reader: Literal["arrow", "ray_data"] = "arrow"
+    """How the learner reads new rollout shards: ``arrow`` (pyarrow, whole shards, milliseconds
+    each) or ``ray_data`` (``ray.data.read_parquet``: about 1.2 s and 2 CPU-seconds a read with
+    Ray 2.60, whatever the size; for large shards on a cluster with CPUs to spare)."""
 
 
 class SelfplayConfig(Section):

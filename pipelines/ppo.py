@@ -46,7 +46,7 @@ from chessrl.ppo import PPOSettings
 from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
 from pipelines.config import PPOConfig
-from pipelines.learner import LearnerLog, torch_trainer
+from pipelines.learner import LearnerLog, RolloutFeed, torch_trainer
 from pipelines.phase import Phase, PhaseContext, PhaseResult, run_phase
 
 
@@ -89,6 +89,20 @@ def split_ppo_cpus(cpus: float, collectors: int, reward_servers: int) -> tuple[f
     each = min(1.0, spare / units)
     learner = spare - (collectors + reward_servers) * each
     return each, each, float(learner if learner < 1 else int(learner))
+
+
+def learner_threads(cpus: float, reserved: float) -> int:
+    """Torch threads of the learner: the CPUs the collectors and reward servers do not reserve,
+    rounded (the learner's own reservation is smaller by the one CPU left for Ray Data reads, but
+    those reads mostly wait; the collectors mostly wait for new weights and so leave their CPUs
+    idle while the learner trains).
+
+    >>> learner_threads(2, 0.5)
+    2
+    >>> learner_threads(16, 6)
+    10
+    """
+    return max(1, round(cpus - reserved))
 
 
 def model_location(path: str | None, default: Storage, key: str, producer: str) -> str:
@@ -199,14 +213,13 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     import torch
     from ray.train import Checkpoint
 
-    from actors.rollout import list_rollout_shards
     from chessrl.legality import MoveTokens
     from chessrl.models import load_pretrained
     from chessrl.ppo import actions_from_rows, make_batch, ppo_update, stale_episodes
     from chessrl.reward import load_reward_model
     from cluster.tracking import RunMetricsLogger
 
-    torch.set_num_threads(max(1, int(cfg["threads"])))
+    torch.set_num_threads(max(1, min(int(cfg["threads"]), os.cpu_count() or 1)))
     ray.data.DataContext.get_current().enable_progress_bars = False
     settings = PPOSettings(**cfg["settings"])
     phase = Storage.from_uri(cfg["phase_uri"])
@@ -246,31 +259,28 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         weights = {k: v.detach().cpu().numpy() for k, v in policy.state_dict().items()}
         state["version"] = ray.get(server.publish.remote(weights, state["version"]))
 
+    feed = RolloutFeed(rollouts, read=state["read"], reader=cfg["rollout_reader"]).start()
+
     def take_episodes() -> list[Any] | None:
         """New shards' actions until ``episodes_per_iteration`` episodes (None: out of time)."""
         actions: list[Any] = []
         episodes: set[str] = set()
-        read = set(state["read"])
         while len(episodes) < cfg["episodes_per_iteration"]:
             if time_limit is not None and time.perf_counter() - started > time_limit:
                 return None
-            new = [rel for rel in list_rollout_shards(rollouts) if rel not in read]
-            if not new:
+            ready = feed.take(timeout=0.5)
+            if not ready:
                 failure = ray.get(server.failure.remote())
                 if failure:
                     raise RuntimeError(f"a rollout collector failed: {failure}")
-                time.sleep(0.5)  # a listing per poll: cheap locally, a request on S3
                 continue
-            dataset = ray.data.read_parquet(
-                [rollouts.path(rel) for rel in new], filesystem=rollouts.fs, num_cpus=0
-            )
-            got = actions_from_rows(dataset.take_all())
-            stale = stale_episodes(got, state["version"], cfg["max_staleness"])
-            state["stale_dropped"] += len(stale)
-            actions += [a for a in got if a.episode not in stale]
-            episodes |= {a.episode for a in got if a.episode not in stale}
-            read |= set(new)
-            state["read"] += new
+            for names, rows in ready:
+                got = actions_from_rows(rows)
+                stale = stale_episodes(got, state["version"], cfg["max_staleness"])
+                state["stale_dropped"] += len(stale)
+                actions += [a for a in got if a.episode not in stale]
+                episodes |= {a.episode for a in got if a.episode not in stale}
+                state["read"] += names
         return actions
 
     def save_checkpoint(metrics: dict[str, Any], final: bool = False) -> None:
@@ -285,6 +295,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
 
     publish()
     metrics: dict[str, Any] = {}
+    report_s = 0.0
     while state["iteration"] < cfg["iterations"]:
         if time_limit is not None and time.perf_counter() - started > time_limit:
             break
@@ -309,7 +320,9 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         results = Counter(a.result for a in finished if a.legal)
         state["episodes"] += len(episodes)
         state["actions"] += len(actions)
+        publish_started = time.perf_counter()
         publish()
+        publish_s = time.perf_counter() - publish_started
         state["seconds"] = time.perf_counter() - started
         metrics = {
             "iteration": state["iteration"], "version": state["version"], "critic_warmup": int(warmup),
@@ -321,7 +334,8 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             "version_lag_mean": sum(lags) / max(1, len(lags)), "version_lag_max": max(lags, default=0),
             "stale_dropped": state["stale_dropped"],
             "episodes_per_s": len(episodes) / max(wait_s + learn_s, 1e-9),
-            "learner_step_s": learn_s, "wait_s": wait_s, "elapsed_s": state["seconds"],
+            "learner_step_s": learn_s, "wait_s": wait_s, "publish_s": publish_s, "report_s": report_s,
+            "elapsed_s": state["seconds"],
         }  # fmt: skip
         log.write(metrics, state["iteration"])
         mlflow.log(metrics, step=state["iteration"])
@@ -333,10 +347,14 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             f"{len(episodes)} episodes (lag <= {metrics['version_lag_max']}), learn {learn_s:.1f} s, wait {wait_s:.1f} s",
             flush=True,
         )
+        # Ray Train hears from the learner at checkpoints only: a report is a barrier with the
+        # controller that took ~1.2 s (Ray 2.60, 2 CPUs), more than a tiny model's whole step;
+        # the metrics of every iteration go to MLflow, metrics.jsonl and the console above
+        report_started = time.perf_counter()
         if state["iteration"] % cfg["checkpoint_interval"] == 0 and state["iteration"] < cfg["iterations"]:
             save_checkpoint(metrics)
-        else:
-            ray.train.report(metrics)
+        report_s = time.perf_counter() - report_started  # logged with the next iteration
+    feed.stop()
     ray.get(server.stop.remote())
     phase.write_text("learner_state.json", json.dumps(state, indent=1))
     export_models(policy, critic, tokenizer, phase)
@@ -415,6 +433,9 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     cpus = float(context.ray.resources.get("CPU", 1))
     collector_cpus, server_cpus, learner_cpus = split_ppo_cpus(cpus, cfg.collectors, cfg.reward_servers)
     learner_cpus = cfg.cpus_per_worker or learner_cpus
+    threads = cfg.learner_threads or learner_threads(
+        cpus, cfg.collectors * collector_cpus + cfg.reward_servers * server_cpus
+    )
     log(
         f"policy {policy_path}, reward model {reward_path} (vocab {facts['vocab']}, context {facts['context']}); "
         f"{len(pool)} start games; opponents {', '.join(o.text for o in opponents)}"
@@ -451,7 +472,7 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     runs = [c.run.remote() for c in collectors]
     log(
         f"{cfg.collectors} collector(s) x {cfg.concurrent_games} games ({collector_cpus:g} CPU each), "
-        f"{cfg.reward_servers} reward server(s), learner {learner_cpus:g} CPU; {cfg.iterations} iterations of "
+        f"{cfg.reward_servers} reward server(s), learner {learner_cpus:g} CPU ({threads} threads); {cfg.iterations} iterations of "
         f"{cfg.episodes_per_iteration} episodes, T={cfg.max_actions}, beta={cfg.kl_coef:g}, clip={cfg.clip:g}"
         + (f", at most {cfg.time_limit_minutes:g} min" if cfg.time_limit_minutes else "")
     )
@@ -464,7 +485,7 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
             "critic_warmup": cfg.critic_warmup, "learning_rate": cfg.learning_rate,
             "critic_learning_rate": cfg.critic_learning_rate, "checkpoint_interval": cfg.checkpoint_interval,
             "time_limit_s": cfg.time_limit_minutes * 60 if cfg.time_limit_minutes else None,
-            "threads": max(1, int(learner_cpus)), "server_name": server_name, "namespace": namespace,
+            "threads": threads, "rollout_reader": cfg.rollout_reader, "server_name": server_name, "namespace": namespace,
             "tracking_uri": context.tracking.uri, "tracking_run_id": context.tracking.run_id,
         },
         num_workers=1, cpus_per_worker=learner_cpus, use_gpu=False,
