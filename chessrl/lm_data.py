@@ -19,10 +19,13 @@ percent of padding. A game longer than a block keeps its first ``block`` tokens.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from chessrl.formats import MovesFormat
+import chess
+
+from chessrl.formats import MovesFormat, RookWorldFormat
 
 T = TypeVar("T", bound=Mapping[str, Any])
 
@@ -67,6 +70,43 @@ def result_prefix(result: str | None, condition_on_result: bool) -> str:
 def training_text(moves: str, result: str | None, *, condition_on_result: bool = False) -> str:
     """One game as the model reads it (moves format), optionally prefixed by its result."""
     return MovesFormat().game_text(moves.split(), prefix=result_prefix(result, condition_on_result))
+
+
+#: Moves of the game before the position that an environment-task prompt shows.
+ENV_HISTORY = 10
+
+
+def rookworld_texts(moves: Sequence[str], n: int, *, env_share: float, rng: random.Random) -> list[str]:
+    """Up to ``n`` RookWorld training texts from one game: each a position of the game (sampled
+    without replacement) as a policy task ``P: <FEN> M: <the game's move>`` or, with probability
+    ``env_share``, an environment task ``A: <FEN>+<move>+<recent moves>+<next FEN>+<reward>+
+    <terminated>+<truncated>`` whose answer python-chess computes. A game that breaks the rules
+    stops at its first bad move.
+
+    >>> rookworld_texts(["e2e4"], 1, env_share=0.0, rng=random.Random(0))
+    ['P: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1 M: e2e4']
+    >>> rookworld_texts(["e2e4"], 1, env_share=1.0, rng=random.Random(0))[0].split("+")[:2]
+    ['A: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1', 'e2e4']
+    """
+    fmt = RookWorldFormat()
+    plies = sorted(rng.sample(range(len(moves)), min(n, len(moves))))
+    board, done, out = chess.Board(), 0, []
+    for ply in plies:
+        try:
+            for move in moves[done:ply]:
+                board.push_uci(move)
+            done = ply
+            move = moves[ply]
+            if chess.Move.from_uci(move) not in board.legal_moves:
+                break
+        except ValueError:
+            break
+        if rng.random() < env_share:
+            history = moves[max(0, ply - ENV_HISTORY) : ply]
+            out.append(fmt.env_prompt(board, move, history) + fmt.env_target(board, move))
+        else:
+            out.append(fmt.policy_text(board, move))
+    return out
 
 
 def pack_games(sequences: Iterable[Sequence[int]], block: int) -> tuple[list[list[int]], int]:

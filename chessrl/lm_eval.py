@@ -16,7 +16,7 @@ from typing import Any
 
 import chess
 
-from chessrl.formats import MoveCounts, MovesFormat
+from chessrl.formats import MoveCounts, MovesFormat, RookWorldFormat
 from chessrl.lm_data import result_prefix
 
 
@@ -54,11 +54,14 @@ def evaluate_moves(
     positions: Sequence[HeldoutPosition],
     *,
     temperature: float = 0.0,
+    text_format: str = "moves",
 ) -> dict[str, float]:
-    """Legal-move rate and top-1 agreement of the model's move on ``positions`` (unmasked)."""
+    """Legal-move rate and top-1 agreement of the model's move on ``positions`` (unmasked);
+    ``text_format="rookworld"`` asks with the policy task (``P: <FEN> M:``)."""
     from chessrl.models import propose_moves
 
     fmt = MovesFormat()
+    rookworld = RookWorldFormat() if text_format == "rookworld" else None
     counts = MoveCounts()
     agree = 0
     was_training = getattr(model, "training", False)
@@ -71,7 +74,9 @@ def evaluate_moves(
             [completion] = propose_moves(
                 model,
                 tokenizer,
-                fmt.prompt(pos.moves_before, prefix=pos.prefix),
+                rookworld.policy_prompt(board)
+                if rookworld
+                else fmt.prompt(pos.moves_before, prefix=pos.prefix),
                 temperature=temperature,
                 n=1,
             )

@@ -15,6 +15,7 @@ at ``<storage>/<run>/sft/model`` (load it with ``AutoModelForCausalLM.from_pretr
 from __future__ import annotations
 
 import json
+import random
 import sys
 import tempfile
 import time
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from chessrl.legality import MoveTokens, legal_move_targets
-from chessrl.lm_data import pack_games, split_games, training_text
+from chessrl.lm_data import pack_games, rookworld_texts, split_games, training_text
 from chessrl.lm_eval import sample_positions
 from chessrl.models import context_length, load_tokenizer, local_checkpoint
 from chessrl.tokenizer import build_chess_tokenizer
@@ -125,7 +126,10 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
                 self.steps_timed += 1
             if state.global_step % cfg["eval_every"] == 0 or state.global_step >= state.max_steps:
                 metrics = {
-                    f"heldout_{k}": v for k, v in evaluate_moves(kw["model"], tokenizer, heldout).items()
+                    f"heldout_{k}": v
+                    for k, v in evaluate_moves(
+                        kw["model"], tokenizer, heldout, text_format=cfg["text_format"]
+                    ).items()
                 }
                 metrics["heldout_eval_s"] = time.perf_counter() - now
                 if self.steps_timed:
@@ -315,13 +319,43 @@ def tokenize_and_pack(
     return out
 
 
+def training_texts(cfg: SftConfig, rows: Sequence[dict[str, Any]], seed: int) -> list[dict[str, str]]:
+    """The training texts of ``rows`` (games) in the configured text format, seeded."""
+    if cfg.text_format == "rookworld":
+        rng = random.Random(seed)
+        return [
+            {"text": text}
+            for r in rows
+            for text in rookworld_texts(
+                str(r["moves"]).split(),
+                cfg.rookworld_positions_per_game,
+                env_share=cfg.rookworld_env_share,
+                rng=rng,
+            )
+        ]
+    return [
+        {"text": training_text(r["moves"], r["result"], condition_on_result=cfg.condition_on_result)}
+        for r in rows
+    ]
+
+
 def legal_move_tokens(cfg: SftConfig, tokenizer: Any, log: Any) -> tuple[MoveTokens | None, float]:
     """The move tokens the legal-move loss needs, and its weight (0: off).
 
     ``legal_loss_weight`` null means 1.0 where the tokenizer has one token per UCI move, and off
-    (said in the log) where it has not; a weight given for such a tokenizer is a ConfigError.
+    (said in the log) where it has not; a weight given for such a tokenizer is a ConfigError. The
+    loss reads games in the moves format: with ``text_format: rookworld`` it is off, and a weight
+    for it is a ConfigError.
     """
     if cfg.legal_loss_weight == 0:
+        return None, 0.0
+    if cfg.text_format != "moves":
+        if cfg.legal_loss_weight is not None:
+            raise ConfigError(
+                f"sft.legal_loss_weight (--legal-loss-weight) is {cfg.legal_loss_weight}, but the legal-move "
+                f"loss reads games in the moves format, not {cfg.text_format}: leave it unset or set it to 0"
+            )
+        log(f"legal-move loss off: it reads the moves format, not {cfg.text_format}")
         return None, 0.0
     try:
         moves = MoveTokens(tokenizer)
@@ -334,6 +368,21 @@ def legal_move_tokens(cfg: SftConfig, tokenizer: Any, log: Any) -> tuple[MoveTok
             f"({cfg.base_model}): leave it unset or set it to 0 for this model"
         ) from None
     return moves, 1.0 if cfg.legal_loss_weight is None else cfg.legal_loss_weight
+
+
+#: The key in a saved model's ``config.json`` that names the text format it was trained on.
+TEXT_FORMAT_KEY = "chessrl_text_format"
+
+
+def mark_text_format(folder: Any, text_format: str) -> None:
+    """Record the text format in the model's ``config.json`` (``grpo`` reads it to warn about a
+    policy that never saw the rookworld tasks); transformers keeps unknown keys as attributes."""
+    from pathlib import Path
+
+    path = Path(folder) / "config.json"
+    config = json.loads(path.read_text())
+    config[TEXT_FORMAT_KEY] = text_format
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def games_uri(context: PhaseContext) -> str:
@@ -356,6 +405,11 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         raise ConfigError(
             f"sft.max_length (--max-length) is {cfg.max_length}, but the model reads at most {n_positions} "
             f"tokens ({cfg.base_model or 'preset ' + cfg.model}): use {n_positions} or less"
+        )
+    if cfg.text_format == "rookworld" and cfg.condition_on_result:
+        raise ConfigError(
+            "sft.condition_on_result (--condition-on-result) prefixes whole games with their result; "
+            "the rookworld text format has no games, only positions: leave it false"
         )
     legal_moves, legal_weight = legal_move_tokens(cfg, tokenizer, log)
     source = Storage.from_uri(games_uri(context))
@@ -385,10 +439,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
             ]
         ),
     )
-    texts = [
-        {"text": training_text(r["moves"], r["result"], condition_on_result=cfg.condition_on_result)}
-        for r in train_rows
-    ]
+    texts = training_texts(cfg, train_rows, context.config.run.seed)
     log(
         f"{len(train_rows):,} training games, {len(held_rows):,} held out ({len(heldout)} positions) from {source.uri}"
         + (f" ({duplicates:,} duplicate games skipped)" if duplicates else "")
@@ -440,6 +491,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
             "precision": cfg.precision,
             "dropout": cfg.dropout,
             "legal_loss_weight": legal_weight,
+            "text_format": cfg.text_format,
             "seed": context.config.run.seed,
             "heldout": [(list(p.moves_before), p.next_move, p.prefix) for p in heldout],
         },
@@ -454,7 +506,9 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     if result.checkpoint is None:
         raise RuntimeError("sft finished without a checkpoint")
     model_out = context.phase_storage("sft").child("model")
-    export_hf_checkpoint(result.checkpoint, model_out)
+    export_hf_checkpoint(
+        result.checkpoint, model_out, edit=lambda folder: mark_text_format(folder, cfg.text_format)
+    )
     metrics = {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}
     context.tracking.log_metrics(metrics)
     summary = {

@@ -1,0 +1,164 @@
+"""Training positions by game phase: openings, middlegames and endgames cut from real games in a
+configured mix (RookWorld's GRPO samples 20% openings, 60% middlegames, 20% endgames).
+
+A position's phase, from its ply and its material (kings included):
+
+- ``endgame``: fewer than ``ENDGAME_PIECES`` (14) pieces on the board;
+- ``opening``: the first ``OPENING_PLIES`` (20) plies, unless already an endgame;
+- ``middlegame``: the rest.
+
+>>> phase_of(chess.Board(), ply=0)
+'opening'
+>>> phase_of(chess.Board("8/8/4k3/8/8/3K4/4P3/8 w - - 0 60"), ply=119)
+'endgame'
+
+:class:`PositionSampler` indexes each game once (one replay) and then draws positions by phase,
+seeded; a phase no game reaches is drawn from the other phases instead, and the counts actually
+drawn are what a caller reports:
+
+>>> games = [{"moves": "e2e4 e7e5 g1f3 b8c6 f1b5 a7a6"}]
+>>> sampler = PositionSampler(games, seed=1)
+>>> picks = sampler.sample(4)
+>>> sorted({p.phase for p in picks}), len(picks)
+(['opening'], 4)
+>>> picks[0].board().fen() == chess.Board(picks[0].fen).fen()
+True
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import chess
+
+PHASES: tuple[str, ...] = ("opening", "middlegame", "endgame")
+#: RookWorld's mix: 20% openings, 60% middlegames, 20% endgames.
+DEFAULT_MIX: dict[str, float] = {"opening": 0.2, "middlegame": 0.6, "endgame": 0.2}
+ENDGAME_PIECES = 14
+OPENING_PLIES = 20
+
+
+def phase_of(board: chess.Board, ply: int) -> str:
+    """``opening``, ``middlegame`` or ``endgame`` for ``board`` reached after ``ply`` plies."""
+    if chess.popcount(board.occupied) < ENDGAME_PIECES:
+        return "endgame"
+    return "opening" if ply < OPENING_PLIES else "middlegame"
+
+
+def check_mix(mix: Mapping[str, float]) -> dict[str, float]:
+    """The mix normalised to sum 1; unknown phases, negative shares or an all-zero mix are a
+    ValueError that names the phases.
+
+    >>> check_mix({"opening": 1, "middlegame": 3, "endgame": 1})
+    {'opening': 0.2, 'middlegame': 0.6, 'endgame': 0.2}
+    """
+    unknown = sorted(set(mix) - set(PHASES))
+    if unknown:
+        raise ValueError(f"unknown position phase(s) {', '.join(unknown)}; phases: {', '.join(PHASES)}")
+    if any(float(v) < 0 for v in mix.values()) or sum(float(v) for v in mix.values()) <= 0:
+        raise ValueError(f"the position mix needs shares >= 0 with a positive sum, got {dict(mix)}")
+    total = sum(float(v) for v in mix.values())
+    return {p: float(mix.get(p, 0.0)) / total for p in PHASES}
+
+
+def split_counts(n: int, shares: Sequence[float]) -> list[int]:
+    """``n`` split by ``shares`` (summing to 1) into integers that sum to ``n``: largest remainders.
+
+    >>> split_counts(10, [0.2, 0.6, 0.2]), split_counts(4, [0.2, 0.6, 0.2])
+    ([2, 6, 2], [1, 2, 1])
+    """
+    raw = [n * s for s in shares]
+    counts = [int(r) for r in raw]
+    order = sorted(range(len(raw)), key=lambda i: (counts[i] - raw[i], i))
+    for i in order[: n - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+@dataclass(frozen=True)
+class Position:
+    """A position of a game: its FEN, the moves that led to it, the game's next move (``None`` at
+    the game's end) and its phase."""
+
+    fen: str
+    history: tuple[str, ...]
+    next_move: str | None
+    phase: str
+    game: int
+
+    def board(self) -> chess.Board:
+        return chess.Board(self.fen)
+
+
+class PositionSampler:
+    """Positions of ``games`` (rows with a ``moves`` string of UCI moves) by phase, seeded.
+
+    Each game is replayed once, up to ``max_games`` of them; positions without a legal move
+    (mates, stalemates) are left out. ``sample(n, mix)`` draws ``split_counts(n, mix)`` positions
+    of each phase, uniformly over the (game, ply) pairs of that phase, in shuffled order.
+    """
+
+    def __init__(
+        self, games: Iterable[Mapping[str, Any]], *, seed: int = 0, max_games: int | None = None
+    ) -> None:
+        self.rng = random.Random(seed)
+        self.games: list[list[str]] = []
+        self.index: dict[str, list[tuple[int, int]]] = {p: [] for p in PHASES}
+        for row in games:
+            if max_games is not None and len(self.games) >= max_games:
+                break
+            moves = str(row.get("moves") or "").split()
+            g = len(self.games)
+            self.games.append(moves)
+            board = chess.Board()
+            for ply in range(len(moves) + 1):
+                if any(True for _ in board.legal_moves):
+                    self.index[phase_of(board, ply)].append((g, ply))
+                if ply == len(moves):
+                    break
+                try:
+                    board.push_uci(moves[ply])
+                except ValueError:  # a corrupt game: keep the plies before the bad move
+                    break
+        if not any(self.index.values()):
+            self.index["opening"].append((-1, 0))  # no games: the start position
+            self.games.append([])
+
+    def available(self) -> dict[str, int]:
+        """(game, ply) pairs per phase."""
+        return {p: len(v) for p, v in self.index.items()}
+
+    def sample(self, n: int, mix: Mapping[str, float] | None = None) -> list[Position]:
+        """``n`` positions in the mix (default :data:`DEFAULT_MIX`); a phase with no position is
+        drawn from the phases that have some, in their shares."""
+        shares = check_mix(mix or DEFAULT_MIX)
+        have = [p for p in PHASES if self.index[p]]
+        if not any(shares[p] for p in have):
+            shares = {p: 1.0 / len(have) if p in have else 0.0 for p in PHASES}
+        else:
+            shares = check_mix({p: shares[p] for p in have})
+        picks: list[Position] = []
+        for phase, count in zip(PHASES, split_counts(n, [shares[p] for p in PHASES]), strict=True):
+            for _ in range(count):
+                g, ply = self.rng.choice(self.index[phase])
+                picks.append(self._position(g, ply, phase))
+        self.rng.shuffle(picks)
+        return picks
+
+    def _position(self, g: int, ply: int, phase: str) -> Position:
+        moves = self.games[g]
+        board = chess.Board()
+        for move in moves[:ply]:
+            board.push_uci(move)
+        next_move = moves[ply] if ply < len(moves) else None
+        return Position(board.fen(), tuple(moves[:ply]), next_move, phase, max(g, 0))
+
+
+def phase_counts(positions: Iterable[Position]) -> dict[str, int]:
+    """How many positions of each phase (every phase named, zeros included)."""
+    counts = Counter(p.phase for p in positions)
+    return {p: counts.get(p, 0) for p in PHASES}

@@ -1,0 +1,242 @@
+"""GRPO's pure parts on hand-made cases: the policy-task reward (best move, a blunder, illegal,
+unparseable, mate scores), the environment-task reward field by field, the group advantages of
+each loss type, the loss on hand-worked numbers, and the position generator's mix on real games."""
+
+from __future__ import annotations
+
+import math
+
+import chess
+import pytest
+import torch
+
+from chessrl.engine import Score
+from chessrl.grpo import (
+    ENV_FIELDS,
+    ENV_WEIGHTS,
+    GRPOSettings,
+    env_prompt,
+    env_reward,
+    group_advantages,
+    grpo_loss,
+    parse_policy_completion,
+    policy_prompt,
+    policy_reward,
+)
+from chessrl.pgn import read_pgn_file
+from chessrl.positions import PositionSampler, check_mix, phase_counts, phase_of, split_counts
+
+
+@pytest.fixture(scope="module")
+def games(pgn_dir) -> list[dict[str, str]]:
+    with open(pgn_dir / "lichess-2021-10-sample.pgn", "rb") as handle:
+        records, _ = read_pgn_file(handle, "lichess")
+    return [{"moves": r.moves} for r in records[:120]]
+
+
+# -- policy task --------------------------------------------------------------------------------
+
+
+def test_policy_reward_best_blunder_and_floor():
+    even = Score(cp=20, mate=None).expected
+    assert policy_reward("legal", best=even, move=even) == 1.0
+    blunder = Score(cp=-900, mate=None).expected  # a queen given away from an even position
+    assert policy_reward("legal", best=even, move=blunder) == 0.0
+    small = Score(cp=-10, mate=None).expected  # 30 cp worse than best
+    assert 0.8 < policy_reward("legal", best=even, move=small) < 1.0
+    s = GRPOSettings(illegal_reward=-2.0)
+    assert policy_reward("illegal", best=even, move=None, settings=s) == -2.0
+    assert policy_reward("unparseable", best=even, move=None, settings=s) == -2.0
+
+
+def test_policy_reward_with_mate_scores():
+    mate_in_1 = Score(cp=None, mate=1).expected
+    mate_in_3 = Score(cp=None, mate=3).expected
+    drawn = Score(cp=0, mate=None).expected
+    mated = Score(cp=None, mate=-2).expected
+    assert mate_in_1 > 0.99 and mated < 0.01
+    assert policy_reward("legal", best=mate_in_1, move=mate_in_3) > 0.99  # still mates
+    assert policy_reward("legal", best=mate_in_1, move=drawn) == 0.0  # lets a mate go
+    # a reward never exceeds 1, even when the move scores above the engine's best at its limit
+    assert policy_reward("legal", best=drawn, move=mate_in_3) == 1.0
+    assert policy_reward("legal", best=mate_in_1, move=mated) == 0.0
+
+
+def test_parse_policy_completion():
+    fen = chess.STARTING_FEN
+    assert parse_policy_completion(fen, " e2e4") == ("legal", "e2e4")
+    assert parse_policy_completion(fen, " e2e5")[0] == "illegal"
+    assert parse_policy_completion(fen, " Nf3")[0] == "unparseable"
+    assert parse_policy_completion(fen, "")[0] == "unparseable"
+
+
+def test_policy_prompt_is_rookworld_text():
+    p = policy_prompt(chess.STARTING_FEN)
+    assert p.text == f"P: {chess.STARTING_FEN} M:" and p.task == "policy"
+
+
+# -- environment task ---------------------------------------------------------------------------
+
+
+def test_env_targets_from_python_chess():
+    mate = env_prompt("7k/5Q2/6K1/8/8/8/8/8 w - - 0 1", "f7g7")
+    assert mate.target.endswith("+1+1+0") and mate.text == "A: 7k/5Q2/6K1/8/8/8/8/8 w - - 0 1+f7g7++"
+    stalemate = env_prompt("7k/8/5QK1/8/8/8/8/8 w - - 0 1", "f6f7")
+    assert stalemate.target.endswith("+0.5+1+0")
+    quiet = env_prompt(chess.STARTING_FEN, "g1f3", ["e2e4", "e7e5"])
+    board = chess.Board()
+    board.push_uci("g1f3")
+    assert quiet.target == f"{board.fen()}+0+0+0" and "+e2e4 e7e5+" in quiet.text
+
+
+@pytest.mark.parametrize("wrong", ENV_FIELDS)
+def test_env_reward_each_field_wrong(wrong):
+    target = env_prompt(chess.STARTING_FEN, "e2e4").target
+    parts = target.split("+")
+    i = ENV_FIELDS.index(wrong)
+    parts[i] = "junk" if wrong == "fen" else ("1" if parts[i] == "0" else "0")
+    got = env_reward("+".join(parts), target)
+    assert got.fields == {f: f != wrong for f in ENV_FIELDS}
+    assert math.isclose(got.reward, 1.0 - ENV_WEIGHTS[wrong])
+    assert not got.exact
+
+
+def test_env_reward_right_missing_and_extra():
+    target = env_prompt(chess.STARTING_FEN, "d2d4").target
+    assert env_reward(target, target).exact and env_reward(" " + target, target).reward == 1.0
+    cut = env_reward(target.rsplit("+", 2)[0], target)  # terminated and truncated missing
+    assert cut.fields == {"fen": True, "reward": True, "terminated": False, "truncated": False}
+    extra = env_reward(target + "+e7e5", target)
+    assert extra.reward == 1.0 and not extra.exact
+    assert env_reward("", target).reward == 0.0
+
+
+# -- advantages and loss ------------------------------------------------------------------------
+
+
+def test_group_advantages_by_loss_type():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5])
+    groups = [0, 0, 0, 0, 1, 1, 1, 1]
+    # group 0: mean 0.25, unbiased std sqrt(0.25) = 0.5
+    adv, keep = group_advantages(rewards, groups, "grpo")
+    assert torch.allclose(adv[:4], torch.tensor([1.5, -0.5, -0.5, -0.5]), atol=1e-5)
+    assert torch.equal(adv[4:], torch.zeros(4)) and bool(keep.all())
+    adv, _ = group_advantages(rewards, groups, "dr_grpo")
+    assert torch.allclose(adv[:4], torch.tensor([0.75, -0.25, -0.25, -0.25]))
+    _, keep = group_advantages(rewards, groups, "dapo")
+    assert keep.tolist() == [True] * 4 + [False] * 4
+
+
+def _loss(loss_type: str, new: torch.Tensor, old: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, **kw):
+    s = GRPOSettings(loss_type=loss_type, beta=0.0, **kw)
+    return grpo_loss(new, old, None, adv, mask, s, norm_length=2)
+
+
+def test_grpo_loss_aggregations_by_hand():
+    # two sequences, of 1 and 2 tokens; ratio 1 everywhere, so each token's loss is -A
+    lp = torch.zeros(2, 2)
+    mask = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    adv = torch.tensor([1.0, -1.0])
+    assert _loss("grpo", lp, lp, adv, mask)[0].item() == pytest.approx(0.0)  # mean(-1, +1)
+    assert _loss("dapo", lp, lp, adv, mask)[0].item() == pytest.approx(1 / 3)  # (-1 + 1 + 1) / 3
+    assert _loss("dr_grpo", lp, lp, adv, mask)[0].item() == pytest.approx(0.25)  # mean(-1/2, 2/2)
+
+
+def test_grpo_loss_clips_and_clip_higher():
+    old = torch.zeros(1, 1)
+    new = torch.full((1, 1), 0.5)  # ratio e^0.5 = 1.65
+    mask = torch.ones(1, 1)
+    adv = torch.tensor([1.0])
+    loss, m = _loss("grpo", new, old, adv, mask)
+    assert loss.item() == pytest.approx(-1.2) and m["clipfrac"] == 1.0
+    assert _loss("dapo", new, old, adv, mask)[0].item() == pytest.approx(-1.28)
+    # a negative advantage is not clipped from above: -A * ratio
+    assert _loss("grpo", new, old, -adv, mask)[0].item() == pytest.approx(math.exp(0.5))
+
+
+def test_grpo_loss_kl_term():
+    lp = torch.tensor([[-1.0]])
+    ref = torch.tensor([[-2.0]])  # k3 = e^-1 - (-1) - 1 = 0.3679
+    s = GRPOSettings(beta=0.5)
+    loss, m = grpo_loss(lp, lp, ref, torch.tensor([0.0]), torch.ones(1, 1), s)
+    assert m["kl"] == pytest.approx(math.exp(-1)) and loss.item() == pytest.approx(0.5 * math.exp(-1))
+
+
+def test_grpo_overfit_moves_probability_toward_rewarded_completion():
+    """One group of four completions (tokens 5, 6, 6, 7) of a one-token vocabulary-8 policy;
+    only token 5 is rewarded. On-policy steps (old = current) keep raising its probability;
+    with the old log-probs held fixed, the clip stops it near (1 + clip) x its start."""
+    tokens = torch.tensor([5, 6, 6, 7])
+    adv, _ = group_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), [0, 0, 0, 0], "grpo")
+    s = GRPOSettings(beta=0.0)
+
+    def train(steps: int, refresh: bool) -> float:
+        logits = torch.nn.Parameter(torch.zeros(8))
+        opt = torch.optim.SGD([logits], lr=0.5)
+        old = torch.log_softmax(logits, -1)[tokens].detach().unsqueeze(-1)
+        for _ in range(steps):
+            lp = torch.log_softmax(logits, -1)[tokens].unsqueeze(-1)
+            if refresh:
+                old = lp.detach()
+            loss, _ = grpo_loss(lp, old, None, adv, torch.ones(4, 1), s)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return torch.softmax(logits, -1)[5].item()
+
+    assert train(8, refresh=True) > 0.3  # from 1/8
+    assert 0.125 < train(8, refresh=False) < 0.125 * 1.2 * 1.1
+
+
+def test_settings_reject_bad_values():
+    with pytest.raises(ValueError, match="group_size must be >= 2"):
+        GRPOSettings(group_size=1)
+    with pytest.raises(ValueError, match="loss types: grpo, dr_grpo, dapo"):
+        GRPOSettings(loss_type="ppo")  # type: ignore[arg-type]
+
+
+# -- positions ----------------------------------------------------------------------------------
+
+
+def test_phase_of():
+    assert phase_of(chess.Board(), 0) == "opening"
+    assert phase_of(chess.Board(), 40) == "middlegame"
+    assert phase_of(chess.Board("4k3/8/8/8/8/8/PPPP4/4K3 w - - 0 1"), 5) == "endgame"
+
+
+def test_split_counts_and_mix():
+    assert split_counts(100, [0.2, 0.6, 0.2]) == [20, 60, 20]
+    assert sum(split_counts(7, [0.2, 0.6, 0.2])) == 7
+    assert check_mix({"opening": 2, "middlegame": 6, "endgame": 2})["middlegame"] == pytest.approx(0.6)
+    with pytest.raises(ValueError, match="phases: opening, middlegame, endgame"):
+        check_mix({"opening": 1, "blitz": 1})
+    with pytest.raises(ValueError, match="positive sum"):
+        check_mix({"opening": 0})
+
+
+def test_sampler_mix_on_real_games(games):
+    sampler = PositionSampler(games, seed=3)
+    assert all(n > 100 for n in sampler.available().values())
+    picks = sampler.sample(200)
+    assert phase_counts(picks) == {"opening": 40, "middlegame": 120, "endgame": 40}
+    for p in picks[:30]:
+        board = p.board()
+        replay = chess.Board()
+        for m in p.history:
+            replay.push_uci(m)
+        assert replay.fen() == p.fen and phase_of(board, len(p.history)) == p.phase
+        assert p.next_move is None or chess.Move.from_uci(p.next_move) in board.legal_moves
+    again = PositionSampler(games, seed=3).sample(200)
+    assert [p.fen for p in again] == [p.fen for p in picks]
+    assert phase_counts(sampler.sample(50, {"endgame": 1.0})) == {
+        "opening": 0,
+        "middlegame": 0,
+        "endgame": 50,
+    }
+
+
+def test_sampler_without_games_or_phase():
+    start = PositionSampler([], seed=0).sample(3)
+    assert {p.fen for p in start} == {chess.STARTING_FEN}
+    short = PositionSampler([{"moves": "e2e4 e7e5"}], seed=0)
+    assert phase_counts(short.sample(10)) == {"opening": 10, "middlegame": 0, "endgame": 0}
