@@ -98,6 +98,10 @@ class MovesFormat:
     def parse(self, board: chess.Board, completion: str) -> ParsedMove:
         return parse_move(board, completion)
 
+    def prompt_for(self, board: chess.Board, moves_so_far: Sequence[str]) -> str:
+        """The prompt that asks for the next move of a game (the moves so far)."""
+        return self.prompt(moves_so_far)
+
 
 class RookWorldFormat:
     """RookWorld-LM's policy (``P:``) and environment (``A:``) tasks."""
@@ -115,6 +119,10 @@ class RookWorldFormat:
 
     def parse(self, board: chess.Board, completion: str) -> ParsedMove:
         return parse_move(board, completion)
+
+    def prompt_for(self, board: chess.Board, moves_so_far: Sequence[str]) -> str:
+        """The policy task for the position (the moves that led there are not shown)."""
+        return self.policy_prompt(board)
 
     def env_prompt(self, board: chess.Board, move: str, history: Sequence[str] = ()) -> str:
         """``A: <FEN>+<move>+<recent moves>+``: the environment task's input."""

@@ -35,7 +35,8 @@ Advantages: :func:`chessrl.policy_gradient.compute_grpo_outcome_advantage` over 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import random
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -43,6 +44,7 @@ import chess
 import torch
 
 from chessrl.formats import RookWorldFormat, parse_move
+from chessrl.lm_data import ENV_HISTORY
 from chessrl.policy_gradient import (
     agg_loss,
     compute_grpo_outcome_advantage,
@@ -50,6 +52,7 @@ from chessrl.policy_gradient import (
     kl_penalty,
     masked_mean,
 )
+from chessrl.positions import Position, split_counts
 
 LossType = Literal["grpo", "dr_grpo", "dapo"]
 LOSS_TYPES: tuple[str, ...] = ("grpo", "dr_grpo", "dapo")
@@ -224,3 +227,259 @@ def grpo_loss(
         "approx_kl": float(pg["ppo_kl"]),
     }
     return loss, metrics
+
+
+# -- experience: sampled completions, their rewards, and the update -------------------------------
+
+
+@dataclass
+class Sample:
+    """One sampled completion of a prompt of a group, and what it earned."""
+
+    prompt: Prompt
+    group: int
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    text: str
+    reward: float = 0.0
+    status: str = ""
+    """Policy task: ``legal`` / ``illegal`` / ``unparseable``; environment task: ``exact`` / ``partial``."""
+    fields: dict[str, bool] = field(default_factory=dict)
+
+
+def completion_length(ids: Sequence[int], eos: int | None) -> int:
+    """Tokens of a completion that are trained on: up to and including the first EOS.
+
+    >>> completion_length([7, 8, 2, 2], eos=2), completion_length([7, 8], eos=2)
+    (3, 2)
+    """
+    ids = list(ids)
+    if eos is not None and eos in ids:
+        return ids.index(eos) + 1
+    return len(ids)
+
+
+def sample_groups(
+    model: torch.nn.Module,
+    tokenizer: object,
+    prompts: Sequence[Prompt],
+    settings: GRPOSettings,
+    max_new_tokens: dict[str, int],
+) -> list[Sample]:
+    """``group_size`` sampled completions of every prompt (prompt-major), each task's prompts in
+    one batched generation of at most its ``max_new_tokens[task]`` tokens."""
+    from chessrl.models import complete_ids, prompt_ids
+
+    eos = getattr(tokenizer, "eos_token_id", None)
+    out: list[Sample | None] = [None] * (len(prompts) * settings.group_size)
+    for task in TASKS:
+        index = [i for i, p in enumerate(prompts) if p.task == task]
+        if not index:
+            continue
+        rows = [prompt_ids(tokenizer, prompts[i].text) for i in index]  # type: ignore[arg-type]
+        seqs = complete_ids(
+            model, tokenizer, rows, settings.group_size, settings.temperature, max_new_tokens[task]
+        )  # type: ignore[arg-type]
+        for k, i in enumerate(index):
+            for j in range(settings.group_size):
+                ids = seqs[k * settings.group_size + j].tolist()
+                ids = ids[: completion_length(ids, eos)]
+                text = tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[attr-defined]
+                out[i * settings.group_size + j] = Sample(prompts[i], i, rows[k], ids, text)
+    return [s for s in out if s is not None]
+
+
+def score_samples(
+    samples: Sequence[Sample], expected: Callable[[list[str]], list[float]], settings: GRPOSettings
+) -> None:
+    """Set every sample's reward, status and fields. ``expected(fens)`` gives the expected score
+    of the side to move in each position (Stockfish through the EnginePool, one batched call for
+    the roots and the positions after every distinct legal move)."""
+    legal: dict[int, str] = {}
+    for i, s in enumerate(samples):
+        if s.prompt.task == "environment":
+            score = env_reward(s.text, s.prompt.target or "", settings.env_weights)
+            s.reward, s.fields = score.reward, score.fields
+            s.status = "exact" if score.exact else "partial"
+            continue
+        s.status, move = parse_policy_completion(s.prompt.fen, s.text)
+        if move is not None:
+            legal[i] = move
+    roots = sorted({samples[i].prompt.fen for i in legal})
+    children = sorted({(samples[i].prompt.fen, m) for i, m in legal.items()})
+    after = []
+    for fen, move in children:
+        board = chess.Board(fen)
+        board.push_uci(move)
+        after.append(board.fen())
+    values = expected(roots + after) if roots else []
+    best = dict(zip(roots, values[: len(roots)], strict=True))
+    moved = {key: 1.0 - v for key, v in zip(children, values[len(roots) :], strict=True)}
+    for i, s in enumerate(samples):
+        if s.prompt.task == "policy":
+            move = legal.get(i)
+            s.reward = policy_reward(
+                s.status,
+                best=best.get(s.prompt.fen),
+                move=moved.get((s.prompt.fen, move)) if move else None,
+                settings=settings,
+            )
+
+
+def completion_logprobs(
+    model: torch.nn.Module, samples: Sequence[Sample], pad: int, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probabilities ``(B, W)`` of each sample's completion tokens under ``model`` at the
+    sampling temperature, and their mask; ``W`` is the longest completion. Only the completion
+    positions go through the LM head (a GPT-2 ``transformer`` + ``lm_head``)."""
+    from chessrl.models import right_padded
+
+    rows = [s.prompt_ids + s.completion_ids for s in samples]
+    ids, attention = right_padded(rows, pad)
+    hidden = model.transformer(input_ids=ids, attention_mask=attention).last_hidden_state  # type: ignore[attr-defined]
+    width = max(1, max(len(s.completion_ids) for s in samples))
+    index = torch.zeros(len(samples), width, dtype=torch.long)
+    targets = torch.full((len(samples), width), pad, dtype=torch.long)
+    mask = torch.zeros(len(samples), width)
+    for b, s in enumerate(samples):
+        n = len(s.completion_ids)
+        start = len(s.prompt_ids) - 1  # the position whose logits predict the first completion token
+        index[b, :n] = torch.arange(start, start + n)
+        targets[b, :n] = torch.tensor(s.completion_ids, dtype=torch.long)
+        mask[b, :n] = 1.0
+    picked = hidden.gather(1, index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+    logits = model.lm_head(picked).float() / max(temperature, 1e-6)  # type: ignore[attr-defined]
+    logprobs = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return logprobs * mask, mask
+
+
+def grpo_update(
+    policy: torch.nn.Module,
+    reference: torch.nn.Module | None,
+    optimizer: torch.optim.Optimizer,
+    samples: Sequence[Sample],
+    pad: int,
+    settings: GRPOSettings,
+    *,
+    minibatch: int = 64,
+    norm_length: int | None = None,
+    max_grad_norm: float = 1.0,
+) -> dict[str, float]:
+    """One optimizer step on a batch of groups (on-policy: the old log-probs are the current
+    ones, detached, so the ratio is 1 and the clip guards only against a step that goes far);
+    gradients accumulated over minibatches, weighted by their share of the loss's normaliser."""
+    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+    groups = [s.group for s in samples]
+    advantages, keep = group_advantages(rewards, groups, settings.loss_type)
+    used = [i for i in range(len(samples)) if bool(keep[i]) and samples[i].completion_ids]
+    metrics: dict[str, float] = {"pg_loss": 0.0, "kl": 0.0, "clipfrac": 0.0, "approx_kl": 0.0}
+    if not used:
+        return {**metrics, "trained_samples": 0.0, "grad_norm": 0.0}
+    tokens = sum(len(samples[i].completion_ids) for i in used)
+    policy.train(False)  # dropout off: the ratio compares the same function
+    optimizer.zero_grad(set_to_none=True)
+    for start in range(0, len(used), minibatch):
+        part = used[start : start + minibatch]
+        batch = [samples[i] for i in part]
+        logprobs, mask = completion_logprobs(policy, batch, pad, settings.temperature)
+        ref = None
+        if reference is not None and settings.beta > 0:
+            with torch.no_grad():
+                ref, _ = completion_logprobs(reference, batch, pad, settings.temperature)
+        loss, m = grpo_loss(logprobs, logprobs.detach(), ref, advantages[part], mask, settings, norm_length)
+        share = (
+            float(mask.sum()) / tokens if settings.loss_type == "dapo" else len(part) / len(used)
+        )  # token-mean weighs by tokens, the per-sequence modes by sequences
+        (loss * share).backward()
+        for key in metrics:
+            metrics[key] += m[key] * share
+    grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
+    optimizer.step()
+    return {**metrics, "trained_samples": float(len(used)), "grad_norm": float(grad_norm)}
+
+
+def batch_metrics(samples: Sequence[Sample]) -> dict[str, float]:
+    """Reward by task, the policy task's legal rate, the environment task's exact and per-field
+    accuracy, the share of zero-variance groups, and the task mix of the batch."""
+    from chessrl.policy_gradient import zero_variance_group_share
+
+    out: dict[str, float] = {}
+    policy = [s for s in samples if s.prompt.task == "policy"]
+    env = [s for s in samples if s.prompt.task == "environment"]
+    out["reward_mean"] = sum(s.reward for s in samples) / max(1, len(samples))
+    out["reward_policy"] = sum(s.reward for s in policy) / max(1, len(policy))
+    out["reward_environment"] = sum(s.reward for s in env) / max(1, len(env))
+    out["legal_rate"] = sum(s.status == "legal" for s in policy) / max(1, len(policy))
+    out["env_exact"] = sum(s.status == "exact" for s in env) / max(1, len(env))
+    for name in ENV_FIELDS:
+        out[f"env_{name}_accuracy"] = sum(s.fields.get(name, False) for s in env) / max(1, len(env))
+    out["policy_share"] = len(policy) / max(1, len(samples))
+    out["zero_variance_groups"] = (
+        zero_variance_group_share(torch.tensor([s.reward for s in samples]), [s.group for s in samples])
+        if samples
+        else 0.0
+    )
+    out["completion_tokens_mean"] = sum(len(s.completion_ids) for s in samples) / max(1, len(samples))
+    return out
+
+
+@torch.no_grad()
+def evaluate_tasks(
+    model: torch.nn.Module, tokenizer: object, prompts: Sequence[Prompt], max_new_tokens: dict[str, int]
+) -> dict[str, float]:
+    """Greedy answers to ``prompts`` (unmasked): the policy task's legal-move rate and the
+    environment task's exact-match accuracy (and per-field accuracy), with the counts."""
+    from chessrl.models import complete_ids, prompt_ids
+
+    was_training = model.training
+    model.eval()
+    eos = getattr(tokenizer, "eos_token_id", None)
+    samples: list[Sample] = []
+    try:
+        for task in TASKS:
+            index = [i for i, p in enumerate(prompts) if p.task == task]
+            for start in range(0, len(index), 64):
+                part = index[start : start + 64]
+                rows = [prompt_ids(tokenizer, prompts[i].text) for i in part]  # type: ignore[arg-type]
+                seqs = complete_ids(model, tokenizer, rows, 1, 0.0, max_new_tokens[task])  # type: ignore[arg-type]
+                for k, i in enumerate(part):
+                    ids = seqs[k].tolist()
+                    ids = ids[: completion_length(ids, eos)]
+                    text = tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[attr-defined]
+                    samples.append(Sample(prompts[i], i, rows[k], ids, text))
+    finally:
+        model.train(was_training)
+    for s in samples:
+        if s.prompt.task == "policy":
+            s.status = parse_policy_completion(s.prompt.fen, s.text)[0]
+        else:
+            score = env_reward(s.text, s.prompt.target or "")
+            s.status, s.fields = ("exact" if score.exact else "partial"), score.fields
+    m = batch_metrics(samples)
+    policy = sum(s.prompt.task == "policy" for s in samples)
+    return {
+        "legal_rate": m["legal_rate"], "env_exact": m["env_exact"], "env_fen_accuracy": m["env_fen_accuracy"],
+        "policy_positions": float(policy), "env_positions": float(len(samples) - policy),
+    }  # fmt: skip
+
+
+def task_prompts(positions: Sequence[Position], policy_share: float, rng: random.Random) -> list[Prompt]:
+    """Prompts for ``positions``: ``policy_share`` of them (largest remainder) policy tasks, the
+    rest environment tasks applying the game's next move (a seeded random legal move at a game's
+    end) with the game's last moves as history, in a seeded order.
+
+    >>> from chessrl.positions import PositionSampler
+    >>> picks = PositionSampler([{"moves": "e2e4 e7e5 g1f3"}], seed=0).sample(5)
+    >>> sorted(p.task for p in task_prompts(picks, 0.8, random.Random(0)))
+    ['environment', 'policy', 'policy', 'policy', 'policy']
+    """
+    n_policy, _ = split_counts(len(positions), [policy_share, 1.0 - policy_share])
+    out: list[Prompt] = []
+    for k, pos in enumerate(positions):
+        if k < n_policy:
+            out.append(policy_prompt(pos.fen, pos.phase))
+        else:
+            move = pos.next_move or rng.choice(list(chess.Board(pos.fen).legal_moves)).uci()
+            out.append(env_prompt(pos.fen, move, pos.history[-ENV_HISTORY:], pos.phase))
+    rng.shuffle(out)
+    return out

@@ -35,7 +35,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from chessrl.formats import MoveCounts, MovesFormat, ParsedMove
+from chessrl.formats import MoveCounts, MovesFormat, ParsedMove, RookWorldFormat
 from chessrl.tokenizer import add_prompt_start, build_chess_tokenizer, start_token
 from cluster.errors import UserError
 from cluster.storage import Storage
@@ -420,6 +420,25 @@ def _complete(
     steps: int,
 ) -> list[list[str]]:
     """:func:`propose_moves_batch` for one batch of tokenised prompts."""
+    seqs = complete_ids(model, tokenizer, rows, n, temperature, steps)
+    texts = tokenizer.batch_decode(seqs, skip_special_tokens=True)
+    return [texts[i * n : (i + 1) * n] for i in range(len(rows))]
+
+
+@torch.no_grad()
+def complete_ids(
+    model: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    rows: list[list[int]],
+    n: int,
+    temperature: float,
+    steps: int,
+) -> torch.Tensor:
+    """``n`` completions of at most ``steps`` tokens for each tokenised prompt of ``rows``, as
+    token ids ``(len(rows) * n, <= steps)``, prompt-major (the ``n`` of the first prompt first).
+    The prompts are left-padded and read once; the cache is repeated ``n`` times for the tokens
+    after the first. After an EOS a row holds only padding, and generation stops early once
+    every row has ended. Greedy when ``temperature`` is 0."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     eos = tokenizer.eos_token_id
     width = max(len(r) for r in rows)
@@ -434,7 +453,8 @@ def _complete(
 
     result = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
     tokens = [pick(result.logits[:, -1, :], n).reshape(-1)]  # (B*n,), n per prompt, in order
-    if steps > 1:
+    ended = tokens[0] == eos if eos is not None else torch.zeros_like(tokens[0], dtype=torch.bool)
+    if steps > 1 and not bool(ended.all()):
         cache = result.past_key_values
         cache.batch_repeat_interleave(n)
         mask = mask.repeat_interleave(n, 0)
@@ -447,12 +467,15 @@ def _complete(
             )  # fmt: skip
             cache = result.past_key_values
             tokens.append(pick(result.logits[:, -1, :], 1).reshape(-1))
-    seqs = torch.stack(tokens, 1)  # (B*n, steps)
+            if eos is not None:
+                ended = ended | (tokens[-1] == eos)
+                if bool(ended.all()):
+                    break
+    seqs = torch.stack(tokens, 1)  # (B*n, <= steps)
     if eos is not None:  # as generate: after an EOS, only padding
-        ended = (seqs == eos).cumsum(1) - (seqs == eos).long() > 0
-        seqs = seqs.masked_fill(ended, pad)
-    texts = tokenizer.batch_decode(seqs, skip_special_tokens=True)
-    return [texts[i * n : (i + 1) * n] for i in range(len(rows))]
+        after = (seqs == eos).cumsum(1) - (seqs == eos).long() > 0
+        seqs = seqs.masked_fill(after, pad)
+    return seqs
 
 
 @dataclass
@@ -471,18 +494,19 @@ def lm_move(
     board: chess.Board,
     moves: list[str],
     *,
-    fmt: MovesFormat | None = None,
+    fmt: MovesFormat | RookWorldFormat | None = None,
     temperature: float = 0.0,
     retries: int = 3,
     counts: MoveCounts | None = None,
     rng: random.Random | None = None,
 ) -> tuple[str, bool]:
     """The model's move: greedy first, then up to ``retries`` samples; else a random legal move.
+    ``fmt`` asks in the format the model learned (moves by default; rookworld: ``P: <FEN> M:``).
 
     Returns ``(move, fell_back)``. Every attempt is counted in ``counts``.
     """
     fmt = fmt or MovesFormat()
-    prompt = fmt.prompt(moves)
+    prompt = fmt.prompt_for(board, moves)
     tries: list[float] = [temperature] + [max(temperature, 1.0)] * retries
     for t in tries:
         for completion in propose_moves(model, tokenizer, prompt, temperature=t):

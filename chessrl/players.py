@@ -37,7 +37,7 @@ from typing import Any, Literal, Protocol
 import chess
 
 from chessrl.engine import SearchLimit, Strength
-from chessrl.formats import MoveCounts
+from chessrl.formats import MoveCounts, get_format
 from cluster.errors import ConfigError
 
 PlayerKind = Literal["random", "sft", "lm", "mcts", "stockfish", "uci"]
@@ -260,12 +260,13 @@ class RandomPlayer:
 
 @dataclass
 class LMPlayer:
-    """A language model's move in the moves format: greedy (or sampled at ``temperature``), then
-    up to ``retries`` samples at temperature >= 1; then a random legal move (``fallback``) or
-    a forfeit. Every illegal or unparseable attempt is counted, nothing is masked.
+    """A language model's move, asked in ``text_format`` (the one it was trained on): greedy (or
+    sampled at ``temperature``), then up to ``retries`` samples at temperature >= 1; then a
+    random legal move (``fallback``) or a forfeit. Every illegal or unparseable attempt is
+    counted, nothing is masked.
 
     The moves format reads the game from the start position: from a FEN the model sees only the
-    moves played since.
+    moves played since. The rookworld format asks ``P: <FEN> M:`` and sees only the position.
     """
 
     model: Any
@@ -276,6 +277,7 @@ class LMPlayer:
     on_illegal: IllegalPolicy = "fallback"
     counts: MoveCounts = field(default_factory=MoveCounts)
     rng: random.Random = field(default_factory=lambda: random.Random(0))
+    text_format: str = "moves"
 
     def new_game(self, seed: int) -> None:
         self.rng = random.Random(seed)
@@ -289,7 +291,8 @@ class LMPlayer:
         before = self.counts.total
         move, fell_back = lm_move(
             self.model, self.tokenizer, board, [m.uci() for m in board.move_stack],
-            temperature=self.temperature, retries=self.retries, counts=self.counts, rng=self.rng,
+            fmt=get_format(self.text_format), temperature=self.temperature, retries=self.retries,
+            counts=self.counts, rng=self.rng,
         )  # fmt: skip
         illegal = self.counts.total - before - (0 if fell_back else 1)
         if not fell_back:

@@ -35,6 +35,10 @@ PHASES: dict[str, tuple[str, str]] = {
         "pipelines.ppo",
         "PPO against the reward model: rollout collectors, RewardServer, Ray Train learner, KL to sft, resumable",
     ),
+    "grpo": (
+        "pipelines.grpo",
+        "GRPO on RookWorld tasks with Stockfish-verified rewards: EnginePool, Ray Train learner, resumable",
+    ),
     "selfplay": (
         "pipelines.selfplay",
         "AlphaZero-style training: batched-MCTS collectors, parameter server, Ray Train learner, gating",

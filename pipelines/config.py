@@ -462,6 +462,66 @@ class SelfplayConfig(Section):
     """A final-evaluation game still going after this many plies is a draw."""
 
 
+class GRPOConfig(Section):
+    """``grpo``: group rollouts on RookWorld's policy and environment tasks with rewards verified by
+    Stockfish (EnginePool) and python-chess, GRPO / Dr. GRPO / DAPO updates on a Ray Train learner,
+    a KL penalty to the frozen start."""
+
+    policy: str | None = None
+    """The starting policy and frozen reference (default: this run's sft model, which should be
+    trained with --text-format rookworld)."""
+    games: str | None = None
+    """Games table the positions are cut from (default: this run's prepare output)."""
+    iterations: int = Field(30, ge=1)
+    """Optimizer steps (one batch of groups each)."""
+    time_limit_minutes: float | None = Field(None, gt=0)
+    """Stop after this many minutes (the iteration in progress finishes)."""
+    prompts_per_iteration: int = Field(16, ge=1)
+    """Prompts (groups) per batch."""
+    group_size: int = Field(4, ge=2)
+    """Completions sampled per prompt (a group of one has no advantage)."""
+    policy_share: float = Field(0.8, ge=0, le=1)
+    """Share of policy-task prompts; the rest are environment tasks (RookWorld: 0.8)."""
+    position_mix: dict[str, float] = Field(
+        default_factory=lambda: {"opening": 0.2, "middlegame": 0.6, "endgame": 0.2}
+    )
+    """Phases of the positions: opening (first 20 plies), middlegame, endgame (fewer than 14 pieces)."""
+    loss_type: Literal["grpo", "dr_grpo", "dapo"] = "grpo"
+    """grpo: std-normalised advantages, per-sequence token mean; dr_grpo: no std, token sum over a
+    constant length; dapo: clip-higher, token mean, zero-variance groups dropped."""
+    beta: float = Field(0.04, ge=0)
+    """Weight of the k3 KL to the frozen reference (0: no reference)."""
+    clip: float = Field(0.2, gt=0)
+    """epsilon of the clipped surrogate (dapo: its lower side)."""
+    clip_high: float = Field(0.28, gt=0)
+    """dapo's upper clip (clip-higher)."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature of the completions."""
+    learning_rate: float = Field(1e-5, gt=0)
+    """AdamW learning rate."""
+    minibatch: int = Field(64, ge=1)
+    """Completions per forward/backward pass (gradients accumulate over a batch)."""
+    illegal_reward: float = -1.0
+    """Policy-task reward of an illegal or unparseable move (the floor; legal moves score 0..1)."""
+    max_loss: float = Field(0.5, gt=0)
+    """Expected-score loss against Stockfish's best move that scores 0 on the policy task."""
+    stockfish_nodes: int = Field(2000, ge=1)
+    """Stockfish's node limit for the policy-task scores."""
+    engines: int = Field(1, ge=1)
+    """Stockfish processes in the engine pool."""
+    max_new_tokens_policy: int | None = Field(None, ge=1)
+    """Tokens a policy-task completion may take (default: 2 with the chess tokenizer, 8 with a BPE)."""
+    max_new_tokens_environment: int = Field(128, ge=8)
+    """Tokens an environment-task completion may take (a FEN is up to ~90 characters)."""
+    checkpoint_interval: int = Field(5, ge=1)
+    """Save a learner checkpoint every this many iterations (and at the end)."""
+    heldout_positions: int = Field(200, ge=0)
+    """At the end, the start and final policies' greedy legal-move rate (policy task) and
+    environment exact-match accuracy on this many positions of the held-out games (0: skip)."""
+    cpus_per_worker: float | None = Field(None, gt=0)
+    """CPUs the learner reserves (default: the cluster's, less the engines')."""
+
+
 class ChessRLConfig(Section):
     """The whole config: what a preset file holds."""
 
@@ -475,3 +535,4 @@ class ChessRLConfig(Section):
     reward: RewardConfig = Field(default_factory=RewardConfig)
     selfplay: SelfplayConfig = Field(default_factory=SelfplayConfig)
     ppo: PPOConfig = Field(default_factory=PPOConfig)
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig)

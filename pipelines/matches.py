@@ -77,6 +77,7 @@ def build_player(spec: PlayerSpec, settings: Settings, pool: Any) -> Player:
         return LMPlayer(
             model, tokenizer, name=spec.label, temperature=settings.lm_temperature, retries=settings.lm_retries,
             on_illegal=settings.on_illegal,  # type: ignore[arg-type]
+            text_format=getattr(model.config, "chessrl_text_format", None) or "moves",
         )  # fmt: skip
     if spec.kind == "mcts":
         from chessrl.network import load_network

@@ -370,6 +370,17 @@ def legal_move_tokens(cfg: SftConfig, tokenizer: Any, log: Any) -> tuple[MoveTok
     return moves, 1.0 if cfg.legal_loss_weight is None else cfg.legal_loss_weight
 
 
+def sft_folder(text_format: str) -> str:
+    """The run's folder an sft of this text format writes (checkpoints, model, summary): ``sft``
+    for the moves format (ppo's start), ``sft-rookworld`` for rookworld (grpo's start), so one run
+    can hold both.
+
+    >>> sft_folder("moves"), sft_folder("rookworld")
+    ('sft', 'sft-rookworld')
+    """
+    return "sft" if text_format == "moves" else f"sft-{text_format}"
+
+
 #: The key in a saved model's ``config.json`` that names the text format it was trained on.
 TEXT_FORMAT_KEY = "chessrl_text_format"
 
@@ -396,6 +407,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
 
     cfg = context.config.sft
     log = context.log
+    folder = sft_folder(cfg.text_format)
     if cfg.base_model:
         local = local_checkpoint(cfg.base_model)
         tokenizer, n_positions = load_tokenizer(str(local)), context_length(None, str(local))
@@ -430,7 +442,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     )
     # the held-out positions, for anyone who measures the saved model the same way (prompt = the
     # moves before, optionally behind the prefix; the move the game played)
-    context.phase_storage("sft").write_text(
+    context.phase_storage(folder).write_text(
         "heldout.json",
         json.dumps(
             [
@@ -472,7 +484,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
 
     trainer = torch_trainer(
         context,
-        "sft",
+        folder,
         train_loop_per_worker,
         {
             "model": cfg.model,
@@ -505,7 +517,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     seconds = time.perf_counter() - started
     if result.checkpoint is None:
         raise RuntimeError("sft finished without a checkpoint")
-    model_out = context.phase_storage("sft").child("model")
+    model_out = context.phase_storage(folder).child("model")
     export_hf_checkpoint(
         result.checkpoint, model_out, edit=lambda folder: mark_text_format(folder, cfg.text_format)
     )
@@ -532,7 +544,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         "model": model_out.uri,
         "seconds": round(seconds, 1),
     }
-    context.phase_storage("sft").write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True))
+    context.phase_storage(folder).write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True))
     lines = [
         "sft summary",
         f"  games         {len(train_rows):,} training, {len(held_rows):,} held out",

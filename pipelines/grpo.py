@@ -1,0 +1,393 @@
+"""``grpo``: GRPO of a rookworld sft policy with rewards verified by Stockfish and python-chess, on
+a Ray Train learner and the EnginePool.
+
+    python -m pipelines.grpo --config tiny
+    chess-rl grpo --group-size 4 --policy-share 0.8 --loss-type dr_grpo --beta 0.04
+    chess-rl grpo --policy runs/a/sft/model --iterations 200 --stockfish-nodes 5000
+
+How the pieces fit (the formulas are :mod:`chessrl.grpo` and :mod:`chessrl.policy_gradient`):
+
+1. The driver checks its inputs (the policy, Stockfish, the games table, the config), cuts
+   positions from the training games in the configured phase mix (20% openings, 60%
+   middlegames, 20% endgames) and turns them into prompts, ``policy_share`` policy tasks
+   (``P: <FEN> M:``) and the rest environment tasks (``A: <FEN>+<move>+<history>+``), written to
+   ``grpo/prompts.json`` with the mix drawn. It starts the EnginePool (``<run>/engine-pool-<i>``).
+2. The learner (a Ray Train ``TorchTrainer``) takes ``prompts_per_iteration`` prompts per
+   iteration and samples ``group_size`` completions of each (one batched generation per task,
+   the prompt read once per group). Policy-task completions are scored by Stockfish at
+   ``stockfish_nodes`` (one batched EnginePool call for the positions before and after every
+   distinct legal move); environment-task completions are checked field by field against
+   python-chess. Group advantages, then one optimizer step of the loss type's objective with a
+   k3 KL to the frozen start.
+3. Every ``checkpoint_interval`` iterations: a Ray Train checkpoint (policy, optimiser,
+   iteration). Running the same command again resumes from it.
+4. At the end: the policy as a Hugging Face folder (``grpo/model``), ``metrics.jsonl``, and the
+   start and final policies' greedy legal-move rate and environment accuracy on positions of the
+   held-out games (sft's split).
+
+Measure the result with ``evaluate --mode sprt --players lm:<run>/grpo/model sft`` (a rookworld
+policy is asked with the policy task).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from chessrl.grpo import GRPOSettings, Prompt
+from cluster.errors import ConfigError, StorageError
+from cluster.storage import Storage
+from pipelines.config import GRPOConfig
+from pipelines.learner import LearnerLog, torch_trainer
+from pipelines.phase import Phase, PhaseContext, PhaseResult, run_phase
+from pipelines.ppo import model_location
+from pipelines.sft import sft_folder
+
+
+def grpo_settings(cfg: GRPOConfig) -> GRPOSettings:
+    """The algorithm's settings from the config section."""
+    return GRPOSettings(
+        group_size=cfg.group_size, loss_type=cfg.loss_type, beta=cfg.beta, clip=cfg.clip,
+        clip_high=cfg.clip_high, temperature=cfg.temperature, illegal_reward=cfg.illegal_reward,
+        max_loss=cfg.max_loss,
+    )  # fmt: skip
+
+
+def check_policy(path: str, log: Any) -> dict[str, Any]:
+    """Load-free checks of the policy: a GPT-2-style LM whose tokenizer loads. A policy not
+    trained on the rookworld format (``chessrl_text_format`` in its config, written by sft) is
+    a warning in the log, not an error: its rewards start low until it learns the format."""
+    from chessrl.models import load_tokenizer, local_checkpoint, move_tokens
+    from pipelines.sft import TEXT_FORMAT_KEY
+
+    try:
+        config = json.loads((local_checkpoint(path) / "config.json").read_text())
+    except Exception as exc:  # noqa: BLE001 - a missing or unreadable checkpoint, said once
+        raise StorageError(
+            f"grpo.policy (--policy): cannot read {path}/config.json: {str(exc).splitlines()[0]}"
+        ) from None
+    if config.get("model_type") != "gpt2" or "GPT2LMHeadModel" not in (config.get("architectures") or []):
+        raise ConfigError(
+            f"grpo.policy (--policy): {path} is a {config.get('model_type')} "
+            f"{'/'.join(config.get('architectures') or [])} checkpoint; grpo needs a GPT-2-style language model"
+        )
+    tokenizer = load_tokenizer(path)
+    trained = config.get(TEXT_FORMAT_KEY)
+    if trained != "rookworld":
+        log(
+            f"warning: the policy {path} was not trained on the rookworld tasks (its text format: {trained or 'unknown'}); "
+            "it will answer 'P: <FEN> M:' and 'A: ...' prompts poorly until GRPO teaches it the format. "
+            "Train one with `chess-rl sft --text-format rookworld`"
+        )
+    return {"context": int(config.get("n_positions", 1024)), "vocab": len(tokenizer),
+            "move_tokens": move_tokens(tokenizer), "text_format": trained}  # fmt: skip
+
+
+def plan_prompts(
+    context: PhaseContext, cfg: GRPOConfig
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """Every iteration's prompts and the held-out prompts (as dicts), and the mix drawn."""
+    from chessrl.grpo import task_prompts
+    from chessrl.lm_data import split_games
+    from chessrl.positions import PositionSampler, check_mix, phase_counts
+    from pipelines.preferences import read_games
+
+    try:
+        mix = check_mix(cfg.position_mix)
+    except ValueError as exc:
+        raise ConfigError(f"grpo.position_mix (--position-mix): {exc}") from None
+    seed = context.config.run.seed
+    source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
+    rows = read_games(source)
+    train, held, _ = split_games(rows, context.config.sft.heldout_fraction)
+    if not train:
+        raise StorageError(f"{source.uri} has no training games after the held-out split")
+    total = cfg.iterations * cfg.prompts_per_iteration
+    rng = random.Random(seed)
+    positions = PositionSampler(train, seed=seed).sample(total, mix)
+    prompts: list[Prompt] = []
+    for i in range(cfg.iterations):  # the task mix holds in every batch, not only overall
+        part = positions[i * cfg.prompts_per_iteration : (i + 1) * cfg.prompts_per_iteration]
+        prompts += task_prompts(part, cfg.policy_share, rng)
+    heldout: list[Prompt] = []
+    if cfg.heldout_positions and held:
+        heldout = task_prompts(
+            PositionSampler(held, seed=seed + 1).sample(cfg.heldout_positions, mix),
+            0.5,
+            random.Random(seed + 1),
+        )
+    tasks = Counter(p.task for p in prompts)
+    drawn = {
+        "games": len(rows), "train_games": len(train), "heldout_games": len(held),
+        "phases": phase_counts(positions), "tasks": dict(tasks),
+        "policy_share": tasks["policy"] / max(1, len(prompts)),
+    }  # fmt: skip
+    return [p.__dict__ for p in prompts], [p.__dict__ for p in heldout], drawn
+
+
+def max_new_tokens(cfg: GRPOConfig, move_tokens: int) -> dict[str, int]:
+    return {"policy": cfg.max_new_tokens_policy or move_tokens, "environment": cfg.max_new_tokens_environment}
+
+
+def train_loop_per_worker(cfg: dict[str, Any]) -> None:
+    """The learner: sample groups, score them, one GRPO step; checkpoint; repeat."""
+    import copy
+
+    import ray.train
+    import torch
+    from ray.train import Checkpoint
+
+    from chessrl.engine import SearchLimit
+    from chessrl.grpo import batch_metrics, grpo_update, sample_groups, score_samples
+    from chessrl.models import load_pretrained
+    from cluster.tracking import RunMetricsLogger
+
+    torch.set_num_threads(max(1, min(int(cfg["threads"]), os.cpu_count() or 1)))
+    settings = GRPOSettings(**cfg["settings"])
+    phase = Storage.from_uri(cfg["phase_uri"])
+    prompts = [Prompt(**p) for p in json.loads(phase.read_text("prompts.json"))["prompts"]]
+    policy, tokenizer = load_pretrained(cfg["policy_path"])
+    reference = None
+    if settings.beta > 0:
+        reference = copy.deepcopy(policy).eval()
+        for p in reference.parameters():
+            p.requires_grad_(False)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg["learning_rate"], weight_decay=0.0)
+    state: dict[str, Any] = {"iteration": 0, "samples": 0, "seconds": 0.0}
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            saved = torch.load(os.path.join(folder, "learner.pt"), map_location="cpu", weights_only=False)
+        policy.load_state_dict(saved["policy"])
+        optimizer.load_state_dict(saved["optimizer"])
+        state = saved["state"]
+        torch.set_rng_state(saved["rng"])
+        print(f"[grpo] learner resumes at iteration {state['iteration']}", flush=True)
+    else:
+        torch.manual_seed(cfg["seed"])
+    pool = cfg["engine_pool"]
+    limit = SearchLimit(nodes=cfg["stockfish_nodes"])
+    mlflow = RunMetricsLogger(cfg["tracking_uri"], cfg["tracking_run_id"])
+    log = LearnerLog(phase.child("logs"))
+    limits = cfg["max_new_tokens"]
+    norm_length = max(limits.values())
+    per = cfg["prompts_per_iteration"]
+    started = time.perf_counter() - state["seconds"]
+
+    def expected(fens: list[str]) -> list[float]:
+        return [a.score.expected for a in pool.analyse(fens, limit)]
+
+    def save_checkpoint(metrics: dict[str, Any], final: bool = False) -> None:
+        folder = tempfile.mkdtemp(prefix="grpo-ckpt-")
+        torch.save(
+            {"policy": policy.state_dict(), "optimizer": optimizer.state_dict(), "state": state,
+             "rng": torch.get_rng_state()},
+            os.path.join(folder, "learner.pt"),
+        )  # fmt: skip
+        log.sync()
+        ray.train.report({**metrics, "done": int(final)}, checkpoint=Checkpoint.from_directory(folder))
+
+    metrics: dict[str, Any] = {}
+    while state["iteration"] < cfg["iterations"]:
+        if cfg["time_limit_s"] is not None and time.perf_counter() - started > cfg["time_limit_s"]:
+            break
+        batch = prompts[state["iteration"] * per : (state["iteration"] + 1) * per]
+        t0 = time.perf_counter()
+        policy.eval()
+        samples = sample_groups(policy, tokenizer, batch, settings, limits)
+        t1 = time.perf_counter()
+        score_samples(samples, expected, settings)
+        t2 = time.perf_counter()
+        got = grpo_update(policy, reference, optimizer, samples, pad, settings,
+                          minibatch=cfg["minibatch"], norm_length=norm_length)  # fmt: skip
+        t3 = time.perf_counter()
+        state["iteration"] += 1
+        state["samples"] += len(samples)
+        state["seconds"] = time.perf_counter() - started
+        metrics = {
+            "iteration": state["iteration"], **batch_metrics(samples), **got,
+            "samples": len(samples), "samples_total": state["samples"],
+            "samples_per_s": len(samples) / max(t3 - t0, 1e-9),
+            "generate_s": t1 - t0, "score_s": t2 - t1, "learn_s": t3 - t2, "elapsed_s": state["seconds"],
+        }  # fmt: skip
+        log.write(metrics, state["iteration"])
+        mlflow.log(metrics, step=state["iteration"])
+        print(
+            f"[grpo] iteration {state['iteration']}/{cfg['iterations']}: reward {metrics['reward_mean']:+.3f} "
+            f"(policy {metrics['reward_policy']:+.3f}, env {metrics['reward_environment']:.3f}), "
+            f"legal {metrics['legal_rate']:.1%}, env exact {metrics['env_exact']:.1%}, "
+            f"zero-variance groups {metrics['zero_variance_groups']:.0%}, KL {metrics['kl']:.4f}, "
+            f"{metrics['samples_per_s']:.1f} samples/s (generate {t1 - t0:.1f} s, Stockfish {t2 - t1:.1f} s, "
+            f"learn {t3 - t2:.1f} s)",
+            flush=True,
+        )
+        if state["iteration"] % cfg["checkpoint_interval"] == 0 and state["iteration"] < cfg["iterations"]:
+            save_checkpoint(metrics)
+    from pipelines.sft import mark_text_format
+
+    model_dir = tempfile.mkdtemp(prefix="grpo-model-")
+    policy.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    mark_text_format(model_dir, "rookworld")
+    out = phase.child("model")
+    for name in sorted(os.listdir(model_dir)):
+        out.upload_file(os.path.join(model_dir, name), name)
+    phase.write_text("learner_state.json", json.dumps(state, indent=1))
+    log.close()
+    save_checkpoint(
+        {**metrics, "iteration": state["iteration"], "samples_total": state["samples"]}, final=True
+    )
+
+
+def heldout_scores(
+    prompts: list[dict[str, Any]], models: dict[str, str], limits: dict[str, int]
+) -> dict[str, dict[str, float]]:
+    """Each model's greedy legal-move rate and environment accuracy on the held-out prompts."""
+    from chessrl.grpo import evaluate_tasks
+    from chessrl.models import load_pretrained
+
+    if not prompts:
+        return {}
+    asked = [Prompt(**p) for p in prompts]
+    out = {}
+    for name, path in models.items():
+        model, tokenizer = load_pretrained(path)
+        out[name] = evaluate_tasks(model, tokenizer, asked, limits)
+    return out
+
+
+def run_grpo(context: PhaseContext) -> PhaseResult:
+    from actors.engine_pool import EnginePool
+    from chessrl.engine import find_stockfish
+    from cluster.runtime import release_actor_name
+
+    cfg = context.config.grpo
+    run = context.config.run
+    log = context.log
+    phase = context.phase_storage("grpo")
+    try:
+        settings = grpo_settings(cfg)
+    except ValueError as exc:
+        raise ConfigError(f"grpo: {exc}") from None
+    policy_path = model_location(
+        cfg.policy,
+        context.phase_storage(sft_folder("rookworld")).child("model"),
+        "grpo.policy (--policy)",
+        "sft --text-format rookworld",
+    )
+    facts = check_policy(policy_path, log)
+    find_stockfish()  # a missing engine is one clear line before any work
+    prompts, heldout, drawn = plan_prompts(context, cfg)
+    limits = max_new_tokens(cfg, facts["move_tokens"])
+    phase.makedirs()
+    phase.write_text("prompts.json", json.dumps({"prompts": prompts, "heldout": heldout, "drawn": drawn}))
+    cpus = float(context.ray.resources.get("CPU", 1))
+    engine_cpus = min(0.5, cpus / 4)
+    learner_cpus = cfg.cpus_per_worker or max(0.5, cpus - cfg.engines * engine_cpus)
+    log(
+        f"policy {policy_path} (vocab {facts['vocab']}, context {facts['context']}); {drawn['train_games']:,} training games: "
+        f"positions {', '.join(f'{k} {v}' for k, v in drawn['phases'].items())}; tasks "
+        f"{drawn['tasks'].get('policy', 0)} policy / {drawn['tasks'].get('environment', 0)} environment "
+        f"({drawn['policy_share']:.0%} policy)"
+    )
+    log(
+        f"{cfg.iterations} iterations of {cfg.prompts_per_iteration} prompts x {cfg.group_size} completions, "
+        f"loss {cfg.loss_type}, beta {cfg.beta:g}, clip {cfg.clip:g}, temperature {cfg.temperature:g}; "
+        f"Stockfish {cfg.stockfish_nodes} nodes on {cfg.engines} engine(s); learner {learner_cpus:g} CPU"
+        + (f", at most {cfg.time_limit_minutes:g} min" if cfg.time_limit_minutes else "")
+    )
+    for i in range(cfg.engines):
+        release_actor_name(f"{run.name}/engine-pool-{i}", None)
+    pool = EnginePool.create(cfg.engines, 1, run=run.name, num_cpus_per_engine=engine_cpus)
+    trainer = torch_trainer(
+        context, "grpo", train_loop_per_worker,
+        {
+            "phase_uri": phase.uri, "policy_path": policy_path, "settings": settings.__dict__,
+            "seed": run.seed, "iterations": cfg.iterations, "prompts_per_iteration": cfg.prompts_per_iteration,
+            "learning_rate": cfg.learning_rate, "minibatch": cfg.minibatch, "max_new_tokens": limits,
+            "stockfish_nodes": cfg.stockfish_nodes, "engine_pool": pool, "checkpoint_interval": cfg.checkpoint_interval,
+            "time_limit_s": cfg.time_limit_minutes * 60 if cfg.time_limit_minutes else None,
+            "threads": max(1, round(learner_cpus)),
+            "tracking_uri": context.tracking.uri, "tracking_run_id": context.tracking.run_id,
+        },
+        num_workers=1, cpus_per_worker=learner_cpus, use_gpu=False,
+    )  # fmt: skip
+    started = time.perf_counter()
+    try:
+        result = trainer.fit()
+    finally:
+        pool.shutdown()
+    seconds = time.perf_counter() - started
+    final = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
+    logs = phase.child("logs")
+    rows = [json.loads(line) for line in logs.read_text("metrics.jsonl").splitlines() if line.strip()] \
+        if logs.exists("metrics.jsonl") else []  # fmt: skip
+    scores: dict[str, dict[str, float]] = {}
+    if phase.exists("model/config.json"):
+        final_path = model_location(None, phase.child("model"), "grpo", "grpo")
+        scores = heldout_scores(heldout, {"start": policy_path, "final": final_path}, limits)
+    first, last = (rows[0], rows[-1]) if rows else ({}, {})
+    summary = {
+        "phase": "grpo", "iterations": int(final.get("iteration", 0)), "samples": int(final.get("samples_total", 0)),
+        "seconds": round(seconds, 1), "drawn": drawn, "first": first, "last": last, "heldout": scores,
+        "samples_per_s": sum(r["samples"] for r in rows) / max(1e-9, sum(r["generate_s"] + r["score_s"] + r["learn_s"] for r in rows)),
+        "model": phase.uri_of("model"),
+    }  # fmt: skip
+    phase.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))
+
+    def curve(key: str, fmt: str) -> str:
+        return f"{format(first.get(key, float('nan')), fmt)} -> {format(last.get(key, float('nan')), fmt)}"
+
+    lines = [
+        "grpo summary",
+        f"  learner       {summary['iterations']} iterations, {summary['samples']} samples in {seconds:.0f} s "
+        f"({summary['samples_per_s']:.1f} samples/s)",
+        f"  mix           {drawn['policy_share']:.1%} policy tasks; positions "
+        + ", ".join(f"{k} {v}" for k, v in drawn["phases"].items()),
+        f"  reward        policy {curve('reward_policy', '+.3f')}, environment {curve('reward_environment', '.3f')}",
+        f"  sampled       legal {curve('legal_rate', '.1%')}, env exact {curve('env_exact', '.1%')}, "
+        f"zero-variance groups {curve('zero_variance_groups', '.0%')}",
+        *(
+            [
+                f"  held-out      greedy legal-move rate {scores['start']['legal_rate']:.1%} -> {scores['final']['legal_rate']:.1%}, "
+                f"environment exact {scores['start']['env_exact']:.1%} -> {scores['final']['env_exact']:.1%} "
+                f"({int(scores['final']['policy_positions'])} + {int(scores['final']['env_positions'])} positions, start -> final)"
+            ]
+            if scores
+            else []
+        ),
+        f"  model         {summary['model']}",
+        f"  next          chess-rl evaluate --mode sprt --players lm:{summary['model']} sft",
+    ]
+    return PhaseResult(summary=summary, lines=lines, ok=True)
+
+
+PHASE = Phase(
+    name="grpo",
+    summary="grpo: GRPO of a rookworld policy with Stockfish-verified rewards (Ray Train learner + EnginePool).",
+    description=(
+        "Samples groups of completions for RookWorld policy (P:) and environment (A:) prompts cut from the\n"
+        "games, scores moves with Stockfish and environment answers with python-chess, and takes GRPO steps\n"
+        "with a KL penalty to the sft start. Example:\n"
+        "  chess-rl grpo --iterations 30 --group-size 4 --loss-type grpo"
+    ),
+    section="grpo",
+    section_model=GRPOConfig,
+    run=run_grpo,
+)
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
+    return run_phase(PHASE, argv, prog=prog)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""grpo: bad input is one clear message (exit 2, one ``error:`` line naming the key or flag and
+what is wrong) before any work; a start policy that never learned the rookworld tasks is a
+warning in the log, not an error."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines import grpo
+from pipelines.phase import EXIT_USER_ERROR
+
+
+def test_grpo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, local_ray, capsys, monkeypatch):
+    games = tmp_path / "games"
+    games.mkdir()
+    pq.write_table(pa.table({"game_id": ["a" * 16], "moves": ["e2e4 e7e5 g1f3"]}), games / "part-0.parquet")
+    storage = tmp_path / "runs"
+
+    def run(*args: str) -> str:
+        code = grpo.main(["--config", "tiny", "--storage", str(storage), "--run-name", "bad", "--no-tracking",
+                          "--policy", str(tiny_lm_dir), "--games", str(games), *args])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == EXIT_USER_ERROR, err
+        assert "Traceback" not in err, err
+        return err.strip().splitlines()[-1]
+
+    line = run("--group-size", "1")
+    assert line.startswith("error: ") and "grpo.group_size" in line, line
+    line = run("--policy-share", "1.5")
+    assert "grpo.policy_share" in line, line
+    line = run("--policy-share", "-0.1")
+    assert "grpo.policy_share" in line, line
+    monkeypatch.setenv("STOCKFISH_PATH", str(tmp_path / "no-stockfish"))
+    line = run()
+    assert "STOCKFISH_PATH" in line and "not an executable file" in line, line
+    monkeypatch.delenv("STOCKFISH_PATH")
+    line = run("--policy", str(tmp_path / "nowhere"))
+    assert "grpo.policy" in line and "config.json" in line, line
+    assert not (storage / "bad" / "grpo" / "prompts.json").exists()  # nothing planned or written
+
+
+def test_policy_without_rookworld_markers_is_a_warning(tiny_lm_dir):
+    said: list[str] = []
+    facts = grpo.check_policy(str(tiny_lm_dir), said.append)
+    assert facts["text_format"] is None and facts["move_tokens"] == 2
+    assert len(said) == 1 and said[0].startswith("warning:") and "--text-format rookworld" in said[0]
+
+
+def test_missing_default_policy_names_the_command(tmp_path, local_ray, capsys):
+    code = grpo.main(["--config", "tiny", "--storage", str(tmp_path), "--run-name", "none", "--no-tracking"])
+    err = capsys.readouterr().err
+    assert code == EXIT_USER_ERROR
+    line = err.strip().splitlines()[-1]
+    assert "sft-rookworld" in line and "chess-rl sft --text-format rookworld" in line, line

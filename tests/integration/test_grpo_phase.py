@@ -1,0 +1,129 @@
+"""``grpo`` with real Stockfish, Ray and a tiny model: a short rookworld ``sft`` writes the start
+policy (``sft-rookworld/model``, marked with its text format); ``grpo`` is killed with SIGKILL
+after a checkpoint and the same command resumes; the finished run's prompts, metrics and model
+agree (the task mix is 80/20 in every batch, every iteration logged once, the policy answers a
+``P: <FEN> M:`` prompt through transformers alone)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from chessrl.pgn import read_pgn_file
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def games(tmp_path_factory, pgn_dir) -> Path:
+    """A games table (the prepare schema's game_id and moves) of 300 real games."""
+    with open(pgn_dir / "lichess-2021-10-sample.pgn", "rb") as handle:
+        records, _ = read_pgn_file(handle, "lichess")
+    folder = tmp_path_factory.mktemp("grpo-games") / "games"
+    folder.mkdir()
+    rows = records[:300]
+    pq.write_table(
+        pa.table({"game_id": [r.game_id for r in rows], "moves": [r.moves for r in rows],
+                  "result": [r.result for r in rows]}),
+        folder / "part-0.parquet",
+    )  # fmt: skip
+    return folder
+
+
+def registered_checkpoints(phase: Path) -> int:
+    snapshots = list((phase / "ray").glob("*/checkpoint_manager_snapshot.json"))
+    try:
+        return sum(len(json.loads(p.read_text())["checkpoint_results"]) for p in snapshots)
+    except (OSError, ValueError, KeyError):  # being written
+        return 0
+
+
+def env() -> dict[str, str]:
+    out = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    out.pop("RAY_ADDRESS", None)
+    return out
+
+
+def test_rookworld_sft_then_grpo_killed_and_resumed(tmp_path, games, local_ray):
+    from pipelines import sft
+    from pipelines.phase import EXIT_OK
+
+    common = ["--config", "tiny", "--storage", str(tmp_path), "--run-name", "g", "--no-tracking"]
+    code = sft.main(
+        [*common, "--games", str(games), "--text-format", "rookworld", "--max-steps", "12", "--warmup-steps", "2",
+         "--eval-every", "12", "--heldout-positions", "10", "--batch-size", "8", "--torch-compile", "never"]
+    )  # fmt: skip
+    assert code == EXIT_OK
+    start = tmp_path / "g" / "sft-rookworld" / "model"
+    assert json.loads((start / "config.json").read_text())["chessrl_text_format"] == "rookworld"
+    assert not (tmp_path / "g" / "sft").exists()  # the moves-format sft folder is left alone
+
+    phase = tmp_path / "g" / "grpo"
+    command = [
+        sys.executable, "-m", "pipelines.grpo", *common, "--num-cpus", "2", "--games", str(games), "--iterations", "4",
+        "--prompts-per-iteration", "10", "--group-size", "4", "--checkpoint-interval", "2",
+        "--stockfish-nodes", "200", "--max-new-tokens-environment", "96", "--heldout-positions", "10",
+    ]  # fmt: skip
+    log = (tmp_path / "first.log").open("w")
+    proc = subprocess.Popen(command, cwd=ROOT, env=env(), stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if registered_checkpoints(phase):  # Ray Train has recorded one (a file alone may be half-reported)
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, "grpo ended before the driver could be killed"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        log.close()
+    assert not (phase / "summary.json").exists()
+
+    rerun = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
+    out = rerun.stdout + rerun.stderr
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-3000:]
+    assert "learner resumes at iteration" in out
+
+    planned = json.loads((phase / "prompts.json").read_text())
+    prompts = planned["prompts"]
+    assert len(prompts) == 40
+    for i in range(4):  # 8 policy and 2 environment prompts in every batch: 80/20
+        batch = prompts[i * 10 : (i + 1) * 10]
+        assert sum(p["task"] == "policy" for p in batch) == 8
+    assert abs(planned["drawn"]["policy_share"] - 0.8) <= 0.05
+    assert sum(planned["drawn"]["phases"].values()) == 40
+    metrics = [json.loads(line) for line in (phase / "logs" / "metrics.jsonl").read_text().splitlines()]
+    iterations = [m["iteration"] for m in metrics]
+    # every iteration logged; a resumed run logs again those after its checkpoint
+    assert sorted(set(iterations)) == [1, 2, 3, 4] and iterations[-1] == 4
+    assert all(abs(m["policy_share"] - 0.8) <= 0.05 for m in metrics)
+    assert all(m["samples"] == 40 and -1.0 <= m["reward_policy"] <= 1.0 for m in metrics)
+    assert all(0.0 <= m["zero_variance_groups"] <= 1.0 and m["kl"] >= 0.0 for m in metrics)
+    summary = json.loads((phase / "summary.json").read_text())
+    assert summary["iterations"] == 4
+    assert set(summary["heldout"]) == {"start", "final"}
+    assert (
+        summary["heldout"]["final"]["policy_positions"] + summary["heldout"]["final"]["env_positions"] == 10
+    )
+    assert "grpo summary" in rerun.stdout and "held-out" in rerun.stdout
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_dir = phase / "model"
+    assert json.loads((model_dir / "config.json").read_text())["chessrl_text_format"] == "rookworld"
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    ids = tokenizer("P: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1 M:", return_tensors="pt")
+    generated = model.generate(**ids, max_new_tokens=2, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    assert generated.shape[1] > ids["input_ids"].shape[1]
