@@ -80,7 +80,9 @@ def test_rookworld_sft_then_grpo_killed_and_resumed(tmp_path, games, local_ray):
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
-            if registered_checkpoints(phase):  # Ray Train has recorded one (a file alone may be half-reported)
+            if registered_checkpoints(
+                phase
+            ):  # Ray Train has recorded one (a file alone may be half-reported)
                 break
             time.sleep(0.2)
         assert proc.poll() is None, "grpo ended before the driver could be killed"
