@@ -52,7 +52,6 @@ PHASES: dict[str, tuple[str, str]] = {
 
 #: Phases of the design that are not built yet (shown in --help so nobody hunts for them).
 PLANNED: dict[str, str] = {
-    "grpo": "GRPO with engine-verified rewards",
     "tune": "Ray Tune sweeps (MCTS cpuct, KL coefficient)",
     "rlaif": "every phase in order, resumable",
 }

@@ -92,8 +92,11 @@ class SftConfig(Section):
     """Prefix each game with its result (1-0, 0-1, 1/2-1/2) so play can be conditioned on it."""
     max_steps: int = Field(200, ge=1)
     """Optimizer steps."""
-    batch_size: int = Field(16, ge=1)
-    """Sequences per device per step."""
+    batch_size: int | Literal["auto"] = 16
+    """Sequences per device per step; auto: the largest that peaks under auto_batch_memory_share of the
+    device's memory in a few probe steps (each in a fresh Ray worker), cached per (model, device, length)."""
+    auto_batch_memory_share: float = Field(0.6, gt=0, le=1)
+    """--batch-size auto: the share of the device's memory a step may peak at."""
     learning_rate: float = Field(3e-3, gt=0)
     """Peak learning rate (cosine decay after warm-up)."""
     warmup_steps: int = Field(50, ge=0)
@@ -128,6 +131,13 @@ class SftConfig(Section):
     """Share of games (by game_id) kept out of training for evaluation."""
     heldout_positions: int = Field(200, ge=1)
     """Held-out positions the legal-move rate is measured on."""
+
+    @field_validator("batch_size")
+    @classmethod
+    def _positive_batch(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("must be at least 1, or auto")
+        return value
 
     @field_validator("torch_compile", mode="before")
     @classmethod
@@ -462,6 +472,17 @@ class SelfplayConfig(Section):
     """A final-evaluation game still going after this many plies is a draw."""
 
 
+class PositionMix(Section):
+    """Shares of the game phases GRPO's positions are drawn from (normalised to sum 1)."""
+
+    opening: float = Field(0.2, ge=0)
+    """The first 20 plies (fewer than 14 pieces counts as an endgame)."""
+    middlegame: float = Field(0.6, ge=0)
+    """Everything else."""
+    endgame: float = Field(0.2, ge=0)
+    """Fewer than 14 pieces on the board, kings included."""
+
+
 class GRPOConfig(Section):
     """``grpo``: group rollouts on RookWorld's policy and environment tasks with rewards verified by
     Stockfish (EnginePool) and python-chess, GRPO / Dr. GRPO / DAPO updates on a Ray Train learner,
@@ -482,10 +503,8 @@ class GRPOConfig(Section):
     """Completions sampled per prompt (a group of one has no advantage)."""
     policy_share: float = Field(0.8, ge=0, le=1)
     """Share of policy-task prompts; the rest are environment tasks (RookWorld: 0.8)."""
-    position_mix: dict[str, float] = Field(
-        default_factory=lambda: {"opening": 0.2, "middlegame": 0.6, "endgame": 0.2}
-    )
-    """Phases of the positions: opening (first 20 plies), middlegame, endgame (fewer than 14 pieces)."""
+    position_mix: PositionMix = Field(default_factory=lambda: PositionMix())
+    """Shares of the positions' phases (``--set grpo.position_mix.endgame=0.4``)."""
     loss_type: Literal["grpo", "dr_grpo", "dapo"] = "grpo"
     """grpo: std-normalised advantages, per-sequence token mean; dr_grpo: no std, token sum over a
     constant length; dapo: clip-higher, token mean, zero-variance groups dropped."""
@@ -499,8 +518,12 @@ class GRPOConfig(Section):
     """Sampling temperature of the completions."""
     learning_rate: float = Field(1e-5, gt=0)
     """AdamW learning rate."""
-    minibatch: int = Field(64, ge=1)
-    """Completions per forward/backward pass (gradients accumulate over a batch)."""
+    batch_size: int | Literal["auto"] = 64
+    """Completions per forward/backward pass (gradients accumulate over a whole iteration's
+    groups); auto: the largest that peaks under auto_batch_memory_share of the device's memory,
+    probed in fresh Ray workers and cached per (model, device, length)."""
+    auto_batch_memory_share: float = Field(0.6, gt=0, le=1)
+    """--batch-size auto: the share of the device's memory a step may peak at."""
     illegal_reward: float = -1.0
     """Policy-task reward of an illegal or unparseable move (the floor; legal moves score 0..1)."""
     max_loss: float = Field(0.5, gt=0)
@@ -520,6 +543,13 @@ class GRPOConfig(Section):
     environment exact-match accuracy on this many positions of the held-out games (0: skip)."""
     cpus_per_worker: float | None = Field(None, gt=0)
     """CPUs the learner reserves (default: the cluster's, less the engines')."""
+
+    @field_validator("batch_size")
+    @classmethod
+    def _positive_batch(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("must be at least 1, or auto")
+        return value
 
 
 class ChessRLConfig(Section):

@@ -100,9 +100,9 @@ def plan_prompts(
     from pipelines.preferences import read_games
 
     try:
-        mix = check_mix(cfg.position_mix)
+        mix = check_mix(cfg.position_mix.model_dump())
     except ValueError as exc:
-        raise ConfigError(f"grpo.position_mix (--position-mix): {exc}") from None
+        raise ConfigError(f"grpo.position_mix: {exc}") from None
     seed = context.config.run.seed
     source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
     rows = read_games(source)
@@ -292,6 +292,17 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
     cpus = float(context.ray.resources.get("CPU", 1))
     engine_cpus = min(0.5, cpus / 4)
     learner_cpus = cfg.cpus_per_worker or max(0.5, cpus - cfg.engines * engine_cpus)
+    batch_size = cfg.batch_size
+    if batch_size == "auto":
+        from chessrl.models import load_tokenizer, prompt_ids
+        from pipelines.batch_size import auto_batch_size
+
+        tokenizer = load_tokenizer(policy_path)
+        longest = max(len(prompt_ids(tokenizer, p["text"])) for p in prompts)
+        batch_size = auto_batch_size(
+            policy_path, longest + max(limits.values()), log=log, share=cfg.auto_batch_memory_share,
+            cpus=learner_cpus,
+        )  # fmt: skip
     log(
         f"policy {policy_path} (vocab {facts['vocab']}, context {facts['context']}); {drawn['train_games']:,} training games: "
         f"positions {', '.join(f'{k} {v}' for k, v in drawn['phases'].items())}; tasks "
@@ -312,7 +323,7 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
         {
             "phase_uri": phase.uri, "policy_path": policy_path, "settings": settings.__dict__,
             "seed": run.seed, "iterations": cfg.iterations, "prompts_per_iteration": cfg.prompts_per_iteration,
-            "learning_rate": cfg.learning_rate, "minibatch": cfg.minibatch, "max_new_tokens": limits,
+            "learning_rate": cfg.learning_rate, "minibatch": batch_size, "max_new_tokens": limits,
             "stockfish_nodes": cfg.stockfish_nodes, "engine_pool": pool, "checkpoint_interval": cfg.checkpoint_interval,
             "time_limit_s": cfg.time_limit_minutes * 60 if cfg.time_limit_minutes else None,
             "threads": max(1, round(learner_cpus)),

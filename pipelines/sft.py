@@ -474,6 +474,14 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     game_tokens = int(dataset.sum("length"))
     truncated = int(dataset.sum("truncated"))
     cpus_per_worker = cfg.cpus_per_worker or default_cpus_per_worker(cfg.num_workers)
+    batch_size = cfg.batch_size
+    if batch_size == "auto":
+        from pipelines.batch_size import auto_batch_size
+
+        batch_size = auto_batch_size(
+            cfg.base_model or f"preset:{cfg.model}", cfg.max_length, log=log, use_gpu=cfg.use_gpu,
+            share=cfg.auto_batch_memory_share, cpus=cpus_per_worker,
+        )  # fmt: skip
     log(
         f"{blocks:,} blocks of {cfg.max_length} tokens: {game_tokens:,} game tokens per epoch, "
         f"{1 - game_tokens / (blocks * cfg.max_length):.1%} padding"
@@ -490,7 +498,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
             "model": cfg.model,
             "base_model": cfg.base_model,
             "max_steps": cfg.max_steps,
-            "batch_size": cfg.batch_size,
+            "batch_size": batch_size,
             "learning_rate": cfg.learning_rate,
             "warmup_steps": cfg.warmup_steps,
             "tracking_uri": context.tracking.uri,
@@ -530,6 +538,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         "heldout_games": len(held_rows),
         "duplicate_games": duplicates,
         "heldout_positions": len(heldout),
+        "batch_size": batch_size,
         "steps": int(metrics.get("step", 0)),
         "resumed_from_step": int(metrics.get("resumed_from_step", 0)),
         "loss": metrics.get("loss"),

@@ -30,6 +30,7 @@ MODULES = [
     "chessrl.ppo",
     "chessrl.positions",
     "chessrl.grpo",
+    "chessrl.batch_size",
     "chessrl.lm_data",
     "pipelines.ppo",
     "cluster.errors",
