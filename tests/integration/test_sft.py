@@ -216,3 +216,36 @@ def test_killed_sft_driver_resumes_from_its_last_checkpoint(storage, tmp_path):
     # the embedded Ray's workers keep Ray Train's placement-group cleaner quiet: without a state
     # API it would warn once a second for the whole run
     assert "Failed to query Ray Train Controller actor state" not in rerun.stderr
+
+
+def test_rookworld_format_from_a_rookworld_lm_style_checkpoint(storage, tmp_path, capsys):
+    """A user checkpoint laid out like RookWorld-LM-124M: GPT-2 weights and a byte-level BPE with
+    ``<|endoftext|>`` in one folder. ``--text-format rookworld`` trains it on the policy and
+    environment tasks, writes ``sft-rookworld/`` and marks the model's format."""
+    import random
+
+    from chessrl.lm_data import rookworld_texts
+
+    texts = rookworld_texts("e2e4 e7e5 g1f3 b8c6 f1b5 a7a6 b5a4 g8f6".split(), 8, env_share=0.5, rng=random.Random(0))
+    core = Tokenizer(models.BPE(unk_token=None))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    core.train_from_iterator(texts * 5, trainer=trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"]))
+    bpe = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
+                                  pad_token="<|endoftext|>")  # fmt: skip
+    model, _ = build_model("tiny", tokenizer=bpe)
+    folder = tmp_path / "rookworld-lm"
+    model.save_pretrained(folder)
+    bpe.save_pretrained(folder)
+    games = str(storage / "s" / "prepare" / "games")
+    code = run_sft(
+        storage, "--run-name", "rw", "--games", games, "--base-model", str(folder), "--text-format", "rookworld",
+        "--max-steps", "1", "--eval-every", "1", "--max-length", "256",
+    )  # fmt: skip
+    assert code == EXIT_OK
+    assert "legal-move loss off" in capsys.readouterr().err
+    out = storage / "rw" / "sft-rookworld"
+    assert json.loads((out / "model" / "config.json").read_text())["chessrl_text_format"] == "rookworld"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 1 and 0.0 <= summary["heldout_legal_rate"] <= 1.0
+    assert not (storage / "rw" / "sft").exists()
