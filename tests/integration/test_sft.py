@@ -226,11 +226,18 @@ def test_rookworld_format_from_a_rookworld_lm_style_checkpoint(storage, tmp_path
 
     from chessrl.lm_data import rookworld_texts
 
-    texts = rookworld_texts("e2e4 e7e5 g1f3 b8c6 f1b5 a7a6 b5a4 g8f6".split(), 8, env_share=0.5, rng=random.Random(0))
+    texts = rookworld_texts(
+        ["e2e4", "e7e5", "g1f3", "b8c6", "f1b5", "a7a6", "b5a4", "g8f6"],
+        8,
+        env_share=0.5,
+        rng=random.Random(0),
+    )
     core = Tokenizer(models.BPE(unk_token=None))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
-    core.train_from_iterator(texts * 5, trainer=trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"]))
+    core.train_from_iterator(
+        texts * 5, trainer=trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"])
+    )
     bpe = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
                                   pad_token="<|endoftext|>")  # fmt: skip
     model, _ = build_model("tiny", tokenizer=bpe)
