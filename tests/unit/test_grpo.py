@@ -240,3 +240,65 @@ def test_sampler_without_games_or_phase():
     assert {p.fen for p in start} == {chess.STARTING_FEN}
     short = PositionSampler([{"moves": "e2e4 e7e5"}], seed=0)
     assert phase_counts(short.sample(10)) == {"opening": 10, "middlegame": 0, "endgame": 0}
+
+
+# -- sampling, scoring and updating groups on a tiny model ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_policy():
+    from chessrl.models import build_model
+
+    torch.manual_seed(0)
+    model, tok = build_model("tiny")
+    return model.eval(), tok
+
+
+def test_groups_sampled_scored_and_updated(tiny_policy):
+    from chessrl.grpo import batch_metrics, completion_logprobs, grpo_update, sample_groups, score_samples
+
+    model, tok = tiny_policy
+    prompts = [policy_prompt(chess.STARTING_FEN), env_prompt(chess.STARTING_FEN, "e2e4")]
+    s = GRPOSettings(group_size=3, beta=0.0)
+    samples = sample_groups(model, tok, prompts, s, {"policy": 2, "environment": 12})
+    assert [x.group for x in samples] == [0, 0, 0, 1, 1, 1]
+    assert all(len(x.completion_ids) <= (2 if x.prompt.task == "policy" else 12) for x in samples)
+    asked: list[list[str]] = []
+
+    def expected(fens: list[str]) -> list[float]:  # the engine's answer, by hand: every position even
+        asked.append(fens)
+        return [0.5] * len(fens)
+
+    score_samples(samples, expected, s)
+    for x in samples[:3]:
+        assert x.status in ("legal", "illegal", "unparseable")
+        assert x.reward == (1.0 if x.status == "legal" else -1.0)
+    assert len(asked) <= 1 and all(x.status in ("exact", "partial") for x in samples[3:])
+    metrics = batch_metrics(samples)
+    assert metrics["policy_share"] == 0.5 and 0.0 <= metrics["zero_variance_groups"] <= 1.0
+    # the log-probs through the LM head at the completion positions equal a full forward pass's
+    logprobs, mask = completion_logprobs(model, samples, tok.pad_token_id, temperature=1.0)
+    for b, x in enumerate(samples):
+        ids = torch.tensor([x.prompt_ids + x.completion_ids])
+        full = torch.log_softmax(model(ids).logits[0].float(), -1)
+        n = len(x.completion_ids)
+        want = [full[len(x.prompt_ids) - 1 + k, t].item() for k, t in enumerate(x.completion_ids)]
+        assert torch.allclose(logprobs[b, :n], torch.tensor(want), atol=1e-4) and mask[b].sum() == n
+    # one step: with different rewards in a group the weights move, with none they do not
+    for x, r in zip(samples, [1.0, 0.0, 0.0, 0.3, 0.3, 0.3], strict=True):
+        x.reward = r
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    got = grpo_update(model, None, opt, samples, tok.pad_token_id, s, minibatch=2)
+    assert got["trained_samples"] == 6 and got["grad_norm"] > 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_evaluate_tasks_greedy(tiny_policy):
+    from chessrl.grpo import evaluate_tasks
+
+    model, tok = tiny_policy
+    prompts = [policy_prompt(chess.STARTING_FEN), env_prompt(chess.STARTING_FEN, "e2e4")] * 2
+    got = evaluate_tasks(model, tok, prompts, {"policy": 2, "environment": 8})
+    assert got["policy_positions"] == 2 and got["env_positions"] == 2
+    assert 0.0 <= got["legal_rate"] <= 1.0 and got["env_exact"] == 0.0  # 8 tokens cannot hold a FEN
