@@ -376,7 +376,7 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
             else []
         ),
         f"  model         {summary['model']}",
-        f"  next          chess-rl evaluate --mode sprt --players lm:{summary['model']} sft",
+        f"  next          chess-rl evaluate --mode sprt --players lm:{summary['model']} lm:{policy_path}",
     ]
     return PhaseResult(summary=summary, lines=lines, ok=True)
 

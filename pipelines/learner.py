@@ -52,6 +52,10 @@ def torch_trainer(
 
     ray_storage = context.phase_storage(phase).child("ray")
     ray_storage.makedirs()
+    # Ray Train patches print() in its workers to tee each line to the console *and* to its
+    # logger, which prints it again: every worker line showed twice. Ray Train passes this
+    # variable on to the controller and the workers.
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
     return TorchTrainer(
         loop,
         train_loop_config=loop_config,
