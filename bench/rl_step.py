@@ -6,6 +6,7 @@ learner on an embedded local Ray of 2 CPUs) ÷ the same algorithm in one process
     .venv/bin/python bench/rl_step.py                      # untrained tiny policy and reward model
     .venv/bin/python bench/rl_step.py --policy runs/demo/sft/model --reward-model runs/demo/reward/model
     .venv/bin/python bench/rl_step.py --iterations 4 --repeats 3 --games runs/demo/prepare/games
+    .venv/bin/python bench/rl_step.py --algo grpo           # GRPO against TRL's GRPOTrainer: bench/grpo_step.py
 
 A sample is one policy action the learner trained on. Both sides take the ``ppo`` section of the
 tiny preset (``--config`` for another) with ``critic_warmup`` 0 (every iteration moves the
@@ -336,9 +337,21 @@ def phase_run(
 
 
 def main(argv: list[str] | None = None) -> int:
+    algo = argparse.ArgumentParser(add_help=False)
+    algo.add_argument("--algo", choices=("ppo", "grpo"), default="ppo")
+    known, rest = algo.parse_known_args(argv)
+    if known.algo == "grpo":  # GRPO against TRL's GRPOTrainer: bench/grpo_step.py, its own flags
+        from bench.grpo_step import main as grpo_main
+
+        return grpo_main(rest, prog=f"{Path(sys.argv[0]).name} --algo grpo")
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument(
+        "--algo", choices=("ppo", "grpo"), default="ppo",
+        help="ppo: this bench; grpo: the grpo phase against TRL's GRPOTrainer (bench/grpo_step.py; its flags: "
+        "--algo grpo --help) [default: ppo]",
+    )  # fmt: skip
     parser.add_argument("--policy", default=None, help="a saved policy [default: an untrained tiny one]")
     parser.add_argument(
         "--reward-model", default=None, help="its reward model [default: an untrained tiny one]"

@@ -375,6 +375,9 @@ def grpo_update(
     metrics: dict[str, float] = {"pg_loss": 0.0, "kl": 0.0, "clipfrac": 0.0, "approx_kl": 0.0}
     if not used:
         return {**metrics, "trained_samples": 0.0, "grad_norm": 0.0}
+    # minibatches of similar lengths: a 2-token policy answer padded to a 128-token environment
+    # answer's width would pay for it in every forward and backward pass
+    used.sort(key=lambda i: len(samples[i].prompt_ids) + len(samples[i].completion_ids))
     tokens = sum(len(samples[i].completion_ids) for i in used)
     policy.train(False)  # dropout off: the ratio compares the same function
     optimizer.zero_grad(set_to_none=True)

@@ -1,0 +1,597 @@
+"""Bench: GRPO samples/s of the ``grpo`` phase (a Ray Train learner and the EnginePool on an
+embedded local Ray of 2 CPUs) ÷ TRL's ``GRPOTrainer`` in one process with the same policy, prompts,
+group size, completion length and reward (a plain python-chess ``SimpleEngine``). Median of
+``--repeats`` runs of each side, the ratio on the last line. Run through ``bench/rl_step.py``:
+
+    .venv/bin/python bench/rl_step.py --algo grpo                 # untrained tiny policy, Lichess sample
+    .venv/bin/python bench/rl_step.py --algo grpo --policy runs/demo/sft-rookworld/model \\
+        --games runs/demo/prepare/games
+    .venv/bin/python bench/rl_step.py --algo grpo --iterations 4 --repeats 3 --group-size 8
+
+A sample is one sampled completion the learner trained on. Both sides take the ``grpo`` section
+of the tiny preset (``--config`` for another; the flags below override it) and run
+``--iterations`` + 1 optimizer steps of ``prompts_per_iteration`` prompts × ``group_size``
+completions; the first is a warm-up and is not timed. The prompts are the phase's own
+(:func:`pipelines.grpo.plan_prompts`: positions cut from the games table's training games in the
+configured phase mix, ``policy_share`` policy tasks ``P: <FEN> M:``, the rest environment tasks
+``A: <FEN>+<move>+<history>+``), planned with the same seed on both sides, in the same order.
+
+- Baseline: this process, ``torch.set_num_threads(--baseline-threads)`` (2: the CPUs the phase
+  gets), no Ray: ``trl.GRPOTrainer`` (TRL's own generation, no vLLM, fp32 on the CPU) on the
+  policy loaded with ``AutoModelForCausalLM`` / ``AutoTokenizer``, ``num_generations`` = group
+  size, one optimizer step per generation batch of ``prompts_per_iteration × group_size``
+  completions (``per_device_train_batch_size`` = the phase's ``batch_size`` or the step's
+  completions if fewer, gradient accumulation for the rest), ``max_completion_length`` = the larger
+  of the two tasks' limits (TRL has one limit for every prompt: the policy task's 2 tokens with
+  the chess tokenizer become the environment task's 128), the same temperature, beta, learning
+  rate (constant), clip epsilon, loss type (``grpo``: std-scaled group advantages, per-sequence
+  token mean), a frozen reference. The reward function is TRL's plain Python kind: the policy
+  task's move parsed and scored by ONE ``chess.engine.SimpleEngine`` (Stockfish at
+  ``stockfish_nodes``, the side to move's expected score of the root and of the position after the
+  move, as the phase's :func:`chessrl.grpo.score_samples`; a position analysed once per call), the
+  environment task's answer checked by :func:`chessrl.grpo.env_reward`. Samples/s: completions of
+  steps 2..N+1 over the time from the end of step 1 to the end of the last (a ``TrainerCallback``).
+- Phase: ``python -m pipelines.grpo --num-cpus 2 --no-tracking --heldout-positions 0`` in a fresh
+  process and temporary storage per run, the same policy, games, seed and settings. Samples/s from
+  its ``logs/metrics.jsonl``: the ``samples`` of iterations 2..N+1 over the ``elapsed_s`` between
+  the end of iteration 1 and the end of the last (Ray, actor and learner start-up, the final
+  export and checkpoint excluded; its own checkpoints every ``checkpoint_interval`` included).
+  The bench checks that the phase's ``prompts.json`` holds the prompts the baseline trained on.
+
+Inputs: ``--policy`` (a rookworld policy folder) and ``--games`` (a games table: Parquet with
+``game_id`` and ``moves``). Without them an untrained tiny policy (marked rookworld) and a games
+table of the Lichess sample in ``tests/data/pgn`` are written to a temporary folder. An untrained
+policy rarely ends a completion, so both sides generate the full limit for environment tasks (and
+TRL for policy tasks too) and few moves are legal (little Stockfish work): the numbers measure the
+machinery more than the rewards; a trained policy measures the steady state. Runs alternate
+baseline, phase, baseline, ... so machine noise hits both, after waiting (``--wait-quiet``
+seconds at most) for other processes to leave the CPUs; each run prints the cores they kept busy
+meanwhile (above 0.3 the run is flagged). The last line is ``rl_step ratio (...): X.XX (target >=
+1.0)``, X = median(phase samples/s) / median(TRL samples/s); a JSON record goes to ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.record import write_record  # noqa: E402
+from bench.rl_step import (  # noqa: E402
+    BUSY_CORES,
+    NUM_CPUS,
+    LoadMonitor,
+    cpu_description,
+    fmt_load,
+    wait_until_quiet,
+)
+
+TARGET = 1.0
+STOCKFISH = "/usr/games/stockfish"
+#: The phase's engine options (``chessrl.engine.UCIEngine``: one thread, 16 MB hash, WDL scores).
+ENGINE_OPTIONS = {"Threads": 1, "Hash": 16, "UCI_ShowWDL": True}
+#: Config fields a flag of this bench overrides (``--group-size`` -> ``group_size``), passed on
+#: to the phase as the same flags.
+OVERRIDES: tuple[tuple[str, type], ...] = (
+    ("prompts_per_iteration", int), ("group_size", int), ("policy_share", float), ("stockfish_nodes", int),
+    ("max_new_tokens_environment", int), ("max_new_tokens_policy", int), ("beta", float), ("clip", float),
+    ("temperature", float), ("learning_rate", float), ("batch_size", int), ("loss_type", str),
+)  # fmt: skip
+
+
+def tiny_policy(folder: Path) -> str:
+    """An untrained tiny policy, marked as trained on the rookworld format, saved under ``folder``."""
+    from transformers.utils import logging as hf_logging
+
+    from chessrl.models import build_model
+
+    hf_logging.disable_progress_bar()
+    model, tokenizer = build_model("tiny")
+    path = folder / "policy"
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    config = json.loads((path / "config.json").read_text())
+    config["chessrl_text_format"] = "rookworld"  # the key sft writes (pipelines.sft.TEXT_FORMAT_KEY)
+    (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return str(path)
+
+
+def sample_games(folder: Path) -> str:
+    """A games table (``game_id``, ``moves``, ``result``) of the Lichess sample of tests/data/pgn."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from chessrl.pgn import read_pgn_file
+
+    with open(ROOT / "tests" / "data" / "pgn" / "lichess-2021-10-sample.pgn", "rb") as handle:
+        records, _ = read_pgn_file(handle, "lichess")
+    path = folder / "games"
+    path.mkdir(parents=True, exist_ok=True)
+    pq.write_table(
+        pa.table({"game_id": [r.game_id for r in records], "moves": [r.moves for r in records],
+                  "result": [r.result for r in records]}),
+        path / "part-0.parquet",
+    )  # fmt: skip
+    return str(path)
+
+
+def plan(config: Any, cfg: Any, games: str, seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The prompts the phase plans with ``--seed seed`` (:func:`pipelines.grpo.plan_prompts`)."""
+    from pipelines.grpo import plan_prompts
+
+    context = SimpleNamespace(config=SimpleNamespace(run=SimpleNamespace(seed=seed), sft=config.sft))
+    prompts, _, drawn = plan_prompts(context, cfg.model_copy(update={"games": games, "heldout_positions": 0}))  # type: ignore[arg-type]
+    return prompts, drawn
+
+
+def task_limits(cfg: Any, policy: str) -> dict[str, int]:
+    """New tokens per task, as the phase sets them (:func:`pipelines.grpo.max_new_tokens`)."""
+    from chessrl.models import load_tokenizer, move_tokens
+    from pipelines.grpo import max_new_tokens
+
+    return max_new_tokens(cfg, move_tokens(load_tokenizer(policy)))
+
+
+def expected_scorer(engine: Any, nodes: int) -> Any:
+    """``expected(board)``: the side to move's expected score (win + draw / 2) from ``engine`` at
+    ``nodes``, as the phase's EnginePool answers (a finished game: 0 mated, 0.5 drawn)."""
+    import chess.engine
+
+    from chessrl.engine import Score
+
+    limit = chess.engine.Limit(nodes=nodes)
+
+    def expected(board: Any) -> float:
+        outcome = board.outcome(claim_draw=False)
+        if outcome is not None:
+            return 0.0 if outcome.winner is not None else 0.5
+        info = engine.analyse(board, limit)
+        return Score.from_pov(info["score"], info.get("wdl"), board.turn).expected
+
+    return expected
+
+
+def reward_function(engine: Any, cfg: Any, stats: dict[str, float]) -> Any:
+    """A TRL reward function (``prompts``, ``completions``, the dataset's columns as lists):
+    the phase's rewards (:func:`chessrl.grpo.score_samples`), Stockfish through ``engine``."""
+    import chess
+
+    from chessrl.grpo import env_reward, parse_policy_completion, policy_reward
+    from pipelines.grpo import grpo_settings
+
+    settings = grpo_settings(cfg)
+    expected = expected_scorer(engine, cfg.stockfish_nodes)
+
+    def chess_reward(
+        prompts: list[str], completions: list[str], task: list[str], fen: list[str], target: list[str],
+        completion_ids: list[list[int]] | None = None, **_: Any,
+    ) -> list[float]:  # fmt: skip
+        started = time.perf_counter()
+        seen: dict[str, float] = {}  # one analysis per position a call (the phase's batch dedups too)
+
+        def value(board: Any) -> float:
+            key = board.fen()
+            if key not in seen:
+                seen[key] = expected(board)
+            return seen[key]
+
+        out = []
+        for text, kind, position, answer in zip(completions, task, fen, target, strict=True):
+            if kind == "environment":
+                out.append(env_reward(text, answer, settings.env_weights).reward)
+                continue
+            status, move = parse_policy_completion(position, text)
+            if move is None:
+                out.append(policy_reward(status, best=None, move=None, settings=settings))
+                continue
+            board = chess.Board(position)
+            best = value(board)
+            board.push_uci(move)
+            out.append(policy_reward(status, best=best, move=1.0 - value(board), settings=settings))
+            stats["legal"] += 1
+        stats["score_s"] += time.perf_counter() - started
+        stats["analysed"] += len(seen)
+        stats["completions"] += len(completions)
+        stats["policy"] += sum(k == "policy" for k in task)
+        if completion_ids is not None:
+            stats["tokens"] += sum(len(c) for c in completion_ids)
+        return out
+
+    return chess_reward
+
+
+def trl_args(cfg: Any, limits: dict[str, int], iterations: int, seed: int, output: Path) -> Any:
+    """TRL's GRPOConfig for one optimizer step per ``prompts_per_iteration × group_size``
+    completions. In TRL ``per_device_train_batch_size`` counts completions (not prompts), and the
+    generation batch defaults to ``per_device_train_batch_size × gradient_accumulation_steps``
+    completions: one generation (and one reward call) per optimizer step."""
+    from trl import GRPOConfig as TRLGRPOConfig
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")  # checkpointing renamed
+    per_step = cfg.prompts_per_iteration * cfg.group_size
+    micro = min(per_step, cfg.batch_size if isinstance(cfg.batch_size, int) else 64)
+    while per_step % micro:  # the largest micro-batch <= batch_size that divides the step
+        micro -= 1
+    loss, scale, high = {
+        "grpo": ("grpo", "group", None),
+        "dr_grpo": ("dr_grpo", "none", None),
+        "dapo": ("dapo", "group", cfg.clip_high),  # TRL's dapo has no dynamic sampling
+    }[cfg.loss_type]
+    return TRLGRPOConfig(
+        output_dir=str(output),
+        max_steps=iterations + 1,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=per_step // micro,
+        num_generations=cfg.group_size,
+        max_completion_length=max(limits.values()),
+        temperature=cfg.temperature,
+        top_p=1.0,
+        top_k=0,
+        beta=cfg.beta,
+        epsilon=cfg.clip,
+        epsilon_high=high,
+        loss_type=loss,
+        scale_rewards=scale,
+        num_iterations=1,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        optim="adamw_torch",
+        # TRL's defaults that differ from the phase: gradient checkpointing and bf16 on, the
+        # dataset shuffled; the phase trains in fp32 without checkpointing, prompts in plan order.
+        gradient_checkpointing=False,
+        bf16=False,
+        fp16=False,
+        use_cpu=True,
+        shuffle_dataset=False,
+        disable_dropout=True,
+        use_vllm=False,
+        remove_unused_columns=False,
+        report_to="none",
+        logging_strategy="no",
+        save_strategy="no",
+        log_completions=False,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=seed,
+    )
+
+
+def baseline_run(
+    policy_path: str, cfg: Any, prompts: list[dict[str, Any]], limits: dict[str, int], iterations: int, seed: int,
+    threads: int, work: Path,
+) -> dict[str, Any]:  # fmt: skip
+    """``iterations`` + 1 steps of TRL's GRPOTrainer in this process; samples/s of all but the first."""
+    import chess.engine
+    import torch
+    import transformers
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
+    from trl import GRPOTrainer
+
+    from chessrl.models import prompt_ids
+
+    torch.set_num_threads(threads)
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    model = AutoModelForCausalLM.from_pretrained(policy_path, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(policy_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    # TRL encodes a prompt with ``tokenizer(text)`` and pads it itself (on the left for generate,
+    # whatever the tokenizer's padding side). A saved chess tokenizer puts the start token (BOS)
+    # first and drops trailing whitespace by itself (chessrl.tokenizer.add_prompt_start), so TRL's
+    # prompt ids are the phase's (chessrl.models.prompt_ids): checked here, not assumed.
+    for p in prompts[: cfg.prompts_per_iteration]:
+        if tokenizer(p["text"])["input_ids"] != prompt_ids(tokenizer, p["text"]):
+            raise SystemExit(
+                f"rl_step --algo grpo: {policy_path}'s tokenizer encodes {p['text']!r} without the start "
+                "token the phase puts first; TRL would see other prompts than the phase"
+            )
+    rows = prompts[: (iterations + 1) * cfg.prompts_per_iteration]
+    dataset = Dataset.from_list(
+        [{"prompt": p["text"], "task": p["task"], "fen": p["fen"], "target": p["target"] or ""} for p in rows]
+    )
+
+    class StepTimer(TrainerCallback):
+        """Timestamps of each optimizer step's start and end (generation, rewards, loss, step)."""
+
+        def __init__(self) -> None:
+            self.begin: list[float] = []
+            self.end: list[float] = []
+            self.score_at_end: list[float] = []
+            self.generate_at_end: list[float] = []
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            torch.set_num_threads(threads)  # whatever accelerate set up, the baseline gets `threads`
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.begin.append(time.perf_counter())
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.end.append(time.perf_counter())
+            self.score_at_end.append(stats["score_s"])
+            self.generate_at_end.append(stats["generate_s"])
+
+    stats: dict[str, float] = dict.fromkeys(
+        ("score_s", "generate_s", "analysed", "completions", "policy", "legal", "tokens"), 0.0
+    )
+    timer = StepTimer()
+    engine = chess.engine.SimpleEngine.popen_uci(STOCKFISH)
+    try:
+        engine.configure({k: v for k, v in ENGINE_OPTIONS.items() if k in engine.options})
+        trainer = GRPOTrainer(
+            model=model, reward_funcs=reward_function(engine, cfg, stats),
+            args=trl_args(cfg, limits, iterations, seed, work / "trl"), train_dataset=dataset,
+            processing_class=tokenizer, callbacks=[timer],
+        )  # fmt: skip
+        trainer.remove_callback(PrinterCallback)  # the end-of-training metrics dict, printed
+        if getattr(trainer.model, "is_gradient_checkpointing", False):
+            raise SystemExit("rl_step --algo grpo: TRL turned gradient checkpointing on; the phase has none")
+        generate = getattr(trainer, "_generate_single_turn", None)
+        if generate is not None:  # a private method: timed when it is there, for the breakdown only
+
+            def timed_generate(*args: Any, **kwargs: Any) -> Any:
+                t0 = time.perf_counter()
+                try:
+                    return generate(*args, **kwargs)
+                finally:
+                    stats["generate_s"] += time.perf_counter() - t0
+
+            trainer._generate_single_turn = timed_generate  # type: ignore[method-assign]
+        trainer.train()
+    finally:
+        engine.quit()
+    steps = len(timer.end) - 1
+    if steps < 1:
+        raise SystemExit(
+            f"rl_step --algo grpo: TRL ran {len(timer.end)} step(s); {iterations + 1} were asked"
+        )
+    samples = steps * cfg.prompts_per_iteration * cfg.group_size
+    seconds = timer.end[-1] - timer.end[0]
+    score_s = timer.score_at_end[-1] - timer.score_at_end[0]
+    generate_s = timer.generate_at_end[-1] - timer.generate_at_end[0]
+    return {
+        "samples_per_s": samples / seconds, "samples": samples, "steps": steps, "seconds": seconds,
+        "step_s": sum(e - b for b, e in zip(timer.begin[1:], timer.end[1:], strict=True)),
+        "generate_s": generate_s, "score_s": score_s, "learn_s": seconds - generate_s - score_s,
+        "completions_scored": int(stats["completions"]), "positions_analysed": int(stats["analysed"]),
+        "legal_rate": stats["legal"] / max(1.0, stats["policy"]),
+        "completion_tokens_mean": stats["tokens"] / max(1.0, stats["completions"]),
+        "per_device_train_batch_size": trainer.args.per_device_train_batch_size,
+        "gradient_accumulation_steps": trainer.args.gradient_accumulation_steps,
+        "generation_batch_size": trainer.args.generation_batch_size,
+    }  # fmt: skip
+
+
+def phase_run(
+    policy_path: str, cfg: Any, games: str, iterations: int, config: str, work: Path, index: int, seed: int,
+    timeout_s: float,
+) -> dict[str, Any]:  # fmt: skip
+    """``python -m pipelines.grpo`` on a fresh embedded Ray of 2 CPUs; samples/s from its metrics."""
+    storage = work / f"phase-{index}"
+    overrides = []
+    for name, _ in OVERRIDES:
+        value = getattr(cfg, name)
+        if value is not None:
+            overrides += [f"--{name.replace('_', '-')}", str(value)]
+    argv = [
+        sys.executable, "-m", "pipelines.grpo", "--config", config, "--storage", str(storage),
+        "--run-name", "bench", "--seed", str(seed), "--no-tracking", "--num-cpus", str(NUM_CPUS),
+        "--policy", policy_path, "--games", games, "--iterations", str(iterations + 1),
+        "--heldout-positions", "0", *overrides,
+        # the learner stops itself in time for the export and Ray's shutdown
+        "--time-limit-minutes", f"{max(1.0, (timeout_s - 150) / 60):.2f}",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    log_path = work / f"phase-{index}.log"
+    started = time.perf_counter()
+    with open(log_path, "w") as log:
+        # a session of its own: on a timeout the phase and the Ray processes it started go together
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+        try:
+            code: int | str = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            code = "timeout"
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)  # the phase shuts its Ray down on an interrupt
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    wall = time.perf_counter() - started
+    phase = storage / "bench" / "grpo"
+    metrics = phase / "logs" / "metrics.jsonl"
+    rows = (
+        [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        if metrics.is_file()
+        else []
+    )
+    if len(rows) < 2 or (code != 0 and code != "timeout"):
+        tail = "".join(log_path.read_text().splitlines(keepends=True)[-40:])
+        raise SystemExit(
+            f"rl_step --algo grpo: the grpo phase failed ({code}, {len(rows)} iterations logged):\n{tail}"
+        )
+    planned = json.loads((phase / "prompts.json").read_text())["prompts"]
+    timed = rows[1:]
+    samples = int(sum(r["samples"] for r in timed))
+    seconds = rows[-1]["elapsed_s"] - rows[0]["elapsed_s"]
+    return {
+        "samples_per_s": samples / seconds, "samples": samples, "seconds": seconds, "iterations": len(timed),
+        "generate_s": sum(r["generate_s"] for r in timed), "score_s": sum(r["score_s"] for r in timed),
+        "learn_s": sum(r["learn_s"] for r in timed),
+        "legal_rate": statistics.fmean(r["legal_rate"] for r in timed),
+        "completion_tokens_mean": statistics.fmean(r["completion_tokens_mean"] for r in timed),
+        "phase_seconds": wall, "first_iteration_s": rows[0]["elapsed_s"], "exit": code, "prompts": planned,
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--policy", default=None, help="a rookworld policy folder [default: an untrained tiny one]"
+    )
+    parser.add_argument(
+        "--games", default=None,
+        help="a games table (Parquet: game_id, moves) [default: the Lichess sample of tests/data/pgn]",
+    )  # fmt: skip
+    parser.add_argument(
+        "--config", default="tiny", help="preset or YAML file whose grpo section both sides use"
+    )
+    parser.add_argument(
+        "--iterations", type=int, default=4, help="timed steps per run, after one warm-up [default: 4]"
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each side [default: 3]")
+    parser.add_argument(
+        "--baseline-threads", type=int, default=NUM_CPUS, help="torch threads of TRL's side [default: 2]"
+    )
+    for name, kind in OVERRIDES:
+        parser.add_argument(
+            f"--{name.replace('_', '-')}", type=kind, default=None,
+            choices=("grpo", "dr_grpo", "dapo") if name == "loss_type" else None,
+            help=f"grpo.{name} on both sides [default: the config's]",
+        )  # fmt: skip
+    parser.add_argument(
+        "--phase-timeout", type=float, default=600.0,
+        help="seconds a phase run may take; its learner stops 150 s before, after the iteration in progress "
+        "[default: 600]",
+    )  # fmt: skip
+    parser.add_argument(
+        "--wait-quiet", type=float, default=120.0,
+        help="before each run, wait up to this many seconds for other processes to leave the CPUs [default: 120]",
+    )  # fmt: skip
+    parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "rl_step_grpo.json"))
+    args = parser.parse_args(argv)
+    if min(args.iterations, args.repeats, args.baseline_threads) < 1:
+        parser.error("--iterations, --repeats and --baseline-threads must be >= 1")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.pop("RAY_ADDRESS", None)
+
+    import torch
+    import trl
+
+    from cluster.config import load_config, resolve_preset
+    from pipelines.config import ChessRLConfig, GRPOConfig
+
+    config = load_config(ChessRLConfig, path=resolve_preset(args.config))
+    updates = {name: getattr(args, name) for name, _ in OVERRIDES if getattr(args, name) is not None}
+    try:
+        cfg = GRPOConfig.model_validate({**config.grpo.model_dump(), **updates})
+    except ValueError as exc:
+        parser.error(f"grpo settings: {exc}")
+    if not isinstance(cfg.batch_size, int):
+        cfg = cfg.model_copy(update={"batch_size": 64})  # auto probes memory in Ray workers: not benched
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench-rl-step-grpo-") as tmp:
+        work = Path(tmp)
+        policy = args.policy or tiny_policy(work)
+        games = args.games or sample_games(work)
+        models = f"policy {policy}" if args.policy else "untrained tiny policy"
+        limits = task_limits(cfg, policy)
+        run_cfg = cfg.model_copy(update={"iterations": args.iterations + 1})
+        prompts, drawn = plan(config, run_cfg, games, config.run.seed)
+        print(
+            f"models: {models}; games: {args.games or 'the Lichess sample'} ({drawn['train_games']} training games)"
+        )
+        print(
+            f"grpo ({args.config}): {args.iterations} timed steps (+1 warm-up) of {cfg.prompts_per_iteration} prompts "
+            f"x {cfg.group_size} completions ({cfg.policy_share:.0%} policy tasks), loss {cfg.loss_type}, beta "
+            f"{cfg.beta:g}, T={cfg.temperature:g}, new tokens policy {limits['policy']} / environment "
+            f"{limits['environment']} (TRL: {max(limits.values())} for both), Stockfish {cfg.stockfish_nodes} nodes; "
+            f"phase: learner + {cfg.engines} engine(s) on {NUM_CPUS} CPUs; TRL {trl.__version__}: "
+            f"{args.baseline_threads} torch threads, one SimpleEngine"
+        )
+        print(f"machine: {os.cpu_count()} CPU(s), {cpu_description()}; torch {torch.__version__}")
+        baseline: list[dict[str, Any]] = []
+        phase: list[dict[str, Any]] = []
+        for i in range(args.repeats):
+            seed = config.run.seed + i  # the phase gets --seed seed: the same prompts on both sides
+            planned = prompts if i == 0 else plan(config, run_cfg, games, seed)[0]
+            waited = wait_until_quiet(args.wait_quiet)
+            monitor = LoadMonitor().start()
+            b = baseline_run(policy, cfg, planned, limits, args.iterations, seed, args.baseline_threads,
+                             work / f"trl-{i}")  # fmt: skip
+            b["other_load_cores"], b["waited_for_quiet_s"] = monitor.stop(), round(waited, 1)
+            baseline.append(b)
+            print(
+                f"  run {i + 1} TRL      {b['samples_per_s']:8.1f} samples/s ({b['samples']} completions, "
+                f"{b['completion_tokens_mean']:.1f} tokens each, {b['seconds']:.1f} s: generate {b['generate_s']:.1f}, "
+                f"Stockfish {b['score_s']:.1f}, learn {b['learn_s']:.1f}; legal {b['legal_rate']:.0%}; other load "
+                f"{fmt_load(b['other_load_cores'])})",
+                flush=True,
+            )
+            waited = wait_until_quiet(args.wait_quiet)
+            monitor = LoadMonitor().start()
+            p = phase_run(
+                policy, run_cfg, games, args.iterations, args.config, work, i, seed, args.phase_timeout
+            )
+            p["other_load_cores"], p["waited_for_quiet_s"] = monitor.stop(), round(waited, 1)
+            used = planned[: (args.iterations + 1) * cfg.prompts_per_iteration]
+            p["same_prompts"] = p.pop("prompts")[: len(used)] == used
+            if not p["same_prompts"]:
+                print(
+                    "  warning: the phase planned other prompts than TRL trained on (see pipelines.grpo.plan_prompts)"
+                )
+            phase.append(p)
+            print(
+                f"  run {i + 1} phase    {p['samples_per_s']:8.1f} samples/s ({p['samples']} completions, "
+                f"{p['completion_tokens_mean']:.1f} tokens each, {p['seconds']:.1f} s: generate {p['generate_s']:.1f}, "
+                f"Stockfish {p['score_s']:.1f}, learn {p['learn_s']:.1f}; legal {p['legal_rate']:.0%}; warm-up "
+                f"{p['first_iteration_s']:.0f} s, {p['phase_seconds']:.0f} s end to end; other load "
+                f"{fmt_load(p['other_load_cores'])})"
+                + ("" if p["iterations"] == args.iterations else f" - {p['iterations']} iterations, stopped ({p['exit']})"),
+                flush=True,
+            )  # fmt: skip
+    base_med = statistics.median(r["samples_per_s"] for r in baseline)
+    phase_med = statistics.median(r["samples_per_s"] for r in phase)
+    ratio = phase_med / base_med if base_med else 0.0
+    wall = time.perf_counter() - began
+    busy = [r["other_load_cores"] for r in baseline + phase if (r["other_load_cores"] or 0) > BUSY_CORES]
+    if busy:
+        print(f"warning: other processes kept up to {max(busy):.2f} cores busy during {len(busy)} run(s): "
+              "the numbers are not this machine's; re-run when it is quiet")  # fmt: skip
+    print(f"median TRL {base_med:.1f} samples/s; median phase {phase_med:.1f} samples/s; bench {wall:.0f} s")
+    write_record(args.json, {
+        "bench": "rl_step", "algo": "grpo",
+        "ratio_definition": "median GRPO samples/s (completions trained on / s) of the grpo phase (Ray Train "
+        "learner + EnginePool, embedded Ray of 2 CPUs) / median samples/s of TRL's GRPOTrainer in one process "
+        "(same policy, prompts, group size, completion length and reward, one python-chess SimpleEngine)",
+        "ratio": ratio, "target": TARGET, "passed": ratio >= TARGET, "contaminated_runs": len(busy),
+        "phase_samples_per_s": [r["samples_per_s"] for r in phase],
+        "baseline_samples_per_s": [r["samples_per_s"] for r in baseline],
+        "runs": {"baseline": baseline, "phase": phase},
+        "models": models, "games": args.games, "config": args.config, "iterations": args.iterations,
+        "settings": cfg.model_dump(exclude={"policy", "games"}), "max_new_tokens": limits,
+        "baseline_threads": args.baseline_threads, "num_cpus": NUM_CPUS, "cpu": cpu_description(),
+        "torch": torch.__version__, "trl": trl.__version__, "bench_seconds": round(wall, 1),
+    })  # fmt: skip
+    print(f"rl_step ratio (grpo phase samples/s / TRL GRPOTrainer samples/s, median of {args.repeats}): "
+          f"{ratio:.2f} (target >= {TARGET:.1f})")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
