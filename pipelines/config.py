@@ -10,9 +10,9 @@ the defaults below. Each field's docstring is its ``--flag``'s help text.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from chessrl.ladder import DEFAULT_RUNGS
 from chessrl.pgn import TimeControlCategory
@@ -71,6 +71,17 @@ class PrepareConfig(Section):
         return self
 
 
+def positive_or_auto(value: int | str) -> int | str:
+    """A ``batch_size``: an int of at least 1, or ``auto``."""
+    if isinstance(value, int) and value < 1:
+        raise ValueError("must be at least 1, or auto")
+    return value
+
+
+#: A batch size: an int of at least 1, or ``auto`` (probed: :mod:`pipelines.batch_size`).
+BatchSize = Annotated[int | Literal["auto"], AfterValidator(positive_or_auto)]
+
+
 class SftConfig(Section):
     """``sft``: the games table -> a GPT-2-style policy (Ray Train TorchTrainer + TRL SFTTrainer)."""
 
@@ -92,7 +103,7 @@ class SftConfig(Section):
     """Prefix each game with its result (1-0, 0-1, 1/2-1/2) so play can be conditioned on it."""
     max_steps: int = Field(200, ge=1)
     """Optimizer steps."""
-    batch_size: int | Literal["auto"] = 16
+    batch_size: BatchSize = 16
     """Sequences per device per step; auto: the largest that peaks under auto_batch_memory_share of the
     device's memory in a few probe steps (each in a fresh Ray worker), cached per (model, device, length)."""
     auto_batch_memory_share: float = Field(0.6, gt=0, le=1)
@@ -131,13 +142,6 @@ class SftConfig(Section):
     """Share of games (by game_id) kept out of training for evaluation."""
     heldout_positions: int = Field(200, ge=1)
     """Held-out positions the legal-move rate is measured on."""
-
-    @field_validator("batch_size")
-    @classmethod
-    def _positive_batch(cls, value: int | str) -> int | str:
-        if isinstance(value, int) and value < 1:
-            raise ValueError("must be at least 1, or auto")
-        return value
 
     @field_validator("torch_compile", mode="before")
     @classmethod
@@ -518,7 +522,7 @@ class GRPOConfig(Section):
     """Sampling temperature of the completions."""
     learning_rate: float = Field(1e-5, gt=0)
     """AdamW learning rate."""
-    batch_size: int | Literal["auto"] = 64
+    batch_size: BatchSize = 64
     """Completions per forward/backward pass (gradients accumulate over a whole iteration's
     groups); auto: the largest that peaks under auto_batch_memory_share of the device's memory,
     probed in fresh Ray workers and cached per (model, device, length)."""
@@ -543,13 +547,6 @@ class GRPOConfig(Section):
     environment exact-match accuracy on this many positions of the held-out games (0: skip)."""
     cpus_per_worker: float | None = Field(None, gt=0)
     """CPUs the learner reserves (default: the cluster's, less the engines')."""
-
-    @field_validator("batch_size")
-    @classmethod
-    def _positive_batch(cls, value: int | str) -> int | str:
-        if isinstance(value, int) and value < 1:
-            raise ValueError("must be at least 1, or auto")
-        return value
 
 
 class ChessRLConfig(Section):

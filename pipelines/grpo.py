@@ -46,8 +46,7 @@ from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
 from pipelines.config import GRPOConfig
 from pipelines.learner import LearnerLog, torch_trainer
-from pipelines.phase import Phase, PhaseContext, PhaseResult, run_phase
-from pipelines.ppo import model_location
+from pipelines.phase import Phase, PhaseContext, PhaseResult, model_location, run_phase
 from pipelines.sft import sft_folder
 
 

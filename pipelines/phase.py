@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -35,7 +36,7 @@ from cluster.config import (
     parse_set_overrides,
     resolve_preset,
 )
-from cluster.errors import UserError
+from cluster.errors import StorageError, UserError
 from cluster.runtime import RayInfo, ray_session
 from cluster.storage import Storage
 from cluster.tracking import PhaseRun, Tracker, write_json_artifact
@@ -153,6 +154,20 @@ def build_parser(
     group = parser.add_argument_group(phase.name)
     mapping.update(add_section_flags(group, phase.section_model, phase.section))
     return parser, mapping
+
+
+def model_location(path: str | None, default: Storage, key: str, producer: str) -> str:
+    """A saved model's folder or URI; a missing one is one clear StorageError."""
+    if path:
+        if "://" not in path and not Path(path, "config.json").is_file():
+            raise StorageError(f"{key}: {path} is not a saved model folder (no config.json)")
+        return path
+    if not default.exists("config.json"):
+        flag = key.split("(")[-1].rstrip(")")
+        raise StorageError(
+            f"no model at {default.uri}: run `chess-rl {producer}` first, or pass {flag} DIR|s3://..."
+        )
+    return default.root if default.is_local else default.uri
 
 
 def resolve_config(

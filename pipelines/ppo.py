@@ -47,7 +47,7 @@ from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
 from pipelines.config import PPOConfig
 from pipelines.learner import LearnerLog, RolloutFeed, torch_trainer
-from pipelines.phase import Phase, PhaseContext, PhaseResult, run_phase
+from pipelines.phase import Phase, PhaseContext, PhaseResult, model_location, run_phase
 
 
 def ppo_settings(cfg: PPOConfig) -> PPOSettings:
@@ -103,20 +103,6 @@ def learner_threads(cpus: float, reserved: float) -> int:
     10
     """
     return max(1, round(cpus - reserved))
-
-
-def model_location(path: str | None, default: Storage, key: str, producer: str) -> str:
-    """A saved model's folder or URI; a missing one is one clear StorageError."""
-    if path:
-        if "://" not in path and not Path(path, "config.json").is_file():
-            raise StorageError(f"{key}: {path} is not a saved model folder (no config.json)")
-        return path
-    if not default.exists("config.json"):
-        flag = key.split("(")[-1].rstrip(")")
-        raise StorageError(
-            f"no model at {default.uri}: run `chess-rl {producer}` first, or pass {flag} DIR|s3://..."
-        )
-    return default.root if default.is_local else default.uri
 
 
 def check_models(policy_path: str, reward_path: str, max_tokens: int) -> dict[str, Any]:
