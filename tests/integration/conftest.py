@@ -45,3 +45,21 @@ def tiny_lm_dir(tmp_path_factory) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def _registered_checkpoints(phase: Path) -> int:
+    """Checkpoints Ray Train has recorded for a phase (its snapshot file). A ``learner.pt`` on
+    storage alone may be half-reported: a driver killed then resumes from the one before."""
+    import json
+
+    snapshots = list((phase / "ray").glob("*/checkpoint_manager_snapshot.json"))
+    try:
+        return sum(len(json.loads(p.read_text())["checkpoint_results"]) for p in snapshots)
+    except (OSError, ValueError, KeyError):  # being written
+        return 0
+
+
+@pytest.fixture
+def registered_checkpoints():
+    """:func:`_registered_checkpoints`, for the tests that kill a driver after a checkpoint."""
+    return _registered_checkpoints

@@ -40,21 +40,13 @@ def games(tmp_path_factory, pgn_dir) -> Path:
     return folder
 
 
-def registered_checkpoints(phase: Path) -> int:
-    snapshots = list((phase / "ray").glob("*/checkpoint_manager_snapshot.json"))
-    try:
-        return sum(len(json.loads(p.read_text())["checkpoint_results"]) for p in snapshots)
-    except (OSError, ValueError, KeyError):  # being written
-        return 0
-
-
 def env() -> dict[str, str]:
     out = {**os.environ, "PYTHONUNBUFFERED": "1"}
     out.pop("RAY_ADDRESS", None)
     return out
 
 
-def test_rookworld_sft_then_grpo_killed_and_resumed(tmp_path, games, local_ray):
+def test_rookworld_sft_then_grpo_killed_and_resumed(tmp_path, games, local_ray, registered_checkpoints):
     from pipelines import sft
     from pipelines.phase import EXIT_OK
 

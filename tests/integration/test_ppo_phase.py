@@ -42,7 +42,9 @@ def shard_rows(phase: Path) -> list[dict]:
     return rows
 
 
-def test_collector_and_driver_killed_then_the_same_command_resumes(tmp_path, tiny_lm_dir, reward_dir):
+def test_collector_and_driver_killed_then_the_same_command_resumes(
+    tmp_path, tiny_lm_dir, reward_dir, registered_checkpoints
+):
     phase = tmp_path / "k" / "ppo"
     env = {**os.environ, "RAY_ADDRESS": "", "PYTHONUNBUFFERED": "1"}
     env.pop("RAY_ADDRESS")
@@ -67,7 +69,7 @@ def test_collector_and_driver_killed_then_the_same_command_resumes(tmp_path, tin
         os.kill(json.loads(status.read_text())["pid"], signal.SIGKILL)
         # then the driver, once the learner has a checkpoint past iteration 2
         while time.monotonic() < deadline and proc.poll() is None:
-            if list((phase / "ray").rglob("learner.pt")):
+            if registered_checkpoints(phase):  # recorded by Ray Train, not only written
                 break
             time.sleep(0.2)
         assert proc.poll() is None, "ppo ended before the driver could be killed"
