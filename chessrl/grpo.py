@@ -43,7 +43,7 @@ from typing import Literal
 import chess
 import torch
 
-from chessrl.formats import RookWorldFormat, parse_move
+from chessrl.formats import MovesFormat, RookWorldFormat, parse_move
 from chessrl.lm_data import ENV_HISTORY
 from chessrl.policy_gradient import (
     agg_loss,
@@ -147,6 +147,20 @@ class Prompt:
 def policy_prompt(fen: str, phase: str = "") -> Prompt:
     """``P: <FEN> M:``."""
     return Prompt("policy", RookWorldFormat().policy_prompt(chess.Board(fen)), fen, phase=phase)
+
+
+def moves_prompt(history: Sequence[str], phase: str = "") -> Prompt:
+    """The ``moves`` format's policy task: the game's moves so far, answered by the next move
+    (the format ``sft`` trains by default, so GRPO can start from that model).
+
+    >>> p = moves_prompt(["e2e4", "e7e5"])
+    >>> p.task, p.text, p.fen
+    ('policy', 'e2e4 e7e5', 'rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - 0 2')
+    """
+    board = chess.Board()
+    for move in history:
+        board.push_uci(move)
+    return Prompt("policy", MovesFormat().prompt(list(history)), board.fen(), phase=phase)
 
 
 def env_prompt(fen: str, move: str, history: Sequence[str] = (), phase: str = "") -> Prompt:
@@ -331,13 +345,25 @@ def completion_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probabilities ``(B, W)`` of each sample's completion tokens under ``model`` at the
     sampling temperature, and their mask; ``W`` is the longest completion. Only the completion
-    positions go through the LM head (a GPT-2 ``transformer`` + ``lm_head``)."""
+    positions go through the LM head (a GPT-2 ``transformer`` + ``lm_head``).
+
+    When every completion is one token (a move, with the chess tokenizer) its log-probability
+    depends on the prompt alone, so each distinct prompt is read once for its whole group
+    instead of ``group_size`` times."""
     from chessrl.models import right_padded
 
-    rows = [s.prompt_ids + s.completion_ids for s in samples]
+    width = max(1, max(len(s.completion_ids) for s in samples))
+    if width == 1:
+        rows_of: dict[tuple[int, ...], int] = {}
+        for s in samples:
+            rows_of.setdefault(tuple(s.prompt_ids), len(rows_of))
+        rows = [list(r) for r in rows_of]
+        which = [rows_of[tuple(s.prompt_ids)] for s in samples]
+    else:
+        rows = [s.prompt_ids + s.completion_ids for s in samples]
+        which = list(range(len(samples)))
     ids, attention = right_padded(rows, pad)
     hidden = model.transformer(input_ids=ids, attention_mask=attention).last_hidden_state  # type: ignore[attr-defined]
-    width = max(1, max(len(s.completion_ids) for s in samples))
     index = torch.zeros(len(samples), width, dtype=torch.long)
     targets = torch.full((len(samples), width), pad, dtype=torch.long)
     mask = torch.zeros(len(samples), width)
@@ -347,7 +373,7 @@ def completion_logprobs(
         index[b, :n] = torch.arange(start, start + n)
         targets[b, :n] = torch.tensor(s.completion_ids, dtype=torch.long)
         mask[b, :n] = 1.0
-    picked = hidden.gather(1, index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+    picked = hidden[torch.tensor(which, dtype=torch.long)[:, None], index]  # (B, W, H)
     logits = model.lm_head(picked).float() / max(temperature, 1e-6)  # type: ignore[attr-defined]
     logprobs = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return logprobs * mask, mask
@@ -466,16 +492,28 @@ def evaluate_tasks(
     }  # fmt: skip
 
 
-def task_prompts(positions: Sequence[Position], policy_share: float, rng: random.Random) -> list[Prompt]:
+def task_prompts(
+    positions: Sequence[Position], policy_share: float, rng: random.Random, text_format: str = "rookworld"
+) -> list[Prompt]:
     """Prompts for ``positions``: ``policy_share`` of them (largest remainder) policy tasks, the
     rest environment tasks applying the game's next move (a seeded random legal move at a game's
-    end) with the game's last moves as history, in a seeded order.
+    end) with the game's last moves as history, in a seeded order. ``text_format="moves"`` asks
+    every position as the moves so far (:func:`moves_prompt`): that format has no environment
+    task, so ``policy_share`` must be 1.
 
     >>> from chessrl.positions import PositionSampler
     >>> picks = PositionSampler([{"moves": "e2e4 e7e5 g1f3"}], seed=0).sample(5)
     >>> sorted(p.task for p in task_prompts(picks, 0.8, random.Random(0)))
     ['environment', 'policy', 'policy', 'policy', 'policy']
+    >>> [p.text for p in task_prompts(picks[:1], 1.0, random.Random(0), "moves")] == [" ".join(picks[0].history)]
+    True
     """
+    if text_format == "moves":
+        if policy_share < 1.0:
+            raise ValueError("the moves format has no environment task: policy_share must be 1")
+        asked = [moves_prompt(pos.history, pos.phase) for pos in positions]
+        rng.shuffle(asked)
+        return asked
     n_policy, _ = split_counts(len(positions), [policy_share, 1.0 - policy_share])
     out: list[Prompt] = []
     for k, pos in enumerate(positions):

@@ -493,8 +493,12 @@ class GRPOConfig(Section):
     a KL penalty to the frozen start."""
 
     policy: str | None = None
-    """The starting policy and frozen reference (default: this run's sft model, which should be
-    trained with --text-format rookworld)."""
+    """The starting policy and frozen reference (default: this run's sft model of the text
+    format: <run>/sft-rookworld/model for rookworld, <run>/sft/model for moves)."""
+    text_format: Literal["rookworld", "moves"] = "rookworld"
+    """How positions are asked: rookworld (policy tasks P: <FEN> M: and environment tasks A: ...)
+    or moves (the game's moves so far, answered by the next move: the format sft trains by
+    default; policy tasks only, so policy_share must be 1)."""
     games: str | None = None
     """Games table the positions are cut from (default: this run's prepare output)."""
     iterations: int = Field(30, ge=1)
@@ -506,7 +510,8 @@ class GRPOConfig(Section):
     group_size: int = Field(4, ge=2)
     """Completions sampled per prompt (a group of one has no advantage)."""
     policy_share: float = Field(0.8, ge=0, le=1)
-    """Share of policy-task prompts; the rest are environment tasks (RookWorld: 0.8)."""
+    """Share of policy-task prompts; the rest are environment tasks (RookWorld: 0.8; the moves
+    format: 1)."""
     position_mix: PositionMix = Field(default_factory=lambda: PositionMix())
     """Shares of the positions' phases (``--set grpo.position_mix.endgame=0.4``)."""
     loss_type: Literal["grpo", "dr_grpo", "dapo"] = "grpo"

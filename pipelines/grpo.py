@@ -1,9 +1,12 @@
-"""``grpo``: GRPO of a rookworld sft policy with rewards verified by Stockfish and python-chess, on
-a Ray Train learner and the EnginePool.
+"""``grpo``: GRPO of an sft policy with rewards verified by Stockfish and python-chess, on a Ray
+Train learner and the EnginePool.
 
     python -m pipelines.grpo --config tiny
     chess-rl grpo --group-size 4 --policy-share 0.8 --loss-type dr_grpo --beta 0.04
-    chess-rl grpo --policy runs/a/sft/model --iterations 200 --stockfish-nodes 5000
+    chess-rl grpo --text-format moves --policy-share 1 --policy runs/a/sft/model --stockfish-nodes 5000
+
+``--text-format rookworld`` (RookWorld's tasks, from ``sft --text-format rookworld``) or ``moves``
+(the game's moves so far → the next move, from the plain ``sft`` model; policy tasks only).
 
 How the pieces fit (the formulas are :mod:`chessrl.grpo` and :mod:`chessrl.policy_gradient`):
 
@@ -59,10 +62,10 @@ def grpo_settings(cfg: GRPOConfig) -> GRPOSettings:
     )  # fmt: skip
 
 
-def check_policy(path: str, log: Any) -> dict[str, Any]:
+def check_policy(path: str, log: Any, text_format: str = "rookworld") -> dict[str, Any]:
     """Load-free checks of the policy: a GPT-2-style LM whose tokenizer loads. A policy not
-    trained on the rookworld format (``chessrl_text_format`` in its config, written by sft) is
-    a warning in the log, not an error: its rewards start low until it learns the format."""
+    trained on ``text_format`` (``chessrl_text_format`` in its config, written by sft) is a
+    warning in the log, not an error: its rewards start low until it learns the format."""
     from chessrl.models import load_tokenizer, local_checkpoint, move_tokens
     from pipelines.sft import TEXT_FORMAT_KEY
 
@@ -79,11 +82,16 @@ def check_policy(path: str, log: Any) -> dict[str, Any]:
         )
     tokenizer = load_tokenizer(path)
     trained = config.get(TEXT_FORMAT_KEY)
-    if trained != "rookworld":
+    if text_format == "rookworld" and trained != "rookworld":
         log(
             f"warning: the policy {path} was not trained on the rookworld tasks (its text format: {trained or 'unknown'}); "
             "it will answer 'P: <FEN> M:' and 'A: ...' prompts poorly until GRPO teaches it the format. "
-            "Train one with `chess-rl sft --text-format rookworld`"
+            "Train one with `chess-rl sft --text-format rookworld`, or ask it in its own format with --text-format moves"
+        )
+    elif text_format == "moves" and trained not in (None, "moves"):
+        log(
+            f"warning: the policy {path} was trained on the {trained} format; --text-format moves asks it for the "
+            "next move of a move list, which it may answer poorly"
         )
     return {"context": int(config.get("n_positions", 1024)), "vocab": len(tokenizer),
             "move_tokens": move_tokens(tokenizer), "text_format": trained}  # fmt: skip
@@ -102,6 +110,11 @@ def plan_prompts(
         mix = check_mix(cfg.position_mix.model_dump())
     except ValueError as exc:
         raise ConfigError(f"grpo.position_mix: {exc}") from None
+    if cfg.text_format == "moves" and cfg.policy_share < 1:
+        raise ConfigError(
+            f"grpo.policy_share (--policy-share) is {cfg.policy_share:g}, but the moves format has no environment "
+            "task: set it to 1, or use --text-format rookworld"
+        )
     seed = context.config.run.seed
     source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
     rows = read_games(source)
@@ -114,13 +127,14 @@ def plan_prompts(
     prompts: list[Prompt] = []
     for i in range(cfg.iterations):  # the task mix holds in every batch, not only overall
         part = positions[i * cfg.prompts_per_iteration : (i + 1) * cfg.prompts_per_iteration]
-        prompts += task_prompts(part, cfg.policy_share, rng)
+        prompts += task_prompts(part, cfg.policy_share, rng, cfg.text_format)
     heldout: list[Prompt] = []
     if cfg.heldout_positions and held:
         heldout = task_prompts(
             PositionSampler(held, seed=seed + 1).sample(cfg.heldout_positions, mix),
-            0.5,
+            0.5 if cfg.text_format == "rookworld" else 1.0,
             random.Random(seed + 1),
+            cfg.text_format,
         )
     tasks = Counter(p.task for p in prompts)
     drawn = {
@@ -132,7 +146,12 @@ def plan_prompts(
 
 
 def max_new_tokens(cfg: GRPOConfig, move_tokens: int) -> dict[str, int]:
-    return {"policy": cfg.max_new_tokens_policy or move_tokens, "environment": cfg.max_new_tokens_environment}
+    """Tokens a completion may take per task. The moves format's answer is one move: one token
+    with the chess tokenizer (the token after it would be the opponent's reply, not the policy's)."""
+    policy = move_tokens
+    if cfg.text_format == "moves" and move_tokens == 2:
+        policy = 1
+    return {"policy": cfg.max_new_tokens_policy or policy, "environment": cfg.max_new_tokens_environment}
 
 
 def train_loop_per_worker(cfg: dict[str, Any]) -> None:
@@ -235,7 +254,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     model_dir = tempfile.mkdtemp(prefix="grpo-model-")
     policy.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
-    mark_text_format(model_dir, "rookworld")
+    mark_text_format(model_dir, cfg["text_format"])
     out = phase.child("model")
     for name in sorted(os.listdir(model_dir)):
         out.upload_file(os.path.join(model_dir, name), name)
@@ -278,11 +297,11 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
         raise ConfigError(f"grpo: {exc}") from None
     policy_path = model_location(
         cfg.policy,
-        context.phase_storage(sft_folder("rookworld")).child("model"),
+        context.phase_storage(sft_folder(cfg.text_format)).child("model"),
         "grpo.policy (--policy)",
-        "sft --text-format rookworld",
+        "sft --text-format rookworld" if cfg.text_format == "rookworld" else "sft",
     )
-    facts = check_policy(policy_path, log)
+    facts = check_policy(policy_path, log, cfg.text_format)
     find_stockfish()  # a missing engine is one clear line before any work
     prompts, heldout, drawn = plan_prompts(context, cfg)
     limits = max_new_tokens(cfg, facts["move_tokens"])
@@ -309,7 +328,7 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
         f"({drawn['policy_share']:.0%} policy)"
     )
     log(
-        f"{cfg.iterations} iterations of {cfg.prompts_per_iteration} prompts x {cfg.group_size} completions, "
+        f"{cfg.iterations} iterations of {cfg.prompts_per_iteration} {cfg.text_format} prompts x {cfg.group_size} completions, "
         f"loss {cfg.loss_type}, beta {cfg.beta:g}, clip {cfg.clip:g}, temperature {cfg.temperature:g}; "
         f"Stockfish {cfg.stockfish_nodes} nodes on {cfg.engines} engine(s); learner {learner_cpus:g} CPU"
         + (f", at most {cfg.time_limit_minutes:g} min" if cfg.time_limit_minutes else "")
@@ -321,6 +340,7 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
         context, "grpo", train_loop_per_worker,
         {
             "phase_uri": phase.uri, "policy_path": policy_path, "settings": settings.__dict__,
+            "text_format": cfg.text_format,
             "seed": run.seed, "iterations": cfg.iterations, "prompts_per_iteration": cfg.prompts_per_iteration,
             "learning_rate": cfg.learning_rate, "minibatch": batch_size, "max_new_tokens": limits,
             "stockfish_nodes": cfg.stockfish_nodes, "engine_pool": pool, "checkpoint_interval": cfg.checkpoint_interval,
@@ -353,6 +373,8 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
     }  # fmt: skip
     phase.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))
 
+    env = drawn["tasks"].get("environment", 0) > 0
+
     def curve(key: str, fmt: str) -> str:
         return f"{format(first.get(key, float('nan')), fmt)} -> {format(last.get(key, float('nan')), fmt)}"
 
@@ -362,14 +384,20 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
         f"({summary['samples_per_s']:.1f} samples/s)",
         f"  mix           {drawn['policy_share']:.1%} policy tasks; positions "
         + ", ".join(f"{k} {v}" for k, v in drawn["phases"].items()),
-        f"  reward        policy {curve('reward_policy', '+.3f')}, environment {curve('reward_environment', '.3f')}",
-        f"  sampled       legal {curve('legal_rate', '.1%')}, env exact {curve('env_exact', '.1%')}, "
-        f"zero-variance groups {curve('zero_variance_groups', '.0%')}",
+        f"  reward        policy {curve('reward_policy', '+.3f')}"
+        + (f", environment {curve('reward_environment', '.3f')}" if env else ""),
+        f"  sampled       legal {curve('legal_rate', '.1%')}"
+        + (f", env exact {curve('env_exact', '.1%')}" if env else "")
+        + f", zero-variance groups {curve('zero_variance_groups', '.0%')}",
         *(
             [
-                f"  held-out      greedy legal-move rate {scores['start']['legal_rate']:.1%} -> {scores['final']['legal_rate']:.1%}, "
-                f"environment exact {scores['start']['env_exact']:.1%} -> {scores['final']['env_exact']:.1%} "
-                f"({int(scores['final']['policy_positions'])} + {int(scores['final']['env_positions'])} positions, start -> final)"
+                f"  held-out      greedy legal-move rate {scores['start']['legal_rate']:.1%} -> {scores['final']['legal_rate']:.1%}"
+                + (
+                    f", environment exact {scores['start']['env_exact']:.1%} -> {scores['final']['env_exact']:.1%}"
+                    if env
+                    else ""
+                )
+                + f" ({int(scores['final']['policy_positions'])} + {int(scores['final']['env_positions'])} positions, start -> final)"
             ]
             if scores
             else []
@@ -382,12 +410,14 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
 
 PHASE = Phase(
     name="grpo",
-    summary="grpo: GRPO of a rookworld policy with Stockfish-verified rewards (Ray Train learner + EnginePool).",
+    summary="grpo: GRPO of an sft policy with Stockfish-verified rewards (Ray Train learner + EnginePool).",
     description=(
         "Samples groups of completions for RookWorld policy (P:) and environment (A:) prompts cut from the\n"
         "games, scores moves with Stockfish and environment answers with python-chess, and takes GRPO steps\n"
         "with a KL penalty to the sft start. Example:\n"
-        "  chess-rl grpo --iterations 30 --group-size 4 --loss-type grpo"
+        "  chess-rl grpo --iterations 30 --group-size 4 --loss-type grpo\n"
+        "--text-format moves asks the plain sft model for the next move of a move list (policy tasks only):\n"
+        "  chess-rl grpo --text-format moves --policy-share 1"
     ),
     section="grpo",
     section_model=GRPOConfig,

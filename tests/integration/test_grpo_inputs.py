@@ -31,6 +31,10 @@ def test_grpo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, local_ray, c
     assert "grpo.policy_share" in line, line
     line = run("--policy-share", "-0.1")
     assert "grpo.policy_share" in line, line
+    line = run("--text-format", "moves")  # the preset's 0.8: the moves format has no environment task
+    assert "grpo.policy_share" in line and "moves format" in line, line
+    line = run("--text-format", "fen")
+    assert "grpo.text_format" in line and "rookworld" in line and "moves" in line, line
     monkeypatch.setenv("STOCKFISH_PATH", str(tmp_path / "no-stockfish"))
     line = run()
     assert "STOCKFISH_PATH" in line and "not an executable file" in line, line
@@ -53,3 +57,13 @@ def test_missing_default_policy_names_the_command(tmp_path, local_ray, capsys):
     assert code == EXIT_USER_ERROR
     line = err.strip().splitlines()[-1]
     assert "sft-rookworld" in line and "chess-rl sft --text-format rookworld" in line, line
+    code = grpo.main(["--config", "tiny", "--storage", str(tmp_path), "--run-name", "none", "--no-tracking",
+                      "--text-format", "moves", "--policy-share", "1"])  # fmt: skip
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == EXIT_USER_ERROR and "none/sft" in line and "`chess-rl sft`" in line, line
+
+
+def test_moves_policy_is_asked_in_its_own_format_without_a_warning(tiny_lm_dir):
+    said: list[str] = []
+    facts = grpo.check_policy(str(tiny_lm_dir), said.append, "moves")
+    assert said == [] and facts["move_tokens"] == 2

@@ -302,3 +302,42 @@ def test_evaluate_tasks_greedy(tiny_policy):
     got = evaluate_tasks(model, tok, prompts, {"policy": 2, "environment": 8})
     assert got["policy_positions"] == 2 and got["env_positions"] == 2
     assert 0.0 <= got["legal_rate"] <= 1.0 and got["env_exact"] == 0.0  # 8 tokens cannot hold a FEN
+
+
+# -- the moves format ---------------------------------------------------------------------------
+
+
+def test_moves_prompts_ask_the_game_so_far_and_need_policy_share_one(games):
+    import random
+
+    from chessrl.grpo import task_prompts
+
+    positions = PositionSampler(games, seed=3).sample(40)
+    prompts = task_prompts(positions, 1.0, random.Random(0), "moves")
+    assert len(prompts) == 40 and {p.task for p in prompts} == {"policy"}
+    by_text = {" ".join(p.history): p for p in positions}
+    for prompt in prompts:
+        assert prompt.fen == by_text[prompt.text].fen  # the moves replayed give the position's FEN
+    with pytest.raises(ValueError, match="policy_share must be 1"):
+        task_prompts(positions, 0.8, random.Random(0), "moves")
+
+
+def test_one_token_completions_read_each_prompt_once_with_the_same_logprobs(tiny_policy, games):
+    """A group of one-move completions shares its prompt: the log-probs from one read per prompt
+    equal a full forward pass of every prompt + completion, and gradients flow."""
+    import random
+
+    from chessrl.grpo import completion_logprobs, sample_groups, task_prompts
+
+    model, tok = tiny_policy
+    prompts = task_prompts(PositionSampler(games, seed=4).sample(3), 1.0, random.Random(0), "moves")
+    s = GRPOSettings(group_size=4, beta=0.0)
+    samples = sample_groups(model, tok, prompts, s, {"policy": 1, "environment": 8})
+    assert len(samples) == 12 and all(len(x.completion_ids) == 1 for x in samples)
+    logprobs, mask = completion_logprobs(model, samples, tok.pad_token_id, temperature=0.7)
+    for b, x in enumerate(samples):
+        full = torch.log_softmax(model(torch.tensor([x.prompt_ids])).logits[0, -1].float() / 0.7, -1)
+        assert abs(logprobs[b, 0].item() - full[x.completion_ids[0]].item()) < 1e-4 and mask[b, 0] == 1
+    logprobs.sum().backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+    model.zero_grad(set_to_none=True)
