@@ -43,6 +43,10 @@ PHASES: dict[str, tuple[str, str]] = {
         "pipelines.selfplay",
         "AlphaZero-style training: batched-MCTS collectors, parameter server, Ray Train learner, gating",
     ),
+    "rlaif": (
+        "pipelines.rlaif",
+        "the whole pipeline as one resumable graph: prepare, sft, preferences, reward, ppo, grpo, evaluate",
+    ),
     # a command rather than a phase (no Ray): it serves a model for GUIs instead of producing data
     "uci": (
         "pipelines.uci",
@@ -53,7 +57,6 @@ PHASES: dict[str, tuple[str, str]] = {
 #: Phases of the design that are not built yet (shown in --help so nobody hunts for them).
 PLANNED: dict[str, str] = {
     "tune": "Ray Tune sweeps (MCTS cpuct, KL coefficient)",
-    "rlaif": "every phase in order, resumable",
 }
 
 

@@ -554,6 +554,40 @@ class GRPOConfig(Section):
     """CPUs the learner reserves (default: the cluster's, less the engines')."""
 
 
+RLAIF_PHASES: tuple[str, ...] = ("prepare", "sft", "preferences", "reward", "ppo", "grpo", "evaluate")
+
+
+class RlaifConfig(Section):
+    """``rlaif``: every phase of the RLAIF pipeline as one resumable graph (prepare -> sft ->
+    preferences -> reward -> ppo, sft -> grpo, then an evaluate of ppo and grpo against sft). Each
+    phase reads its own section of this config; a phase whose manifest holds the key of its config
+    and inputs is skipped."""
+
+    only: list[str] = Field(default_factory=list)
+    """Run only these phases (their inputs must be done already)."""
+    start: str | None = None
+    """Run this phase and everything downstream of it (--from)."""
+    force: list[str] = Field(default_factory=list)
+    """Run these phases again even when their manifest matches (their outputs are replaced)."""
+    compare_games: int = Field(20, ge=2)
+    """evaluate: games of each head-to-head pairing (ppo vs sft, grpo vs sft, ppo vs grpo)."""
+
+    @field_validator("only", "force")
+    @classmethod
+    def _known_phases(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if name not in RLAIF_PHASES:
+                raise ValueError(f"unknown phase {name!r}; phases: {', '.join(RLAIF_PHASES)}")
+        return value
+
+    @field_validator("start")
+    @classmethod
+    def _known_start(cls, value: str | None) -> str | None:
+        if value is not None and value not in RLAIF_PHASES:
+            raise ValueError(f"unknown phase {value!r}; phases: {', '.join(RLAIF_PHASES)}")
+        return value
+
+
 class ChessRLConfig(Section):
     """The whole config: what a preset file holds."""
 
@@ -568,3 +602,4 @@ class ChessRLConfig(Section):
     selfplay: SelfplayConfig = Field(default_factory=SelfplayConfig)
     ppo: PPOConfig = Field(default_factory=PPOConfig)
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    rlaif: RlaifConfig = Field(default_factory=RlaifConfig)

@@ -20,9 +20,9 @@ def test_help_lists_the_phases_and_the_planned_ones(
     assert phases_at < planned_at
     built = [line.split()[0] for line in lines[phases_at + 1 : planned_at] if line.strip()]
     planned = [line.split()[0] for line in lines[planned_at + 1 :] if line.startswith("  ")]
-    assert built == ["prepare", "sft", "evaluate", "preferences", "reward", "ppo", "grpo", "selfplay", "uci"]
+    assert built == ["prepare", "sft", "evaluate", "preferences", "reward", "ppo", "grpo", "selfplay", "rlaif", "uci"]
     assert planned == list(PLANNED)
-    assert "tune" in planned and "grpo" in built
+    assert "tune" in planned and "grpo" in built and "rlaif" in built
     assert (
         "PGN files (.pgn, .pgn.zst; local or s3://) and/or --generate N Stockfish games -> games Parquet"
         in out
@@ -51,7 +51,7 @@ def test_unknown_phase_exits_2_and_says_what_exists(capsys: pytest.CaptureFixtur
     assert captured.out == ""
     assert (
         captured.err
-        == "error: unknown phase 'prepar'; phases: prepare, sft, evaluate, preferences, reward, ppo, grpo, selfplay, uci (chess-rl --help)\n"
+        == "error: unknown phase 'prepar'; phases: prepare, sft, evaluate, preferences, reward, ppo, grpo, selfplay, rlaif, uci (chess-rl --help)\n"
     )
 
 
@@ -61,5 +61,5 @@ def test_planned_phase_exits_2_and_names_the_phases_that_run(
 ) -> None:
     assert main([phase, "--config", "tiny"]) == 2
     assert capsys.readouterr().err == (
-        f"error: phase {phase!r} is planned but not built yet; phases that run: prepare, sft, evaluate, preferences, reward, ppo, grpo, selfplay, uci\n"
+        f"error: phase {phase!r} is planned but not built yet; phases that run: prepare, sft, evaluate, preferences, reward, ppo, grpo, selfplay, rlaif, uci\n"
     )

@@ -37,6 +37,7 @@ MODULES = [
     "cluster.tracking",
     "cluster.config",
     "cluster.runtime",
+    "cluster.graph",
     "pipelines.config",
 ]
 

@@ -1,0 +1,320 @@
+"""``rlaif``: the whole RLAIF pipeline as one resumable Ray job graph.
+
+    python -m pipelines.rlaif --config tiny
+    chess-rl rlaif --config tiny --only ppo evaluate
+    chess-rl rlaif --config tiny --from reward --force ppo
+    ray job submit --working-dir . -- python -m pipelines.rlaif --config cluster --storage s3://b/runs
+
+The graph (:data:`NODES`)::
+
+    prepare -> sft -> preferences -> reward -> ppo -> evaluate
+                  \\-> grpo ------------------------/
+
+Every phase runs the code of ``chess-rl <phase>`` (its ``Phase.run``) on one Ray session and
+reads the section of the same config, with its outputs under ``<storage>/<run>/<phase>/``. A
+phase's key is a hash of its section and its inputs' keys (:mod:`cluster.graph`); when it
+finishes, ``<run>/rlaif/manifests/<phase>.json`` records the key (atomically). The same command
+again skips every phase whose manifest holds its current key and resumes the others from their
+own checkpoints, so a kill anywhere loses nothing finished; a changed section re-runs that phase
+and everything downstream of it. ``grpo`` asks the sft model in its own format
+(``grpo.text_format: moves``); with ``rookworld`` it needs a rookworld sft, which this graph does
+not train, so set ``grpo.policy``.
+
+The last phase, ``evaluate``, is a round robin of the ppo and grpo policies, the sft start and a
+random mover (``rlaif.compare_games`` games a pairing, game pairs with colours swapped): the
+head-to-head scores say whether RL made the policy stronger than its start. For a decision with
+significance, run ``chess-rl evaluate --mode sprt`` on one pair.
+
+While it runs the driver prints the graph's state (done / skipped / running / failed, time, key)
+after every phase, writes it to ``<run>/rlaif/graph.md`` (a mermaid picture with each node's
+state) and ``graph.json``, and logs one MLflow parent run with a child run per phase.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cluster.config import flatten
+from cluster.errors import UserError
+from cluster.graph import Graph, Manifest, Manifests, Node, state_table
+from cluster.runtime import ray_session
+from cluster.storage import Storage
+from cluster.tracking import Tracker, write_json_artifact
+from pipelines.config import ChessRLConfig, RlaifConfig
+from pipelines.phase import (
+    EXIT_EMPTY,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USER_ERROR,
+    Phase,
+    PhaseContext,
+    PhaseResult,
+    _logger,
+    _unwrap_ray_errors,
+    build_parser,
+    resolve_config,
+)
+
+#: The graph: each phase and the phases whose outputs it reads.
+NODES: tuple[Node, ...] = (
+    Node("prepare"),
+    Node("sft", ("prepare",)),
+    Node("preferences", ("prepare", "sft")),
+    Node("reward", ("preferences", "sft")),
+    Node("ppo", ("prepare", "sft", "reward")),
+    Node("grpo", ("prepare", "sft")),
+    Node("evaluate", ("sft", "ppo", "grpo")),
+)
+
+
+DESCRIPTION = """Runs prepare -> sft -> preferences -> reward -> ppo and sft -> grpo, then an evaluate of the
+ppo and grpo policies against the sft start, on one Ray session. A phase whose manifest
+(<run>/rlaif/manifests/<phase>.json) holds the key of its config and inputs is skipped; the others
+resume from their own checkpoints. A changed section re-runs that phase and everything below it.
+Examples:
+  chess-rl rlaif --config tiny
+  chess-rl rlaif --only ppo evaluate --set ppo.kl_coef=0.1
+  chess-rl rlaif --from reward --force reward"""
+
+
+def phase_module(name: str) -> Phase:
+    """The ``Phase`` of ``pipelines.<name>``."""
+    import importlib
+
+    return importlib.import_module(f"pipelines.{name}").PHASE  # type: ignore[no-any-return]
+
+
+def node_config(config: ChessRLConfig, name: str, run_storage: Storage) -> ChessRLConfig:
+    """The config a node runs with: the same config, except that ``evaluate`` compares this run's
+    ppo and grpo policies with the sft start and a random mover."""
+    if name != "evaluate":
+        return config
+
+    def model(phase: str) -> str:
+        folder = run_storage.child(phase).child("model")
+        return folder.root if folder.is_local else folder.uri
+
+    players = [f"lm:{model('ppo')}", f"lm:{model('grpo')}", "sft", "random"]
+    evaluate = config.evaluate.model_copy(
+        update={"players": players, "mode": "round_robin", "games": config.rlaif.compare_games}
+    )
+    return config.model_copy(update={"evaluate": evaluate})
+
+
+def node_keys(graph: Graph, config: ChessRLConfig, run_storage: Storage) -> dict[str, str]:
+    """Each node's key from its config section (plus the run's seed) and its inputs' keys."""
+    configs = {}
+    for name in graph.order():
+        section = getattr(node_config(config, name, run_storage), phase_module(name).section)
+        configs[name] = {"section": section.model_dump(mode="json"), "seed": config.run.seed}
+    return graph.keys(configs)
+
+
+@dataclass
+class NodeState:
+    node: str
+    state: str = "pending"
+    seconds: float | None = None
+    key: str = ""
+    note: str = ""
+
+
+class GraphRun:
+    """One pass over the graph: decides, runs, records and reports each node."""
+
+    def __init__(
+        self,
+        config: ChessRLConfig,
+        run_storage: Storage,
+        log: Callable[[str], None],
+        run_node: Callable[[str, ChessRLConfig], PhaseResult],
+    ) -> None:
+        self.config = config
+        self.cfg: RlaifConfig = config.rlaif
+        self.graph = Graph(NODES)
+        self.run_storage = run_storage
+        self.folder = run_storage.child("rlaif")
+        self.manifests = Manifests(self.folder.child("manifests"))
+        self.log = log
+        self.run_node = run_node
+        self.selected = self.graph.select(self.cfg.only or None, self.cfg.start)
+        self.keys = node_keys(self.graph, config, run_storage)
+        self.states = {n: NodeState(n, key=self.keys[n][:8]) for n in self.graph.order()}
+        # a forced phase's new outputs are new inputs for everything below it
+        self.forced = set(self.cfg.force).union(*(self.graph.downstream(n) for n in self.cfg.force))
+
+    def plan(self) -> None:
+        """Mark what is done, what was not asked for, and what cannot run (an input neither done
+        nor selected) before anything runs."""
+        for name in self.graph.order():
+            st = self.states[name]
+            done = self.manifests.is_done(name, self.keys[name])
+            if name not in self.selected:
+                st.state, st.note = ("done", "not selected") if done else ("not selected", "")
+            elif done and name not in self.forced:
+                st.state, st.note = "skipped", "manifest matches"
+                found = self.manifests.read(name)
+                st.seconds = found.seconds if found else None
+        for name in self.selected:
+            missing = [
+                n for n in self.graph.nodes[name].needs
+                if n not in self.selected and not self.manifests.is_done(n, self.keys[n])
+            ]  # fmt: skip
+            if missing and self.states[name].state == "pending":
+                self.states[name].state = "blocked"
+                self.states[
+                    name
+                ].note = (
+                    f"needs {', '.join(missing)}, not done with this config: run without --only, or add it"
+                )
+
+    def run(self) -> bool:
+        """Run the pending nodes in order; a failed node blocks its dependents and the others go on."""
+        self.plan()
+        self.report()
+        for name in self.selected:
+            st = self.states[name]
+            if st.state != "pending":
+                continue
+            failed = [
+                n for n in self.graph.nodes[name].needs if self.states[n].state in ("failed", "blocked")
+            ]
+            if failed:
+                st.state, st.note = "blocked", f"{', '.join(failed)} did not finish"
+                continue
+            st.state = "running"
+            self.report(quiet=True)
+            self.log(f"phase {name} (key {self.keys[name][:8]}) starts")
+            started = time.perf_counter()
+            try:
+                result = self.run_node(name, node_config(self.config, name, self.run_storage))
+            except UserError as exc:
+                st.state, st.note = "failed", str(exc)
+            except Exception as exc:  # noqa: BLE001 - a phase's crash stops its dependents, not the graph
+                st.state, st.note = (
+                    "failed",
+                    f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
+                )
+            else:
+                st.seconds = time.perf_counter() - started
+                if result.ok:
+                    st.state = "done"
+                    self.manifests.write(
+                        Manifest(
+                            name, self.keys[name], round(st.seconds, 1), summary=_jsonable(result.summary)
+                        )
+                    )
+                else:
+                    st.state, st.note = "failed", "the phase produced nothing usable"
+            if st.seconds is None:
+                st.seconds = time.perf_counter() - started
+            if st.state == "failed":
+                self.log(f"phase {name} failed: {st.note}")
+            self.report()
+        return all(self.states[n].state in ("done", "skipped") for n in self.selected)
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [vars(s) for s in self.states.values()]
+
+    def report(self, quiet: bool = False) -> None:
+        """Print the state table (unless ``quiet``) and write graph.json and graph.md."""
+        if not quiet:
+            for line in state_table(self.rows()):
+                print(f"[rlaif] {line}", flush=True)
+        states = {s.node: s.state for s in self.states.values()}
+        self.folder.write_text("graph.json", json.dumps({"nodes": self.rows(), "keys": self.keys}, indent=1))
+        self.folder.write_text(
+            "graph.md",
+            "# rlaif graph\n\n```mermaid\n" + self.graph.mermaid(states) + "```\n\n"
+            + "\n".join(f"    {line}" for line in state_table(self.rows())) + "\n",
+        )  # fmt: skip
+
+
+def _jsonable(summary: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(summary, default=str))
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
+    """Parse the flags, start Ray and MLflow once, and run the graph."""
+    phase = Phase(
+        name="rlaif",
+        summary="rlaif: the whole RLAIF pipeline (prepare, sft, preferences, reward, ppo, grpo, evaluate) as one resumable graph.",
+        description=DESCRIPTION,
+        section="rlaif",
+        section_model=RlaifConfig,
+        run=lambda context: PhaseResult({}),
+    )
+    parser, mapping = build_parser(phase, prog)
+    parser.add_argument("--from", dest="rlaif__from", metavar="PHASE", help="the same as --start")
+    mapping["rlaif__from"] = ("rlaif.start", "--from")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    log = _logger("rlaif")
+    try:
+        config = resolve_config(phase, args, mapping)
+        run_storage = Storage.from_uri(config.run.storage).child(config.run.name)
+        log(f"run {config.run.name!r} -> {run_storage.uri}")
+        tracker = Tracker(config.tracking, storage_uri=config.run.storage, run_name=config.run.name)
+        params = flatten(config)
+        with ray_session(config.ray, args.address) as ray_info:
+            log(
+                f"ray: {ray_info.mode} cluster at {ray_info.address}, {int(ray_info.resources.get('CPU', 0))} CPUs"
+            )
+            with tracker.invocation(params) as parent:
+
+                def run_node(name: str, node_cfg: ChessRLConfig) -> PhaseResult:
+                    node = phase_module(name)
+                    with tracker.phase(name, flatten(node_cfg)) as tracking:
+                        context = PhaseContext(
+                            config=node_cfg, run_storage=run_storage, tracking=tracking, ray=ray_info,
+                            log=_logger(name),
+                        )  # fmt: skip
+                        started = time.perf_counter()
+                        result = _unwrap_ray_errors(node.run, context)
+                        result.summary.setdefault("seconds", round(time.perf_counter() - started, 3))
+                        write_json_artifact(tracking, result.summary, "summary.json")
+                    for line in result.lines:
+                        print(line, flush=True)
+                    return result
+
+                graph_run = GraphRun(config, run_storage, log, run_node)
+                ok = graph_run.run()
+                write_json_artifact(
+                    parent, {"nodes": graph_run.rows(), "keys": graph_run.keys}, "rlaif_graph.json"
+                )
+                if parent.active:
+                    with tempfile.TemporaryDirectory() as tmp:
+                        picture = os.path.join(tmp, "rlaif_graph.md")
+                        with open(picture, "w") as handle:
+                            handle.write(graph_run.folder.read_text("graph.md"))
+                        parent.log_artifact(picture)
+        failed = [
+            s
+            for s in graph_run.states.values()
+            if s.state in ("failed", "blocked") and s.node in graph_run.selected
+        ]
+        for s in failed:
+            print(f"error: rlaif: phase {s.node} {s.state}: {s.note}", file=sys.stderr, flush=True)
+        print(f"rlaif: graph state in {graph_run.folder.uri_of('graph.md')}", flush=True)
+        if tracker.enabled and tracker.uri:
+            print(
+                f"mlflow: run {tracker.parent_run_id} in experiment {config.tracking.experiment!r}",
+                flush=True,
+            )
+        return EXIT_OK if ok else EXIT_EMPTY
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

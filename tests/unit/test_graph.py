@@ -1,0 +1,176 @@
+"""The resumable job graph (cluster/graph.py) and the rlaif driver's decisions (pipelines/rlaif.py):
+keys, selection, manifests, skip / re-run / force / blocked / failed. The phases here are
+stand-ins that record their calls and write a file: what is under test is which phases the graph
+runs, skips and blocks, not the phases (tests/integration runs the real ones)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cluster.config import load_config
+from cluster.errors import ConfigError, StorageError
+from cluster.graph import Graph, Manifest, Manifests, Node, state_table
+from cluster.storage import Storage
+from pipelines.config import ChessRLConfig
+from pipelines.phase import PhaseResult
+
+
+def test_graph_order_cycle_unknown_input_and_duplicates():
+    g = Graph([Node("c", ("a", "b")), Node("a"), Node("b", ("a",))])
+    assert g.order() == ["a", "b", "c"]
+    assert g.upstream("c") == {"a", "b"} and g.downstream("a") == {"b", "c"}
+    with pytest.raises(ConfigError, match=r"a cycle: b -> c -> b"):
+        Graph([Node("a"), Node("b", ("a", "c")), Node("c", ("b",))])
+    with pytest.raises(ConfigError, match="needs 'zz', which is not a node"):
+        Graph([Node("a", ("zz",))])
+    with pytest.raises(ConfigError, match="'a' is declared twice"):
+        Graph([Node("a"), Node("a")])
+
+
+def test_select_only_from_and_unknown_names():
+    g = Graph([Node("p"), Node("s", ("p",)), Node("r", ("s",)), Node("g", ("s",)), Node("e", ("r", "g"))])
+    assert g.select() == ["p", "s", "r", "g", "e"]
+    assert g.select(start="r") == ["r", "e"]
+    assert g.select(only=["e", "p"]) == ["p", "e"]
+    with pytest.raises(ConfigError, match="unknown phase 'x'; phases: p, s, r, g, e"):
+        g.select(only=["x"])
+
+
+def test_keys_change_downstream_only():
+    g = Graph([Node("p"), Node("s", ("p",)), Node("r", ("s",)), Node("g", ("s",))])
+    base = {"p": {"n": 1}, "s": {"lr": 1}, "r": {"k": 1}, "g": {"b": 1}}
+    k1 = g.keys(base)
+    assert g.keys(dict(base)) == k1  # deterministic
+    k2 = g.keys({**base, "r": {"k": 2}})
+    assert [k1[n] == k2[n] for n in "psrg"] == [True, True, False, True]
+    k3 = g.keys({**base, "p": {"n": 2}})
+    assert all(k1[n] != k3[n] for n in "psrg")
+
+
+def test_manifests_are_read_back_and_a_torn_one_counts_as_missing(tmp_path):
+    m = Manifests(Storage.from_uri(str(tmp_path)))
+    assert m.read("sft") is None and not m.is_done("sft", "k")
+    m.write(Manifest("sft", "k", 1.5, summary={"loss": 2.0}))
+    assert m.is_done("sft", "k") and not m.is_done("sft", "other")
+    assert m.read("sft").summary == {"loss": 2.0}
+    (tmp_path / "sft.json").write_text("{not json")
+    assert m.read("sft") is None
+    m.delete("sft")
+    assert not (tmp_path / "sft.json").exists()
+
+
+def test_state_table_and_mermaid():
+    lines = state_table([{"node": "prepare", "state": "skipped", "seconds": 3.0, "key": "ab", "note": "x"},
+                         {"node": "sft", "state": "running", "seconds": None, "key": "cd", "note": ""}])  # fmt: skip
+    assert lines[0].split() == ["phase", "state", "time", "key", "note"]
+    assert lines[1].split() == ["prepare", "skipped", "3", "s", "ab", "x"] and lines[2].split()[:3] == [
+        "sft",
+        "running",
+        "-",
+    ]
+    text = Graph([Node("a"), Node("b", ("a",))]).mermaid({"a": "done", "b": "failed"})
+    assert "a --> b" in text and 'b["b<br/>failed"]' in text and "style b fill:#f4a6a6" in text
+
+
+# -- the rlaif driver's decisions ----------------------------------------------------------------
+
+
+class Phases:
+    """Stand-in phases: each call is recorded, writes <run>/<phase>/out.txt, and fails or raises
+    when told to."""
+
+    def __init__(self, root: Storage) -> None:
+        self.root = root
+        self.calls: list[str] = []
+        self.fail: dict[str, Exception] = {}
+
+    def __call__(self, name: str, config: ChessRLConfig) -> PhaseResult:
+        self.calls.append(name)
+        if name in self.fail:
+            raise self.fail[name]
+        self.root.child(name).write_text("out.txt", f"{name} {len(self.calls)}")
+        return PhaseResult({"phase": name})
+
+
+def graph_run(tmp_path, phases: Phases, **rlaif):
+    from pipelines.rlaif import GraphRun
+
+    overrides = {f"rlaif.{k}": (v, f"--{k}") for k, v in rlaif.items()}
+    overrides.update({"run.storage": (str(tmp_path), "--storage"), "run.name": ("r", "--run-name")})
+    config = load_config(ChessRLConfig, path=None, overrides=overrides)
+    return GraphRun(config, phases.root, lambda _: None, phases)
+
+
+def test_rlaif_runs_everything_once_then_skips_then_reruns_what_a_change_reaches(tmp_path):
+    root = Storage.from_uri(str(tmp_path)).child("r")
+    phases = Phases(root)
+    run = graph_run(tmp_path, phases)
+    assert run.run()
+    order = ["prepare", "sft", "preferences", "reward", "ppo", "grpo", "evaluate"]
+    assert phases.calls == order
+    assert all(s.state == "done" for s in run.states.values())
+    manifests = {n: (tmp_path / "r" / "rlaif" / "manifests" / f"{n}.json").read_text() for n in order}
+    graph = json.loads((tmp_path / "r" / "rlaif" / "graph.json").read_text())
+    assert [n["state"] for n in graph["nodes"]] == ["done"] * 7
+    assert "```mermaid" in (tmp_path / "r" / "rlaif" / "graph.md").read_text()
+
+    phases.calls.clear()  # the same command again: nothing runs, manifests untouched
+    run = graph_run(tmp_path, phases)
+    assert run.run() and phases.calls == []
+    assert {s.state for s in run.states.values()} == {"skipped"}
+    assert all(
+        (tmp_path / "r" / "rlaif" / "manifests" / f"{n}.json").read_text() == manifests[n] for n in order
+    )
+
+    # a changed ppo section: ppo and evaluate run again, nothing else
+    from pipelines.rlaif import GraphRun
+
+    config = load_config(ChessRLConfig, path=None, overrides={
+        "run.storage": (str(tmp_path), "--storage"), "run.name": ("r", "--run-name"),
+        "ppo.kl_coef": (0.5, "--kl-coef")})  # fmt: skip
+    run = GraphRun(config, root, lambda _: None, phases)
+    assert run.run() and phases.calls == ["ppo", "evaluate"]
+
+    phases.calls.clear()  # --force sft: sft runs again, and so does everything below it (new outputs)
+    run = graph_run(tmp_path, phases, force=["sft"])
+    assert run.run() and phases.calls == order[1:]
+    phases.calls.clear()  # --from grpo with everything done: grpo's manifest matches, nothing runs
+    run = graph_run(tmp_path, phases, start="grpo")
+    assert run.run() and phases.calls == [] and run.states["ppo"].note == "not selected"
+
+
+def test_a_failure_blocks_its_dependents_and_the_other_branch_goes_on(tmp_path):
+    root = Storage.from_uri(str(tmp_path)).child("r")
+    phases = Phases(root)
+    phases.fail["reward"] = StorageError(
+        "reward: no preference pairs under /x: run `chess-rl preferences` first"
+    )
+    run = graph_run(tmp_path, phases)
+    assert not run.run()
+    assert phases.calls == ["prepare", "sft", "preferences", "reward", "grpo"]
+    st = run.states
+    assert st["reward"].state == "failed" and "no preference pairs" in st["reward"].note
+    assert st["ppo"].state == "blocked" and "reward" in st["ppo"].note
+    assert st["evaluate"].state == "blocked" and st["grpo"].state == "done"
+    assert not (tmp_path / "r" / "rlaif" / "manifests" / "reward.json").exists()
+
+    phases.calls.clear()  # fixed: the same command runs the failed phase and what it blocked
+    phases.fail.clear()
+    assert graph_run(tmp_path, phases).run()
+    assert phases.calls == ["reward", "ppo", "evaluate"]
+
+
+def test_only_a_phase_whose_inputs_are_not_done_is_blocked_with_the_reason(tmp_path):
+    phases = Phases(Storage.from_uri(str(tmp_path)).child("r"))
+    run = graph_run(tmp_path, phases, only=["ppo"])
+    assert not run.run() and phases.calls == []
+    assert run.states["ppo"].state == "blocked" and "prepare, sft, reward" in run.states["ppo"].note
+    assert run.states["grpo"].state == "not selected"
+
+
+def test_unknown_phase_names_are_one_config_error():
+    for key, value in (("only", ["ppo", "dpo"]), ("force", ["x"]), ("start", "y")):
+        with pytest.raises(ConfigError, match=f"rlaif.{key}.*unknown phase"):
+            load_config(ChessRLConfig, path=None, overrides={f"rlaif.{key}": (value, f"--{key}")})
