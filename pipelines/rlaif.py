@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster.config import flatten
-from cluster.errors import UserError
+from cluster.errors import ConfigError, UserError
 from cluster.graph import Graph, Manifest, Manifests, Node, state_table
 from cluster.runtime import ray_session
 from cluster.storage import Storage
@@ -150,6 +150,16 @@ class GraphRun:
         # a forced phase's new outputs are new inputs for everything below it
         self.forced = set(self.cfg.force).union(*(self.graph.downstream(n) for n in self.cfg.force))
 
+    def check(self) -> None:
+        """What the graph cannot do, said before any phase runs."""
+        grpo = self.config.grpo
+        if "grpo" in self.selected and grpo.text_format == "rookworld" and not grpo.policy:
+            raise ConfigError(
+                "rlaif: grpo.text_format is rookworld, but this graph trains only the moves-format sft: "
+                "set grpo.text_format: moves and grpo.policy_share: 1 (--set grpo.text_format=moves "
+                "--set grpo.policy_share=1), or grpo.policy to a rookworld model"
+            )
+
     def plan(self) -> None:
         """Mark what is done, what was not asked for, and what cannot run (an input neither done
         nor selected) before anything runs."""
@@ -177,6 +187,7 @@ class GraphRun:
 
     def run(self) -> bool:
         """Run the pending nodes in order; a failed node blocks its dependents and the others go on."""
+        self.check()
         self.plan()
         self.report()
         for name in self.selected:
@@ -261,6 +272,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
         run_storage = Storage.from_uri(config.run.storage).child(config.run.name)
         log(f"run {config.run.name!r} -> {run_storage.uri}")
         tracker = Tracker(config.tracking, storage_uri=config.run.storage, run_name=config.run.name)
+        graph_run = GraphRun(config, run_storage, log, lambda name, cfg: PhaseResult({}, ok=False))
+        graph_run.check()  # what the graph cannot do is said before Ray starts
         params = flatten(config)
         with ray_session(config.ray, args.address) as ray_info:
             log(
@@ -283,7 +296,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
                         print(line, flush=True)
                     return result
 
-                graph_run = GraphRun(config, run_storage, log, run_node)
+                graph_run.run_node = run_node
                 ok = graph_run.run()
                 write_json_artifact(
                     parent, {"nodes": graph_run.rows(), "keys": graph_run.keys}, "rlaif_graph.json"

@@ -89,3 +89,23 @@ def test_rlaif_killed_during_reward_resumes_and_skips_what_finished(
     assert results["games"] == 6 * 2  # a round robin of 4 players, 2 games a pairing
     assert "evaluate summary" in rerun.stdout and "rlaif: graph state" in rerun.stdout
     assert "```mermaid" in (run / "rlaif" / "graph.md").read_text()
+
+
+def test_rlaif_bad_input_is_one_line_before_any_work(tmp_path, capsys):
+    from pipelines import rlaif
+    from pipelines.phase import EXIT_USER_ERROR
+
+    common = ["--storage", str(tmp_path), "--run-name", "bad", "--no-tracking"]
+    cases = [
+        (["--only", "dpo"], "rlaif.only"),
+        (["--from", "nowhere"], "--from"),
+        (["--force", "sft", "x"], "rlaif.force"),
+        (["--compare-games", "1"], "rlaif.compare_games"),
+        ([], "grpo.text_format is rookworld"),  # the tiny preset's rookworld grpo: no sft for it here
+    ]
+    for args, expected in cases:
+        assert rlaif.main(["--config", "tiny", *common, *args]) == EXIT_USER_ERROR
+        err = capsys.readouterr().err.strip().splitlines()
+        errors = [line for line in err if line.startswith("error: ")]
+        assert errors == [err[-1]] and expected in err[-1] and "Traceback" not in "".join(err), err
+    assert not (tmp_path / "bad").exists()  # nothing written, no Ray started

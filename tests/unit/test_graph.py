@@ -98,7 +98,8 @@ def graph_run(tmp_path, phases: Phases, **rlaif):
     from pipelines.rlaif import GraphRun
 
     overrides = {f"rlaif.{k}": (v, f"--{k}") for k, v in rlaif.items()}
-    overrides.update({"run.storage": (str(tmp_path), "--storage"), "run.name": ("r", "--run-name")})
+    overrides.update({"run.storage": (str(tmp_path), "--storage"), "run.name": ("r", "--run-name"),
+                      "grpo.text_format": ("moves", "--text-format"), "grpo.policy_share": (1.0, "--policy-share")})  # fmt: skip
     config = load_config(ChessRLConfig, path=None, overrides=overrides)
     return GraphRun(config, phases.root, lambda _: None, phases)
 
@@ -129,6 +130,7 @@ def test_rlaif_runs_everything_once_then_skips_then_reruns_what_a_change_reaches
 
     config = load_config(ChessRLConfig, path=None, overrides={
         "run.storage": (str(tmp_path), "--storage"), "run.name": ("r", "--run-name"),
+        "grpo.text_format": ("moves", "--text-format"), "grpo.policy_share": (1.0, "--policy-share"),
         "ppo.kl_coef": (0.5, "--kl-coef")})  # fmt: skip
     run = GraphRun(config, root, lambda _: None, phases)
     assert run.run() and phases.calls == ["ppo", "evaluate"]
@@ -174,3 +176,16 @@ def test_unknown_phase_names_are_one_config_error():
     for key, value in (("only", ["ppo", "dpo"]), ("force", ["x"]), ("start", "y")):
         with pytest.raises(ConfigError, match=f"rlaif.{key}.*unknown phase"):
             load_config(ChessRLConfig, path=None, overrides={f"rlaif.{key}": (value, f"--{key}")})
+
+
+def test_a_rookworld_grpo_without_a_policy_is_refused_before_any_phase_runs(tmp_path):
+    from pipelines.rlaif import GraphRun
+
+    phases = Phases(Storage.from_uri(str(tmp_path)).child("r"))
+    config = load_config(ChessRLConfig, path=None, overrides={"run.storage": (str(tmp_path), "--storage")})
+    with pytest.raises(ConfigError, match="grpo.text_format is rookworld.*grpo.policy_share: 1"):
+        GraphRun(config, phases.root, lambda _: None, phases).run()
+    assert phases.calls == []
+    assert GraphRun(config.model_copy(update={"rlaif": config.rlaif.model_copy(update={"only": ["prepare"]})}),
+                    phases.root, lambda _: None, phases).run()  # fmt: skip
+    assert phases.calls == ["prepare"]
