@@ -196,7 +196,9 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     mlflow = RunMetricsLogger(cfg["tracking_uri"], cfg["tracking_run_id"])
     log = LearnerLog(phase.child("logs"))
     limits = cfg["max_new_tokens"]
-    norm_length = max(limits.values())
+    # dr_grpo's constant length: the longest answer a task in the plan may give (the moves
+    # format's one token, not the 128 of an environment task it never asks)
+    norm_length = max(limits[t] for t in {p.task for p in prompts})
     per = cfg["prompts_per_iteration"]
     started = time.perf_counter() - state["seconds"]
 
