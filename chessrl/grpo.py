@@ -454,10 +454,17 @@ def batch_metrics(samples: Sequence[Sample]) -> dict[str, float]:
 
 @torch.no_grad()
 def evaluate_tasks(
-    model: torch.nn.Module, tokenizer: object, prompts: Sequence[Prompt], max_new_tokens: dict[str, int]
+    model: torch.nn.Module,
+    tokenizer: object,
+    prompts: Sequence[Prompt],
+    max_new_tokens: dict[str, int],
+    expected: Callable[[list[str]], list[float]] | None = None,
+    settings: GRPOSettings | None = None,
 ) -> dict[str, float]:
     """Greedy answers to ``prompts`` (unmasked): the policy task's legal-move rate and the
-    environment task's exact-match accuracy (and per-field accuracy), with the counts."""
+    environment task's exact-match accuracy (and per-field accuracy), with the counts. With
+    ``expected`` (the engine's expected scores, as :func:`score_samples` takes), also the policy
+    task's mean reward of the greedy move (``policy_reward``: what GRPO maximises, at argmax)."""
     from chessrl.models import complete_ids, prompt_ids
 
     was_training = model.training
@@ -478,18 +485,24 @@ def evaluate_tasks(
                     samples.append(Sample(prompts[i], i, rows[k], ids, text))
     finally:
         model.train(was_training)
-    for s in samples:
-        if s.prompt.task == "policy":
-            s.status = parse_policy_completion(s.prompt.fen, s.text)[0]
-        else:
-            score = env_reward(s.text, s.prompt.target or "")
-            s.status, s.fields = ("exact" if score.exact else "partial"), score.fields
+    if expected is not None:
+        score_samples(samples, expected, settings or GRPOSettings())
+    else:
+        for s in samples:
+            if s.prompt.task == "policy":
+                s.status = parse_policy_completion(s.prompt.fen, s.text)[0]
+            else:
+                score = env_reward(s.text, s.prompt.target or "")
+                s.status, s.fields = ("exact" if score.exact else "partial"), score.fields
     m = batch_metrics(samples)
     policy = sum(s.prompt.task == "policy" for s in samples)
-    return {
+    out = {
         "legal_rate": m["legal_rate"], "env_exact": m["env_exact"], "env_fen_accuracy": m["env_fen_accuracy"],
         "policy_positions": float(policy), "env_positions": float(len(samples) - policy),
     }  # fmt: skip
+    if expected is not None:
+        out["policy_reward"] = m["reward_policy"]
+    return out
 
 
 def task_prompts(

@@ -268,9 +268,14 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
 
 
 def heldout_scores(
-    prompts: list[dict[str, Any]], models: dict[str, str], limits: dict[str, int]
+    prompts: list[dict[str, Any]],
+    models: dict[str, str],
+    limits: dict[str, int],
+    expected: Any = None,
+    settings: GRPOSettings | None = None,
 ) -> dict[str, dict[str, float]]:
-    """Each model's greedy legal-move rate and environment accuracy on the held-out prompts."""
+    """Each model's greedy legal-move rate and environment accuracy on the held-out prompts and,
+    with ``expected`` (Stockfish's expected scores), the policy reward of its greedy moves."""
     from chessrl.grpo import evaluate_tasks
     from chessrl.models import load_pretrained
 
@@ -280,7 +285,7 @@ def heldout_scores(
     out = {}
     for name, path in models.items():
         model, tokenizer = load_pretrained(path)
-        out[name] = evaluate_tasks(model, tokenizer, asked, limits)
+        out[name] = evaluate_tasks(model, tokenizer, asked, limits, expected, settings)
     return out
 
 
@@ -353,19 +358,25 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
         num_workers=1, cpus_per_worker=learner_cpus, use_gpu=False,
     )  # fmt: skip
     started = time.perf_counter()
+    scores: dict[str, dict[str, float]] = {}
     try:
         result = trainer.fit()
+        seconds = time.perf_counter() - started
+        if phase.exists("model/config.json"):
+            from chessrl.engine import SearchLimit
+
+            final_path = model_location(None, phase.child("model"), "grpo", "grpo")
+            limit = SearchLimit(nodes=cfg.stockfish_nodes)
+            scores = heldout_scores(
+                heldout, {"start": policy_path, "final": final_path}, limits,
+                lambda fens: [a.score.expected for a in pool.analyse(fens, limit)], settings,
+            )  # fmt: skip
     finally:
         pool.shutdown()
-    seconds = time.perf_counter() - started
     final = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
     logs = phase.child("logs")
     rows = [json.loads(line) for line in logs.read_text("metrics.jsonl").splitlines() if line.strip()] \
         if logs.exists("metrics.jsonl") else []  # fmt: skip
-    scores: dict[str, dict[str, float]] = {}
-    if phase.exists("model/config.json"):
-        final_path = model_location(None, phase.child("model"), "grpo", "grpo")
-        scores = heldout_scores(heldout, {"start": policy_path, "final": final_path}, limits)
     first, last = (rows[0], rows[-1]) if rows else ({}, {})
     summary = {
         "phase": "grpo", "iterations": int(final.get("iteration", 0)), "samples": int(final.get("samples_total", 0)),
@@ -399,7 +410,10 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
                     if env
                     else ""
                 )
-                + f" ({int(scores['final']['policy_positions'])} + {int(scores['final']['env_positions'])} positions, start -> final)"
+                + f" ({int(scores['final']['policy_positions'])} + {int(scores['final']['env_positions'])} positions, start -> final)",
+                f"  greedy reward policy task {scores['start'].get('policy_reward', float('nan')):+.3f} -> "
+                f"{scores['final'].get('policy_reward', float('nan')):+.3f} (the reward of the argmax move, Stockfish at "
+                f"{cfg.stockfish_nodes} nodes)",
             ]
             if scores
             else []
