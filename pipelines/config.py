@@ -554,7 +554,16 @@ class GRPOConfig(Section):
     """CPUs the learner reserves (default: the cluster's, less the engines')."""
 
 
-RLAIF_PHASES: tuple[str, ...] = ("prepare", "sft", "preferences", "reward", "ppo", "grpo", "evaluate")
+RLAIF_PHASES: tuple[str, ...] = (
+    "prepare",
+    "sft",
+    "sft-rookworld",
+    "preferences",
+    "reward",
+    "ppo",
+    "grpo",
+    "evaluate",
+)
 
 
 class RlaifConfig(Section):

@@ -17,8 +17,8 @@ finishes, ``<run>/rlaif/manifests/<phase>.json`` records the key (atomically). T
 again skips every phase whose manifest holds its current key and resumes the others from their
 own checkpoints, so a kill anywhere loses nothing finished; a changed section re-runs that phase
 and everything downstream of it. ``grpo`` asks the sft model in its own format
-(``grpo.text_format: moves``); with ``rookworld`` it needs a rookworld sft, which this graph does
-not train, so set ``grpo.policy``.
+(``grpo.text_format: moves``); with ``rookworld`` (and no ``grpo.policy``) the graph adds an
+``sft-rookworld`` node, the sft phase on the rookworld format, for grpo to start from.
 
 The last phase, ``evaluate``, is a round robin of the ppo and grpo policies, the sft start and a
 random mover (``rlaif.compare_games`` games a pairing, game pairs with colours swapped): the
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster.config import flatten
-from cluster.errors import ConfigError, UserError
+from cluster.errors import UserError
 from cluster.graph import Graph, Manifest, Manifests, Node, state_table
 from cluster.runtime import ray_session
 from cluster.storage import Storage
@@ -72,6 +72,25 @@ NODES: tuple[Node, ...] = (
     Node("grpo", ("prepare", "sft")),
     Node("evaluate", ("sft", "ppo", "grpo")),
 )
+#: The extra node of a rookworld grpo with no policy of its own: ``sft --text-format rookworld``.
+ROOKWORLD_SFT = "sft-rookworld"
+
+
+def graph_nodes(config: ChessRLConfig) -> tuple[Node, ...]:
+    """:data:`NODES`, with grpo starting from a rookworld sft (an extra node, the ``sft``
+    phase with ``text_format: rookworld``) when ``grpo.text_format`` is rookworld and no
+    ``grpo.policy`` is given, or from a given policy (then it reads only the games)."""
+    if config.grpo.policy:
+        return tuple(Node("grpo", ("prepare",)) if n.name == "grpo" else n for n in NODES)
+    if config.grpo.text_format != "rookworld":
+        return NODES
+    out: list[Node] = []
+    for n in NODES:
+        if n.name == "grpo":
+            out += [Node(ROOKWORLD_SFT, ("prepare",)), Node("grpo", ("prepare", ROOKWORLD_SFT))]
+        else:
+            out.append(n)
+    return tuple(out)
 
 
 DESCRIPTION = """Runs prepare -> sft -> preferences -> reward -> ppo and sft -> grpo, then an evaluate of the
@@ -85,15 +104,19 @@ Examples:
 
 
 def phase_module(name: str) -> Phase:
-    """The ``Phase`` of ``pipelines.<name>``."""
+    """The ``Phase`` of ``pipelines.<name>`` (``sft-rookworld``: the sft phase)."""
     import importlib
 
+    name = "sft" if name == ROOKWORLD_SFT else name
     return importlib.import_module(f"pipelines.{name}").PHASE  # type: ignore[no-any-return]
 
 
 def node_config(config: ChessRLConfig, name: str, run_storage: Storage) -> ChessRLConfig:
-    """The config a node runs with: the same config, except that ``evaluate`` compares this run's
-    ppo and grpo policies with the sft start and a random mover."""
+    """The config a node runs with: the same config, except that ``sft-rookworld`` trains the
+    rookworld format and ``evaluate`` compares this run's ppo and grpo policies with the sft
+    start and a random mover."""
+    if name == ROOKWORLD_SFT:
+        return config.model_copy(update={"sft": config.sft.model_copy(update={"text_format": "rookworld"})})
     if name != "evaluate":
         return config
 
@@ -138,7 +161,7 @@ class GraphRun:
     ) -> None:
         self.config = config
         self.cfg: RlaifConfig = config.rlaif
-        self.graph = Graph(NODES)
+        self.graph = Graph(graph_nodes(config))
         self.run_storage = run_storage
         self.folder = run_storage.child("rlaif")
         self.manifests = Manifests(self.folder.child("manifests"))
@@ -149,16 +172,6 @@ class GraphRun:
         self.states = {n: NodeState(n, key=self.keys[n][:8]) for n in self.graph.order()}
         # a forced phase's new outputs are new inputs for everything below it
         self.forced = set(self.cfg.force).union(*(self.graph.downstream(n) for n in self.cfg.force))
-
-    def check(self) -> None:
-        """What the graph cannot do, said before any phase runs."""
-        grpo = self.config.grpo
-        if "grpo" in self.selected and grpo.text_format == "rookworld" and not grpo.policy:
-            raise ConfigError(
-                "rlaif: grpo.text_format is rookworld, but this graph trains only the moves-format sft: "
-                "set grpo.text_format: moves and grpo.policy_share: 1 (--set grpo.text_format=moves "
-                "--set grpo.policy_share=1), or grpo.policy to a rookworld model"
-            )
 
     def plan(self) -> None:
         """Mark what is done, what was not asked for, and what cannot run (an input neither done
@@ -187,7 +200,6 @@ class GraphRun:
 
     def run(self) -> bool:
         """Run the pending nodes in order; a failed node blocks its dependents and the others go on."""
-        self.check()
         self.plan()
         self.report()
         for name in self.selected:
@@ -273,7 +285,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
         log(f"run {config.run.name!r} -> {run_storage.uri}")
         tracker = Tracker(config.tracking, storage_uri=config.run.storage, run_name=config.run.name)
         graph_run = GraphRun(config, run_storage, log, lambda name, cfg: PhaseResult({}, ok=False))
-        graph_run.check()  # what the graph cannot do is said before Ray starts
+        # (the graph, the selection and the keys are checked here, before Ray starts)
         params = flatten(config)
         with ray_session(config.ray, args.address) as ray_info:
             log(

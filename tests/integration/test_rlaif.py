@@ -101,7 +101,11 @@ def test_rlaif_bad_input_is_one_line_before_any_work(tmp_path, capsys):
         (["--from", "nowhere"], "--from"),
         (["--force", "sft", "x"], "rlaif.force"),
         (["--compare-games", "1"], "rlaif.compare_games"),
-        ([], "grpo.text_format is rookworld"),  # the tiny preset's rookworld grpo: no sft for it here
+        # a moves-format grpo starts from the plain sft: the graph has no rookworld sft to run
+        (
+            ["--only", "sft-rookworld", "--set", "grpo.text_format=moves", "--set", "grpo.policy_share=1"],
+            "unknown phase 'sft-rookworld'",
+        ),
     ]
     for args, expected in cases:
         assert rlaif.main(["--config", "tiny", *common, *args]) == EXIT_USER_ERROR

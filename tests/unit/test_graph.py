@@ -178,14 +178,18 @@ def test_unknown_phase_names_are_one_config_error():
             load_config(ChessRLConfig, path=None, overrides={f"rlaif.{key}": (value, f"--{key}")})
 
 
-def test_a_rookworld_grpo_without_a_policy_is_refused_before_any_phase_runs(tmp_path):
-    from pipelines.rlaif import GraphRun
+def test_a_rookworld_grpo_gets_its_own_rookworld_sft_node(tmp_path):
+    from pipelines.rlaif import GraphRun, node_config
 
     phases = Phases(Storage.from_uri(str(tmp_path)).child("r"))
     config = load_config(ChessRLConfig, path=None, overrides={"run.storage": (str(tmp_path), "--storage")})
-    with pytest.raises(ConfigError, match="grpo.text_format is rookworld.*grpo.policy_share: 1"):
-        GraphRun(config, phases.root, lambda _: None, phases).run()
-    assert phases.calls == []
-    assert GraphRun(config.model_copy(update={"rlaif": config.rlaif.model_copy(update={"only": ["prepare"]})}),
-                    phases.root, lambda _: None, phases).run()  # fmt: skip
-    assert phases.calls == ["prepare"]
+    run = GraphRun(config, phases.root, lambda _: None, phases)
+    assert run.graph.nodes["grpo"].needs == ("prepare", "sft-rookworld")
+    assert run.run() and phases.calls == ["prepare", "sft", "preferences", "reward", "ppo", "sft-rookworld", "grpo",
+                                          "evaluate"]  # fmt: skip
+    assert node_config(config, "sft-rookworld", phases.root).sft.text_format == "rookworld"
+    assert node_config(config, "sft", phases.root).sft.text_format == "moves"
+    assert run.keys["sft-rookworld"] != run.keys["sft"]
+    given = config.model_copy(update={"grpo": config.grpo.model_copy(update={"policy": "/models/rw"})})
+    assert GraphRun(given, phases.root, lambda _: None, phases).graph.nodes["grpo"].needs == ("prepare",)
+    assert "sft-rookworld" not in GraphRun(given, phases.root, lambda _: None, phases).graph.nodes
