@@ -37,6 +37,7 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -190,11 +191,10 @@ class GraphRun:
                 n for n in self.graph.nodes[name].needs
                 if n not in self.selected and not self.manifests.is_done(n, self.keys[n])
             ]  # fmt: skip
-            if missing and self.states[name].state == "pending":
-                self.states[name].state = "blocked"
-                self.states[
-                    name
-                ].note = (
+            st = self.states[name]
+            if missing and st.state == "pending":
+                st.state = "blocked"
+                st.note = (
                     f"needs {', '.join(missing)}, not done with this config: run without --only, or add it"
                 )
 
@@ -215,12 +215,14 @@ class GraphRun:
             st.state = "running"
             self.report(quiet=True)
             self.log(f"phase {name} (key {self.keys[name][:8]}) starts")
+            self.manifests.delete(name)  # its outputs are about to change: done only when it ends
             started = time.perf_counter()
             try:
                 result = self.run_node(name, node_config(self.config, name, self.run_storage))
             except UserError as exc:
                 st.state, st.note = "failed", str(exc)
             except Exception as exc:  # noqa: BLE001 - a phase's crash stops its dependents, not the graph
+                traceback.print_exc()  # a crash (not a user's mistake) keeps its traceback
                 st.state, st.note = (
                     "failed",
                     f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",

@@ -158,10 +158,16 @@ def test_a_failure_blocks_its_dependents_and_the_other_branch_goes_on(tmp_path):
     assert st["evaluate"].state == "blocked" and st["grpo"].state == "done"
     assert not (tmp_path / "r" / "rlaif" / "manifests" / "reward.json").exists()
 
+    phases.calls.clear()  # a crash (not a user's mistake) is failed too, with its exception's first line
+    phases.fail["grpo"] = RuntimeError("boom\nsecond line")
+    run = graph_run(tmp_path, phases, force=["grpo"])  # its old manifest is gone once it starts again
+    assert not run.run() and run.states["grpo"].note == "RuntimeError: boom"
+    assert run.states["evaluate"].state == "blocked"
+
     phases.calls.clear()  # fixed: the same command runs the failed phase and what it blocked
     phases.fail.clear()
     assert graph_run(tmp_path, phases).run()
-    assert phases.calls == ["reward", "ppo", "evaluate"]
+    assert phases.calls == ["reward", "ppo", "grpo", "evaluate"]
 
 
 def test_only_a_phase_whose_inputs_are_not_done_is_blocked_with_the_reason(tmp_path):
