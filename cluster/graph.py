@@ -188,6 +188,23 @@ class Manifests:
         if self.root.exists(f"{node}.json"):
             self.root.delete(f"{node}.json")
 
+    def mark_started(self, node: str, key: str) -> None:
+        """``<node>.started.json``: the key a node last started with (until it finishes)."""
+        self.root.write_text(f"{node}.started.json", json.dumps({"node": node, "key": key}))
+
+    def started_key(self, node: str) -> str | None:
+        """The key of a started, unfinished run of ``node``, or None."""
+        if not self.root.exists(f"{node}.started.json"):
+            return None
+        try:
+            return str(json.loads(self.root.read_text(f"{node}.started.json"))["key"])
+        except (ValueError, KeyError, TypeError):
+            return ""  # unreadable: not this key
+
+    def clear_started(self, node: str) -> None:
+        if self.root.exists(f"{node}.started.json"):
+            self.root.delete(f"{node}.started.json")
+
 
 def state_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The graph's state as aligned lines: phase, state, seconds, key, note.

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster.config import flatten
-from cluster.errors import UserError
+from cluster.errors import ConfigError, UserError
 from cluster.graph import Graph, Manifest, Manifests, Node, state_table
 from cluster.runtime import ray_session
 from cluster.storage import Storage
@@ -133,12 +133,21 @@ def node_config(config: ChessRLConfig, name: str, run_storage: Storage) -> Chess
 
 
 def node_keys(graph: Graph, config: ChessRLConfig, run_storage: Storage) -> dict[str, str]:
-    """Each node's key from its config section (plus the run's seed) and its inputs' keys."""
+    """Each node's key from its config section, the run's seed, sft's held-out split (which
+    preferences, ppo and grpo read too) and its inputs' keys."""
     configs = {}
     for name in graph.order():
         section = getattr(node_config(config, name, run_storage), phase_module(name).section)
-        configs[name] = {"section": section.model_dump(mode="json"), "seed": config.run.seed}
+        configs[name] = {"section": section.model_dump(mode="json"), "seed": config.run.seed,
+                         "heldout_fraction": config.sft.heldout_fraction}  # fmt: skip
     return graph.keys(configs)
+
+
+def output_folder(config: ChessRLConfig, name: str) -> str:
+    """The folder under the run that holds a node's outputs and its own checkpoints."""
+    if name == "evaluate":
+        return f"evaluate/{config.evaluate.name}"
+    return name
 
 
 @dataclass
@@ -171,6 +180,16 @@ class GraphRun:
         self.selected = self.graph.select(self.cfg.only or None, self.cfg.start)
         self.keys = node_keys(self.graph, config, run_storage)
         self.states = {n: NodeState(n, key=self.keys[n][:8]) for n in self.graph.order()}
+        for name in self.cfg.force:
+            if name not in self.graph.nodes:
+                raise ConfigError(
+                    f"rlaif: --force {name}: not a phase of this graph; phases: {', '.join(self.graph.order())}"
+                )
+        if config.sft.text_format != "moves":
+            raise ConfigError(
+                "rlaif: sft.text_format must be moves here (the graph's sft feeds preferences, reward and ppo); "
+                "a rookworld grpo gets its own sft-rookworld node"
+            )
         # a forced phase's new outputs are new inputs for everything below it
         self.forced = set(self.cfg.force).union(*(self.graph.downstream(n) for n in self.cfg.force))
 
@@ -215,7 +234,7 @@ class GraphRun:
             st.state = "running"
             self.report(quiet=True)
             self.log(f"phase {name} (key {self.keys[name][:8]}) starts")
-            self.manifests.delete(name)  # its outputs are about to change: done only when it ends
+            self.start(name)
             started = time.perf_counter()
             try:
                 result = self.run_node(name, node_config(self.config, name, self.run_storage))
@@ -231,6 +250,7 @@ class GraphRun:
                 st.seconds = time.perf_counter() - started
                 if result.ok:
                     st.state = "done"
+                    self.manifests.clear_started(name)
                     self.manifests.write(
                         Manifest(
                             name, self.keys[name], round(st.seconds, 1), summary=_jsonable(result.summary)
@@ -244,6 +264,30 @@ class GraphRun:
                 self.log(f"phase {name} failed: {st.note}")
             self.report()
         return all(self.states[n].state in ("done", "skipped") for n in self.selected)
+
+    def start(self, name: str) -> None:
+        """Before a node runs: its outputs (and so everything built from them) stop being done.
+        A node that last started with its current key resumes from its own checkpoints; one
+        forced or whose config changed since it last ran starts from an empty folder, so that
+        its own resume cannot bring back what the old config trained."""
+        key = self.keys[name]
+        previous = self.manifests.read(name)
+        started = self.manifests.started_key(name)
+        stale = (
+            name in self.forced
+            or (previous is not None and previous.key != key)
+            or started not in (None, key)
+        )
+        self.manifests.delete(name)
+        for node in sorted(self.graph.downstream(name)):  # built from outputs about to change:
+            self.manifests.delete(node)  # not done any more, and when they run, from scratch
+            self.manifests.mark_started(node, "")
+        folder = output_folder(self.config, name)
+        if stale and self.run_storage.exists(folder):
+            self.log(f"phase {name}: {'forced' if name in self.forced else 'its config or an input changed'}: "
+                     f"clearing {self.run_storage.uri_of(folder)}")  # fmt: skip
+            self.run_storage.delete(folder)
+        self.manifests.mark_started(name, key)
 
     def rows(self) -> list[dict[str, Any]]:
         return [vars(s) for s in self.states.values()]

@@ -66,7 +66,10 @@ def test_rlaif_killed_during_reward_resumes_and_skips_what_finished(
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         first_log.close()
-    finished = {p.stem: p.read_bytes() for p in manifests.glob("*.json")}
+    finished = {
+        p.stem: p.read_bytes() for p in manifests.glob("*.json") if not p.name.endswith(".started.json")
+    }
+    assert (manifests / "reward.started.json").exists()  # reward had started: the rerun resumes it
     assert set(finished) == {"prepare", "sft", "preferences"}, (tmp_path / "first.log").read_text()[-3000:]
     sft_model = (run / "sft" / "model" / "model.safetensors").read_bytes()
 

@@ -20,7 +20,18 @@ def test_help_lists_the_phases_and_the_planned_ones(
     assert phases_at < planned_at
     built = [line.split()[0] for line in lines[phases_at + 1 : planned_at] if line.strip()]
     planned = [line.split()[0] for line in lines[planned_at + 1 :] if line.startswith("  ")]
-    assert built == ["prepare", "sft", "evaluate", "preferences", "reward", "ppo", "grpo", "selfplay", "rlaif", "uci"]
+    assert built == [
+        "prepare",
+        "sft",
+        "evaluate",
+        "preferences",
+        "reward",
+        "ppo",
+        "grpo",
+        "selfplay",
+        "rlaif",
+        "uci",
+    ]
     assert planned == list(PLANNED)
     assert "tune" in planned and "grpo" in built and "rlaif" in built
     assert (

@@ -85,12 +85,17 @@ class Phases:
         self.root = root
         self.calls: list[str] = []
         self.fail: dict[str, Exception] = {}
+        self.found: dict[str, bool] = {}
 
     def __call__(self, name: str, config: ChessRLConfig) -> PhaseResult:
+        from pipelines.rlaif import output_folder
+
         self.calls.append(name)
+        folder = self.root.child(output_folder(config, name))
+        self.found[name] = folder.exists("out.txt")  # what a phase's own resume would pick up
         if name in self.fail:
             raise self.fail[name]
-        self.root.child(name).write_text("out.txt", f"{name} {len(self.calls)}")
+        folder.write_text("out.txt", f"{name} {len(self.calls)}")
         return PhaseResult({"phase": name})
 
 
@@ -132,8 +137,11 @@ def test_rlaif_runs_everything_once_then_skips_then_reruns_what_a_change_reaches
         "run.storage": (str(tmp_path), "--storage"), "run.name": ("r", "--run-name"),
         "grpo.text_format": ("moves", "--text-format"), "grpo.policy_share": (1.0, "--policy-share"),
         "ppo.kl_coef": (0.5, "--kl-coef")})  # fmt: skip
+    phases.found.clear()
     run = GraphRun(config, root, lambda _: None, phases)
     assert run.run() and phases.calls == ["ppo", "evaluate"]
+    # ...from empty folders: a phase's own resume must not bring back what the old config trained
+    assert phases.found == {"ppo": False, "evaluate": False}
 
     phases.calls.clear()  # --force sft: sft runs again, and so does everything below it (new outputs)
     run = graph_run(tmp_path, phases, force=["sft"])
@@ -199,3 +207,35 @@ def test_a_rookworld_grpo_gets_its_own_rookworld_sft_node(tmp_path):
     given = config.model_copy(update={"grpo": config.grpo.model_copy(update={"policy": "/models/rw"})})
     assert GraphRun(given, phases.root, lambda _: None, phases).graph.nodes["grpo"].needs == ("prepare",)
     assert "sft-rookworld" not in GraphRun(given, phases.root, lambda _: None, phases).graph.nodes
+
+
+def test_an_interrupted_phase_resumes_its_own_work_and_an_upstream_rerun_invalidates_downstream(tmp_path):
+    root = Storage.from_uri(str(tmp_path)).child("r")
+    phases = Phases(root)
+    phases.fail["reward"] = KeyboardInterrupt()  # the driver stops during reward
+    with pytest.raises(KeyboardInterrupt):
+        graph_run(tmp_path, phases).run()
+    phases.fail.clear()
+    phases.calls.clear()
+    phases.found.clear()
+    root.child("reward").write_text("out.txt", "half")  # what reward had written before the kill
+    assert graph_run(tmp_path, phases).run()
+    assert phases.calls == ["reward", "ppo", "grpo", "evaluate"] and phases.found["reward"] is True  # resumed
+
+    phases.calls.clear()  # only sft, forced: everything built from the old sft is no longer done
+    assert graph_run(tmp_path, phases, only=["sft"], force=["sft"]).run() and phases.calls == ["sft"]
+    assert graph_run(tmp_path, phases).run()
+    assert phases.calls == ["sft", "preferences", "reward", "ppo", "grpo", "evaluate"]
+
+
+def test_force_of_a_phase_not_in_the_graph_and_a_rookworld_sft_are_config_errors(tmp_path):
+    phases = Phases(Storage.from_uri(str(tmp_path)).child("r"))
+    with pytest.raises(ConfigError, match="--force sft-rookworld: not a phase of this graph"):
+        graph_run(tmp_path, phases, force=["sft-rookworld"])
+    from pipelines.rlaif import GraphRun
+
+    config = load_config(
+        ChessRLConfig, path=None, overrides={"sft.text_format": ("rookworld", "--text-format")}
+    )
+    with pytest.raises(ConfigError, match="sft.text_format must be moves"):
+        GraphRun(config, phases.root, lambda _: None, phases)
