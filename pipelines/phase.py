@@ -182,8 +182,9 @@ def run_phase(phase: Phase, argv: Sequence[str] | None = None, *, prog: str | No
     """Parse ``argv``, resolve the config, start Ray and MLflow, run the phase, print its summary."""
     parser, mapping = build_parser(phase, prog)
     args = parser.parse_args(list(argv) if argv is not None else None)
-    log = _logger(phase.name)
-    try:
+    log = phase_logger(phase.name)
+
+    def body() -> int:
         config = resolve_config(phase, args, mapping)
         run_storage = Storage.from_uri(config.run.storage).child(config.run.name)
         params = flatten(config)
@@ -205,9 +206,7 @@ def run_phase(phase: Phase, argv: Sequence[str] | None = None, *, prog: str | No
                 context = PhaseContext(
                     config=config, run_storage=run_storage, tracking=tracking, ray=ray_info, log=log
                 )
-                result = _unwrap_ray_errors(phase.run, context)
-                result.summary.setdefault("seconds", round(time.perf_counter() - started, 3))
-                write_json_artifact(tracking, result.summary, "summary.json")
+                result = execute(phase, context, started)
         for line in result.lines:
             print(line, flush=True)
         if tracker.enabled and tracker.uri:
@@ -216,6 +215,26 @@ def run_phase(phase: Phase, argv: Sequence[str] | None = None, *, prog: str | No
                 flush=True,
             )
         return EXIT_OK if result.ok else EXIT_EMPTY
+
+    return exit_code(body)
+
+
+def execute(phase: Phase, context: PhaseContext, started: float | None = None) -> PhaseResult:
+    """Run ``phase`` in ``context`` (a UserError from inside a Ray task arrives as itself), with
+    the summary's ``seconds`` (from ``started``, default now) and ``summary.json`` logged to the
+    phase's MLflow run. ``run_phase`` and the ``rlaif`` graph both run phases through it."""
+    started = time.perf_counter() if started is None else started
+    result = _unwrap_ray_errors(phase.run, context)
+    result.summary.setdefault("seconds", round(time.perf_counter() - started, 3))
+    write_json_artifact(context.tracking, result.summary, "summary.json")
+    return result
+
+
+def exit_code(body: Callable[[], int]) -> int:
+    """``body()``'s exit code; a UserError is one ``error:`` line on stderr and exit 2, Ctrl-C
+    is exit 130 (every command's ``main`` ends here)."""
+    try:
+        return body()
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
@@ -245,7 +264,8 @@ def _redacted(uri: str) -> str:
     return str(redact("uri", uri))
 
 
-def _logger(name: str) -> Callable[[str], None]:
+def phase_logger(name: str) -> Callable[[str], None]:
+    """``[name] message`` lines on stderr (silent with ``CHESS_RL_QUIET=1``)."""
     quiet = os.environ.get("CHESS_RL_QUIET") == "1"
 
     def log(message: str) -> None:

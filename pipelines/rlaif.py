@@ -51,15 +51,14 @@ from cluster.tracking import Tracker, write_json_artifact
 from pipelines.config import ChessRLConfig, RlaifConfig
 from pipelines.phase import (
     EXIT_EMPTY,
-    EXIT_INTERRUPTED,
     EXIT_OK,
-    EXIT_USER_ERROR,
     Phase,
     PhaseContext,
     PhaseResult,
-    _logger,
-    _unwrap_ray_errors,
     build_parser,
+    execute,
+    exit_code,
+    phase_logger,
     resolve_config,
 )
 
@@ -324,8 +323,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     parser.add_argument("--from", dest="rlaif__from", metavar="PHASE", help="the same as --start")
     mapping["rlaif__from"] = ("rlaif.start", "--from")
     args = parser.parse_args(list(argv) if argv is not None else None)
-    log = _logger("rlaif")
-    try:
+    log = phase_logger("rlaif")
+
+    def body() -> int:
         config = resolve_config(phase, args, mapping)
         run_storage = Storage.from_uri(config.run.storage).child(config.run.name)
         log(f"run {config.run.name!r} -> {run_storage.uri}")
@@ -344,12 +344,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
                     with tracker.phase(name, flatten(node_cfg)) as tracking:
                         context = PhaseContext(
                             config=node_cfg, run_storage=run_storage, tracking=tracking, ray=ray_info,
-                            log=_logger(name),
+                            log=phase_logger(name),
                         )  # fmt: skip
-                        started = time.perf_counter()
-                        result = _unwrap_ray_errors(node.run, context)
-                        result.summary.setdefault("seconds", round(time.perf_counter() - started, 3))
-                        write_json_artifact(tracking, result.summary, "summary.json")
+                        result = execute(node, context)
                     for line in result.lines:
                         print(line, flush=True)
                     return result
@@ -379,12 +376,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
                 flush=True,
             )
         return EXIT_OK if ok else EXIT_EMPTY
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr, flush=True)
-        return EXIT_INTERRUPTED
+
+    return exit_code(body)
 
 
 if __name__ == "__main__":
