@@ -386,12 +386,22 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
     }  # fmt: skip
     phase.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))
 
+    lines = summary_lines(summary, scores, cfg.stockfish_nodes, policy_path)
+    return PhaseResult(summary=summary, lines=lines, ok=True)
+
+
+def summary_lines(
+    summary: dict[str, Any], scores: dict[str, dict[str, float]], stockfish_nodes: int, policy_path: str
+) -> list[str]:
+    """The ``grpo summary`` the driver prints: learner, mix, reward and legal-rate curves (first
+    -> last iteration), the held-out start -> final scores and the next command."""
+    drawn, first, last, seconds = summary["drawn"], summary["first"], summary["last"], summary["seconds"]
     env = drawn["tasks"].get("environment", 0) > 0
 
     def curve(key: str, fmt: str) -> str:
         return f"{format(first.get(key, float('nan')), fmt)} -> {format(last.get(key, float('nan')), fmt)}"
 
-    lines = [
+    return [
         "grpo summary",
         f"  learner       {summary['iterations']} iterations, {summary['samples']} samples in {seconds:.0f} s "
         f"({summary['samples_per_s']:.1f} samples/s)",
@@ -413,7 +423,7 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
                 + f" ({int(scores['final']['policy_positions'])} + {int(scores['final']['env_positions'])} positions, start -> final)",
                 f"  greedy reward policy task {scores['start'].get('policy_reward', float('nan')):+.3f} -> "
                 f"{scores['final'].get('policy_reward', float('nan')):+.3f} (the reward of the argmax move, Stockfish at "
-                f"{cfg.stockfish_nodes} nodes)",
+                f"{stockfish_nodes} nodes)",
             ]
             if scores
             else []
@@ -421,7 +431,6 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
         f"  model         {summary['model']}",
         f"  next          chess-rl evaluate --mode sprt --players lm:{summary['model']} lm:{policy_path}",
     ]
-    return PhaseResult(summary=summary, lines=lines, ok=True)
 
 
 PHASE = Phase(
