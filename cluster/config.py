@@ -315,12 +315,15 @@ def add_section_flags(
         is_list = _is_list(annotation)
         if choices:
             help_text += f" (choices: {', '.join(map(str, choices))})"
-        if default not in (None, [], ()):
+        if default not in (None, [], (), {}):
             shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default
             help_text += f" [default: {shown}]"
         kwargs: dict[str, Any] = {"dest": dest, "default": None, "help": help_text}
         if _is_bool(annotation):
             kwargs["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(annotation) is dict:  # KEY=VALUE items; the section's validator reads them
+            kwargs["nargs"] = "+"
+            kwargs["metavar"] = "KEY=VALUE"
         elif is_list:
             kwargs["nargs"] = "*"  # "--inputs" with nothing after it empties the list
             item = _metavar(annotation, "")

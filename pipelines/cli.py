@@ -47,6 +47,10 @@ PHASES: dict[str, tuple[str, str]] = {
         "pipelines.rlaif",
         "the whole pipeline as one resumable graph: prepare, sft, preferences, reward, ppo, grpo, evaluate",
     ),
+    "tune": (
+        "pipelines.tune",
+        "Ray Tune sweeps (grid/random, ASHA) of ppo.kl_coef, grpo.beta, selfplay.mcts_cpuct; best config as YAML",
+    ),
     # a command rather than a phase (no Ray): it serves a model for GUIs instead of producing data
     "uci": (
         "pipelines.uci",
@@ -54,14 +58,8 @@ PHASES: dict[str, tuple[str, str]] = {
     ),
 }
 
-#: Phases of the design that are not built yet (shown in --help so nobody hunts for them).
-PLANNED: dict[str, str] = {
-    "tune": "Ray Tune sweeps (MCTS cpuct, KL coefficient)",
-}
-
-
 def usage() -> str:
-    width = max(len(n) for n in [*PHASES, *PLANNED])
+    width = max(len(n) for n in PHASES)
     lines = [
         "usage: chess-rl <phase> [options]   (chess-rl <phase> --help for a phase's flags)",
         "",
@@ -69,9 +67,6 @@ def usage() -> str:
         "",
         "phases:",
         *(f"  {name:<{width}}  {text}" for name, (_, text) in PHASES.items()),
-        "",
-        "planned (not built yet):",
-        *(f"  {name:<{width}}  {text}" for name, text in PLANNED.items()),
         "",
         "Every phase runs on an embedded local Ray, or joins the cluster in RAY_ADDRESS / --address;",
         "`ray job submit --working-dir . -- python -m pipelines.<phase> ...` runs the same code on a cluster.",
@@ -94,12 +89,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name in PHASES:
         module = importlib.import_module(PHASES[name][0])
         return int(module.main(rest, prog=f"chess-rl {name}"))
-    if name in PLANNED:
-        print(
-            f"error: phase {name!r} is planned but not built yet; phases that run: {', '.join(PHASES)}",
-            file=sys.stderr,
-        )
-        return 2
     print(f"error: unknown phase {name!r}; phases: {', '.join(PHASES)} (chess-rl --help)", file=sys.stderr)
     return 2
 

@@ -67,6 +67,7 @@ def torch_trainer(
             name=f"{context.config.run.name}-{phase}",
             storage_path=ray_storage.root if ray_storage.is_local else ray_storage.path(),
             storage_filesystem=None if ray_storage.is_local else ray_storage.fs,
+            callbacks=list(context.train_callbacks) or None,
         ),
     )
 

@@ -63,9 +63,15 @@ class PhaseContext:
     tracking: PhaseRun
     ray: RayInfo
     log: Callable[[str], None]
+    #: Phases whose folder is somewhere else than ``<run>/<phase>`` (a ``tune`` trial writes its
+    #: phase's outputs under the sweep, and reads the other phases' outputs from the run).
+    outputs: dict[str, Storage] = field(default_factory=dict)
+    #: Extra Ray Train callbacks for the phase's learner (a ``tune`` trial's TuneReportCallback).
+    train_callbacks: list[Any] = field(default_factory=list)
 
     def phase_storage(self, phase: str) -> Storage:
-        return self.run_storage.child(phase)
+        """Where ``phase``'s outputs are: ``<run>/<phase>`` unless :attr:`outputs` says otherwise."""
+        return self.outputs.get(phase) or self.run_storage.child(phase)
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,8 @@ class Phase:
     run: Callable[[PhaseContext], PhaseResult]
     description: str = ""
     needs_ray: bool = True
+    #: Checks across sections that need no Ray, run before Ray starts (a UserError: exit 2).
+    check: Callable[[ChessRLConfig], object] | None = None
 
 
 def build_parser(
@@ -186,6 +194,8 @@ def run_phase(phase: Phase, argv: Sequence[str] | None = None, *, prog: str | No
 
     def body() -> int:
         config = resolve_config(phase, args, mapping)
+        if phase.check is not None:
+            phase.check(config)
         run_storage = Storage.from_uri(config.run.storage).child(config.run.name)
         params = flatten(config)
         log(f"run {config.run.name!r} -> {run_storage.uri}")

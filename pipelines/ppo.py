@@ -277,7 +277,8 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             os.path.join(folder, "learner.pt"),
         )  # fmt: skip
         log.sync()
-        ray.train.report({**metrics, "done": int(final)}, checkpoint=Checkpoint.from_directory(folder))
+        ray.train.report({**metrics, "done": int(final)}, checkpoint=Checkpoint.from_directory(folder),
+                         delete_local_checkpoint_after_upload=True)
 
     publish()
     metrics: dict[str, Any] = {}

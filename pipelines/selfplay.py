@@ -280,6 +280,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             )
             epoch += 1
 
+    metrics: dict[str, Any] = {}  # the last iteration's, also in the final report (a sweep's metric)
     while state["iteration"] < cfg["iterations"]:
         out_of_time = time_limit is not None and time.perf_counter() - started > time_limit
         if broadcast(out_of_time if lead else None):  # rank 0 decides, so that every rank stops together
@@ -336,7 +337,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         train_s = time.perf_counter() - train_started
         model.eval()
         results = Counter(got["results"])
-        metrics: dict[str, Any] = {
+        metrics = {
             "iteration": state["iteration"],
             "step": state["step"],
             **{k: v / steps for k, v in sums.items()},
@@ -420,7 +421,8 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             torch.save(snapshot, os.path.join(folder, "learner.pt"))
             assert log is not None
             log.sync()
-            ray.train.report(metrics, checkpoint=Checkpoint.from_directory(folder))
+            ray.train.report(metrics, checkpoint=Checkpoint.from_directory(folder),
+                         delete_local_checkpoint_after_upload=True)
         else:
             ray.train.report(metrics)
     if lead:
@@ -438,7 +440,8 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         torch.save(snapshot, os.path.join(folder, "learner.pt"))
         assert log is not None
         log.close()
-        ray.train.report({**state_metrics(state), "done": 1}, checkpoint=Checkpoint.from_directory(folder))
+        ray.train.report({**metrics, **state_metrics(state), "done": 1}, checkpoint=Checkpoint.from_directory(folder),
+                         delete_local_checkpoint_after_upload=True)
     else:
         ray.train.report({"done": 1})
 

@@ -39,6 +39,7 @@ MODULES = [
     "cluster.runtime",
     "cluster.graph",
     "pipelines.config",
+    "pipelines.tune",
 ]
 
 
