@@ -94,7 +94,7 @@ class TrackingSection(Section):
 
 
 def available_presets(preset_dir: Path = PRESET_DIR) -> list[str]:
-    """Names of the presets in ``configs/`` (``['cluster', 'small', 'tiny']``)."""
+    """Names of the presets in ``configs/`` (``['cluster', 'demo', 'small', 'tiny']``)."""
     return sorted(p.stem for p in preset_dir.glob("*.yaml"))
 
 
@@ -136,6 +136,44 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def read_with_extends(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    r"""A config file, on top of the preset (or file) its ``extends:`` names, recursively: a
+    file changes only what differs from its base.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "mine.yaml").write_text("extends: tiny\nsft: {max_steps: 10}\n")
+    >>> raw = read_with_extends(folder / "mine.yaml")
+    >>> raw["sft"]["max_steps"], raw["sft"]["model"], "extends" in raw
+    (10, 'tiny', False)
+    """
+    raw = read_yaml(path)
+    base = raw.pop("extends", None)
+    if base is None:
+        return raw
+    if not isinstance(base, str):
+        raise ConfigError(f"extends: expected a preset name or a YAML file, not {base!r}", source=str(path))
+    relative = Path(path).parent / base
+    base_path = relative if relative.suffix in (".yaml", ".yml") and relative.is_file() else None
+    try:
+        base_path = base_path or resolve_preset(base)
+    except ConfigError as exc:
+        raise ConfigError(f"extends: {exc}", source=str(path)) from None
+    if base_path.resolve() in seen or base_path.resolve() == Path(path).resolve():
+        raise ConfigError(f"extends: {base!r} extends this file again (a cycle)", source=str(path))
+    return _merged(read_with_extends(base_path, (*seen, Path(path).resolve())), raw)
+
+
+def _merged(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # loading and validation
 
@@ -168,7 +206,7 @@ def load_config(
     an error names when the bad value came from the command line.
     """
     if path is not None:
-        raw: dict[str, Any] = read_yaml(path)
+        raw: dict[str, Any] = read_with_extends(path)
         source = source or str(path)
     else:
         raw = _deep_copy(dict(data or {}))

@@ -673,13 +673,13 @@ class TuneConfig(Section):
                 parsed = text
             if isinstance(parsed, str) and "," in parsed:
                 parsed = [yaml.safe_load(v) for v in parsed.split(",") if v.strip()]
-            out[key.strip()] = _numbers(parsed)
+            out[key.strip()] = _numbers(parsed if isinstance(parsed, (list, dict)) else [parsed])
         return out
 
     @field_validator("space")
     @classmethod
     def _space_shapes(cls, value: dict[str, Any]) -> dict[str, Any]:
-        value = _numbers(value)
+        value = {k: v if isinstance(v, (list, dict)) or v is None else [v] for k, v in _numbers(value).items()}
         for key, spec in value.items():
             if isinstance(spec, list):
                 if not spec:

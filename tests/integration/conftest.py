@@ -59,7 +59,7 @@ def _registered_checkpoints(phase: Path) -> int:
         return 0
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def registered_checkpoints():
     """:func:`_registered_checkpoints`, for the tests that kill a driver after a checkpoint."""
     return _registered_checkpoints

@@ -12,7 +12,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,9 +40,11 @@ MICRO = {
 }  # fmt: skip
 
 
-def test_rlaif_killed_during_reward_resumes_and_skips_what_finished(
-    tmp_path, pgn_dir, registered_checkpoints
-):
+@pytest.fixture(scope="module")
+def micro_run(tmp_path_factory, pgn_dir, registered_checkpoints) -> dict[str, Any]:
+    """The micro rlaif run, killed during reward and run again: what the tests below look at
+    (the tune test sweeps grpo on its sft model)."""
+    tmp_path = tmp_path_factory.mktemp("rlaif")
     config = {
         **MICRO,
         "prepare": {**MICRO["prepare"], "inputs": [str(pgn_dir / "masters" / "Firouzja.pgn.zst")]},
@@ -61,7 +65,7 @@ def test_rlaif_killed_during_reward_resumes_and_skips_what_finished(
             if registered_checkpoints(run / "reward"):
                 break
             time.sleep(0.2)
-        assert proc.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        alive = proc.poll() is None
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -69,11 +73,21 @@ def test_rlaif_killed_during_reward_resumes_and_skips_what_finished(
     finished = {
         p.stem: p.read_bytes() for p in manifests.glob("*.json") if not p.name.endswith(".started.json")
     }
-    assert (manifests / "reward.started.json").exists()  # reward had started: the rerun resumes it
-    assert set(finished) == {"prepare", "sft", "preferences"}, (tmp_path / "first.log").read_text()[-3000:]
-    sft_model = (run / "sft" / "model" / "model.safetensors").read_bytes()
-
+    reward_started = (manifests / "reward.started.json").exists()
+    sft_model = (run / "sft" / "model" / "model.safetensors").read_bytes() if finished else b""
     rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    return {"tmp": tmp_path, "run": run, "env": env, "alive": alive, "first_log": (tmp_path / "first.log").read_text(),
+            "finished": finished, "reward_started": reward_started, "sft_model": sft_model, "rerun": rerun}  # fmt: skip
+
+
+def test_rlaif_killed_during_reward_resumes_and_skips_what_finished(micro_run):
+    run, rerun, first_log = micro_run["run"], micro_run["rerun"], micro_run["first_log"]
+    manifests = run / "rlaif" / "manifests"
+    assert micro_run["alive"], first_log[-3000:]  # killed while it ran, not after it ended
+    finished = micro_run["finished"]
+    assert micro_run["reward_started"]  # reward had started: the rerun resumes it
+    assert set(finished) == {"prepare", "sft", "preferences"}, first_log[-3000:]
+
     out = rerun.stdout + rerun.stderr
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     graph = json.loads((run / "rlaif" / "graph.json").read_text())
@@ -81,8 +95,16 @@ def test_rlaif_killed_during_reward_resumes_and_skips_what_finished(
     assert states == {"prepare": "skipped", "sft": "skipped", "preferences": "skipped", "reward": "done",
                       "ppo": "done", "grpo": "done", "evaluate": "done"}  # fmt: skip
     assert all((manifests / f"{n}.json").read_bytes() == b for n, b in finished.items())
-    assert (run / "sft" / "model" / "model.safetensors").read_bytes() == sft_model
+    assert (run / "sft" / "model" / "model.safetensors").read_bytes() == micro_run["sft_model"]
     assert "[reward] resuming from the checkpoint of step" in out
+    # reward resumed where its last registered checkpoint was, and ran to its last step; the
+    # Spearman positions were scored once, by the killed run (what test_reward_phase's kill test
+    # checked on its own, at the cost of another 100 s)
+    reward = json.loads((run / "reward" / "summary.json").read_text())
+    assert reward["steps"] == MICRO["reward"]["max_steps"]
+    assert 0 < reward["resumed_from_step"] < MICRO["reward"]["max_steps"]
+    assert f"resumed from step {reward['resumed_from_step']}" in rerun.stdout
+    assert "Stockfish scores every legal move" in first_log and "Stockfish scores every legal move" not in out
     for name in ("reward", "ppo", "grpo"):
         assert (run / name / "model" / "config.json").exists(), name
     assert json.loads((run / "grpo" / "model" / "config.json").read_text())["chessrl_text_format"] == "moves"
@@ -92,6 +114,62 @@ def test_rlaif_killed_during_reward_resumes_and_skips_what_finished(
     assert results["games"] == 6 * 2  # a round robin of 4 players, 2 games a pairing
     assert "evaluate summary" in rerun.stdout and "rlaif: graph state" in rerun.stdout
     assert "```mermaid" in (run / "rlaif" / "graph.md").read_text()
+
+
+def test_a_four_trial_grpo_sweep_nests_its_trials_in_mlflow_and_writes_a_loadable_best_config(micro_run):
+    """tune for real on the micro run's sft model: 4 grid points of grpo.beta, 2 trials at once,
+    ASHA; then the same command resumes (nothing left to run), and another space under the same
+    name is refused."""
+    from mlflow.tracking import MlflowClient
+
+    from cluster.config import load_config, resolve_preset
+    from pipelines.config import ChessRLConfig
+
+    tmp, run = micro_run["tmp"], micro_run["run"]
+    assert micro_run["rerun"].returncode == 0
+    tracking = f"sqlite:///{tmp / 'tune-mlflow.db'}"
+    command = [sys.executable, "-m", "pipelines.tune", "--config", str(tmp / "micro.yaml"),
+               "--storage", str(tmp / "runs"), "--tracking", "--tracking-uri", tracking,
+               "--phase", "grpo", "--name", "beta", "--max-concurrent", "2", "--grace-period", "2",
+               "--set", "grpo.iterations=4", "--set", "grpo.checkpoint_interval=2", "--set", "grpo.heldout_positions=0",
+               "--set", "grpo.cpus_per_worker=0.5"]  # fmt: skip
+    env = {k: v for k, v in micro_run["env"].items() if k != "MLFLOW_TRACKING_URI"}
+    first = subprocess.run([*command, "--space", "grpo.beta=0,0.02,0.1,0.3"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    sweep = run / "tune" / "beta"
+    rows = json.loads((sweep / "trials.json").read_text())
+    assert sorted(r["params"]["grpo.beta"] for r in rows) == [0, 0.02, 0.1, 0.3]
+    assert all(r["status"] in ("finished", "stopped early") for r in rows), rows
+    assert all(r["iteration"] in (2, 4) and isinstance(r["metric"], float) for r in rows), rows
+    assert "tune summary" in first.stdout and first.stdout.count("grpo.beta=") >= 5  # 4 rows and the best
+    # each trial is a real grpo run with its outputs in its own folder
+    finished = [r for r in rows if r["status"] == "finished"]
+    assert finished and all((sweep / "trials" / r["trial"] / "model" / "config.json").exists() for r in finished)
+
+    best = load_config(ChessRLConfig, path=resolve_preset(str(sweep / "best.yaml")))  # what --config does
+    winner = max(finished, key=lambda r: r["metric"])
+    assert best.grpo.beta == winner["params"]["grpo.beta"] and best.grpo.iterations == 4
+    assert f"best config: {sweep / 'best.yaml'}" in first.stdout
+
+    client = MlflowClient(tracking_uri=tracking)
+    experiment = client.get_experiment_by_name("chess-rl")
+    runs = client.search_runs([experiment.experiment_id])
+    (sweep_run,) = [r for r in runs if r.data.tags.get("chess_rl.phase") == "tune"]
+    trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == sweep_run.info.run_id]
+    assert len(trials) == 4
+    assert sorted(float(r.data.params["grpo.beta"]) for r in trials) == [0, 0.02, 0.1, 0.3]
+    assert all("reward_mean" in r.data.metrics for r in trials)
+    assert float(sweep_run.data.params["best.grpo.beta"]) == winner["params"]["grpo.beta"]
+
+    again = subprocess.run([*command, "--space", "grpo.beta=0,0.02,0.1,0.3"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert again.returncode == 0 and "resuming the sweep" in again.stderr, again.stderr[-3000:]
+    assert json.loads((sweep / "trials.json").read_text()) == rows
+
+    other = subprocess.run([*command, "--space", "grpo.beta=0.5"], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=600)  # fmt: skip
+    assert other.returncode == 2 and "another space" in other.stderr.strip().splitlines()[-1], other.stderr[-2000:]
 
 
 def test_rlaif_bad_input_is_one_line_before_any_work(tmp_path, capsys):

@@ -592,3 +592,31 @@ def test_sft_precision_and_dropout_are_checked(sft: dict, message: str) -> None:
 def test_sft_torch_compile_takes_yaml_booleans(tmp_path: Path, text: str, expected: str) -> None:
     path = write(tmp_path, f"sft:\n  torch_compile: {text}\n")
     assert load_config(ChessRLConfig, path=path).sft.torch_compile == expected
+
+
+def test_a_file_extends_a_preset_and_changes_only_what_it_names(tmp_path) -> None:
+    tiny = load_config(ChessRLConfig, path=resolve_preset("tiny"))
+    demo = load_config(ChessRLConfig, path=resolve_preset("demo"))
+    assert demo.run.name == "rlaif-demo" and demo.sft.max_steps < tiny.sft.max_steps
+    assert (demo.sft.model, demo.sft.learning_rate, demo.ppo.kl_coef) == (
+        tiny.sft.model, tiny.sft.learning_rate, tiny.ppo.kl_coef,
+    )  # fmt: skip
+    (tmp_path / "base.yaml").write_text("extends: tiny\nsft: {max_steps: 7}\n")
+    (tmp_path / "top.yaml").write_text("extends: base.yaml\nsft: {batch_size: 4}\n")
+    top = load_config(ChessRLConfig, path=tmp_path / "top.yaml")
+    assert (top.sft.max_steps, top.sft.batch_size, top.sft.model) == (7, 4, "tiny")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("extends: huge\n", "extends: unknown preset 'huge'"),
+        ("extends: [tiny]\n", "extends: expected a preset name or a YAML file"),
+        ("extends: loop.yaml\n", "a cycle"),
+    ],
+)
+def test_a_bad_extends_is_one_error_naming_the_file(tmp_path, text: str, expected: str) -> None:
+    (tmp_path / "loop.yaml").write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(ChessRLConfig, path=tmp_path / "loop.yaml")
+    assert expected in str(err.value) and "loop.yaml" in str(err.value)

@@ -35,13 +35,18 @@ def test_space_items_from_the_command_line_are_yaml_values_and_bare_commas_are_l
         ({"space": {"ppo.kl_coef": []}}, "an empty list"),
         ({"space": {"ppo.kl_coef": {"normal": [0, 1]}}}, "a distribution is one of"),
         ({"space": {"ppo.kl_coef": {"uniform": [1, 0]}}, "search": "random"}, "low < high"),
-        ({"space": {"ppo.kl_coef": 0.1}}, "expected a list of values"),
+        ({"space": {"ppo.kl_coef": None}}, "expected a list of values"),
         ({"space": {"ppo.kl_coef": {"uniform": [0, 1]}}}, "use search: random"),
     ],
 )
 def test_malformed_spaces_are_errors_of_the_tune_section(fields: dict, expected: str) -> None:
     with pytest.raises(ValueError, match=expected):
         TuneConfig(**fields)
+
+
+def test_a_single_value_is_a_one_point_grid() -> None:
+    assert TuneConfig(space=["ppo.kl_coef=0.5"]).space == {"ppo.kl_coef": [0.5]}
+    assert TuneConfig(space={"ppo.kl_coef": 0.5}).space == {"ppo.kl_coef": [0.5]}
 
 
 def test_the_default_space_of_each_phase() -> None:
