@@ -15,11 +15,16 @@ its one-sided bound, and an interval with one open end says so.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from chessrl.arena import ArenaGame
 
 
 def _num(value: float, signed: bool) -> str:
+    value = 0.0 if abs(value) < 0.5 else value  # no "-0"
     return f"{value:+.0f}" if signed else f"{value:.0f}"
 
 
@@ -250,3 +255,66 @@ def sprt_summary_lines(results: dict[str, Any], report_uri: str) -> list[str]:
         f"  Elo diff      {fmt_estimate(s['elo'], s['elo_low'], s['elo_high'])}",
         f"  report        {report_uri}",
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# the head-to-head comparison of a round robin (rlaif's last phase)
+
+
+def comparison_lines(
+    games: Sequence[ArenaGame], players: Sequence[str], labels: Mapping[str, str], anchor: str = "random"
+) -> list[str]:
+    """The table that says whether RL helped: per player its games, score, legal-move rate at the
+    first attempt (language models only) and Elo with its 95% interval (``anchor`` at 0; a draw
+    counts half), then each pairing's result from the row player's side.
+
+    >>> from chessrl.arena import ArenaGame
+    >>> def game(w, b, r):
+    ...     return ArenaGame(white=w, black=b, result=r, termination="checkmate", moves=[],
+    ...                      first_attempt_legal={"white": 8, "black": 0}, player_moves={"white": 10, "black": 10})
+    >>> games = [game("lm:a", "random", "1-0"), game("random", "lm:a", "1/2-1/2")] * 3
+    >>> for line in comparison_lines(games, ["lm:a", "random"], {"lm:a": "ppo"}):
+    ...     print(line)
+    player  games  score  legal 1st  Elo (random = 0)
+    ppo         6  75.0%      40.0%  +191 (-130 .. +512)
+    random      6  25.0%          -  +0 (anchor)
+    <BLANKLINE>
+    row vs column  ppo        random
+    ppo            -          +3 =3 -0
+    random         +0 =3 -3   -
+    """
+    from chessrl.rating import rate_players
+
+    def name(player: str) -> str:
+        return labels.get(player, player)
+
+    rated: dict[str, Any] = {}
+    if anchor in players and games:
+        try:
+            rated = rate_players([(g.white, g.black, g.score_for(g.white)) for g in games], {anchor: 0.0})
+        except ValueError:  # a player cut off from the anchor: no Elo for anyone
+            rated = {}
+    width = max(len(name(p)) for p in players)
+    lines = [f"{'player':<{width}}  games  score  legal 1st  Elo ({name(anchor)} = 0)"]
+    for player in players:
+        mine = [g for g in games if player in (g.white, g.black)]
+        score = sum(g.score_for(player) for g in mine) / len(mine) if mine else float("nan")
+        sides = [("white" if g.white == player else "black", g) for g in mine]
+        moves = sum(g.player_moves.get(side, 0) for side, g in sides)
+        first = sum(g.first_attempt_legal.get(side, 0) for side, g in sides)
+        legal = f"{first / moves:.1%}" if (player.startswith("lm:") or player == "sft") and moves else "-"
+        r = rated.get(player)
+        elo = "-" if r is None else ("+0 (anchor)" if r.anchored else fmt_estimate(r.elo, r.low, r.high))
+        lines.append(f"{name(player):<{width}}  {len(mine):>5}  {score:>5.1%}  {legal:>9}  {elo}")
+    cells = {(p, q): [0, 0, 0] for p in players for q in players}
+    for g in games:
+        s = g.score_for(g.white)
+        for p, q, mine in ((g.white, g.black, s), (g.black, g.white, 1 - s)):
+            if (p, q) in cells:
+                cells[(p, q)][0 if mine == 1 else 1 if mine == 0.5 else 2] += 1
+    col = max(width, 9)
+    lines += ["", f"{'row vs column':<{max(width, 13)}}  " + "  ".join(f"{name(q):<{col}}" for q in players).rstrip()]
+    for p in players:
+        row = [("-" if p == q else "+{} ={} -{}".format(*cells[(p, q)])) for q in players]
+        lines.append(f"{name(p):<{max(width, 13)}}  " + "  ".join(f"{c:<{col}}" for c in row).rstrip())
+    return lines

@@ -305,6 +305,19 @@ class GraphRun:
         )  # fmt: skip
 
 
+def comparison(config: ChessRLConfig, run_storage: Storage) -> list[str]:
+    """The head-to-head table of the last evaluate (ppo, grpo, sft, random), from its games."""
+    from chessrl.arena import ArenaGame
+    from chessrl.eval_report import comparison_lines
+
+    players = node_config(config, "evaluate", run_storage).evaluate.players
+    games_dir = run_storage.child(output_folder(config, "evaluate")).child("games")
+    games = [ArenaGame.from_dict(json.loads(games_dir.read_text(p))) for p in games_dir.glob("*.json")]
+    labels = {players[0]: "ppo", players[1]: "grpo"}
+    return [f"rlaif comparison ({len(games)} games, round robin; legal 1st: the share of the model's moves legal at its first attempt)",
+            *(f"  {line}" for line in comparison_lines(games, players, labels))]  # fmt: skip
+
+
 def _jsonable(summary: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(summary, default=str))
 
@@ -362,6 +375,11 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
                         with open(picture, "w") as handle:
                             handle.write(graph_run.folder.read_text("graph.md"))
                         parent.log_artifact(picture)
+        if graph_run.states["evaluate"].state in ("done", "skipped"):
+            table = comparison(config, run_storage)
+            for line in table:
+                print(line, flush=True)
+            graph_run.folder.write_text("comparison.md", "\n".join(["```", *table, "```"]) + "\n")
         failed = [
             s
             for s in graph_run.states.values()

@@ -38,6 +38,7 @@ from cluster.storage import Storage
 from cluster.tracking import PhaseRun
 from pipelines.config import TUNE_DEFAULTS, ChessRLConfig, TuneConfig
 from pipelines.phase import Phase, PhaseContext, PhaseResult, execute, phase_logger, run_phase
+from pipelines.rlaif import phase_module
 
 #: Ray Tune needs a non-empty resource request per trial; the trial's own work (the phase's
 #: learner, collectors, engines) asks for its CPUs itself, outside the trial's placement group.
@@ -131,12 +132,6 @@ def fingerprint(config: ChessRLConfig, space: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def trial_phase(name: str) -> Phase:
-    import importlib
-
-    return importlib.import_module(f"pipelines.{name}").PHASE  # type: ignore[no-any-return]
-
-
 def run_trial(
     params: dict[str, Any], base: dict[str, Any], run_uri: str, sweep_uri: str, ray_info: RayInfo,
     trial_id: str, reporter: Any,
@@ -149,7 +144,7 @@ def run_trial(
     config = config.model_copy(
         update={"run": config.run.model_copy(update={"name": f"{config.run.name}-{trial_id}"})}
     )
-    phase = trial_phase(config.tune.phase)
+    phase = phase_module(config.tune.phase)
     folder = Storage.from_uri(sweep_uri).child("trials").child(trial_id)
     context = PhaseContext(
         config=config, run_storage=Storage.from_uri(run_uri), tracking=PhaseRun(active=False), ray=ray_info,
@@ -222,7 +217,6 @@ def _first_error_line(trial: Any) -> str:
 def run_tune(context: PhaseContext) -> PhaseResult:
     """Run (or resume) the sweep, then write ``best.yaml`` and the trials' table."""
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
 
     config, cfg, log = context.config, context.config.tune, context.log
     space = sweep_space(config)
@@ -254,38 +248,7 @@ def run_tune(context: PhaseContext) -> PhaseResult:
             storage_filesystem=filesystem,
         )  # fmt: skip
     else:
-        iterations = int(getattr(config, cfg.phase).iterations)
-        scheduler = (
-            ASHAScheduler(
-                time_attr="iteration",
-                max_t=max(iterations, 1),
-                grace_period=cfg.grace_period,
-                reduction_factor=cfg.reduction_factor,
-            )  # fmt: skip
-            if cfg.scheduler == "asha"
-            else None
-        )
-        callbacks: list[Any] = [_progress_callback(log, metric)]
-        if context.tracking.active and context.tracking.uri:
-            from ray.air.integrations.mlflow import MLflowLoggerCallback
-
-            callbacks.append(MLflowLoggerCallback(
-                tracking_uri=context.tracking.uri, experiment_name=config.tracking.experiment,
-                tags={"mlflow.parentRunId": context.tracking.run_id or "", "chess_rl.run": config.run.name,
-                      "chess_rl.sweep": cfg.name},
-            ))  # fmt: skip
-        tuner = tune.Tuner(
-            trainable,
-            param_space=param_space,
-            tune_config=tune.TuneConfig(
-                metric=metric, mode=mode, scheduler=scheduler, num_samples=cfg.samples,
-                max_concurrent_trials=cfg.max_concurrent,
-            ),
-            run_config=tune.RunConfig(
-                name=cfg.name, storage_path=storage_path, storage_filesystem=filesystem, callbacks=callbacks,
-                verbose=0,
-            ),
-        )  # fmt: skip
+        tuner = new_tuner(context, trainable, param_space, (storage_path, filesystem), metric, mode)
     results = tuner.fit()
     iterations = int(getattr(config, cfg.phase).iterations)
     rows = trial_rows(results, metric, iterations)
@@ -316,6 +279,46 @@ def run_tune(context: PhaseContext) -> PhaseResult:
                "best_trial": best["trial"], "best_params": best["params"], f"best_{metric}": best["metric"],
                "best_config": sweep.uri_of("best.yaml")}  # fmt: skip
     return PhaseResult(summary, lines=summary_lines(rows, best, metric, cfg.phase, sweep))
+
+
+def new_tuner(
+    context: PhaseContext, trainable: Any, param_space: dict[str, Any], storage: tuple[str, Any], metric: str,
+    mode: str,
+) -> Any:  # fmt: skip
+    """A fresh sweep: ASHA on the learner's ``iteration`` (or FIFO), the driver's progress lines,
+    and an MLflow run per trial nested under the sweep's run (``mlflow.parentRunId``)."""
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    config, cfg = context.config, context.config.tune
+    scheduler = None
+    if cfg.scheduler == "asha":
+        scheduler = ASHAScheduler(
+            time_attr="iteration", max_t=max(int(getattr(config, cfg.phase).iterations), 1),
+            grace_period=cfg.grace_period, reduction_factor=cfg.reduction_factor,
+        )  # fmt: skip
+    callbacks: list[Any] = [_progress_callback(context.log, metric)]
+    if context.tracking.active and context.tracking.uri:
+        from ray.air.integrations.mlflow import MLflowLoggerCallback
+
+        tags = {"mlflow.parentRunId": context.tracking.run_id or "", "chess_rl.run": config.run.name,
+                "chess_rl.sweep": cfg.name}  # fmt: skip
+        callbacks.append(
+            MLflowLoggerCallback(
+                tracking_uri=context.tracking.uri, experiment_name=config.tracking.experiment, tags=tags
+            )
+        )
+    return tune.Tuner(
+        trainable,
+        param_space=param_space,
+        tune_config=tune.TuneConfig(
+            metric=metric, mode=mode, scheduler=scheduler, num_samples=cfg.samples,
+            max_concurrent_trials=cfg.max_concurrent,
+        ),
+        run_config=tune.RunConfig(
+            name=cfg.name, storage_path=storage[0], storage_filesystem=storage[1], callbacks=callbacks, verbose=0
+        ),
+    )  # fmt: skip
 
 
 def best_row(scored: list[dict[str, Any]], mode: str) -> dict[str, Any]:

@@ -40,6 +40,7 @@ MODULES = [
     "cluster.graph",
     "pipelines.config",
     "pipelines.tune",
+    "chessrl.eval_report",
 ]
 
 
