@@ -48,7 +48,7 @@ from chessrl.grpo import GRPOSettings, Prompt
 from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
 from pipelines.config import GRPOConfig
-from pipelines.learner import LearnerLog, torch_trainer
+from pipelines.learner import LearnerLog, largest_node_cpus, torch_trainer
 from pipelines.phase import Phase, PhaseContext, PhaseResult, model_location, run_phase
 from pipelines.sft import sft_folder
 
@@ -317,7 +317,8 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
     phase.write_text("prompts.json", json.dumps({"prompts": prompts, "heldout": heldout, "drawn": drawn}))
     cpus = float(context.ray.resources.get("CPU", 1))
     engine_cpus = min(0.5, cpus / 4)
-    learner_cpus = cfg.cpus_per_worker or max(0.5, cpus - cfg.engines * engine_cpus)
+    # no more than the largest node has: one worker cannot span nodes
+    learner_cpus = cfg.cpus_per_worker or max(0.5, min(cpus - cfg.engines * engine_cpus, largest_node_cpus()))
     batch_size = cfg.batch_size
     if batch_size == "auto":
         from chessrl.models import load_tokenizer, prompt_ids

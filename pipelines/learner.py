@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from chessrl.models import make_tokenizer_config_generic
+from cluster.errors import ConfigError
 from cluster.storage import Storage
 from pipelines.phase import PhaseContext
 
@@ -25,13 +26,19 @@ from pipelines.phase import PhaseContext
 TRAINING_STATE_PREFIXES: tuple[str, ...] = ("optimizer", "scheduler", "rng_state", "training_args")
 
 
+def largest_node_cpus() -> float:
+    """The CPUs of the largest alive node: no single Ray Train worker can reserve more."""
+    import ray
+
+    return max((float(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive")), default=1.0)
+
+
 def default_cpus_per_worker(num_workers: int) -> int:
     """The cluster's CPUs split among the workers, no more than the largest node has."""
     import ray
 
-    nodes = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
     total = int(ray.cluster_resources().get("CPU", 1))
-    return max(1, min(total // num_workers, int(max(nodes, default=1))))
+    return max(1, min(total // num_workers, int(largest_node_cpus())))
 
 
 def torch_trainer(
@@ -50,6 +57,12 @@ def torch_trainer(
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    largest = largest_node_cpus()
+    if cpus_per_worker > largest:  # Ray Train would wait for such a node forever, retrying each minute
+        raise ConfigError(
+            f"{phase}: a learner worker of {cpus_per_worker:g} CPUs fits on no node of this cluster "
+            f"(the largest has {largest:g}): lower {phase}.cpus_per_worker or add larger nodes"
+        )
     ray_storage = context.phase_storage(phase).child("ray")
     ray_storage.makedirs()
     # Ray Train patches print() in its workers to tee each line to the console *and* to its

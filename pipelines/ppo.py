@@ -46,7 +46,7 @@ from chessrl.ppo import PPOSettings
 from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
 from pipelines.config import PPOConfig
-from pipelines.learner import LearnerLog, RolloutFeed, torch_trainer
+from pipelines.learner import LearnerLog, RolloutFeed, largest_node_cpus, torch_trainer
 from pipelines.phase import Phase, PhaseContext, PhaseResult, model_location, run_phase
 
 
@@ -419,9 +419,10 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     phase.write_text("starts.json", json.dumps(pool))
     cpus = float(context.ray.resources.get("CPU", 1))
     collector_cpus, server_cpus, learner_cpus = split_ppo_cpus(cpus, cfg.collectors, cfg.reward_servers)
-    learner_cpus = cfg.cpus_per_worker or learner_cpus
-    threads = cfg.learner_threads or learner_threads(
-        cpus, cfg.collectors * collector_cpus + cfg.reward_servers * server_cpus
+    largest = largest_node_cpus()  # one worker cannot span nodes
+    learner_cpus = cfg.cpus_per_worker or min(learner_cpus, largest)
+    threads = cfg.learner_threads or min(
+        learner_threads(cpus, cfg.collectors * collector_cpus + cfg.reward_servers * server_cpus), int(largest)
     )
     log(
         f"policy {policy_path}, reward model {reward_path} (vocab {facts['vocab']}, context {facts['context']}); "
