@@ -10,7 +10,7 @@ PIP := $(PY) -m pip
 # Re-install only when the dependency list or the pins change.
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt 2>/dev/null | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
-# Flags every phase of the demo takes, e.g. DEMO_ARGS='--storage /tmp/r --run-name d'.
+# Flags for the demo's rlaif command, e.g. DEMO_ARGS='--storage /tmp/r --set ppo.kl_coef=0.1'.
 DEMO_ARGS ?=
 
 .PHONY: help venv stockfish demo test lint unit integration system bench clean

@@ -174,7 +174,7 @@ def _trainable(base: dict[str, Any], run_uri: str, sweep_uri: str, ray_info: Ray
     return tune.with_resources(trial, TRIAL_RESOURCES)
 
 
-def _progress_callback(log: Any, metric: str) -> Any:
+def _progress_callback(log: Any, metric: str, total: int) -> Any:
     """A Tune callback that prints one driver line per report and per finished trial."""
     from ray.tune import Callback
 
@@ -191,7 +191,7 @@ def _progress_callback(log: Any, metric: str) -> Any:
 
         def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **_: Any) -> None:
             self.ended += 1
-            log(f"trial {trial.trial_id} ended ({self.ended}/{len(trials)} trials ended)")
+            log(f"trial {trial.trial_id} ended ({self.ended}/{total} trials ended)")
 
         def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **_: Any) -> None:
             self.ended += 1
@@ -297,7 +297,9 @@ def new_tuner(
             time_attr="iteration", max_t=max(int(getattr(config, cfg.phase).iterations), 1),
             grace_period=cfg.grace_period, reduction_factor=cfg.reduction_factor,
         )  # fmt: skip
-    callbacks: list[Any] = [_progress_callback(context.log, metric)]
+    space = sweep_space(config)
+    total = cfg.samples * (math.prod(len(v) for v in space.values()) if cfg.search == "grid" else 1)
+    callbacks: list[Any] = [_progress_callback(context.log, metric, total)]
     if context.tracking.active and context.tracking.uri:
         from ray.air.integrations.mlflow import MLflowLoggerCallback
 
@@ -398,7 +400,11 @@ PHASE = Phase(
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
-    return run_phase(PHASE, argv, prog=prog)
+    """``chess-rl tune``. An embedded Ray starts with its dashboard here: ASHA stops a trial by
+    killing it, and only through the dashboard's state API does Ray Train's PlacementGroupCleaner
+    see the trial's learner gone and free its CPUs (without it the next trial waited forever)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    return run_phase(PHASE, ["--dashboard", *args], prog=prog)
 
 
 if __name__ == "__main__":

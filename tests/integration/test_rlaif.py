@@ -76,8 +76,14 @@ def micro_run(tmp_path_factory, pgn_dir, registered_checkpoints) -> dict[str, An
     reward_started = (manifests / "reward.started.json").exists()
     sft_model = (run / "sft" / "model" / "model.safetensors").read_bytes() if finished else b""
     rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    graph = (run / "rlaif" / "graph.json").read_text() if rerun.returncode == 0 else ""
+    manifests_after = {p.name: p.read_bytes() for p in manifests.glob("*.json")}
+    # a changed ppo section: ppo and what is built from it run again, nothing else
+    changed = subprocess.run([*command, "--set", "ppo.kl_coef=0.07"], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=900) if rerun.returncode == 0 else None  # fmt: skip
     return {"tmp": tmp_path, "run": run, "env": env, "alive": alive, "first_log": (tmp_path / "first.log").read_text(),
-            "finished": finished, "reward_started": reward_started, "sft_model": sft_model, "rerun": rerun}  # fmt: skip
+            "finished": finished, "reward_started": reward_started, "sft_model": sft_model, "rerun": rerun,
+            "graph": graph, "manifests": manifests_after, "changed": changed}  # fmt: skip
 
 
 def test_rlaif_killed_during_reward_resumes_and_skips_what_finished(micro_run):
@@ -90,7 +96,7 @@ def test_rlaif_killed_during_reward_resumes_and_skips_what_finished(micro_run):
 
     out = rerun.stdout + rerun.stderr
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
-    graph = json.loads((run / "rlaif" / "graph.json").read_text())
+    graph = json.loads(micro_run["graph"])
     states = {n["node"]: n["state"] for n in graph["nodes"]}
     assert states == {"prepare": "skipped", "sft": "skipped", "preferences": "skipped", "reward": "done",
                       "ppo": "done", "grpo": "done", "evaluate": "done"}  # fmt: skip
@@ -114,6 +120,23 @@ def test_rlaif_killed_during_reward_resumes_and_skips_what_finished(micro_run):
     assert results["games"] == 6 * 2  # a round robin of 4 players, 2 games a pairing
     assert "evaluate summary" in rerun.stdout and "rlaif: graph state" in rerun.stdout
     assert "```mermaid" in (run / "rlaif" / "graph.md").read_text()
+    table = (run / "rlaif" / "comparison.md").read_text()
+    assert "ppo" in table and "grpo" in table and "(anchor)" in table and "row vs column" in table
+
+
+def test_a_changed_ppo_section_reruns_ppo_and_evaluate_only(micro_run):
+    changed = micro_run["changed"]
+    assert changed is not None and changed.returncode == 0, changed and changed.stderr[-3000:]
+    run, before = micro_run["run"], micro_run["manifests"]
+    graph = json.loads((run / "rlaif" / "graph.json").read_text())
+    states = {n["node"]: n["state"] for n in graph["nodes"]}
+    assert states == {"prepare": "skipped", "sft": "skipped", "preferences": "skipped", "reward": "skipped",
+                      "ppo": "done", "grpo": "skipped", "evaluate": "done"}  # fmt: skip
+    after = {p.name: p.read_bytes() for p in (run / "rlaif" / "manifests").glob("*.json")}
+    unchanged = {"prepare.json", "sft.json", "preferences.json", "reward.json", "grpo.json"}
+    assert {n for n in unchanged if after[n] == before[n]} == unchanged
+    assert after["ppo.json"] != before["ppo.json"] and after["evaluate.json"] != before["evaluate.json"]
+    assert "its config or an input changed: clearing" in changed.stderr
 
 
 def test_a_four_trial_grpo_sweep_nests_its_trials_in_mlflow_and_writes_a_loadable_best_config(micro_run):
