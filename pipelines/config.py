@@ -673,7 +673,7 @@ class TuneConfig(Section):
                 parsed = text
             if isinstance(parsed, str) and "," in parsed:
                 parsed = [yaml.safe_load(v) for v in parsed.split(",") if v.strip()]
-            out[key.strip()] = _numbers(parsed if isinstance(parsed, (list, dict)) else [parsed])
+            out[key.strip()] = parsed  # numbers and one-value lists: _space_shapes
         return out
 
     @field_validator("space")

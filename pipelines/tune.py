@@ -240,15 +240,15 @@ def run_tune(context: PhaseContext) -> PhaseResult:
     storage_path = tune_root.root if tune_root.is_local else tune_root.path()
     filesystem = None if tune_root.is_local else tune_root.fs
     experiment = f"{storage_path.rstrip('/')}/{cfg.name}"
-    param_space = tune_param_space(space, cfg.search)
     if tune.Tuner.can_restore(experiment, storage_filesystem=filesystem):
         log(f"resuming the sweep in {tune_root.uri_of(cfg.name)}")
         tuner = tune.Tuner.restore(
-            experiment, trainable, resume_unfinished=True, resume_errored=True, param_space=param_space,
+            experiment, trainable, resume_unfinished=True, resume_errored=True,
+            param_space=tune_param_space(space, cfg.search),
             storage_filesystem=filesystem,
         )  # fmt: skip
     else:
-        tuner = new_tuner(context, trainable, param_space, (storage_path, filesystem), metric, mode)
+        tuner = new_tuner(context, trainable, space, (storage_path, filesystem), metric, mode)
     results = tuner.fit()
     iterations = int(getattr(config, cfg.phase).iterations)
     rows = trial_rows(results, metric, iterations)
@@ -282,8 +282,7 @@ def run_tune(context: PhaseContext) -> PhaseResult:
 
 
 def new_tuner(
-    context: PhaseContext, trainable: Any, param_space: dict[str, Any], storage: tuple[str, Any], metric: str,
-    mode: str,
+    context: PhaseContext, trainable: Any, space: dict[str, Any], storage: tuple[str, Any], metric: str, mode: str,
 ) -> Any:  # fmt: skip
     """A fresh sweep: ASHA on the learner's ``iteration`` (or FIFO), the driver's progress lines,
     and an MLflow run per trial nested under the sweep's run (``mlflow.parentRunId``)."""
@@ -297,7 +296,6 @@ def new_tuner(
             time_attr="iteration", max_t=max(int(getattr(config, cfg.phase).iterations), 1),
             grace_period=cfg.grace_period, reduction_factor=cfg.reduction_factor,
         )  # fmt: skip
-    space = sweep_space(config)
     total = cfg.samples * (math.prod(len(v) for v in space.values()) if cfg.search == "grid" else 1)
     callbacks: list[Any] = [_progress_callback(context.log, metric, total)]
     if context.tracking.active and context.tracking.uri:
@@ -312,7 +310,7 @@ def new_tuner(
         )
     return tune.Tuner(
         trainable,
-        param_space=param_space,
+        param_space=tune_param_space(space, cfg.search),
         tune_config=tune.TuneConfig(
             metric=metric, mode=mode, scheduler=scheduler, num_samples=cfg.samples,
             max_concurrent_trials=cfg.max_concurrent,
