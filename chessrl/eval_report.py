@@ -10,6 +10,14 @@ its one-sided bound, and an interval with one open end says so.
 'below 211 (one-sided 95%)'
 >>> fmt_estimate(12.0, -40.4, 61.0)
 '+12 (-40 .. +61)'
+
+No interval is printed with zero width either: the ends get as many decimals as keep them apart,
+and a rating held fixed (an anchor, ``low == high``) says so.
+
+>>> fmt_estimate(0.1, -0.2, 0.3)
+'+0.1 (-0.2 .. +0.3)'
+>>> fmt_estimate(1350.0, 1350.0, 1350.0, signed=False)
+'1350 (fixed)'
 """
 
 from __future__ import annotations
@@ -19,17 +27,31 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chessrl.rating import rate_players, score_interval
+
 if TYPE_CHECKING:
     from chessrl.arena import ArenaGame
 
 
-def _num(value: float, signed: bool) -> str:
-    value = 0.0 if abs(value) < 0.5 else value  # no "-0"
-    return f"{value:+.0f}" if signed else f"{value:.0f}"
+def _num(value: float, signed: bool, digits: int = 0) -> str:
+    value = 0.0 if abs(value) < 0.5 * 10**-digits else value  # no "-0"
+    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+
+
+def _digits(low: float, high: float, signed: bool) -> int:
+    """The fewest decimals that print ``low < high`` as two numbers at least two units of the
+    last digit apart (0 for any interval 2 Elo wide or more)."""
+    return next(
+        (d for d in range(12) if 2 * 10**-d <= high - low and _num(low, signed, d) != _num(high, signed, d)),
+        12,
+    )
 
 
 def fmt_estimate(elo: float, low: float, high: float, *, signed: bool = True) -> str:
-    """An Elo (difference, when ``signed``) with its 95% interval, in words where an end is open."""
+    """An Elo (difference, when ``signed``) with its 95% interval, in words where an end is open;
+    never a zero-width interval: a fixed rating (``low == high``) is written "(fixed)"."""
+    if math.isfinite(elo) and low == high:
+        return f"{_num(elo, signed)} (fixed)"
     if not math.isfinite(elo):
         if math.isfinite(high):
             return f"below {_num(high, signed)} (one-sided 95%)"
@@ -38,7 +60,8 @@ def fmt_estimate(elo: float, low: float, high: float, *, signed: bool = True) ->
         return "not estimated (no game against a rated player decides it)"
     text = _num(elo, signed)
     if math.isfinite(low) and math.isfinite(high):
-        return f"{text} ({_num(low, signed)} .. {_num(high, signed)})"
+        d = _digits(low, high, signed)
+        return f"{_num(elo, signed, d)} ({_num(low, signed, d)} .. {_num(high, signed, d)})"
     if math.isfinite(high):
         return f"{text} (at most {_num(high, signed)})"
     if math.isfinite(low):
@@ -47,7 +70,24 @@ def fmt_estimate(elo: float, low: float, high: float, *, signed: bool = True) ->
 
 
 def _rating(r: dict[str, Any]) -> str:
+    if r.get("anchored"):
+        return f"{_num(r['elo'], False)} (fixed)"
     return fmt_estimate(r["elo"], r["low"], r["high"], signed=False)
+
+
+def _rung(label: str, elo: float, low: float, high: float) -> str:
+    """A ladder rung's rating: the anchored rung is fixed; a rung that won or lost every
+    calibration game is stored at its one-sided bound (``low == high``), which has no interval."""
+    if low != high:
+        return fmt_estimate(elo, low, high, signed=False)
+    from chessrl.players import parse_player_spec
+    from cluster.errors import ConfigError
+
+    try:
+        anchored = parse_player_spec(label).anchor_elo is not None
+    except ConfigError:  # a label that is not a spec is no anchor
+        anchored = False
+    return f"{_num(elo, False)} " + ("(fixed)" if anchored else "(a one-sided 95% bound; no interval)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -88,7 +128,7 @@ def report_markdown(results: dict[str, Any], mode: str, max_plies: int, openings
                   f"{', '.join(lad['informative']) or 'none'}).", "",
                   "| rung | Elo (95% interval) |", "|---|---|"]  # fmt: skip
         for label, (elo, low, high) in sorted(lad["ratings"].items(), key=lambda kv: kv[1][0]):
-            lines.append(f"| {label} | {fmt_estimate(elo, low, high, signed=False)} |")
+            lines.append(f"| {label} | {_rung(label, elo, low, high)} |")
     m = results["candidate_moves"]
     lines += ["", "## The candidate's moves", "",
               f"- moves: {m['moves']}; legal at the first attempt: {m['legal_rate']:.1%} (unmasked)",
@@ -122,9 +162,8 @@ def plot(results: dict[str, Any], folder: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for i, opp in enumerate(opponents):
         p = results["pairings"][opp]
-        n = max(1, p["games"])
-        se = math.sqrt(max(p["score"] * (1 - p["score"]), 1e-9) / n)
-        ax.errorbar(i, p["score"], yerr=1.96 * se, fmt="o", capsize=4)
+        score, low, high = score_interval(p["wins"], p["draws"], p["losses"])  # the Elo column's interval
+        ax.errorbar(i, score, yerr=[[score - low], [high - score]], fmt="o", capsize=4)
     ax.set_xticks(range(len(opponents)), opponents, rotation=20, ha="right", fontsize=8)
     ax.set_ylim(-0.05, 1.05)
     ax.axhline(0.5, color="grey", lw=0.5)
@@ -147,7 +186,10 @@ def plot(results: dict[str, Any], folder: Path) -> list[Path]:
         mid = r["elo"] if math.isfinite(r["elo"]) else finite[0]
         lo = mid - r["low"] if math.isfinite(r["low"]) else 0.0
         hi = r["high"] - mid if math.isfinite(r["high"]) else 0.0
-        ax.errorbar(i, mid, yerr=[[lo], [hi]], fmt="s" if r["anchored"] else "o", capsize=4)
+        if r["anchored"]:  # a fixed rating: a square, no interval
+            ax.plot(i, mid, "s")
+            continue
+        ax.errorbar(i, mid, yerr=[[lo], [hi]], fmt="o", capsize=4)
         if not math.isfinite(r["low"]):
             ax.annotate("", (i, mid - 150), (i, mid), arrowprops={"arrowstyle": "->"})
         if not math.isfinite(r["high"]):
@@ -283,7 +325,6 @@ def comparison_lines(
     ppo            -          +3 =3 -0
     random         +0 =3 -3   -
     """
-    from chessrl.rating import rate_players
 
     def name(player: str) -> str:
         return labels.get(player, player)

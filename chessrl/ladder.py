@@ -205,7 +205,17 @@ def informative_rungs(
 def describe(ladder: Ladder) -> list[str]:
     """One line per rung, weakest first."""
     rows = sorted(ladder.ratings.items(), key=lambda kv: kv[1][0])
-    return [f"{label:<40} {elo:7.0f}  ({lo:.0f} .. {hi:.0f})" for label, (elo, lo, hi) in rows]
+    return [f"{label:<40} {elo:7.0f}  {_range(lo, hi)}" for label, (elo, lo, hi) in rows]
+
+
+def _range(low: float, high: float) -> str:
+    """``(lo .. hi)``; a rung with no interval is the anchor or one that won or lost every game,
+    kept at its one-sided bound (see ``_finite``).
+
+    >>> _range(1200.4, 1301), _range(968, 968)
+    ('(1200 .. 1301)', '(fixed, or a one-sided 95% bound)')
+    """
+    return f"({low:.0f} .. {high:.0f})" if high > low else "(fixed, or a one-sided 95% bound)"
 
 
 def ladder_record(ladder: Ladder) -> dict[str, Any]:

@@ -6,12 +6,23 @@ expected to score ``1 / (1 + 10 ** (-d / 400))`` per game, a draw counting as ha
 >>> round(expected_score(100), 4), round(elo_from_score(0.75), 2)
 (0.6401, 190.85)
 
-One match (wins, draws, losses from the first player's side) gives an Elo difference with a
-normal-approximation interval on the score, mapped through :func:`elo_from_score`:
+One match (wins, draws, losses from the first player's side) gives an Elo difference with an
+interval on the score, mapped through :func:`elo_from_score`:
 
 >>> est = match_elo(wins=30, draws=40, losses=10)
 >>> round(est.score, 3), round(est.elo, 1), round(est.low, 1), round(est.high, 1)
-(0.625, 88.7, 36.6, 145.1)
+(0.625, 88.7, 32.2, 140.9)
+
+Every match-level interval (:func:`score_interval`, :func:`match_elo`, :func:`pentanomial_elo`,
+the score plot of the evaluate report) is :func:`score_bounds`: an Agresti-Coull interval on the
+observed outcomes with ``z²/2`` pseudo-outcomes at 0 and at 1 each, and the exact one-sided bound
+for a clean sweep. The pseudo-outcomes keep the interval honest where the sample variance is
+not: ten draws in ten games is not "0 Elo, exactly" but 0 within ±99 Elo, and one won game is
+not proof of much.
+
+>>> est = match_elo(wins=0, draws=10, losses=0)
+>>> est.elo, round(est.low), round(est.high)
+(0.0, -99, 99)
 
 Many games between many players, some of them anchors with fixed ratings (Stockfish
 ``UCI_Elo`` levels), give every other player a maximum-likelihood rating:
@@ -43,7 +54,7 @@ opening's bias, so its variance is smaller and the test needs fewer games than t
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Literal
@@ -56,6 +67,7 @@ __all__ = [
     "expected_score",
     "match_elo",
     "rate_players",
+    "score_bounds",
     "score_interval",
     "pair_counts",
     "pentanomial_elo",
@@ -116,20 +128,85 @@ def _moments(wins: int, draws: int, losses: int) -> tuple[int, float, float]:
     return n, s, var
 
 
+def score_bounds(
+    outcomes: Mapping[float, float] | Iterable[tuple[float, float]], confidence: float = 0.95
+) -> tuple[float, float, float]:
+    """THE interval of the project: the mean score of ``outcomes`` and its ``confidence`` interval.
+
+    ``outcomes`` maps each observed score in [0, 1] to how many times it was observed (a mapping
+    or ``(score, count)`` pairs): games (``{1: W, 0.5: D, 0: L}``) or game pairs scored per game
+    (``{0: ..., 0.25: ..., 0.5: ..., 0.75: ..., 1: ...}``). Returns ``(score, low, high)`` with
+    ``0 <= low <= score <= high <= 1``; ``low < high`` always.
+
+    Method: an Agresti-Coull interval generalised from win/loss to any outcomes. ``z²/2``
+    pseudo-outcomes at 0 and ``z²/2`` at 1 join the sample (``z`` the normal quantile); the
+    augmented sample's mean ``m`` and per-outcome variance ``v`` give ``m ± z·sqrt(v / (N + z²))``,
+    clipped to [0, 1] and widened, if need be, to contain the observed score. The
+    pseudo-outcomes are the maximum-variance prior with the weight of about four games: the plain
+    normal interval of the sample variance has zero width when every game ends alike (ten draws
+    would be "0 Elo, exactly"), is far too narrow on a few games, and does not reach its nominal
+    coverage near a 0% or 100% score; the augmented one has, for win/loss outcomes, the
+    Agresti-Coull interval's near-nominal coverage at every ``N``, a width that never vanishes, and
+    it tends to the plain normal (trinomial, pentanomial) interval as ``N`` grows (the
+    pseudo-outcomes weigh ``z²/N``).
+
+    One-sided samples (every outcome 1, or every outcome 0) take the exact Clopper-Pearson bound
+    instead: with ``N`` straight wins the low end is the score ``p = tail^(1/N)``,
+    ``tail = (1 - confidence)/2``, below which ``N`` straight wins have probability under
+    ``tail`` (with draws possible a win is rarer than the mean score, so the bound holds for any
+    outcomes in [0, 1]); the high end is 1 (an Elo of ``+inf``). It is honest at every ``N``,
+    where the augmented normal one is not (one win: Agresti-Coull's low end 0.17 would miss a
+    player scoring 0.1 one time in ten, not one in forty), and tighter from seven games up
+    (ten wins: 0.69 against 0.68; a hundred: 0.964 against 0.956).
+
+    Measured on win/loss matches of ``N`` games (exact binomial sums over true scores 0.001 ..
+    0.999), the 95% interval covers the true score 98% of the time on average at ``N = 2``,
+    96% at ``N = 10`` and 95.5% at ``N = 100``; its worst case over the true score is 0.82 at
+    ``N = 2`` and 0.92 or more from ``N = 10`` (Wilson's interval dips to 0.82 at ``N = 2`` and
+    still 0.84 at ``N = 10``; only the much wider Clopper-Pearson interval avoids such dips).
+
+    >>> [round(x, 3) for x in score_bounds({0.5: 10})]            # ten draws
+    [0.5, 0.361, 0.639]
+    >>> [round(x, 3) for x in score_bounds({1: 10})]              # ten wins: the exact bound
+    [1.0, 0.692, 1.0]
+    """
+    items = list(outcomes.items() if isinstance(outcomes, Mapping) else outcomes)
+    for x, c in items:
+        if not (0 <= x <= 1 and c >= 0):
+            raise ValueError(f"outcomes are scores in [0, 1] with counts >= 0, got {x!r}: {c!r}")
+    n = sum(c for _, c in items)
+    if n <= 0:
+        raise ValueError("score_bounds needs at least one game")
+    z = _z(confidence)
+    total = sum(x * c for x, c in items)
+    score = total / n
+    observed = {x for x, c in items if c > 0}
+    tail = (1 - confidence) / 2
+    if observed == {1}:
+        return 1.0, tail ** (1 / n), 1.0
+    if observed == {0}:
+        return 0.0, 0.0, 1 - tail ** (1 / n)
+    k = z * z / 2  # pseudo-outcomes at 0 and at 1 each
+    m = n + 2 * k
+    mean = (total + k) / m
+    var = (sum(c * (x - mean) ** 2 for x, c in items) + k * (mean**2 + (1 - mean) ** 2)) / m
+    half = z * math.sqrt(var / m)
+    return score, max(0.0, min(score, mean - half)), min(1.0, max(score, mean + half))
+
+
 def score_interval(
     wins: int, draws: int, losses: int, confidence: float = 0.95
 ) -> tuple[float, float, float]:
-    """The score ``(W + D/2) / N`` and its normal-approximation interval, clipped to [0, 1].
+    """The score ``(W + D/2) / N`` of a match and its interval: :func:`score_bounds` of its games.
 
     >>> tuple(round(x, 4) for x in score_interval(10, 0, 10))
-    (0.5, 0.2809, 0.7191)
+    (0.5, 0.2993, 0.7007)
     """
-    z = _z(confidence)
-    n, s, var = _moments(wins, draws, losses)
-    if n == 0:
+    if min(wins, draws, losses) < 0:
+        raise ValueError(f"wins, draws and losses must be >= 0, got {wins}, {draws}, {losses}")
+    if wins + draws + losses == 0:
         raise ValueError("score_interval needs at least one game")
-    half = z * math.sqrt(var / n)
-    return s, max(0.0, s - half), min(1.0, s + half)
+    return score_bounds(((1.0, wins), (0.5, draws), (0.0, losses)), confidence)
 
 
 @dataclass(frozen=True)
@@ -150,20 +227,17 @@ def match_elo(wins: int, draws: int, losses: int, confidence: float = 0.95) -> E
     """The Elo difference of a match, its interval being :func:`score_interval` mapped to Elo.
 
     A perfect (or nil) score has no finite Elo: ``elo`` is ``+inf`` (``-inf``) and the other side
-    of the interval is the exact one-sided bound, the score ``p`` at which ``N`` straight wins
-    have probability ``(1 - confidence) / 2`` (``p = tail^(1/N)``), so the report can say "above
-    X" instead of claiming nothing.
+    of the interval is the exact one-sided bound of :func:`score_bounds`, the score ``p`` at which
+    ``N`` straight wins have probability ``(1 - confidence) / 2`` (``p = tail^(1/N)``), so the
+    report can say "above X" instead of claiming nothing.
 
     >>> match_elo(10, 0, 10).elo, round(match_elo(5, 0, 0).low, 1), match_elo(5, 0, 0).high
     (0.0, -15.2, inf)
+    >>> est = match_elo(0, 10, 0)                                  # ten draws: around 0, not at it
+    >>> est.elo, round(est.low, 1), round(est.high, 1)
+    (0.0, -99.0, 99.0)
     """
     s, low, high = score_interval(wins, draws, losses, confidence)
-    n = wins + draws + losses
-    tail = (1 - confidence) / 2
-    if s == 1:
-        low = tail ** (1 / n)
-    elif s == 0:
-        high = 1 - tail ** (1 / n)
     elo, low, high = (_elo_or_infinite(x) for x in (s, low, high))
     return EloEstimate(elo, low, high, s, wins + draws + losses, wins, draws, losses)
 
@@ -448,11 +522,6 @@ def _pdf(counts: Sequence[float]) -> tuple[float, list[tuple[float, float]]]:
     return n, [(i / 4, c / n) for i, c in enumerate(regular)]
 
 
-def _mean_var(pdf: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    mean = sum(p * a for a, p in pdf)
-    return mean, sum(p * (a - mean) ** 2 for a, p in pdf)
-
-
 def _secular(pdf: Sequence[tuple[float, float]]) -> float:
     """The root ``x`` of ``sum_i p_i·a_i / (1 + x·a_i) = 0`` between ``-1/max(a)`` and ``-1/min(a)``
     (``a`` takes both signs); the function falls strictly on that interval, so bisection finds it."""
@@ -514,21 +583,21 @@ def sprt_pentanomial(
 
 
 def pentanomial_elo(counts: Sequence[int], confidence: float = 0.95) -> EloEstimate:
-    """The Elo difference of a paired match and its interval, from the pairs' own variance:
-    the score ``x̄`` per game, its standard error ``sqrt(σ²_pair / N)`` with ``σ²_pair`` the variance
-    of a pair's per-game score (fishtest's ``stat_util``), mapped through :func:`elo_from_score`.
-    ``wins``/``draws``/``losses`` are left 0: a pair's games are not counted one by one here.
+    """The Elo difference of a paired match and its interval, from the pairs' own variance: each
+    pair is one outcome, its per-game score (0, 1/4, 1/2, 3/4 or 1), and :func:`score_bounds` of
+    those pairs (fishtest's ``stat_util`` for many pairs, with ``sqrt(σ²_pair / N)`` the standard
+    error), mapped through :func:`elo_from_score`. ``wins``/``draws``/``losses`` are left 0: a
+    pair's games are not counted one by one here.
 
     >>> est = pentanomial_elo((1, 2, 4, 2, 1))
     >>> round(est.elo, 1), round(est.low, 1), round(est.high, 1), est.games
-    (0.0, -122.8, 122.8, 20)
+    (0.0, -135.1, 135.1, 20)
     """
-    z = _z(confidence)
+    if len(counts) != 5 or min(counts) < 0:
+        raise ValueError(f"pentanomial counts are five numbers >= 0, got {tuple(counts)}")
     pairs = sum(counts)
     if pairs == 0:
         raise ValueError("pentanomial_elo needs at least one pair")
-    mean, var = _mean_var([(i / 4, c / pairs) for i, c in enumerate(counts)])
-    half = z * math.sqrt(var / pairs)
-    low, high = max(0.0, mean - half), min(1.0, mean + half)
-    elo, low_elo, high_elo = (_elo_or_infinite(x) for x in (mean, low, high))
-    return EloEstimate(elo, low_elo, high_elo, mean, 2 * pairs, 0, 0, 0)
+    s, low, high = score_bounds([(i / 4, c) for i, c in enumerate(counts)], confidence)
+    elo, low_elo, high_elo = (_elo_or_infinite(x) for x in (s, low, high))
+    return EloEstimate(elo, low_elo, high_elo, s, 2 * pairs, 0, 0, 0)

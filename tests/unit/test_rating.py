@@ -21,6 +21,7 @@ from chessrl.rating import (
     pentanomial_elo,
     pentanomial_llr,
     rate_players,
+    score_bounds,
     score_interval,
     sprt,
     sprt_pentanomial,
@@ -65,30 +66,42 @@ def test_elo_from_score_rejects_scores_outside_the_open_interval(score: float) -
         elo_from_score(score)
 
 
-# --- score_interval / match_elo ------------------------------------------------------------------
+# --- score_bounds / score_interval / match_elo ---------------------------------------------------
+
+K95 = Z95 * Z95 / 2  # pseudo-outcomes at 0 and at 1 each (Agresti-Coull)
+
+
+def augmented(outcomes: dict[float, float]) -> tuple[float, float]:
+    """The interval of score_bounds recomputed from its definition: the sample plus K95
+    pseudo-outcomes at 0 and K95 at 1, mean ± z·sqrt(variance / size) of that sample."""
+    size = sum(outcomes.values()) + 2 * K95
+    mean = (sum(x * c for x, c in outcomes.items()) + K95) / size
+    var = (sum(c * (x - mean) ** 2 for x, c in outcomes.items()) + K95 * (mean**2 + (1 - mean) ** 2)) / size
+    half = Z95 * math.sqrt(var / size)
+    return mean - half, mean + half
 
 
 def test_score_interval_even_match_by_hand() -> None:
-    # W=10 D=0 L=10: s = 0.5; per-game variance (10·0.25 + 10·0.25)/20 = 0.25, sd 0.5;
-    # se = 0.5/sqrt(20) = 0.1118; half-width 1.96·0.1118 = 0.2191 -> [0.2809, 0.7191]
+    # W=10 D=0 L=10 plus 1.92 pseudo-wins and 1.92 pseudo-losses: 23.84 outcomes, mean 0.5,
+    # variance 0.25, se = 0.5/sqrt(23.84) = 0.1024; half-width 1.96·0.1024 = 0.2007 -> [0.2993, 0.7007]
     s, low, high = score_interval(10, 0, 10)
-    half = Z95 * 0.5 / math.sqrt(20)
+    half = Z95 * 0.5 / math.sqrt(20 + Z95**2)
     assert s == 0.5
     assert (low, high) == pytest.approx((0.5 - half, 0.5 + half))
-    assert (low, high) == pytest.approx((0.2809, 0.7191), abs=1e-4)
+    assert (low, high) == pytest.approx((0.2993, 0.7007), abs=1e-4)
 
 
 def test_score_interval_with_draws_by_hand() -> None:
-    # W=30 D=40 L=10: s = 50/80 = 0.625;
-    # variance (30·0.375² + 40·0.125² + 10·0.625²)/80 = (4.21875 + 0.625 + 3.90625)/80 = 0.109375
+    # W=30 D=40 L=10: s = 50/80 = 0.625; augmented: 83.84 outcomes, mean (50 + 1.9207)/83.84 = 0.61927,
+    # variance 0.11650, half-width 1.96·sqrt(0.11650/83.84) = 0.07306 -> [0.5462, 0.6923]
     s, low, high = score_interval(30, 40, 10)
-    half = Z95 * math.sqrt(0.109375 / 80)
     assert s == 0.625
-    assert (low, high) == pytest.approx((0.625 - half, 0.625 + half))
+    assert (low, high) == pytest.approx(augmented({1: 30, 0.5: 40, 0: 10}))
+    assert (low, high) == pytest.approx((0.5462, 0.6923), abs=1e-4)
 
 
 def test_score_interval_is_clipped_and_follows_confidence() -> None:
-    # W=9 L=1: s = 0.9, sd 0.3, half-width 1.96·0.3/sqrt(10) = 0.186 -> high clipped to 1
+    # W=9 L=1: augmented mean 10.92/13.84 = 0.789, half-width 0.215 -> high clipped to 1
     assert score_interval(9, 0, 1)[2] == 1.0
     narrow, wide = score_interval(10, 5, 10, confidence=0.5), score_interval(10, 5, 10, confidence=0.99)
     assert wide[1] < narrow[1] < narrow[2] < wide[2]
@@ -101,17 +114,131 @@ def test_score_interval_rejects_bad_input() -> None:
         score_interval(3, -1, 2)
     with pytest.raises(ValueError, match="confidence"):
         score_interval(3, 1, 2, confidence=1.0)
+    with pytest.raises(ValueError, match="at least one game"):
+        score_bounds({1: 0, 0: 0})
+    with pytest.raises(ValueError, match="scores in \\[0, 1\\]"):
+        score_bounds({1.5: 3})
+    with pytest.raises(ValueError, match="counts >= 0"):
+        score_bounds([(0.5, -1)])
+
+
+def test_score_interval_is_score_bounds_of_the_games() -> None:
+    for wins, draws, losses in ((30, 40, 10), (0, 10, 0), (7, 0, 0), (0, 0, 3), (1, 2, 0)):
+        assert score_interval(wins, draws, losses) == score_bounds({1: wins, 0.5: draws, 0: losses})
+        assert score_bounds([(1.0, wins), (0.5, draws), (0.0, losses)], 0.9) == score_interval(
+            wins, draws, losses, confidence=0.9
+        )
+
+
+def test_ten_draws_give_a_non_zero_interval_around_zero_elo() -> None:
+    # 10 draws + 1.92 pseudo-wins + 1.92 pseudo-losses: mean 0.5, variance 3.84·0.25/13.84 = 0.0694,
+    # half-width 1.96·sqrt(0.0694/13.84) = 0.1388 -> [0.3612, 0.6388], ±99.0 Elo
+    s, low, high = score_interval(0, 10, 0)
+    assert s == 0.5 and (low, high) == pytest.approx(augmented({0.5: 10}))
+    assert (low, high) == pytest.approx((0.3612, 0.6388), abs=1e-4)
+    assert 0.5 - low == pytest.approx(high - 0.5)
+    est = match_elo(0, 10, 0)
+    assert est.elo == 0.0 and est.low < -90 and est.high > 90
+    assert est.low == pytest.approx(-est.high) and est.high == pytest.approx(99.0, abs=0.05)
+
+
+def test_all_draws_narrow_as_games_add_up_but_never_vanish() -> None:
+    widths = [match_elo(0, n, 0).high - match_elo(0, n, 0).low for n in (1, 2, 3, 10, 100, 1000)]
+    assert widths == sorted(widths, reverse=True) and widths[-1] > 0
+    assert widths[0] == pytest.approx(2 * 375.5, abs=0.5)  # one draw: 0 within ±375 Elo
+
+
+def test_all_wins_and_all_losses_use_the_exact_one_sided_bound() -> None:
+    for n in (1, 2, 3, 10, 100):
+        exact = 0.025 ** (1 / n)  # n straight wins have probability 2.5% at a score of `exact`
+        assert score_interval(n, 0, 0) == pytest.approx((1.0, exact, 1.0))
+        assert score_interval(0, 0, n) == pytest.approx((0.0, 0.0, 1 - exact))
+        # the normal interval on the augmented sample is dishonest at small n (one win: low 0.17)
+        # and wider at large n: the exact bound is the one to keep
+        agresti_low = augmented({1: n})[0]
+        assert exact < agresti_low if n <= 6 else exact > agresti_low
+    ten = match_elo(10, 0, 0)
+    assert (ten.elo, ten.high) == (math.inf, math.inf)
+    assert ten.low == pytest.approx(elo_from_score(0.025**0.1))
+    assert ten.low == pytest.approx(140.2, abs=0.05)
+    nil = match_elo(0, 0, 10)
+    assert (nil.elo, nil.low) == (-math.inf, -math.inf) and nil.high == pytest.approx(-ten.low)
+
+
+def test_small_samples() -> None:
+    one_win, one_draw, one_loss = match_elo(1, 0, 0), match_elo(0, 1, 0), match_elo(0, 0, 1)
+    # one win: only "better than a player scoring 2.5%", -636 Elo
+    assert one_win.low == pytest.approx(elo_from_score(0.025))
+    assert one_win.low == pytest.approx(-636.4, abs=0.05)
+    assert one_loss.high == pytest.approx(-one_win.low)
+    # one draw: 4.84 outcomes, mean 0.5, variance 3.84·0.25/4.84 = 0.198, half-width
+    # 1.96·sqrt(0.198/4.84) = 0.397 -> [0.103, 0.897]: 0 within ±375 Elo
+    assert one_draw.elo == 0.0 and one_draw.low == pytest.approx(-one_draw.high)
+    assert one_draw.high == pytest.approx(375.5, abs=0.05)
+    # two games, one each way: 0 within ±393 Elo
+    split = match_elo(1, 0, 1)
+    assert split.elo == 0.0 and split.low == pytest.approx(-split.high)
+    assert split.high == pytest.approx(392.5, abs=0.05)
+    # three games, +2 =1: 83.3%, +280 Elo, in (-133 .. +634)
+    three = match_elo(2, 1, 0)
+    assert three.elo == pytest.approx(279.6, abs=0.05)
+    assert (three.low, three.high) == pytest.approx((-132.7, 633.5), abs=0.05)
+    for est in (one_win, one_draw, one_loss, split, three, match_elo(0, 2, 1), match_elo(1, 1, 1)):
+        assert est.low < est.high and est.low <= est.elo <= est.high
+
+
+def test_the_interval_contains_the_score_and_has_width_for_every_small_match() -> None:
+    rng = random.Random(7)
+    matches = [(w, d, n - w - d) for n in range(1, 31) for w in range(n + 1) for d in range(n + 1 - w)]
+    for wins, draws, losses in rng.sample(matches, 500) + [(0, n, 0) for n in range(1, 31)]:
+        s, low, high = score_interval(wins, draws, losses)
+        assert 0 <= low <= s <= high <= 1 and low < high, (wins, draws, losses)
+        est = match_elo(wins, draws, losses)
+        assert est.low <= est.elo <= est.high and est.low < est.high, (wins, draws, losses)
+
+
+def test_large_samples_agree_with_the_textbook_trinomial_interval() -> None:
+    for wins, draws, losses in ((400, 300, 300), (500, 0, 500), (100, 800, 100), (700, 250, 50)):
+        n = wins + draws + losses
+        s = (wins + draws / 2) / n
+        var = (wins * (1 - s) ** 2 + draws * (0.5 - s) ** 2 + losses * s**2) / n
+        textbook = 2 * Z95 * math.sqrt(var / n)
+        score, low, high = score_interval(wins, draws, losses)
+        assert score == s
+        assert high - low == pytest.approx(textbook, rel=0.03)
+        assert (low + high) / 2 == pytest.approx(s, abs=0.002)
+
+
+def test_win_loss_coverage_is_nominal_on_average() -> None:
+    """Exact binomial coverage of the 95% interval, averaged over true scores 0.01 .. 0.99."""
+    for n in (1, 2, 3, 5, 10, 20, 30):
+        intervals = [score_interval(w, 0, n - w) for w in range(n + 1)]
+        coverage = []
+        for p in (i / 100 for i in range(1, 100)):
+            coverage.append(
+                sum(math.comb(n, w) * p**w * (1 - p) ** (n - w)
+                    for w, (_, low, high) in enumerate(intervals) if low <= p <= high)
+            )  # fmt: skip
+        assert sum(coverage) / len(coverage) >= 0.95, n
+        assert min(coverage) >= 0.8, n
 
 
 def test_match_elo_even_match_is_zero_and_symmetric() -> None:
     est = match_elo(10, 0, 10)
     assert est.elo == 0.0
-    # high = -400·log10(1/0.7191 - 1) = 163.3
-    high = -400 * math.log10(1 / (0.5 + Z95 * 0.5 / math.sqrt(20)) - 1)
+    # high = -400·log10(1/0.7007 - 1) = 147.8
+    high = -400 * math.log10(1 / (0.5 + Z95 * 0.5 / math.sqrt(20 + Z95**2)) - 1)
     assert est.high == pytest.approx(high)
-    assert est.high == pytest.approx(163.3, abs=0.5)
+    assert est.high == pytest.approx(147.8, abs=0.05)
     assert est.low == pytest.approx(-est.high)
     assert est == EloEstimate(est.elo, est.low, est.high, 0.5, 20, 10, 0, 10)
+
+
+def test_five_wins_five_losses() -> None:
+    # 13.84 outcomes, variance 0.25: half-width 1.96·0.5/sqrt(13.84) = 0.2634 -> [0.2366, 0.7634], ±203.5 Elo
+    est = match_elo(5, 0, 5)
+    assert (est.score, est.elo) == (0.5, 0.0)
+    assert est.high == pytest.approx(203.5, abs=0.05) and est.low == pytest.approx(-est.high)
 
 
 def test_match_elo_maps_score_bounds_through_elo_from_score() -> None:
@@ -428,12 +555,68 @@ def test_sprt_pentanomial_decides_and_checks_its_arguments() -> None:
 
 
 def test_pentanomial_elo_by_hand() -> None:
-    """(1, 2, 4, 2, 1): x̄ = 1/2, σ²_pair = 0.075, se = sqrt(0.075/10) = 0.08660; the 95% score
-    interval 0.5 ± 1.95996·0.08660 = [0.33026, 0.66974] is ±122.8 Elo."""
+    """(1, 2, 4, 2, 1): per-game pair scores 0, 1/4, 1/2, 3/4, 1, mean 1/2, summed squared
+    deviations 0.25 + 2·0.0625 + 0 + 2·0.0625 + 0.25 = 0.75. With 1.92 pseudo-pairs at 0 and at 1:
+    13.84 pairs, mean 1/2, variance (0.75 + 3.84·0.25)/13.84 = 0.12357, se sqrt(0.12357/13.84)
+    = 0.09449; the 95% score interval 0.5 ± 1.95996·0.09449 = [0.3148, 0.6852] is ±135.1 Elo."""
     est = pentanomial_elo((1, 2, 4, 2, 1))
     assert (est.score, est.elo, est.games) == (0.5, 0.0, 20)
-    assert est.high == pytest.approx(elo_from_score(0.5 + 1.959964 * math.sqrt(0.0075)), abs=1e-3)
-    assert est.high == pytest.approx(122.8, abs=0.1) and est.low == pytest.approx(-est.high)
+    low, high = augmented({0: 1, 0.25: 2, 0.5: 4, 0.75: 2, 1: 1})
+    assert (low, high) == pytest.approx((0.3148, 0.6852), abs=1e-4)
+    assert est.high == pytest.approx(elo_from_score(high))
+    assert est.high == pytest.approx(135.1, abs=0.05) and est.low == pytest.approx(-est.high)
     assert pentanomial_elo((0, 0, 0, 1, 3)).elo > 0
     with pytest.raises(ValueError, match="at least one pair"):
         pentanomial_elo((0, 0, 0, 0, 0))
+    with pytest.raises(ValueError, match="five numbers"):
+        pentanomial_elo((1, 2, 3))
+
+
+def test_pentanomial_elo_is_score_bounds_of_the_pairs() -> None:
+    for counts in ((1, 2, 4, 2, 1), (0, 0, 10, 0, 0), (0, 0, 0, 0, 4), (3, 0, 0, 0, 0), (0, 1, 0, 7, 2)):
+        s, low, high = score_bounds([(i / 4, c) for i, c in enumerate(counts)])
+        est = pentanomial_elo(counts)
+        assert est.score == s
+        assert (est.low, est.high) == tuple(-math.inf if x <= 0 else math.inf if x >= 1 else elo_from_score(x)
+                                            for x in (low, high))  # fmt: skip
+
+
+@pytest.mark.parametrize("cell", [1, 2, 3])
+def test_pentanomial_pairs_all_alike_give_a_non_zero_interval(cell: int) -> None:
+    counts = tuple(10 if i == cell else 0 for i in range(5))  # ten pairs, every one scoring cell/2
+    est = pentanomial_elo(counts)
+    s = cell / 4
+    assert est.score == s and est.elo == pytest.approx(elo_from_score(s))
+    assert est.low < est.elo < est.high and est.high - est.low > 100
+    even = pentanomial_elo((0, 0, 10, 0, 0))  # ten even pairs: symmetric around 0
+    assert even.elo == 0.0 and even.low == pytest.approx(-even.high) and even.high > 50
+
+
+def test_pentanomial_sweeps_use_the_exact_bound_per_pair() -> None:
+    sweep = pentanomial_elo((0, 0, 0, 0, 6))  # six pairs won 2-0: p^6 = 0.025 at the low end
+    assert (sweep.elo, sweep.high) == (math.inf, math.inf)
+    assert sweep.low == pytest.approx(elo_from_score(0.025 ** (1 / 6)))
+    assert pentanomial_elo((6, 0, 0, 0, 0)).high == pytest.approx(-sweep.low)
+
+
+def test_pentanomial_elo_agrees_with_the_textbook_interval_on_many_pairs() -> None:
+    counts = (30, 120, 400, 150, 50)
+    pairs = sum(counts)
+    pdf = [(i / 4, c / pairs) for i, c in enumerate(counts)]
+    mean = sum(a * p for a, p in pdf)
+    var = sum(p * (a - mean) ** 2 for a, p in pdf)
+    est = pentanomial_elo(counts)
+    s, low, high = score_bounds([(i / 4, c) for i, c in enumerate(counts)])
+    assert s == pytest.approx(mean)
+    assert high - low == pytest.approx(2 * Z95 * math.sqrt(var / pairs), rel=0.03)
+    assert est.low < est.elo < est.high
+
+
+def test_rate_players_ten_draws_against_an_anchor_have_width() -> None:
+    games = games_between("p", "sf", 0, 10, 0)
+    p = rate_players(games, anchors={"sf": 1500})["p"]
+    assert p.elo == pytest.approx(1500, abs=1e-6)
+    # Fisher information 10·(ln10/400)²·0.25: half-width 1.96·400/(ln10·sqrt(2.5)) = 215.3 Elo
+    half = Z95 * 400 / (math.log(10) * math.sqrt(2.5))
+    assert (p.low, p.high) == pytest.approx((1500 - half, 1500 + half))
+    assert p.low < 1500 - 200 and p.high > 1500 + 200
