@@ -1,10 +1,17 @@
-"""PUCT Monte Carlo tree search over many games at once, AlphaZero-style.
+"""PUCT Monte Carlo tree search over many games at once, AlphaZero-style (or Gumbel root search).
 
 :class:`BatchedMCTS` searches one tree per game. Each round it walks every game's tree from the
 root to a leaf (``leaves_per_game`` leaves per game, spread by virtual loss), sends the leaves of
 *all* games to the evaluator in *one* call, expands them and backs their values up. Terminal
-positions are scored exactly and never sent to the evaluator. A tree keeps each node's legal
-moves and their action indices; after a move, :meth:`BatchedMCTS.advance` keeps the subtree.
+positions are scored exactly and never sent to the evaluator. After a move,
+:meth:`BatchedMCTS.advance` keeps the subtree.
+
+The trees live in flat arrays (:class:`chessrl.mcts_tree.ArrayTree`): selection and backup are a
+few array operations per tree level for all games at once, and :class:`Node` is a handle on a row.
+A leaf's legal moves are listed (python-chess's, in its order) only when a search first walks
+through it; until then it keeps its row of the network's logits (a leaf's end of game is found
+without listing its moves). ``MCTSConfig(search="gumbel")`` is Gumbel root search
+(:mod:`chessrl.gumbel`).
 
 >>> mcts = BatchedMCTS(UniformEvaluator(), MCTSConfig(simulations=40), seed=0)
 >>> root = Node(chess.Board("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1"))   # Rd8 mates
@@ -37,12 +44,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import Literal, Protocol, TypeAlias
 
 import chess
 import numpy as np
 
+from chessrl import gumbel
 from chessrl.board_encoding import NUM_ACTIONS, copy_board, encode_boards, legal_indices, legal_mask
+from chessrl.mcts_tree import ArrayTree, edge_ranges, padded_edges, puct_pick
 from chessrl.network import PolicyValueNet
 
 __all__ = [
@@ -60,6 +69,8 @@ __all__ = [
 #: :mod:`chessrl.board_encoding`, or a mapping from moves to priors. Either is renormalised over
 #: the legal moves (uniform when it puts no mass on them).
 Priors: TypeAlias = np.ndarray | Mapping[chess.Move, float]
+
+_TINY = float(np.finfo(np.float64).tiny)
 
 
 class Evaluator(Protocol):
@@ -96,18 +107,50 @@ class MCTSConfig:
     temperature_moves: int = 30
     #: Temperature of that sampling: probabilities proportional to ``N ** (1 / temperature)``.
     temperature: float = 1.0
+    #: ``puct``: AlphaZero's search (above). ``gumbel``: Gumbel root search (Danihelka et al.
+    #: 2022, as mctx): ``gumbel_actions`` root moves sampled by Gumbel-top-k, sequential halving
+    #: over the simulations, the deterministic selection below the root, and the improved policy
+    #: ``softmax(logits + sigma(completed Q))`` as the policy target (see :mod:`chessrl.gumbel`);
+    #: the root's noise is Gumbel noise, not Dirichlet, and the move played is the search's choice.
+    #: The halving schedule counts this search's visits; a kept subtree's earlier visits still
+    #: count in Q and sigma.
+    search: Literal["puct", "gumbel"] = "puct"
+    #: Gumbel: root moves considered (``m``; fewer when fewer are legal).
+    gumbel_actions: int = 16
+    #: Gumbel: ``sigma(q) = (c_visit + max_b N(b)) * c_scale * q``, q rescaled to [0, 1].
+    c_visit: float = 50.0
+    c_scale: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("simulations", "leaves_per_game"):
+        if self.search not in ("puct", "gumbel"):
+            raise ValueError(f"MCTSConfig.search must be 'puct' or 'gumbel', got {self.search!r}")
+        for name in ("simulations", "leaves_per_game", "gumbel_actions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"MCTSConfig.{name} must be at least 1, got {getattr(self, name)!r}")
-        for name in ("c_puct", "dirichlet_alpha", "temperature"):
+        for name in ("c_puct", "dirichlet_alpha", "temperature", "c_scale"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"MCTSConfig.{name} must be positive, got {getattr(self, name)!r}")
         if not 0 <= self.dirichlet_eps <= 1:
             raise ValueError(f"MCTSConfig.dirichlet_eps must be in [0, 1], got {self.dirichlet_eps!r}")
-        if self.virtual_loss < 0 or self.temperature_moves < 0:
-            raise ValueError("MCTSConfig.virtual_loss and temperature_moves must not be negative")
+        if self.virtual_loss < 0 or self.temperature_moves < 0 or self.c_visit < 0:
+            raise ValueError("MCTSConfig.virtual_loss, temperature_moves and c_visit must not be negative")
+
+
+def _maybe_threefold(board: chess.Board) -> bool:
+    """False when ``board.is_repetition(3)`` is surely False: python-chess looks for the position
+    among those since the last irreversible move (so at most ``halfmove_clock`` plies back) with
+    the same side to move (an even number of plies back); here only their occupancy is compared,
+    over those plies instead of the whole game."""
+    stack = board._stack
+    occupied = board.occupied
+    window = min(board.halfmove_clock, len(stack))
+    seen = 0
+    for back in range(2, window + 1, 2):
+        if stack[-back].occupied == occupied:
+            seen += 1
+            if seen >= 2:
+                return True
+    return False
 
 
 def terminal_value(board: chess.Board, legal_moves: int | None = None) -> float | None:
@@ -125,14 +168,193 @@ def terminal_value(board: chess.Board, legal_moves: int | None = None) -> float 
     n = board.legal_moves.count() if legal_moves is None else legal_moves
     if n == 0:
         return -1.0 if board.is_check() else 0.0
-    if board.is_insufficient_material():
+    if not (board.pawns | board.rooks | board.queens) and board.is_insufficient_material():
         return 0.0
     # a threefold repetition needs at least 8 reversible plies; it includes the fivefold rule
-    if board.halfmove_clock >= 8 and board.is_repetition(3):
+    if board.halfmove_clock >= 8 and _maybe_threefold(board) and board.is_repetition(3):
         return 0.0
     if board.halfmove_clock >= 99 and board.can_claim_fifty_moves():  # includes the 75-move rule
         return 0.0
     return None
+
+
+def _nan_or(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+def _or_none(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)
+
+
+def _normalised(priors: Priors, moves: list[chess.Move], actions: np.ndarray) -> np.ndarray:
+    """An evaluator's priors gathered on the legal moves and renormalised (uniform without mass)."""
+    if isinstance(priors, np.ndarray):
+        if priors.shape != (NUM_ACTIONS,):
+            raise ValueError(f"priors must have shape ({NUM_ACTIONS},), got {priors.shape}")
+        p = priors[actions].astype(np.float64)
+    else:
+        p = np.array([float(priors.get(m, 0.0)) for m in moves], dtype=np.float64)
+    total = float(p.sum())
+    return p / total if total > 0 and math.isfinite(total) else np.full(len(p), 1.0 / len(p))
+
+
+def _new_node(tree: ArrayTree, board: chess.Board) -> int:
+    """Add ``board`` (the tree's own copy) to ``tree`` with its legal moves and action indices,
+    and its exact value when the game is over there."""
+    moves, actions = legal_indices(board, cache=False)  # a tree meets few transpositions
+    return tree.add_node(board, moves, actions, _nan_or(terminal_value(board, len(moves))))
+
+
+#: Per square, the squares on a line (rank, file, diagonal) with it: a piece off every line
+#: through its king cannot be pinned.
+_LINES = [
+    chess.BB_DIAG_ATTACKS[s][0] | chess.BB_RANK_ATTACKS[s][0] | chess.BB_FILE_ATTACKS[s][0] for s in range(64)
+]
+
+
+def _may_check(board: chess.Board, move: chess.Move) -> bool:
+    """False when ``move`` surely gives no check (python-chess's ``gives_check`` plays the move
+    to know): it neither lands where its piece, or a knight or pawn, could attack the other king
+    from, nor leaves a line through that king (a discovered check), nor is a promotion,
+    castling or an en passant capture."""
+    king_mask = board.kings & board.occupied_co[not board.turn]
+    if not king_mask or type(board) is not chess.Board:
+        return True
+    king = king_mask.bit_length() - 1
+    lines = _LINES[king]
+    to_bb = 1 << move.to_square
+    if (1 << move.from_square) & lines or to_bb & lines or move.promotion:
+        return True
+    if to_bb & (chess.BB_KNIGHT_ATTACKS[king] | chess.BB_PAWN_ATTACKS[not board.turn][king]):
+        return True
+    # en passant, castling (a king move: rare enough to ask python-chess)
+    return move.to_square == board.ep_square or bool((1 << move.from_square) & board.kings)
+
+
+def _surely_movable(board: chess.Board) -> bool:
+    """True when the side to move, not in check, has a knight or a pawn off the lines through
+    its king (so not pinned) with a move; False says nothing."""
+    turn = board.turn
+    ours = board.occupied_co[turn]
+    king_mask = board.kings & ours
+    if not king_mask:
+        return False
+    free = ours & ~_LINES[king_mask.bit_length() - 1]
+    pawns = board.pawns & free
+    if pawns and (pawns << 8 if turn else pawns >> 8) & ~board.occupied & chess.BB_ALL:
+        return True
+    knights = board.knights & free
+    while knights:
+        sq = knights.bit_length() - 1
+        if chess.BB_KNIGHT_ATTACKS[sq] & ~ours:
+            return True
+        knights ^= 1 << sq
+    return False
+
+
+def _leaf_terminal(board: chess.Board) -> float | None:
+    """:func:`terminal_value` without listing the moves: a side not in check with an unpinned
+    knight or pawn that can move has a move; else python-chess's generator, up to the first."""
+    check = board.is_check()
+    if not (not check and _surely_movable(board)) and not any(board.generate_legal_moves()):
+        return -1.0 if check else 0.0
+    return terminal_value(board, 1)
+
+
+def _copy(board: chess.Board) -> chess.Board:
+    """:func:`~chessrl.board_encoding.copy_board` in a few dictionary operations: a
+    ``chess.Board``'s state is its ints plus three lists (``occupied_co``, the move stack and the
+    saved states), which are copied; other board classes go through ``copy_board``."""
+    if type(board) is not chess.Board:
+        return copy_board(board)
+    new = object.__new__(chess.Board)
+    state = new.__dict__
+    state.update(board.__dict__)
+    state["occupied_co"] = board.occupied_co.copy()
+    state["move_stack"] = board.move_stack.copy()
+    state["_stack"] = board._stack.copy()
+    return new
+
+
+def _make_child(tree: ArrayTree, node: int, i: int) -> int:
+    """The child of ``node`` after its ``i``-th move, created on first use without its moves
+    (:func:`_ensure_edges` lists them when the search first walks through it); a child that is
+    checkmated makes ``i`` the node's mate."""
+    e = int(tree.first[node]) + i
+    c = int(tree.child[e])
+    if c < 0:
+        board = _copy(tree.boards[node])
+        board.push(tree.moves[node][i])  # type: ignore[index]
+        c = tree.add_node(board, None, None, _nan_or(_leaf_terminal(board)))
+        tree.child[e] = c
+        if tree.terminal[c] < 0:
+            tree.mate[node] = i
+    return c
+
+
+def _segment_softmax(flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The softmax of each segment (of the non-zero ``lengths``) of ``flat`` logits (float64)."""
+    lens = lengths[lengths > 0]
+    if len(lens) == 0:
+        return np.zeros(0, dtype=np.float64)
+    starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
+    segment = np.repeat(np.arange(len(lens)), lens)
+    flat = np.exp(flat - np.maximum.reduceat(flat, starts)[segment])
+    flat /= np.add.reduceat(flat, starts)[segment]
+    return flat
+
+
+def _legal_softmax(
+    logits: np.ndarray, rows: np.ndarray, actions: Sequence[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The softmax of ``logits[rows[k]]`` over ``actions[k]`` for every k with moves,
+    concatenated (float64), and the lengths."""
+    lengths = np.array([len(a) for a in actions], dtype=np.int64)
+    keep = lengths > 0
+    if not keep.any():
+        return np.zeros(0, dtype=np.float64), lengths
+    flat_rows = np.repeat(rows[keep], lengths[keep])
+    flat = logits[flat_rows, np.concatenate([a for a in actions if len(a)])].astype(np.float64)
+    return _segment_softmax(flat, lengths), lengths
+
+
+def _finite(flat: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``flat`` priors (segments of ``counts``) with every segment holding a non-finite number
+    replaced by uniform priors (a diverged network: search on)."""
+    bad = ~np.isfinite(flat)
+    if bad.any():
+        rows = np.repeat(np.arange(len(counts)), counts)
+        broken = np.zeros(len(counts), dtype=bool)
+        broken[rows[bad]] = True
+        flat = np.where(broken[rows], 1.0 / np.maximum(counts[rows], 1), flat)
+    return flat
+
+
+def _ensure_edges(tree: ArrayTree, nodes: np.ndarray) -> None:
+    """List the legal moves of the ``nodes`` that have none yet, and give those already
+    evaluated their priors from the logits kept for them (one softmax for all)."""
+    ready = tree.ready[nodes]
+    if ready.all():
+        return
+    todo = np.unique(nodes[~ready]).tolist()
+    listed = [legal_indices(tree.boards[i], cache=False) for i in todo]
+    tree.add_edges_many(todo, [m for m, _ in listed], [a for _, a in listed])
+    with_logits: list[int] = []
+    gathered: list[np.ndarray] = []
+    for i, (_, actions) in zip(todo, listed, strict=True):
+        pending = tree.pending[i]
+        if pending is not None:
+            tree.pending[i] = None
+            with_logits.append(i)
+            gathered.append(pending[0][pending[1], actions])
+    if not with_logits:
+        return
+    ids = np.array(with_logits, dtype=np.int64)
+    counts = tree.count[ids]
+    flat = _finite(_segment_softmax(np.concatenate(gathered).astype(np.float64), counts), counts)
+    idx, _ = edge_ranges(tree.first[ids], counts)
+    tree.P[idx] = flat
+    tree.Psel[idx] = flat
 
 
 class Node:
@@ -140,69 +362,128 @@ class Node:
     and per move the prior ``P``, visit count ``N`` and total value ``W`` (from the side to move
     here). Children are created when the search first walks into them.
 
+    A node is a handle on a row of an :class:`~chessrl.mcts_tree.ArrayTree` (``N``, ``W``,
+    ``Q``, ``priors`` are writable views into its arrays, valid until the next search grows
+    them); a new node gets a tree of its own, and a search moves it into the searcher's tree.
+
     >>> node = Node(chess.Board())
     >>> len(node.moves), node.expanded, node.terminal
     (20, False, None)
     """
 
-    __slots__ = (
-        "Q",
-        "W",
-        "N",
-        "actions",
-        "board",
-        "children",
-        "mate_index",
-        "moves",
-        "noisy_priors",
-        "priors",
-        "terminal",
-        "value",
-        "visits",
-    )
+    __slots__ = ("__weakref__", "_id", "_tree")
 
     def __init__(self, board: chess.Board) -> None:
-        #: The position, with its move stack (the tree's own copy).
-        self.board = board
-        moves, actions = legal_indices(board, cache=False)  # a tree meets few transpositions
-        #: Legal moves, in python-chess's order.
-        self.moves: list[chess.Move] = moves
-        #: Their action indices (``int64``).
-        self.actions: np.ndarray = actions
-        #: Exact value for the side to move when the game is over here, else None.
-        self.terminal: float | None = terminal_value(board, len(moves))
-        #: The evaluator's value for the side to move, once expanded.
-        self.value: float | None = None
-        self.priors = np.zeros(len(moves), dtype=np.float64)
-        #: The priors with Dirichlet noise, used instead of ``priors`` while this node is a root.
-        self.noisy_priors: np.ndarray | None = None
-        self.N = np.zeros(len(moves), dtype=np.int64)
-        self.W = np.zeros(len(moves), dtype=np.float64)
-        #: ``W / N`` per move, 0 where ``N`` is 0 (kept up to date with ``N`` and ``W``).
-        self.Q = np.zeros(len(moves), dtype=np.float64)
-        #: ``N.sum()``, kept up to date.
-        self.visits = 0
-        self.children: list[Node | None] = [None] * len(moves)
-        #: A move (its position in ``moves``) found to checkmate at once: selected from then on.
-        self.mate_index: int | None = None
+        tree = ArrayTree(1, 64)
+        self._tree = tree
+        self._id = _new_node(tree, board)
+        tree.handles[self._id] = self
+
+    @classmethod
+    def _of(cls, tree: ArrayTree, i: int) -> Node:
+        """The handle of node ``i`` of ``tree`` (the same object while it lives)."""
+        handle = tree.handles.get(i)
+        if handle is None:
+            handle = object.__new__(cls)
+            handle._tree = tree
+            handle._id = i
+            tree.handles[i] = handle
+        return handle
+
+    @property
+    def _edges(self) -> slice:
+        tree = self._tree
+        if not tree.ready[self._id]:
+            _ensure_edges(tree, np.array([self._id]))
+        return tree.edges(self._id)
+
+    @property
+    def board(self) -> chess.Board:
+        """The position, with its move stack (the tree's own copy)."""
+        return self._tree.boards[self._id]
+
+    @property
+    def moves(self) -> list[chess.Move]:
+        """Legal moves, in python-chess's order."""
+        tree = self._tree
+        if not tree.ready[self._id]:
+            _ensure_edges(tree, np.array([self._id]))
+        return tree.moves[self._id]  # type: ignore[return-value]
+
+    @property
+    def actions(self) -> np.ndarray:
+        """Their action indices (``int64``, read-only)."""
+        actions = self._tree.action[self._edges]
+        actions.flags.writeable = False
+        return actions
+
+    @property
+    def terminal(self) -> float | None:
+        """Exact value for the side to move when the game is over here, else None."""
+        return _or_none(self._tree.terminal[self._id])
+
+    @property
+    def value(self) -> float | None:
+        """The evaluator's value for the side to move, once expanded."""
+        return _or_none(self._tree.value[self._id])
+
+    @property
+    def priors(self) -> np.ndarray:
+        return self._tree.P[self._edges]
+
+    @property
+    def noisy_priors(self) -> np.ndarray | None:
+        """The priors with Dirichlet noise, used instead of ``priors`` while this node is a root."""
+        return self._tree.Psel[self._edges] if self._tree.noisy[self._id] else None
+
+    @noisy_priors.setter
+    def noisy_priors(self, priors: np.ndarray | None) -> None:
+        tree, edges = self._tree, self._edges
+        tree.Psel[edges] = tree.P[edges] if priors is None else priors
+        tree.noisy[self._id] = priors is not None
+
+    @property
+    def N(self) -> np.ndarray:  # noqa: N802
+        return self._tree.N[self._edges]
+
+    @property
+    def W(self) -> np.ndarray:  # noqa: N802
+        return self._tree.W[self._edges]
+
+    @property
+    def Q(self) -> np.ndarray:  # noqa: N802
+        """``W / N`` per move, 0 where ``N`` is 0 (kept up to date with ``N`` and ``W``)."""
+        return self._tree.Q[self._edges]
+
+    @property
+    def visits(self) -> int:
+        """Visits through this node's moves so far (``N.sum()`` after a search)."""
+        return int(self._tree.visits[self._id])
+
+    @property
+    def children(self) -> list[Node | None]:
+        """The nodes after each move, None where the search never went."""
+        tree = self._tree
+        return [Node._of(tree, c) if c >= 0 else None for c in tree.child[self._edges].tolist()]
+
+    @property
+    def mate_index(self) -> int | None:
+        """A move (its position in ``moves``) found to checkmate at once: selected from then on."""
+        i = int(self._tree.mate[self._id])
+        return None if i < 0 else i
+
+    @mate_index.setter
+    def mate_index(self, i: int | None) -> None:
+        self._tree.mate[self._id] = -1 if i is None else i
 
     @property
     def expanded(self) -> bool:
         """Whether the evaluator has given this node its priors and value."""
-        return self.value is not None
+        return not math.isnan(self._tree.value[self._id])
 
     def expand(self, priors: Priors, value: float) -> None:
         """Store the evaluator's priors (renormalised over the legal moves) and value."""
-        if isinstance(priors, np.ndarray):
-            if priors.shape != (NUM_ACTIONS,):
-                raise ValueError(f"priors must have shape ({NUM_ACTIONS},), got {priors.shape}")
-            p = priors[self.actions].astype(np.float64)
-        else:
-            p = np.array([float(priors.get(m, 0.0)) for m in self.moves], dtype=np.float64)
-        total = float(p.sum())
-        self.set_priors(
-            p / total if total > 0 and math.isfinite(total) else np.full(len(p), 1.0 / len(p)), value
-        )
+        self.set_priors(_normalised(priors, self.moves, self.actions), value)
 
     def set_priors(self, priors: np.ndarray, value: float) -> None:
         """Store priors already given per legal move (aligned with ``moves``, summing to 1) and the
@@ -213,41 +494,28 @@ class Node:
             )
         if len(priors) and not np.isfinite(priors).all():  # a diverged network: search on uniform priors
             priors = np.full(len(priors), 1.0 / len(priors))
-        self.priors = priors
-        self.value = float(value)
+        self._tree.set_priors(np.array([self._id]), priors, np.array([float(value)]))
 
     def select(self, c_puct: float, fpu_reduction: float | None = None) -> int:
         """The move (its position in ``moves``) with the highest ``Q + U`` (unvisited: ``Q = 0``);
         ties go to the first. A move known to mate is always selected."""
-        if self.mate_index is not None:
-            return self.mate_index
-        n = self.N
-        visits = self.visits
-        q = self.Q
-        if fpu_reduction is not None:
-            mean = float(self.W.sum()) / visits if visits else (self.value or 0.0)
-            q = np.where(n > 0, q, mean - fpu_reduction)
-        priors = self.priors if self.noisy_priors is None else self.noisy_priors
-        u = c_puct * priors * (math.sqrt(max(visits, 1)) / (1.0 + n))
-        return int(np.argmax(q + u))
+        tree = self._tree
+        first = self._edges.start
+        return int(puct_pick(tree, np.array([self._id]), c_puct, fpu_reduction)[0] - first)
 
     def child(self, i: int) -> Node:
         """The node after ``moves[i]``, created on first use."""
-        node = self.children[i]
-        if node is None:
-            board = copy_board(self.board)
-            board.push(self.moves[i])
-            node = self.children[i] = Node(board)
-            if node.terminal is not None and node.terminal < 0:
-                self.mate_index = i
-        return node
+        if not 0 <= i < len(self.moves):
+            raise IndexError(f"move index {i} out of range for {len(self.moves)} moves")
+        return Node._of(self._tree, _make_child(self._tree, self._id, i))
 
     def visit_distribution(self) -> np.ndarray:
         """Visit counts as a float32 ``(NUM_ACTIONS,)`` distribution (zeros before any visit)."""
         pi = np.zeros(NUM_ACTIONS, dtype=np.float32)
-        total = int(self.N.sum())
+        n = self.N
+        total = int(n.sum())
         if total:
-            pi[self.actions] = self.N / total
+            pi[self.actions] = n / total
         return pi
 
     def sparse_visits(self) -> tuple[np.ndarray, np.ndarray]:
@@ -257,9 +525,35 @@ class Node:
         >>> Node(chess.Board()).sparse_visits()
         (array([], dtype=int64), array([], dtype=float32))
         """
-        visited = self.N > 0
-        total = max(int(self.N.sum()), 1)
-        return self.actions[visited], (self.N[visited] / total).astype(np.float32)
+        n = self.N
+        visited = n > 0
+        total = max(int(n.sum()), 1)
+        return self.actions[visited], (n[visited] / total).astype(np.float32)
+
+    def improved_policy(self, config: MCTSConfig | None = None) -> np.ndarray:
+        """Gumbel search's policy target per legal move: ``softmax(logits + sigma(completed
+        Q))`` (see :mod:`chessrl.gumbel`), with ``config``'s ``c_visit`` and ``c_scale``.
+
+        >>> node = Node(chess.Board("7k/8/8/8/8/8/8/K7 w - - 0 1"))
+        >>> node.set_priors(np.array([0.5, 0.25, 0.25]), 0.0)
+        >>> node.improved_policy().round(3).tolist()   # no visits: the priors
+        [0.5, 0.25, 0.25]
+        """
+        cfg = config if config is not None else MCTSConfig()
+        tree = self._tree
+        e = self._edges
+        valid = np.ones((1, e.stop - e.start), dtype=bool)
+        return gumbel.improved_policy(
+            tree.value[[self._id]], tree.Q[e][None], tree.N[e][None], tree.P[e][None], valid,
+            cfg.c_visit, cfg.c_scale,
+        )[0]  # fmt: skip
+
+    def policy_target(self, config: MCTSConfig | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The replay table's sparse policy target: :meth:`sparse_visits` after a PUCT search,
+        the :meth:`improved_policy` over every legal move after a Gumbel search."""
+        if self._tree.chosen[self._id] < 0 or not self.expanded:
+            return self.sparse_visits()
+        return self.actions.copy(), self.improved_policy(config).astype(np.float32)
 
     def visit_counts(self) -> dict[chess.Move, int]:
         """Visits per legal move.
@@ -280,7 +574,7 @@ class Node:
         if self.mate_index is None:
             board = self.board
             for i, move in enumerate(self.moves):
-                if board.gives_check(move):
+                if _may_check(board, move) and board.gives_check(move):
                     board.push(move)
                     mate = board.is_checkmate()
                     board.pop()
@@ -290,11 +584,15 @@ class Node:
         return self.mate_index
 
     def best_move(self) -> chess.Move:
-        """A move found to mate at once, else the most visited move (the first on ties)."""
+        """A move found to mate at once, else the move a Gumbel search chose, else the most
+        visited move (the first on ties)."""
         if not self.moves:
             raise ValueError(f"no legal moves in {self.board.fen()!r}")
         if self.mate_index is not None:
             return self.moves[self.mate_index]
+        chosen = int(self._tree.chosen[self._id])
+        if chosen >= 0:
+            return self.moves[chosen]
         return self.moves[int(np.argmax(self.N))]
 
 
@@ -360,44 +658,56 @@ class NetworkEvaluator:
     ) -> tuple[list[np.ndarray], list[float]]:
         """Priors per legal move (``actions[i]`` are board i's legal action indices, in the order
         of its moves) and values: one network call, and the softmax over every board's legal
-        logits in a few array operations. :class:`BatchedMCTS` uses this when an evaluator has it.
+        logits in a few array operations.
         """
+        flat, value_list = self.evaluate_flat(boards, actions)
+        lengths = np.array([len(a) for a in actions], dtype=np.int64)
+        ends = np.cumsum(lengths)
+        return [flat[e - n : e] for e, n in zip(ends.tolist(), lengths.tolist(), strict=True)], value_list
+
+    def evaluate_flat(
+        self, boards: Sequence[chess.Board], actions: Sequence[np.ndarray]
+    ) -> tuple[np.ndarray, list[float]]:
+        """:meth:`evaluate_legal` with the priors of all boards concatenated (float64, in the
+        order of ``actions``; a finished game adds none)."""
+        logits, values = self.evaluate_logits(boards)
+        flat, _ = _legal_softmax(logits, np.arange(len(boards)), actions)
+        return flat, values
+
+    def evaluate_logits(self, boards: Sequence[chess.Board]) -> tuple[np.ndarray, list[float]]:
+        """The network's raw policy logits ``(len(boards), NUM_ACTIONS)`` and values, in one
+        call: :class:`BatchedMCTS` takes the softmax over a position's legal moves only when its
+        search first walks through it."""
         self.calls += 1
         self.positions += len(boards)
         if not boards:
-            return [], []
+            return np.zeros((0, NUM_ACTIONS), dtype=np.float32), []
         logits, values = self.net.predict(encode_boards(boards, self.history))  # (B, 4672), (B,)
-        value_list = values.astype(np.float64).tolist()
-        playable = [i for i, a in enumerate(actions) if len(a)]  # a finished game has no priors
-        priors = [np.zeros(0, dtype=np.float64) for _ in actions]
-        if not playable:
-            return priors, value_list
-        lengths = np.array([len(actions[i]) for i in playable], dtype=np.int64)
-        rows = np.repeat(np.array(playable, dtype=np.int64), lengths)
-        flat = logits[rows, np.concatenate([actions[i] for i in playable])].astype(np.float64)
-        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-        segment = np.repeat(np.arange(len(playable)), lengths)
-        flat = np.exp(flat - np.maximum.reduceat(flat, starts)[segment])
-        flat /= np.add.reduceat(flat, starts)[segment]
-        for i, p in zip(playable, np.split(flat, starts[1:]), strict=True):
-            priors[i] = p
-        return priors, value_list
-
-
-_Path = list[tuple[Node, int]]
+        return logits, values.astype(np.float64).tolist()
 
 
 class BatchedMCTS:
-    """PUCT search over many games' trees, with one evaluator call per round of leaves.
+    """PUCT (or Gumbel) search over many games' trees, with one evaluator call per round of
+    leaves. The trees live in one :class:`~chessrl.mcts_tree.ArrayTree` (``self.tree``): each
+    round walks every game's tree at once, a few array operations per level.
 
-    ``seed`` drives the Dirichlet noise and move sampling unless a search or a choice is given
-    its own seeds or generator.
+    ``seed`` drives the Dirichlet (or Gumbel) noise and move sampling unless a search or a choice
+    is given its own seeds or generator.
     """
+
+    #: Compact the tree at a search's start once it holds this many edges or nodes (and twice as
+    #: many as after the last compaction): dropped subtrees go, with the network logits their
+    #: unvisited leaves keep (a kept leaf keeps its own row of them).
+    COMPACT_EDGES = 1 << 16
+    COMPACT_NODES = 1 << 11
 
     def __init__(self, evaluator: Evaluator, config: MCTSConfig | None = None, seed: int = 0) -> None:
         self.evaluator = evaluator
         self.config = config if config is not None else MCTSConfig()
         self.rng = np.random.default_rng(seed)
+        self.tree = ArrayTree(256, 8192)
+        self._compacted_edges = 0
+        self._compacted_nodes = 0
         #: Evaluator calls and positions sent so far.
         self.evaluator_calls = 0
         self.positions_evaluated = 0
@@ -413,9 +723,11 @@ class BatchedMCTS:
         simulations: int | None = None,
     ) -> list[np.ndarray]:
         """Run ``simulations`` (default: the config's) simulations from each root; return each
-        root's visit distribution over ``NUM_ACTIONS``. Boards are wrapped in fresh nodes (pass
-        nodes to keep the trees). With ``add_noise`` each root's priors get fresh Dirichlet noise
-        drawn from ``np.random.default_rng(seeds[i])`` (or the searcher's generator)."""
+        root's policy over ``NUM_ACTIONS``: its visit distribution (PUCT) or its improved policy
+        (Gumbel). Boards are wrapped in fresh nodes (pass nodes to keep the trees). With
+        ``add_noise`` each root's priors get fresh Dirichlet noise (PUCT) or its moves Gumbel
+        noise (Gumbel) drawn from ``np.random.default_rng(seeds[i])`` (or the searcher's
+        generator)."""
         cfg = self.config
         nodes = [r if isinstance(r, Node) else Node(copy_board(r)) for r in roots]
         for node in nodes:
@@ -426,41 +738,68 @@ class BatchedMCTS:
         sims = cfg.simulations if simulations is None else simulations
         if sims < 0:
             raise ValueError(f"simulations must not be negative, got {sims}")
-        self._expand([node for node in nodes if not node.expanded])
+        self._adopt(nodes)
+        tree = self.tree
+        ids = np.array([node._id for node in nodes], dtype=np.int64)
+        _ensure_edges(tree, ids)
+        self._expand(ids[np.isnan(tree.value[ids])])
         for node in nodes:
             node.find_mate()
+        gumbel_search = cfg.search == "gumbel"
         for i, node in enumerate(nodes):
-            node.noisy_priors = None
-            if add_noise:
-                rng = np.random.default_rng(seeds[i]) if seeds is not None else self.rng
-                noise = rng.dirichlet(np.full(len(node.moves), cfg.dirichlet_alpha))
-                node.noisy_priors = (1 - cfg.dirichlet_eps) * node.priors + cfg.dirichlet_eps * noise
-        remaining = [sims] * len(nodes)
+            rng = np.random.default_rng(seeds[i]) if seeds is not None else self.rng
+            e = node._edges
+            tree.chosen[node._id] = -1
+            if gumbel_search:
+                tree.noisy[node._id] = False
+                tree.Psel[e] = tree.P[e]
+                tree.N0[e] = tree.N[e]
+                g = rng.gumbel(size=e.stop - e.start) if add_noise else np.zeros(e.stop - e.start)
+                tree.score[e] = g + np.log(np.maximum(tree.P[e], _TINY))
+            elif add_noise:
+                noise = rng.dirichlet(np.full(e.stop - e.start, cfg.dirichlet_alpha))
+                node.noisy_priors = (1 - cfg.dirichlet_eps) * tree.P[e] + cfg.dirichlet_eps * noise
+            else:
+                node.noisy_priors = None
+        if gumbel_search:
+            self._seq_of = {
+                i: gumbel.considered_visit_sequence(min(cfg.gumbel_actions, c), sims)
+                for i, c in zip(ids.tolist(), tree.count[ids].tolist(), strict=True)
+            }
+        remaining = np.full(len(nodes), sims, dtype=np.int64)
         virtual = cfg.leaves_per_game > 1
-        while any(remaining):
-            pending: list[tuple[_Path, Node]] = []
-            for g, root in enumerate(nodes):
-                k = min(cfg.leaves_per_game, remaining[g])
-                remaining[g] -= k
-                pending += [self._select(root, virtual) for _ in range(k)]
-            fresh = {id(leaf): leaf for _, leaf in pending if leaf.terminal is None and not leaf.expanded}
-            self._expand(list(fresh.values()))
-            for path, leaf in pending:
-                value = leaf.terminal if leaf.terminal is not None else leaf.value
-                assert value is not None
-                self._backup(path, value, virtual)
+        while remaining.any():
+            k = np.minimum(cfg.leaves_per_game, remaining)
+            remaining -= k
+            passes = [self._descend(np.flatnonzero(k > j), ids, virtual) for j in range(int(k.max()))]
+            leaves = np.concatenate([p[0] for p in passes])
+            tree = self.tree
+            fresh = leaves[np.isnan(tree.value[leaves]) & np.isnan(tree.terminal[leaves])]
+            if len(fresh):
+                _, first = np.unique(fresh, return_index=True)
+                self._expand(fresh[np.sort(first)])
+            for p in passes:
+                self._backup(*p, virtual)
         self.simulations_run += sims * len(nodes)
+        if gumbel_search:
+            return [self._finish_gumbel(node) for node in nodes]
         return [node.visit_distribution() for node in nodes]
 
     def choose_move(self, root: Node, move_number: int, rng: np.random.Generator | None = None) -> chess.Move:
         """The move to play from a searched root at ply ``move_number`` (0 = the game's first):
-        sampled with probability proportional to ``N ** (1 / temperature)`` for the first
-        ``temperature_moves`` plies, the most visited (first on ties) after."""
-        if int(root.N.sum()) == 0:
+        after a Gumbel search, the move it chose (its Gumbel noise is the exploration); after a
+        PUCT search, sampled with probability proportional to ``N ** (1 / temperature)`` for the
+        first ``temperature_moves`` plies, the most visited (first on ties) after."""
+        n = root.N
+        if int(n.sum()) == 0:
             raise ValueError(f"no visits at the root {root.board.fen()!r}: search it first")
-        if move_number >= self.config.temperature_moves or root.mate_index is not None:
+        if (
+            move_number >= self.config.temperature_moves
+            or root.mate_index is not None
+            or root._tree.chosen[root._id] >= 0
+        ):
             return root.best_move()
-        weights = root.N.astype(np.float64) ** (1.0 / self.config.temperature)
+        weights = n.astype(np.float64) ** (1.0 / self.config.temperature)
         generator = rng if rng is not None else self.rng
         return root.moves[int(generator.choice(len(weights), p=weights / weights.sum()))]
 
@@ -473,59 +812,202 @@ class BatchedMCTS:
         except ValueError:
             raise ValueError(f"illegal move {move.uci()!r} in {root.board.fen()!r}") from None
         child = root.child(i)
-        root.children = [None] * len(root.moves)  # let the siblings go
+        root._tree.child[root._edges] = -1  # let the siblings go
         child.noisy_priors = None
+        root._tree.chosen[child._id] = -1
         return child
 
-    def _select(self, root: Node, virtual: bool) -> tuple[_Path, Node]:
-        """Walk from ``root`` by PUCT to an unexpanded or terminal node, adding virtual loss."""
-        path: _Path = []
-        node = root
-        c_puct, loss, fpu = self.config.c_puct, self.config.virtual_loss, self.config.fpu_reduction
-        while node.expanded and node.terminal is None:
-            i = node.select(c_puct, fpu)
-            if virtual:
-                node.N[i] += 1
-                node.W[i] -= loss
-                node.Q[i] = node.W[i] / node.N[i]
-                node.visits += 1
-            path.append((node, i))
-            node = node.child(i)
-        return path, node
+    # --- the rounds ----------------------------------------------------------------------------
 
-    def _backup(self, path: _Path, value: float, virtual: bool) -> None:
-        """Add the leaf's ``value`` (side to move at the leaf) along ``path``, flipping sides each
-        ply, and take the virtual loss back."""
-        loss = self.config.virtual_loss
-        for node, i in reversed(path):
-            value = -value
-            if virtual:
-                node.N[i] -= 1
-                node.W[i] += loss
-                node.visits -= 1
-            node.N[i] += 1
-            node.W[i] += value
-            node.Q[i] = node.W[i] / node.N[i]
-            node.visits += 1
+    def _adopt(self, nodes: list[Node]) -> None:
+        """Bring every root into this searcher's tree (copying the subtrees of roots from other
+        trees), compacting the tree first when it has grown big."""
+        tree = self.tree
+        if tree.n_edges > max(self.COMPACT_EDGES, 2 * self._compacted_edges) or tree.n_nodes > max(
+            self.COMPACT_NODES, 2 * self._compacted_nodes
+        ):
+            tree.compact()
+            self._compacted_edges = tree.n_edges
+            self._compacted_nodes = tree.n_nodes
+        for node in nodes:
+            if node._tree is not tree:
+                old_tree, old_id = node._tree, node._id
+                [new_id, *_] = tree.copy_from(old_tree, old_tree.subtree(np.array([old_id])))
+                old_tree.handles.pop(old_id, None)
+                node._tree, node._id = tree, int(new_id)
+                tree.handles[node._id] = node
 
-    def _expand(self, leaves: list[Node]) -> None:
-        """One evaluator call for all ``leaves``; each gets its priors and value."""
-        if not leaves:
-            return
-        boards = [leaf.board for leaf in leaves]
-        evaluate_legal = getattr(self.evaluator, "evaluate_legal", None)
-        if evaluate_legal is not None:  # priors per legal move: no scatter into the action space and back
-            priors, values = evaluate_legal(boards, [leaf.actions for leaf in leaves])
-        else:
-            priors, values = self.evaluator.evaluate(boards)
-        if len(priors) != len(leaves) or len(values) != len(leaves):
-            raise ValueError(
-                f"evaluator returned {len(priors)} priors and {len(values)} values for {len(leaves)} boards"
+    def _pick(self, nodes: np.ndarray, at_root: bool) -> np.ndarray:
+        """The edge each of ``nodes`` selects."""
+        cfg = self.config
+        tree = self.tree
+        if cfg.search == "puct":
+            return puct_pick(tree, nodes, cfg.c_puct, cfg.fpu_reduction)
+        idx, valid = padded_edges(tree, nodes)
+        args = (tree.value[nodes], tree.Q[idx], tree.N[idx], tree.P[idx], valid, cfg.c_visit, cfg.c_scale)
+        if at_root:
+            search_visits = tree.N[idx] - tree.N0[idx]
+            done = np.where(valid, search_visits, 0).sum(axis=1)
+            considered = np.array(
+                [
+                    seq[min(d, len(seq) - 1)] if seq else 0
+                    for seq, d in zip(self._roots_seq(nodes), done.tolist(), strict=True)
+                ],
+                dtype=np.int64,
             )
-        self.evaluator_calls += 1
-        self.positions_evaluated += len(leaves)
-        for leaf, p, v in zip(leaves, priors, values, strict=True):
-            if evaluate_legal is not None:
-                leaf.set_priors(p, v)
+            score = gumbel.root_scores(tree.score[idx], considered, search_visits, *args)
+        else:
+            score = gumbel.interior_scores(*args)
+        pick = score.argmax(axis=1)
+        mate = tree.mate[nodes]
+        return tree.first[nodes] + np.where(mate >= 0, mate, pick)
+
+    def _roots_seq(self, nodes: np.ndarray) -> list[tuple[int, ...]]:
+        return [self._seq_of[i] for i in nodes.tolist()]
+
+    def _descend(
+        self, games: np.ndarray, ids: np.ndarray, virtual: bool
+    ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+        """One leaf per game in ``games`` (positions in ``ids``): every game's walk from its
+        root to an unexpanded or finished node, one level at a time for all of them (virtual
+        loss added on the way). Returns the leaves and, per level, the rows still walking, their
+        nodes and the edges taken."""
+        cfg = self.config
+        tree = self.tree
+        cur = ids[games].copy()
+        rows_by_depth: list[np.ndarray] = []
+        nodes_by_depth: list[np.ndarray] = []
+        edges_by_depth: list[np.ndarray] = []
+        active = np.flatnonzero(tree.walk[cur])
+        depth = 0
+        loss = cfg.virtual_loss
+        while len(active):
+            nd = cur[active]
+            _ensure_edges(tree, nd)
+            e = self._pick(nd, depth == 0)
+            if virtual:
+                tree.N[e] += 1
+                tree.W[e] -= loss
+                tree.Q[e] = tree.W[e] / tree.N[e]
+                tree.visits[nd] += 1
+            rows_by_depth.append(active)
+            nodes_by_depth.append(nd)
+            edges_by_depth.append(e)
+            ch = tree.child[e]
+            missing = np.flatnonzero(ch < 0)
+            if len(missing):
+                first = tree.first
+                for m in missing.tolist():
+                    ch[m] = _make_child(tree, int(nd[m]), int(e[m] - first[nd[m]]))
+            cur[active] = ch
+            active = active[tree.walk[ch]]
+            depth += 1
+        return cur, rows_by_depth, nodes_by_depth, edges_by_depth
+
+    def _backup(
+        self,
+        leaves: np.ndarray,
+        rows_by_depth: list[np.ndarray],
+        nodes_by_depth: list[np.ndarray],
+        edges_by_depth: list[np.ndarray],
+        virtual: bool,
+    ) -> None:
+        """Add each leaf's value (side to move at the leaf) along its path, flipping sides each
+        ply, and take the virtual loss back."""
+        if not rows_by_depth:
+            return
+        tree = self.tree
+        terminal = tree.terminal[leaves]
+        value = np.where(np.isnan(terminal), tree.value[leaves], terminal)
+        length = np.zeros(len(leaves), dtype=np.int64)
+        for rows in rows_by_depth:
+            length[rows] += 1
+        rows = np.concatenate(rows_by_depth)
+        nodes = np.concatenate(nodes_by_depth)
+        edges = np.concatenate(edges_by_depth)
+        depth = np.repeat(np.arange(len(rows_by_depth)), [len(r) for r in rows_by_depth])
+        signed = np.where((length[rows] - depth) % 2 == 1, -value[rows], value[rows])
+        if virtual:
+            tree.N[edges] -= 1
+            tree.W[edges] += self.config.virtual_loss
+            tree.visits[nodes] -= 1
+        tree.N[edges] += 1
+        tree.W[edges] += signed
+        tree.Q[edges] = tree.W[edges] / tree.N[edges]
+        tree.visits[nodes] += 1
+
+    def _expand(self, ids: np.ndarray) -> None:
+        """One evaluator call for the nodes ``ids``; each gets its value and priors (a node
+        whose moves are not listed yet keeps its row of logits for them, when the evaluator
+        gives logits: most leaves are never walked through)."""
+        if len(ids) == 0:
+            return
+        tree = self.tree
+        evaluate_logits = getattr(self.evaluator, "evaluate_logits", None)
+        if evaluate_logits is None:
+            _ensure_edges(tree, ids)
+        id_list = ids.tolist()
+        boards = [tree.boards[i] for i in id_list]
+        if evaluate_logits is not None:
+            logits, values = evaluate_logits(boards)
+            if len(logits) != len(ids) or len(values) != len(ids):
+                raise ValueError(
+                    f"evaluator returned {len(logits)} logits and {len(values)} values for {len(ids)} boards"
+                )
+            ready = tree.ready[ids]
+            for i, row in zip(ids[~ready].tolist(), np.flatnonzero(~ready).tolist(), strict=True):
+                tree.pending[i] = (logits, row)
+            now = ids[ready]
+            flat, _ = _legal_softmax(
+                logits, np.flatnonzero(ready), [tree.action[tree.edges(i)] for i in now.tolist()]
+            )
+            tree.set_priors(now, _finite(flat, tree.count[now]), np.asarray(values, dtype=np.float64)[ready])
+            later = ids[~ready]
+            tree.value[later] = np.asarray(values, dtype=np.float64)[~ready]
+            tree.walk[later] = np.isnan(tree.terminal[later])
+            n_priors = len(ids)
+        else:
+            actions = [tree.action[tree.edges(i)] for i in id_list]
+            evaluate_legal = getattr(self.evaluator, "evaluate_legal", None)
+            if evaluate_legal is not None:  # priors per legal move: no scatter into the action space
+                priors, values = evaluate_legal(boards, actions)
+                per_move = [np.asarray(p, dtype=np.float64) for p in priors]
             else:
-                leaf.expand(p, v)
+                priors, values = self.evaluator.evaluate(boards)
+                per_move = [
+                    _normalised(p, tree.moves[i], a)  # type: ignore[arg-type]
+                    for p, i, a in zip(priors, id_list, actions, strict=False)
+                ]
+            n_priors = len(priors)
+            if n_priors != len(ids) or len(values) != len(ids):
+                raise ValueError(
+                    f"evaluator returned {n_priors} priors and {len(values)} values for {len(ids)} boards"
+                )
+            flat = np.concatenate(per_move) if per_move else np.zeros(0)
+            counts = tree.count[ids]
+            if len(flat) != int(counts.sum()):
+                raise ValueError(f"expected {int(counts.sum())} priors (one per legal move), got {len(flat)}")
+            tree.set_priors(ids, _finite(flat, counts), np.asarray(values, dtype=np.float64))
+        self.evaluator_calls += 1
+        self.positions_evaluated += len(ids)
+
+    def _finish_gumbel(self, node: Node) -> np.ndarray:
+        """A Gumbel root after its search: the move it chose (among the most visited of this
+        search, the best ``g + logits + sigma(completed Q)``) and its improved policy."""
+        cfg = self.config
+        tree = self.tree
+        i = node._id
+        e = node._edges
+        if tree.mate[i] >= 0:
+            tree.chosen[i] = tree.mate[i]
+        else:
+            visits = (tree.N[e] - tree.N0[e])[None]
+            valid = np.ones_like(visits, dtype=bool)
+            score = gumbel.root_scores(
+                tree.score[e][None], visits.max(axis=1), visits, tree.value[[i]], tree.Q[e][None],
+                tree.N[e][None], tree.P[e][None], valid, cfg.c_visit, cfg.c_scale,
+            )  # fmt: skip
+            tree.chosen[i] = int(score[0].argmax())
+        pi = np.zeros(NUM_ACTIONS, dtype=np.float32)
+        pi[node.actions] = node.improved_policy(cfg)
+        return pi

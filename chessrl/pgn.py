@@ -18,6 +18,7 @@ with a ``skip`` reason, and :class:`PrepareCounts` adds the reasons up.
 from __future__ import annotations
 
 import io
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -67,6 +68,66 @@ _RESULT_TOKENS = frozenset((b"1-0", b"0-1", b"1/2-1/2", b"*"))
 
 class PGNStreamError(Exception):
     """A compressed stream that cannot be read on (truncated or corrupt ``.zst``)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# is this PGN at all? (a look at the start of a file, before anything reads it whole)
+
+#: How much of a file :func:`check_pgn_start` looks at (decompressed, for ``.zst``).
+SNIFF_BYTES = 64 * 1024
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_SKIPPABLE = {bytes([b]) for b in range(0x50, 0x60)}  # zstd skippable frames: 0x184D2A5? little-endian
+_SAN_OR_NUMBER = re.compile(
+    rb"^(\d+\s*\.|1-0|0-1|1/2-1/2|\*|O-O(-O)?|[NBRQK]?[a-h]?[1-8]?x?[a-h][1-8](=?[NBRQ])?[+#]?)(\s|$|[!?{(;])"
+)
+
+
+class NotPGNError(ValueError):
+    """A file whose start is not PGN (or, named ``.zst``, not zstd-compressed)."""
+
+
+def check_pgn_start(stream: IO[bytes], name: str, size: int = SNIFF_BYTES) -> None:
+    """Read the start of ``stream`` (a file called ``name``) and raise :class:`NotPGNError` when
+    it is not PGN: binary data, or a first line that is no tag pair, comment, escape or movetext;
+    or, for ``.zst``, no zstd frame. An empty file is PGN without games. Damage further into a
+    zstd stream is left to the reader, which keeps the games before it (a truncated download).
+
+    >>> check_pgn_start(io.BytesIO(b'\\xef\\xbb\\xbf[Event "A"]\\n'), "a.pgn")
+    >>> check_pgn_start(io.BytesIO(b"1. e4 e5 *"), "a.pgn")
+    >>> check_pgn_start(io.BytesIO(b"rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - bm e4;"), "a.pgn")
+    Traceback (most recent call last):
+    ...
+    chessrl.pgn.NotPGNError: not PGN: it starts with 'rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - bm e4;' (PGN starts with tag pairs like [Event "..."] or movetext like 1. e4)
+    """
+    head = stream.read(size)
+    if name.endswith(".zst"):
+        if head and not (
+            head.startswith(_ZSTD_MAGIC) or (head[:1] in _SKIPPABLE and head[1:4] == b"\x2a\x4d\x18")
+        ):
+            raise NotPGNError(
+                "not zstd-compressed (no zstd frame at its start): name it .pgn if it is plain PGN"
+            )
+        try:
+            head = (
+                zstandard.ZstdDecompressor()
+                .stream_reader(io.BytesIO(head), read_across_frames=True)
+                .read(size)
+            )
+        except zstandard.ZstdError:
+            return  # damaged inside the stream: the reader keeps what it can and lists the file
+    head = head.removeprefix(_BOM)
+    if b"\x00" in head:
+        raise NotPGNError("not PGN: binary data (NUL bytes) where PGN text was expected")
+    for line in head.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if line[:1] in (b"[", b"{", b";", b"%") or _SAN_OR_NUMBER.match(line):
+            return
+        shown = line[:80].decode("utf-8", errors="replace")
+        raise NotPGNError(
+            f'not PGN: it starts with {shown!r} (PGN starts with tag pairs like [Event "..."] or movetext like 1. e4)'
+        )
 
 
 # ---------------------------------------------------------------------------------------------

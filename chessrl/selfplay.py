@@ -197,7 +197,7 @@ class SelfPlay:
         still: list[_Slot] = []
         for slot in self.slots:
             root = slot.root
-            indices, probs = root.sparse_visits()
+            indices, probs = root.policy_target(self.search.config)  # visits, or Gumbel's improved policy
             ply = len(slot.moves)
             slot.pending.append(
                 (

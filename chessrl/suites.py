@@ -96,10 +96,16 @@ def parse_epd_lines(lines: Sequence[str], source: str) -> list[SuitePosition]:
 
 
 def read_epd_suite(path: str | Path) -> list[SuitePosition]:
+    """Every test position of an EPD file, read to its end (so a phase can check a suite before
+    it plays anything): a missing file, a bad line or a file without positions is an
+    InputDataError naming the file (and the line)."""
     path = Path(path)
     if not path.is_file():
         raise InputDataError(f"test suite {path} does not exist")
-    return parse_epd_lines(path.read_text(errors="replace").splitlines(), str(path))
+    positions = parse_epd_lines(path.read_text(errors="replace").splitlines(), str(path))
+    if not positions:
+        raise InputDataError(f"test suite {path} holds no EPD test position (FEN fields, then bm or am)")
+    return positions
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ import os
 import socket
 import sys
 import tempfile
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,9 +50,39 @@ class RayInfo:
 PLACEMENT_GROUP_CLEANER_LOGGER = "ray.train.v2._internal.execution.controller.placement_group_cleaner"
 
 
+#: Ray's warning that it turned token authentication on by default: worth reading for a `ray
+#: start` cluster others can reach, nothing to act on for the embedded one, which lives and dies
+#: with the driver (it appeared once per phase of the demo).
+TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+#: The embedded Ray's workers: Ray Data's INFO lines ("Dataset ... execution finished") and tqdm
+#: bars ("Writing model shards", in a log that is not a terminal) say nothing the driver does not.
+EMBEDDED_WORKER_ENV = {"RAY_DATA_LOG_LEVEL": "WARNING", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+
+def quiet_driver() -> None:
+    """A command's own process: no tqdm bars from transformers ("Loading weights" each time a
+    phase loads a model to evaluate it); the command prints its own progress lines."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:  # imported already: its switch was read at import
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+
+
 def quiet_embedded_workers() -> None:
-    """The embedded Ray's ``worker_process_setup_hook``: runs in each of its worker processes."""
+    """The embedded Ray's ``worker_process_setup_hook``: runs in each of its worker processes.
+    Their console output is for what the driver does not say already."""
     logging.getLogger(PLACEMENT_GROUP_CLEANER_LOGGER).setLevel(logging.ERROR)
+    # Ray Train's "Reporting training result N: TrainingReport(...)" at every checkpoint: its logger
+    # is named after the module's file, so the run's LoggingConfig level does not reach it
+    import ray
+
+    context = os.path.join(os.path.dirname(ray.__file__), "train", "v2", "_internal", "execution", "context.py")
+    logging.getLogger(context).setLevel(logging.WARNING)
+    # Ray Data's own use of its deprecated option (Ray 2.60, in Ray Train's DatasetManager)
+    warnings.filterwarnings("ignore", message=r".*ExecutionOptions\.exclude_resources")
 
 
 def ray_address_file() -> Path:
@@ -125,8 +156,15 @@ def resolve_address(config: RaySection, flag: str | None = None) -> str | None:
 
 
 @contextlib.contextmanager
-def ray_session(config: RaySection, address: str | None = None, *, quiet: bool = True) -> Iterator[RayInfo]:
-    """Start or join Ray for the duration of the block; shuts down only what it started."""
+def ray_session(
+    config: RaySection,
+    address: str | None = None,
+    *,
+    quiet: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> Iterator[RayInfo]:
+    """Start or join Ray for the duration of the block; shuts down only what it started.
+    ``log`` hears one line before a start or join that may take a while."""
     import ray  # cluster/ may import ray; chessrl/ never does
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -138,12 +176,15 @@ def ray_session(config: RaySection, address: str | None = None, *, quiet: bool =
     level = logging.WARNING if quiet else logging.INFO
     notes: list[str] = []
     if not target:
+        logging.getLogger(TOKEN_AUTH_LOGGER).setLevel(logging.ERROR)
         forgotten = forget_dead_ray_address()
         if forgotten:
             notes.append(
                 f"removed {ray_address_file()}: the `ray start` cluster it named ({forgotten}) is gone, "
                 "and Ray Train would wait on it at the end of every run"
             )
+    if log is not None:
+        log(f"ray: joining the cluster at {target}" if target else "ray: starting an embedded local cluster")
     try:
         if target:
             context = ray.init(address=target, logging_level=level, configure_logging=True)
@@ -162,7 +203,7 @@ def ray_session(config: RaySection, address: str | None = None, *, quiet: bool =
                 dashboard_port=config.dashboard_port,
                 logging_level=level,
                 configure_logging=True,
-                runtime_env={"worker_process_setup_hook": quiet_embedded_workers},
+                runtime_env={"worker_process_setup_hook": quiet_embedded_workers, "env_vars": EMBEDDED_WORKER_ENV},
             )
             mode = "embedded"
     except ConnectionError as exc:

@@ -413,6 +413,10 @@ class SelfplayConfig(Section):
     """MCTS simulations per move."""
     mcts_cpuct: float = Field(1.5, gt=0)
     """PUCT exploration constant."""
+    search: Literal["puct", "gumbel"] = "puct"
+    """Root search: puct (AlphaZero: Dirichlet root noise, visit counts as policy targets) or gumbel
+    (Gumbel root search, Danihelka et al. 2022: Gumbel-top-k root moves, sequential halving, the
+    completed-Q improved policy as targets; needs fewer simulations)."""
     producer_workers: int = Field(0, ge=0)
     """Self-play collector actors feeding the learner asynchronously (0: the learner plays its
     own games between training rounds)."""

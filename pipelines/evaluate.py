@@ -32,6 +32,7 @@ import sys
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,12 +69,12 @@ from chessrl.rating import (
     rate_players,
     sprt_pentanomial,
 )
-from chessrl.suites import move_quality, score_cp
-from cluster.errors import ConfigError, StorageError, UserError
-from cluster.storage import Storage
-from pipelines.config import EvaluateConfig
+from chessrl.suites import SuitePosition, move_quality, read_epd_suite, score_cp
+from cluster.errors import ConfigError, InputDataError, StorageError, UserError
+from cluster.storage import Storage, split_uri
+from pipelines.config import ChessRLConfig, EvaluateConfig
 from pipelines.matches import Arena, GameTask, Settings, schedule_pairs, suite_task
-from pipelines.phase import Phase, PhaseContext, PhaseResult, run_phase
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, run_phase, saved_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -107,7 +108,29 @@ def ladder_settings(cfg: EvaluateConfig, seed: int) -> LadderSettings | None:
         raise ConfigError(f"evaluate.ladder_rungs (--ladder-rungs): {exc}") from None
 
 
-def validate(cfg: EvaluateConfig, context: PhaseContext) -> tuple[list[PlayerSpec], str | None, str | None]:
+@dataclass(frozen=True)
+class EvaluateInputs:
+    """What ``evaluate`` reads, checked: the players, the models and networks they load, the
+    opening book and the test suites (parsed whole)."""
+
+    specs: list[PlayerSpec]
+    sft_model: str | None
+    selfplay_best: str | None
+    openings: list[Opening] | None  # the book's; None: seeded random openings
+    suites: list[tuple[str, list[SuitePosition]]]  # (name, positions)
+
+
+def suite_path(path: str) -> str:
+    """A suite file as given, or relative to the repository (the presets name tests/data/epd)."""
+    return path if Path(path).is_file() or not (ROOT / path).is_file() else str(ROOT / path)
+
+
+def check_evaluate(config: ChessRLConfig, inputs: Inputs) -> EvaluateInputs:
+    """Every input of ``evaluate``, before any game: the players (syntax, count, names), the
+    ladder, the sft model and self-play network the ``sft`` and ``mcts`` players load, each
+    ``lm:``/``mcts:``/``uci:`` path, the opening book and every EPD suite, read to the end. A
+    model an earlier phase of the same graph run writes is taken as given."""
+    cfg = config.evaluate
     specs = [parse_player_spec(s) for s in cfg.players]
     if cfg.mode == "sprt" and len(specs) != 2:
         raise ConfigError(
@@ -120,35 +143,54 @@ def validate(cfg: EvaluateConfig, context: PhaseContext) -> tuple[list[PlayerSpe
     if len(set(labels)) != len(labels):
         dupes = sorted(label for label, c in Counter(labels).items() if c > 1)
         raise ConfigError(f"evaluate.players (--players) names a player twice: {', '.join(dupes)}")
-    ladder_settings(cfg, context.config.run.seed)
+    ladder_settings(cfg, config.run.seed)
     sft_model = None
     if any(s.kind == "sft" for s in specs):
-        model = context.phase_storage("sft").child("model")
-        if not model.exists("config.json"):
+        model = inputs.folder("sft").child("model")
+        if not inputs.will_write("sft") and not model.exists("config.json"):
             raise StorageError(
                 f"player 'sft': no model at {model.uri}: run `chess-rl sft` first, or use lm:DIR"
             )
-        sft_model = model.uri if not model.is_local else model.root
+        sft_model = location(model)
     selfplay_best = None
     if any(s.kind == "mcts" and s.path is None for s in specs):
-        phase = context.phase_storage("selfplay")
-        if not phase.exists("best.pt"):
+        phase = inputs.folder("selfplay")
+        if not inputs.will_write("selfplay") and not phase.exists("best.pt"):
             raise StorageError(
                 f"player 'mcts': no network at {phase.uri_of('best.pt')}: run `chess-rl selfplay` first, "
                 "or use mcts:FILE.pt"
             )
         selfplay_best = phase.uri_of("best.pt") if not phase.is_local else phase.path("best.pt")
+    written = {location(inputs.folder(p).child("model")) for p in inputs.produced}
     for s in specs:
-        if s.kind == "mcts" and s.path and "://" not in s.path and not Path(s.path).is_file():
+        if s.kind == "mcts" and s.path and not _file_exists(s.path):
             raise StorageError(f"player {s.label!r}: no network file at {s.path}")
-        if s.kind == "lm" and "://" not in str(s.path) and not Path(str(s.path), "config.json").is_file():
-            raise StorageError(f"player {s.label!r}: {s.path} is not a saved model folder (no config.json)")
+        if s.kind == "lm" and str(s.path) not in written:
+            saved_model(str(s.path), f"player {s.label!r}")
         if s.kind == "uci" and not Path(str(s.path)).is_file():
             raise ConfigError(f"evaluate.players: player {s.label!r}: no engine at {s.path}")
+    openings = None
+    if cfg.openings:
+        try:
+            openings = book_openings(cfg.openings)
+        except InputDataError as exc:
+            raise InputDataError(f"evaluate.openings (--openings): {exc}") from None
+    suites = []
     for path in cfg.suites:
-        if not Path(path).is_file() and not (ROOT / path).is_file():
+        if not Path(suite_path(path)).is_file():
             raise ConfigError(f"evaluate.suites (--suites): {path} does not exist")
-    return specs, sft_model, selfplay_best
+        try:
+            suites.append((Path(path).stem, read_epd_suite(suite_path(path))))
+        except InputDataError as exc:
+            raise InputDataError(f"evaluate.suites (--suites): {exc}") from None
+    return EvaluateInputs(specs, sft_model, selfplay_best, openings, suites)
+
+
+def _file_exists(path: str) -> bool:
+    if "://" not in path or path.startswith("file://"):
+        return Path(path.removeprefix("file://")).is_file()
+    storage, name = split_uri(path)
+    return storage.exists(name)
 
 
 def _triples(games: Iterable[ArenaGame]) -> list[tuple[str, str, float]]:
@@ -221,15 +263,12 @@ def run_evaluate(context: PhaseContext) -> PhaseResult:
 
     cfg = context.config.evaluate
     log = context.log
-    specs, sft_model, selfplay_best = validate(cfg, context)
+    found = check_evaluate(context.config, Inputs.of_context(context))
+    specs, sft_model, selfplay_best = found.specs, found.sft_model, found.selfplay_best
     seed = context.config.run.seed
     ls = ladder_settings(cfg, seed)
     rung_specs = [parse_player_spec(r) for r in ls.rungs] if ls else []
-    openings = (
-        book_openings(cfg.openings)
-        if cfg.openings
-        else random_openings(max(1, (cfg.games + 1) // 2), cfg.random_plies, seed)
-    )
+    openings = found.openings or random_openings(max(1, (cfg.games + 1) // 2), cfg.random_plies, seed)
     out = context.phase_storage("evaluate").child(cfg.name)
     settings = Settings(
         sft_model, selfplay_best, cfg.lm_temperature, cfg.lm_retries, cfg.on_illegal, cfg.stockfish_nodes, cfg.max_plies,
@@ -280,11 +319,10 @@ def run_evaluate(context: PhaseContext) -> PhaseResult:
             }  # fmt: skip
 
         suite_results: list[dict[str, Any]] = []
-        if cfg.suites:
-            suites = [str(p if Path(p).is_file() else ROOT / p) for p in cfg.suites]
+        if found.suites:
             remote_suites = ray.remote(num_cpus=1)(suite_task)
             suite_results = ray.get(
-                remote_suites.remote(specs[0], settings, suites, arena.actors, arena.engines)
+                remote_suites.remote(specs[0], settings, found.suites, arena.actors, arena.engines)
             )
         quality = (
             candidate_quality(pool, specs[0].label, games, cfg.quality_nodes)
@@ -554,6 +592,7 @@ PHASE = Phase(
     section="evaluate",
     section_model=EvaluateConfig,
     run=run_evaluate,
+    check=check_evaluate,
 )
 
 

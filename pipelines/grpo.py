@@ -42,14 +42,16 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from chessrl.grpo import GRPOSettings, Prompt
 from cluster.errors import ConfigError, StorageError
+from cluster.progress import ProgressBoard
 from cluster.storage import Storage
-from pipelines.config import GRPOConfig
+from pipelines.config import ChessRLConfig, GRPOConfig
 from pipelines.learner import LearnerLog, largest_node_cpus, torch_trainer
-from pipelines.phase import Phase, PhaseContext, PhaseResult, model_location, run_phase
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, run_phase
 from pipelines.sft import sft_folder
 
 
@@ -97,17 +99,12 @@ def check_policy(path: str, log: Any, text_format: str = "rookworld") -> dict[st
             "move_tokens": move_tokens(tokenizer), "text_format": trained}  # fmt: skip
 
 
-def plan_prompts(
-    context: PhaseContext, cfg: GRPOConfig
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """Every iteration's prompts and the held-out prompts (as dicts), and the mix drawn."""
-    from chessrl.grpo import task_prompts
-    from chessrl.lm_data import split_games
-    from chessrl.positions import PositionSampler, check_mix, phase_counts
-    from pipelines.preferences import read_games
+def check_prompt_settings(cfg: GRPOConfig) -> dict[str, float]:
+    """The position mix (checked), and a policy share the text format can give."""
+    from chessrl.positions import check_mix
 
     try:
-        mix = check_mix(cfg.position_mix.model_dump())
+        mix: dict[str, float] = check_mix(cfg.position_mix.model_dump())
     except ValueError as exc:
         raise ConfigError(f"grpo.position_mix: {exc}") from None
     if cfg.text_format == "moves" and cfg.policy_share < 1:
@@ -115,6 +112,57 @@ def plan_prompts(
             f"grpo.policy_share (--policy-share) is {cfg.policy_share:g}, but the moves format has no environment "
             "task: set it to 1, or use --text-format rookworld"
         )
+    return mix
+
+
+@dataclass(frozen=True)
+class GRPOInputs:
+    """What ``grpo`` reads, checked: its settings, the policy and what :func:`check_policy` found
+    (None while an earlier phase of the graph run still has to write the policy)."""
+
+    settings: GRPOSettings
+    policy: str
+    facts: dict[str, Any] | None
+
+
+def check_grpo(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: None) -> GRPOInputs:
+    """Every input of ``grpo``, before Ray starts: its settings, the policy (a saved GPT-2 LM;
+    by default the sft model of its text format), Stockfish, the prompts' settings and the games
+    table, each unless an earlier phase of the same graph run writes it."""
+    from chessrl.engine import find_stockfish
+    from pipelines.preferences import games_table
+
+    cfg = config.grpo
+    try:
+        settings = grpo_settings(cfg)
+    except ValueError as exc:
+        raise ConfigError(f"grpo: {exc}") from None
+    producer = sft_folder(cfg.text_format)
+    policy_path = model_location(
+        cfg.policy, inputs.folder(producer).child("model"), "grpo.policy (--policy)",
+        "sft --text-format rookworld" if cfg.text_format == "rookworld" else "sft",
+        produced=inputs.will_write(producer),
+    )  # fmt: skip
+    facts = None
+    if cfg.policy or not inputs.will_write(producer):
+        facts = check_policy(policy_path, log, cfg.text_format)
+    find_stockfish()  # a missing engine is one clear line before any work
+    check_prompt_settings(cfg)
+    if cfg.games or not inputs.will_write("prepare"):
+        games_table(Storage.from_uri(cfg.games or inputs.folder("prepare").uri_of("games")))
+    return GRPOInputs(settings, policy_path, facts)
+
+
+def plan_prompts(
+    context: PhaseContext, cfg: GRPOConfig
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """Every iteration's prompts and the held-out prompts (as dicts), and the mix drawn."""
+    from chessrl.grpo import task_prompts
+    from chessrl.lm_data import split_games
+    from chessrl.positions import PositionSampler, phase_counts
+    from pipelines.preferences import read_games
+
+    mix = check_prompt_settings(cfg)
     seed = context.config.run.seed
     source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
     rows = read_games(source)
@@ -165,6 +213,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     from chessrl.engine import SearchLimit
     from chessrl.grpo import batch_metrics, grpo_update, sample_groups, score_samples
     from chessrl.models import load_pretrained
+    from cluster.progress import report_progress
     from cluster.tracking import RunMetricsLogger
 
     torch.set_num_threads(max(1, min(int(cfg["threads"]), os.cpu_count() or 1)))
@@ -191,6 +240,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         print(f"[grpo] learner resumes at iteration {state['iteration']}", flush=True)
     else:
         torch.manual_seed(cfg["seed"])
+    first_iteration = state["iteration"]
     pool = cfg["engine_pool"]
     limit = SearchLimit(nodes=cfg["stockfish_nodes"])
     mlflow = RunMetricsLogger(cfg["tracking_uri"], cfg["tracking_run_id"])
@@ -241,15 +291,16 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         }  # fmt: skip
         log.write(metrics, state["iteration"])
         mlflow.log(metrics, step=state["iteration"])
-        print(
-            f"[grpo] iteration {state['iteration']}/{cfg['iterations']}: reward {metrics['reward_mean']:+.3f} "
+        report_progress(
+            cfg["progress"], state["iteration"],
+            f"reward {metrics['reward_mean']:+.3f} "
             f"(policy {metrics['reward_policy']:+.3f}, env {metrics['reward_environment']:.3f}), "
             f"legal {metrics['legal_rate']:.1%}, env exact {metrics['env_exact']:.1%}, "
             f"zero-variance groups {metrics['zero_variance_groups']:.0%}, KL {metrics['kl']:.4f}, "
             f"{metrics['samples_per_s']:.1f} samples/s (generate {t1 - t0:.1f} s, Stockfish {t2 - t1:.1f} s, "
             f"learn {t3 - t2:.1f} s)",
-            flush=True,
-        )
+            start=first_iteration, show=True,
+        )  # fmt: skip
         if state["iteration"] % cfg["checkpoint_interval"] == 0 and state["iteration"] < cfg["iterations"]:
             save_checkpoint(metrics)
     from pipelines.sft import mark_text_format
@@ -292,25 +343,15 @@ def heldout_scores(
 
 def run_grpo(context: PhaseContext) -> PhaseResult:
     from actors.engine_pool import EnginePool
-    from chessrl.engine import find_stockfish
     from cluster.runtime import release_actor_name
 
     cfg = context.config.grpo
     run = context.config.run
     log = context.log
     phase = context.phase_storage("grpo")
-    try:
-        settings = grpo_settings(cfg)
-    except ValueError as exc:
-        raise ConfigError(f"grpo: {exc}") from None
-    policy_path = model_location(
-        cfg.policy,
-        context.phase_storage(sft_folder(cfg.text_format)).child("model"),
-        "grpo.policy (--policy)",
-        "sft --text-format rookworld" if cfg.text_format == "rookworld" else "sft",
-    )
-    facts = check_policy(policy_path, log, cfg.text_format)
-    find_stockfish()  # a missing engine is one clear line before any work
+    found = check_grpo(context.config, Inputs.of_context(context), log)
+    settings, policy_path, facts = found.settings, found.policy, found.facts
+    assert facts is not None  # nothing is taken as given here
     prompts, heldout, drawn = plan_prompts(context, cfg)
     limits = max_new_tokens(cfg, facts["move_tokens"])
     phase.makedirs()
@@ -358,17 +399,20 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
             "tracking_uri": context.tracking.uri, "tracking_run_id": context.tracking.run_id,
         },
         num_workers=1, cpus_per_worker=learner_cpus, use_gpu=False,
+        progress=(board := ProgressBoard(log, "iteration", cfg.iterations)),
     )  # fmt: skip
     started = time.perf_counter()
     scores: dict[str, dict[str, float]] = {}
     try:
-        result = trainer.fit()
+        with board:
+            result = trainer.fit()
         seconds = time.perf_counter() - started
         if phase.exists("model/config.json"):
             from chessrl.engine import SearchLimit
 
             final_path = model_location(None, phase.child("model"), "grpo", "grpo")
             limit = SearchLimit(nodes=cfg.stockfish_nodes)
+            log(f"trained in {seconds:.0f} s; the start and final policies on {len(heldout)} held-out prompts")
             scores = heldout_scores(
                 heldout, {"start": policy_path, "final": final_path}, limits,
                 lambda fens: [a.score.expected for a in pool.analyse(fens, limit)], settings,
@@ -449,6 +493,7 @@ PHASE = Phase(
     section="grpo",
     section_model=GRPOConfig,
     run=run_grpo,
+    check=check_grpo,
 )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from chessrl.models import make_tokenizer_config_generic
 from cluster.errors import ConfigError
+from cluster.progress import ProgressBoard
 from cluster.storage import Storage
 from pipelines.phase import PhaseContext
 
@@ -51,10 +52,13 @@ def torch_trainer(
     cpus_per_worker: float,
     use_gpu: bool,
     datasets: dict[str, Any] | None = None,
+    progress: ProgressBoard | None = None,
 ) -> Any:
     """A ``TorchTrainer`` whose checkpoints live under ``<storage>/<run>/<phase>/ray``: running
-    the same phase again (same run name and storage) finds them and resumes."""
-    from ray.train import RunConfig, ScalingConfig
+    the same phase again (same run name and storage) finds them and resumes. With ``progress``,
+    ``loop_config["progress"]`` is the board's handle, for :func:`cluster.progress.report_progress`
+    in the loop (``None`` without one)."""
+    from ray.train import LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     largest = largest_node_cpus()
@@ -71,7 +75,7 @@ def torch_trainer(
     os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
     return TorchTrainer(
         loop,
-        train_loop_config=loop_config,
+        train_loop_config={**loop_config, "progress": progress.handle if progress is not None else None},
         scaling_config=ScalingConfig(
             num_workers=num_workers, use_gpu=use_gpu, resources_per_worker={"CPU": cpus_per_worker}
         ),
@@ -81,6 +85,9 @@ def torch_trainer(
             storage_path=ray_storage.root if ray_storage.is_local else ray_storage.path(),
             storage_filesystem=None if ray_storage.is_local else ray_storage.fs,
             callbacks=list(context.train_callbacks) or None,
+            # the controller's INFO lines (resources requested, worker group started) stay in
+            # Ray Train's log files; the driver says what matters
+            logging_config=LoggingConfig(log_level="WARNING"),
         ),
     )
 

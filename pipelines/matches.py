@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from chessrl.arena import ArenaGame, Opening, play_game
@@ -28,9 +27,26 @@ from chessrl.players import (
     StockfishPlayer,
     UCIPlayer,
 )
-from chessrl.suites import read_epd_suite, run_suite, score_cp
+from chessrl.suites import SuitePosition, run_suite, score_cp
 from cluster.errors import UserError
+from cluster.progress import progress_line
 from cluster.storage import Storage
+
+#: The longest gap between two progress lines of a match (and the last game always has one).
+PROGRESS_EVERY_S = 15.0
+
+
+def match_figures(games: Iterable[ArenaGame]) -> str:
+    """``12 decisive, 18 drawn, 87 plies on average`` over the games finished so far.
+
+    >>> match_figures([ArenaGame("a", "b", "1-0", "checkmate", ["e2e4"] * 40),
+    ...                ArenaGame("b", "a", "1/2-1/2", "max_plies", ["e2e4"] * 120)])
+    '1 decisive, 1 drawn, 80 plies on average'
+    """
+    games = list(games)
+    decisive = sum(g.result in ("1-0", "0-1") for g in games)
+    plies = sum(len(g.moves) for g in games) / max(1, len(games))
+    return f"{decisive} decisive, {len(games) - decisive} drawn, {plies:.0f} plies on average"
 
 
 @dataclass(frozen=True)
@@ -130,14 +146,19 @@ def play_one(
 
 
 def suite_task(
-    spec: PlayerSpec, settings: Settings, suites: list[str], pool_actors: list[Any] | None, engines: int
+    spec: PlayerSpec,
+    settings: Settings,
+    suites: Sequence[tuple[str, Sequence[SuitePosition]]],
+    pool_actors: list[Any] | None,
+    engines: int,
 ) -> list[dict[str, Any]]:
-    """A Ray task: the candidate on every EPD suite."""
+    """A Ray task: the candidate on every EPD suite, ``(name, positions)`` as the driver read
+    them (:func:`chessrl.suites.read_epd_suite`, before any game)."""
     player = build_player(spec, settings, _pool(pool_actors, engines))
     try:
         out = []
-        for path in suites:
-            result = run_suite(player, Path(path).stem, read_epd_suite(path))
+        for name, positions in suites:
+            result = run_suite(player, name, positions)
             out.append({**result.__dict__, "accuracy": result.accuracy})
         return out
     finally:
@@ -201,6 +222,7 @@ class Arena:
             return finished
         remote_game = ray.remote(num_cpus=1, max_retries=1)(play_one)
         started, played, total = time.perf_counter(), 0, len(queue)
+        shown = started
         inflight: dict[Any, GameTask] = {}
         while queue or inflight:
             while queue and len(inflight) < self.limit:
@@ -220,6 +242,9 @@ class Arena:
                 played += 1
                 if stop is not None and stop(finished):
                     queue.clear()
-                if played % 10 == 0 or not (queue or inflight):
-                    self.log(f"{what}: {played}/{total} played ({time.perf_counter() - started:.0f} s)")
+                now = time.perf_counter()
+                if now - shown >= PROGRESS_EVERY_S or not (queue or inflight):
+                    self.log(f"{what}: " + progress_line("game", played, total, elapsed_s=now - started, start=0,
+                                                         figures=match_figures(finished.values())))  # fmt: skip
+                    shown = now
         return finished

@@ -37,7 +37,7 @@ from cluster.config import (
     resolve_preset,
 )
 from cluster.errors import StorageError, UserError
-from cluster.runtime import RayInfo, ray_session
+from cluster.runtime import RayInfo, quiet_driver, ray_session
 from cluster.storage import Storage
 from cluster.tracking import PhaseRun, Tracker, write_json_artifact
 from pipelines.config import ChessRLConfig
@@ -75,6 +75,37 @@ class PhaseContext:
 
 
 @dataclass(frozen=True)
+class Inputs:
+    """Where a phase's check finds the inputs it reads from other phases (``<run>/<phase>``), and
+    which of those phases an earlier phase of the same ``rlaif`` graph run will write first: their
+    outputs do not exist yet, so a check takes them as given (the phase's ``run`` checks them
+    again when it starts)."""
+
+    run_storage: Storage  # <storage>/<run>
+    produced: frozenset[str] = frozenset()
+    #: Phases whose folder is somewhere else than ``<run>/<phase>`` (see PhaseContext.outputs).
+    outputs: dict[str, Storage] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, config: ChessRLConfig, produced: frozenset[str] = frozenset()) -> Inputs:
+        """The inputs of a command about to run with ``config`` (before Ray starts)."""
+        return cls(Storage.from_uri(config.run.storage).child(config.run.name), frozenset(produced))
+
+    @classmethod
+    def of_context(cls, context: PhaseContext) -> Inputs:
+        """The inputs of a running phase: nothing is taken as given any more."""
+        return cls(context.run_storage, frozenset(), dict(context.outputs))
+
+    def folder(self, phase: str) -> Storage:
+        """``phase``'s folder: ``<run>/<phase>`` unless :attr:`outputs` says otherwise."""
+        return self.outputs.get(phase) or self.run_storage.child(phase)
+
+    def will_write(self, phase: str) -> bool:
+        """Whether an earlier phase of this graph run writes ``phase``'s outputs (not checked)."""
+        return phase in self.produced
+
+
+@dataclass(frozen=True)
 class Phase:
     name: str
     summary: str
@@ -83,8 +114,10 @@ class Phase:
     run: Callable[[PhaseContext], PhaseResult]
     description: str = ""
     needs_ray: bool = True
-    #: Checks across sections that need no Ray, run before Ray starts (a UserError: exit 2).
-    check: Callable[[ChessRLConfig], object] | None = None
+    #: Checks every input the phase reads (files, models, players, storage URIs, suite and opening
+    #: files, config values across sections), with no Ray: ``run_phase`` and the ``rlaif`` graph
+    #: run it before Ray starts (a UserError: one ``error:`` line, exit 2).
+    check: Callable[[ChessRLConfig, Inputs], object] | None = None
 
 
 def build_parser(
@@ -164,18 +197,37 @@ def build_parser(
     return parser, mapping
 
 
-def model_location(path: str | None, default: Storage, key: str, producer: str) -> str:
-    """A saved model's folder or URI; a missing one is one clear StorageError."""
+def saved_model(path: str, key: str) -> str:
+    """``path`` when it is a folder (local, ``file://`` or ``s3://``) holding a saved model's
+    ``config.json``; otherwise one StorageError naming ``key``."""
+    if "://" not in path or path.startswith("file://"):
+        found = Path(path.removeprefix("file://"), "config.json").is_file()
+    else:
+        found = Storage.from_uri(path).exists("config.json")
+    if not found:
+        raise StorageError(f"{key}: {path} is not a saved model folder (no config.json)")
+    return path
+
+
+def location(folder: Storage) -> str:
+    """How a phase hands a folder on: a local path, or the URI."""
+    return folder.root if folder.is_local else folder.uri
+
+
+def model_location(
+    path: str | None, default: Storage, key: str, producer: str, *, produced: bool = False
+) -> str:
+    """A saved model's folder or URI: ``path``, else ``default`` (``<run>/<producer>/model``); a
+    missing one is one clear StorageError naming ``key``. ``produced``: an earlier phase of the
+    same graph run writes ``default``, so it is not looked for."""
     if path:
-        if "://" not in path and not Path(path, "config.json").is_file():
-            raise StorageError(f"{key}: {path} is not a saved model folder (no config.json)")
-        return path
-    if not default.exists("config.json"):
+        return saved_model(path, key)
+    if not produced and not default.exists("config.json"):
         flag = key.split("(")[-1].rstrip(")")
         raise StorageError(
             f"no model at {default.uri}: run `chess-rl {producer}` first, or pass {flag} DIR|s3://..."
         )
-    return default.root if default.is_local else default.uri
+    return location(default)
 
 
 def resolve_config(
@@ -193,9 +245,10 @@ def run_phase(phase: Phase, argv: Sequence[str] | None = None, *, prog: str | No
     log = phase_logger(phase.name)
 
     def body() -> int:
+        quiet_driver()
         config = resolve_config(phase, args, mapping)
-        if phase.check is not None:
-            phase.check(config)
+        if phase.check is not None:  # every input, before Ray starts
+            phase.check(config, Inputs.of(config))
         run_storage = Storage.from_uri(config.run.storage).child(config.run.name)
         params = flatten(config)
         log(f"run {config.run.name!r} -> {run_storage.uri}")
@@ -205,7 +258,7 @@ def run_phase(phase: Phase, argv: Sequence[str] | None = None, *, prog: str | No
         )
         tracker = Tracker(config.tracking, storage_uri=config.run.storage, run_name=config.run.name)
         started = time.perf_counter()
-        with ray_session(config.ray, args.address) as ray_info:
+        with ray_session(config.ray, args.address, log=log) as ray_info:
             log(
                 f"ray: {ray_info.mode} cluster at {ray_info.address}, {int(ray_info.resources.get('CPU', 0))} CPUs"
                 + (f", dashboard {ray_info.dashboard_url}" if ray_info.dashboard_url else "")

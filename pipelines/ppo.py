@@ -39,15 +39,17 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from chessrl.ppo import PPOSettings
 from cluster.errors import ConfigError, StorageError
+from cluster.progress import ProgressBoard
 from cluster.storage import Storage
-from pipelines.config import PPOConfig
+from pipelines.config import ChessRLConfig, PPOConfig
 from pipelines.learner import LearnerLog, RolloutFeed, largest_node_cpus, torch_trainer
-from pipelines.phase import Phase, PhaseContext, PhaseResult, model_location, run_phase
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, run_phase
 
 
 def ppo_settings(cfg: PPOConfig) -> PPOSettings:
@@ -149,6 +151,45 @@ def check_models(policy_path: str, reward_path: str, max_tokens: int) -> dict[st
     return {"context": context, "vocab": len(policy_tok)}
 
 
+@dataclass(frozen=True)
+class PPOInputs:
+    """What ``ppo`` reads, checked: its opponents, the policy and the reward model, and what
+    :func:`check_models` found (None while an earlier phase of the graph run still has to write
+    one of the models)."""
+
+    opponents: list[Any]
+    policy: str
+    reward: str
+    facts: dict[str, Any] | None
+
+
+def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
+    """Every input of ``ppo``, before Ray starts: the opponents, the policy and the reward model
+    (saved folders; then :func:`check_models` on both) and the games table the episodes start
+    from (when given, or when one is there), each unless an earlier phase of the same graph run
+    writes it."""
+    from chessrl.ppo import parse_opponent
+    from pipelines.preferences import games_table
+
+    cfg = config.ppo
+    opponents = [parse_opponent(o) for o in cfg.opponents]
+    policy_path = model_location(
+        cfg.policy, inputs.folder("sft").child("model"), "ppo.policy (--policy)", "sft",
+        produced=inputs.will_write("sft"),
+    )  # fmt: skip
+    reward_path = model_location(
+        cfg.reward_model, inputs.folder("reward").child("model"), "ppo.reward_model (--reward-model)", "reward",
+        produced=inputs.will_write("reward"),
+    )  # fmt: skip
+    facts = None
+    if (cfg.policy or not inputs.will_write("sft")) and (cfg.reward_model or not inputs.will_write("reward")):
+        facts = check_models(policy_path, reward_path, cfg.max_start_ply + 2 * cfg.max_actions + 2)
+    source = Storage.from_uri(cfg.games or inputs.folder("prepare").uri_of("games"))
+    if cfg.games or (not inputs.will_write("prepare") and source.exists()):
+        games_table(source)
+    return PPOInputs(opponents, policy_path, reward_path, facts)
+
+
 def start_pool(context: PhaseContext, cfg: PPOConfig, limit: int = 4096) -> list[tuple[str, ...]]:
     """Move lists the episodes start from: up to ``limit`` seeded games of the games table, cut
     after ``max_start_ply + 1`` moves; only the start position when there is no table."""
@@ -203,6 +244,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     from chessrl.models import load_pretrained
     from chessrl.ppo import actions_from_rows, make_batch, ppo_update, stale_episodes
     from chessrl.reward import load_reward_model
+    from cluster.progress import report_progress
     from cluster.tracking import RunMetricsLogger
 
     torch.set_num_threads(max(1, min(int(cfg["threads"]), os.cpu_count() or 1)))
@@ -239,6 +281,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     log = LearnerLog(phase.child("logs"))
     generator = torch.Generator().manual_seed(cfg["seed"] * 31 + state["iteration"])
     started = time.perf_counter() - state["seconds"]
+    first_iteration = state["iteration"]
     time_limit = cfg["time_limit_s"]
 
     def publish() -> None:
@@ -326,14 +369,14 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         }  # fmt: skip
         log.write(metrics, state["iteration"])
         mlflow.log(metrics, step=state["iteration"])
-        print(
-            f"[ppo] iteration {state['iteration']}/{cfg['iterations']}: reward {metrics['reward_mean']:+.3f}, "
-            f"KL {metrics['kl_to_ref']:.4f}, legal {metrics['legal_rate']:.1%}, "
+        report_progress(
+            cfg["progress"], state["iteration"],
+            f"reward {metrics['reward_mean']:+.3f}, KL {metrics['kl_to_ref']:.4f}, legal {metrics['legal_rate']:.1%}, "
             + ("critic warm-up, " if warmup else f"clip {metrics.get('clipfrac', 0):.2f}, ")
             + f"value loss {metrics['value_loss']:.3f}, EV {metrics['explained_variance']:+.2f}, "
             f"{len(episodes)} episodes (lag <= {metrics['version_lag_max']}), learn {learn_s:.1f} s, wait {wait_s:.1f} s",
-            flush=True,
-        )
+            start=first_iteration, show=True,
+        )  # fmt: skip
         # Ray Train hears from the learner at checkpoints only: a report is a barrier with the
         # controller that took ~1.2 s (Ray 2.60, 2 CPUs), more than a tiny model's whole step;
         # the metrics of every iteration go to MLflow, metrics.jsonl and the console above
@@ -396,24 +439,15 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     from actors.parameter_server import ParameterServer
     from actors.reward_server import RewardClient
     from actors.rollout import RolloutCollector, RolloutSpec, list_rollout_shards
-    from chessrl.ppo import parse_opponent
     from cluster.runtime import release_actor_name
 
     cfg = context.config.ppo
     run = context.config.run
     log = context.log
     phase = context.phase_storage("ppo")
-    opponents = [parse_opponent(o) for o in cfg.opponents]
-    policy_path = model_location(
-        cfg.policy, context.phase_storage("sft").child("model"), "ppo.policy (--policy)", "sft"
-    )
-    reward_path = model_location(
-        cfg.reward_model,
-        context.phase_storage("reward").child("model"),
-        "ppo.reward_model (--reward-model)",
-        "reward",
-    )
-    facts = check_models(policy_path, reward_path, cfg.max_start_ply + 2 * cfg.max_actions + 2)
+    found = check_ppo(context.config, Inputs.of_context(context))
+    opponents, policy_path, reward_path, facts = found.opponents, found.policy, found.reward, found.facts
+    assert facts is not None  # nothing is taken as given here
     pool = start_pool(context, cfg)
     phase.makedirs()
     phase.write_text("starts.json", json.dumps(pool))
@@ -477,10 +511,12 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
             "tracking_uri": context.tracking.uri, "tracking_run_id": context.tracking.run_id,
         },
         num_workers=1, cpus_per_worker=learner_cpus, use_gpu=False,
+        progress=(board := ProgressBoard(log, "iteration", cfg.iterations)),
     )  # fmt: skip
     started = time.perf_counter()
     try:
-        result = trainer.fit()
+        with board:
+            result = trainer.fit()
     finally:
         ray.get(server.stop.remote())
         summaries = []
@@ -506,6 +542,7 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     heldout: dict[str, dict[str, float]] = {}
     if phase.exists("model/config.json"):
         final_path = model_location(None, phase.child("model"), "ppo", "ppo")
+        log(f"trained in {seconds:.0f} s; the start and final policies on {cfg.heldout_positions} held-out positions")
         heldout = heldout_legal_rates(context, cfg, {"start": policy_path, "final": final_path})
     shards = list_rollout_shards(phase.child("rollouts"))
     learner = json.loads(phase.read_text("learner_state.json")) if phase.exists("learner_state.json") else {}
@@ -560,6 +597,7 @@ PHASE = Phase(
     section="ppo",
     section_model=PPOConfig,
     run=run_ppo,
+    check=check_ppo,
 )
 
 

@@ -27,7 +27,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from chessrl.engine import SearchLimit
@@ -46,57 +45,64 @@ from chessrl.preferences import (
 from chessrl.suites import score_cp
 from cluster.errors import InputDataError, StorageError
 from cluster.storage import Storage
-from pipelines.config import PreferencesConfig
-from pipelines.phase import Phase, PhaseContext, PhaseResult, run_phase
+from pipelines.config import ChessRLConfig, PreferencesConfig
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, run_phase
 
 #: Edges of the centipawn-gap histogram in the summary (chosen score - rejected score).
 GAP_EDGES: tuple[int, ...] = (50, 100, 200, 400, 800, 1600, 2001)
 
 
-def games_location(context: PhaseContext) -> Storage:
-    return Storage.from_uri(
-        context.config.preferences.games or context.phase_storage("prepare").uri_of("games")
-    )
+def games_location(config: ChessRLConfig, inputs: Inputs) -> Storage:
+    return Storage.from_uri(config.preferences.games or inputs.folder("prepare").uri_of("games"))
 
 
-def policy_location(context: PhaseContext) -> str:
+def policy_location(config: ChessRLConfig, inputs: Inputs) -> str:
     """The policy's folder or URI; a missing one is one clear StorageError."""
-    cfg = context.config.preferences
-    if cfg.policy:
-        if "://" not in cfg.policy and not Path(cfg.policy, "config.json").is_file():
-            raise StorageError(
-                f"preferences.policy (--policy): {cfg.policy} is not a saved model folder (no config.json)"
-            )
-        return cfg.policy
-    model = context.phase_storage("sft").child("model")
-    if not model.exists("config.json"):
-        raise StorageError(
-            f"no policy at {model.uri}: run `chess-rl sft` first, or pass --policy DIR|s3://..."
-        )
-    return model.root if model.is_local else model.uri
+    return model_location(
+        config.preferences.policy, inputs.folder("sft").child("model"), "preferences.policy (--policy)", "sft",
+        produced=inputs.will_write("sft"),
+    )  # fmt: skip
 
 
-def read_games(source: Storage) -> list[dict[str, Any]]:
-    """``game_id`` and ``moves`` of every game; an empty or wrong-schema table is one clear error."""
+def check_preferences(config: ChessRLConfig, inputs: Inputs) -> tuple[str, Storage]:
+    """Every input of ``preferences``, before Ray starts: the policy and the games table
+    (``game_id`` and ``moves``, at least one game). Returns both."""
+    policy = policy_location(config, inputs)
+    source = games_location(config, inputs)
+    if config.preferences.games or not inputs.will_write("prepare"):
+        games_table(source)
+    return policy, source
+
+
+def games_table(source: Storage, columns: Sequence[str] = ("game_id", "moves")) -> Any:
+    """The games table at ``source`` as a pyarrow dataset, checked without reading its rows: it
+    exists, is Parquet, has ``columns`` and at least one game; else one clear error (every phase
+    that reads games checks them with this before Ray starts)."""
     import pyarrow.dataset as pads
 
     if not source.exists() or not [f for f in source.list_files() if f.endswith(".parquet")]:
         raise StorageError(f"no games at {source.uri}: run `chess-rl prepare` first, or pass --games")
     try:
         dataset = pads.dataset(source.path(), filesystem=source.fs, format="parquet")
+        missing = [c for c in columns if c not in dataset.schema.names]
+        rows = 0 if missing else dataset.count_rows()
     except Exception as exc:  # pyarrow raises several types for unreadable files
         raise InputDataError(f"{source.uri} is not a readable Parquet games table: {exc}") from None
-    missing = [c for c in ("game_id", "moves") if c not in dataset.schema.names]
     if missing:
         raise InputDataError(
             f"{source.uri} is not a games table: no column {', '.join(missing)} "
             f"(it has {', '.join(dataset.schema.names)}); write one with `chess-rl prepare`"
         )
-    rows = dataset.to_table(columns=["game_id", "moves"]).to_pylist()
     if not rows:
         raise InputDataError(
             f"{source.uri} holds no games: run `chess-rl prepare` with some PGN or --generate N"
         )
+    return dataset
+
+
+def read_games(source: Storage) -> list[dict[str, Any]]:
+    """``game_id`` and ``moves`` of every game; an empty or wrong-schema table is one clear error."""
+    rows: list[dict[str, Any]] = games_table(source).to_table(columns=["game_id", "moves"]).to_pylist()
     return rows
 
 
@@ -183,8 +189,7 @@ def run_preferences(context: PhaseContext) -> PhaseResult:
     cfg = context.config.preferences
     log = context.log
     seed = context.config.run.seed
-    policy = policy_location(context)
-    source = games_location(context)
+    policy, source = check_preferences(context.config, Inputs.of_context(context))
     rows = read_games(source)
     rule = PairRule(margin_cp=cfg.margin_cp, ranked=cfg.ranked_pairs)
     train, held = plan_positions(rows, cfg, context.config.sft.heldout_fraction, seed)
@@ -350,6 +355,7 @@ PHASE = Phase(
     section="preferences",
     section_model=PreferencesConfig,
     run=run_preferences,
+    check=check_preferences,
 )
 
 

@@ -41,11 +41,20 @@ import pyarrow.parquet as pq
 from chessrl.engine import find_stockfish
 from chessrl.engine_games import GeneratorSettings, generate_games
 from chessrl.games import GameRecord, records_to_table
-from chessrl.pgn import GameFilter, PGNStreamError, PrepareCounts, game_record, iter_raw_games, open_pgn
-from cluster.errors import StorageError
+from chessrl.pgn import (
+    GameFilter,
+    NotPGNError,
+    PGNStreamError,
+    PrepareCounts,
+    check_pgn_start,
+    game_record,
+    iter_raw_games,
+    open_pgn,
+)
+from cluster.errors import InputDataError, StorageError
 from cluster.storage import Storage, resolve_inputs, split_uri
-from pipelines.config import PrepareConfig
-from pipelines.phase import Phase, PhaseContext, PhaseResult, run_phase
+from pipelines.config import ChessRLConfig, PrepareConfig
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, run_phase
 
 PGN_SUFFIXES = (".pgn", ".pgn.zst")
 RAW_BLOCK_GAMES = 500  # raw games per table the read stage yields
@@ -141,10 +150,11 @@ def output_storage(context: PhaseContext) -> Storage:
     return Storage.from_uri(cfg.output) if cfg.output else context.phase_storage("prepare").child("games")
 
 
-def clear_output(out: Storage) -> int:
-    """Remove the shards of an earlier run; refuse a folder holding anything else."""
+def check_output(out: Storage) -> list[str]:
+    """The files of an earlier run in the output folder (shards), which a run replaces; a file
+    in its place, or a folder holding anything else, is one StorageError."""
     if not out.exists():
-        return 0
+        return []
     if not out.is_dir():
         raise StorageError(f"prepare output {out.uri} is a file; give a folder")
     existing = out.list_files()
@@ -154,9 +164,53 @@ def clear_output(out: Storage) -> int:
             f"prepare output {out.uri} holds files prepare did not write (e.g. {foreign[0]!r}); "
             "choose an empty or new folder"
         )
+    return existing
+
+
+def clear_output(out: Storage) -> int:
+    """Remove the shards of an earlier run; refuse a folder holding anything else."""
+    existing = check_output(out)
     for name in existing:
         out.delete(name)
     return len(existing)
+
+
+def pgn_inputs(cfg: PrepareConfig) -> list[tuple[str, str]]:
+    """The PGN files ``prepare.inputs`` names (files, folders, globs) as ``[(uri, display name)]``;
+    a missing one is one StorageError naming the key."""
+    if not cfg.inputs:
+        return []
+    try:
+        return resolve_inputs(cfg.inputs, PGN_SUFFIXES)
+    except StorageError as exc:
+        raise StorageError(f"prepare.inputs (--inputs): {exc}") from None
+
+
+def check_pgn_file(uri: str, display: str) -> None:
+    """Open a PGN input and look at its start (:func:`chessrl.pgn.check_pgn_start`): a file that
+    cannot be opened or read, or is not PGN, is one UserError naming the key and the file."""
+    try:
+        storage, name = split_uri(uri)
+        with storage.open_input(name) as stream:
+            check_pgn_start(stream, name)
+    except NotPGNError as exc:
+        raise InputDataError(f"prepare.inputs (--inputs): {display}: {exc}") from None
+    except StorageError as exc:
+        raise StorageError(f"prepare.inputs (--inputs): {exc}") from None
+    except OSError as exc:  # a read that failed (permissions, network)
+        raise StorageError(f"prepare.inputs (--inputs): cannot read {display}: {exc}") from None
+
+
+def check_prepare(config: ChessRLConfig, inputs: Inputs) -> list[tuple[str, str]]:
+    """Every input of ``prepare``, before Ray starts: each PGN input exists, opens, reads and
+    starts like PGN (``.zst``: a zstd stream of PGN), and the output folder holds nothing but an
+    earlier run's shards. Returns the input files."""
+    cfg = config.prepare
+    files = pgn_inputs(cfg)
+    for uri, display in files:
+        check_pgn_file(uri, display)
+    check_output(Storage.from_uri(cfg.output) if cfg.output else inputs.folder("prepare").child("games"))
+    return files
 
 
 def game_filter_of(cfg: PrepareConfig) -> GameFilter:
@@ -259,7 +313,7 @@ def run_generate(
 def run_prepare(context: PhaseContext) -> PhaseResult:
     cfg = context.config.prepare
     log = context.log
-    files = resolve_inputs(cfg.inputs, PGN_SUFFIXES) if cfg.inputs else []
+    files = pgn_inputs(cfg)  # each checked before Ray started (check_prepare)
     out = output_storage(context)
     removed = clear_output(out)
     out.makedirs()
@@ -290,7 +344,9 @@ def run_prepare(context: PhaseContext) -> PhaseResult:
     summary = build_summary(total, files=files, shards=sorted(shards), output=out.uri, seconds=seconds)
     summary["generated"] = generated
     context.phase_storage("prepare").write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True))
-    context.tracking.log_metrics(summary_metrics(summary))
+    # at the last progress point's step: MLflow's latest value of a metric is the one of the
+    # highest step, and progress lines logged games_written at step = games read so far
+    context.tracking.log_metrics(summary_metrics(summary), step=total.read)
     lines = summary_lines(summary)
     ok = total.written > 0
     if not ok:
@@ -468,6 +524,7 @@ PHASE = Phase(
     section="prepare",
     section_model=PrepareConfig,
     run=run_prepare,
+    check=check_prepare,
 )
 
 

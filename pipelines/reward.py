@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +40,11 @@ from chessrl.models import ModelLoadError, context_length, load_tokenizer, local
 from chessrl.preferences import LEGAL_KINDS, REQUIRED_COLUMNS, mover_cp_after
 from chessrl.reward import heldout_board, text_ids
 from cluster.errors import ConfigError, InputDataError, StorageError
+from cluster.progress import ProgressBoard
 from cluster.storage import Storage
-from pipelines.config import RewardConfig
+from pipelines.config import ChessRLConfig, RewardConfig
 from pipelines.learner import default_cpus_per_worker, export_hf_checkpoint, resume_folder, torch_trainer
-from pipelines.phase import Phase, PhaseContext, PhaseResult, run_phase
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, run_phase
 
 
 def train_loop_per_worker(cfg: dict[str, Any]) -> None:
@@ -55,11 +57,13 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     from ray.train.huggingface.transformers import RayTrainReportCallback, prepare_trainer
     from torch.utils.data import DataLoader
     from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
     from trl import RewardConfig as TrlRewardConfig
     from trl import RewardTrainer
 
     from chessrl.models import resolve_bf16
     from chessrl.reward import evaluate_reward_model
+    from cluster.progress import report_progress
     from cluster.tracking import RunMetricsLogger
 
     model, tokenizer = reward_model_from_backbone(cfg["base_model"])
@@ -150,14 +154,14 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         ) -> None:
             if logs and mlflow is not None:
                 mlflow.log(logs, step=state.global_step)
-            if logs and "loss" in logs and self.pending is not None:
+            if logs and "loss" in logs:
                 self.progress(state, float(logs["loss"]))
 
         def progress(self, state: Any, loss: float | None) -> None:
+            """A driver progress line: the loss, with the held-out figures at an evaluation's step."""
+            if rank != 0:
+                return
             metrics, self.pending = self.pending or {}, None
-            step = state.global_step
-            elapsed = time.perf_counter() - self.started
-            left = (state.max_steps - step) * elapsed / max(1, step - self.first_step)
             figures = [f"loss {loss:.3f}"] if loss is not None else []
             for key, text in (
                 ("heldout_accuracy", "held-out accuracy {:.1%}"),
@@ -166,10 +170,8 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             ):
                 if key in metrics:
                     figures.append(text.format(metrics[key]))
-            print(
-                f"[reward] step {step}/{state.max_steps}: {', '.join(figures)}; "
-                f"{elapsed:.0f} s, ~{left:.0f} s left",
-                flush=True,
+            report_progress(
+                cfg["progress"], state.global_step, ", ".join(figures), start=self.first_step, show=bool(metrics)
             )
 
     use_gpu = bool(cfg["use_gpu"]) and torch.cuda.is_available()
@@ -194,7 +196,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         dataloader_num_workers=0,
         seed=cfg["seed"],
         disable_tqdm=True,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,  # (gradient_checkpointing: a deprecated alias that warns)
         ddp_find_unused_parameters=False,
     )
     trainer = ShardRewardTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
@@ -203,6 +205,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         f"{torch.get_num_threads()} torch threads",
         flush=True,
     )
+    trainer.remove_callback(PrinterCallback)  # its metric dicts: the driver prints progress lines instead
     trainer.add_callback(HeldoutEval())
     trainer.add_callback(RayTrainReportCallback())
     trainer = prepare_trainer(trainer)
@@ -248,25 +251,48 @@ def check_backbone(path: str, key: str = "reward.base_model (--base-model)") -> 
     return local
 
 
-def base_model_location(context: PhaseContext) -> str:
-    cfg = context.config.reward
+def base_model_location(config: ChessRLConfig, inputs: Inputs) -> str:
+    cfg = config.reward
     if cfg.base_model:
         return cfg.base_model
-    model = context.phase_storage("sft").child("model")
-    if not model.exists("config.json"):
+    model = inputs.folder("sft").child("model")
+    if not inputs.will_write("sft") and not model.exists("config.json"):
         raise StorageError(
             f"no sft model at {model.uri}: run `chess-rl sft` first, or pass --base-model DIR|s3://..."
         )
-    return model.root if model.is_local else model.uri
+    return location(model)
 
 
-def preference_files(context: PhaseContext) -> tuple[Storage, list[str], list[str], set[str]]:
+@dataclass(frozen=True)
+class RewardInputs:
+    """What ``reward`` reads, checked: the base model (its local folder; None while an earlier
+    phase of the graph run still has to write it) and the preference table's files."""
+
+    base: str
+    local: Path | None
+    preferences: tuple[Storage, list[str], list[str], set[str]] | None
+
+
+def check_reward(config: ChessRLConfig, inputs: Inputs) -> RewardInputs:
+    """Every input of ``reward``, before Ray starts: the base model (a GPT-2-style checkpoint)
+    and the preference pairs (Parquet with the needed columns, a train/ split if held-out pairs
+    are there), each unless an earlier phase of the same graph run writes it."""
+    cfg = config.reward
+    base = base_model_location(config, inputs)
+    local = None if not cfg.base_model and inputs.will_write("sft") else check_backbone(base)
+    pairs = None
+    if cfg.preferences or not inputs.will_write("preferences"):
+        pairs = preference_files(config, inputs)
+    return RewardInputs(base, local, pairs)
+
+
+def preference_files(config: ChessRLConfig, inputs: Inputs) -> tuple[Storage, list[str], list[str], set[str]]:
     """The preference table's training and held-out Parquet files (relative names) and the
     columns every file has; a missing, empty or wrong-schema table is one clear error."""
     import pyarrow.parquet as pq
 
-    cfg = context.config.reward
-    source = Storage.from_uri(cfg.preferences or context.phase_storage("preferences").uri)
+    cfg = config.reward
+    source = Storage.from_uri(cfg.preferences or inputs.folder("preferences").uri)
     files = sorted(f for f in source.list_files() if f.endswith(".parquet")) if source.exists() else []
     if not files:
         raise StorageError(
@@ -436,11 +462,12 @@ def run_reward(context: PhaseContext) -> PhaseResult:
     cfg = context.config.reward
     log = context.log
     seed = context.config.run.seed
-    base = base_model_location(context)
-    local = check_backbone(base)
+    found = check_reward(context.config, Inputs.of_context(context))
+    base, local = found.base, found.local
+    assert local is not None and found.preferences is not None  # nothing is taken as given here
     tokenizer = load_tokenizer(str(local))
     max_length = context_length(None, str(local))
-    source, train_files, held_files, present = preference_files(context)
+    source, train_files, held_files, present = found.preferences
     data_context = ray.data.DataContext.get_current()
     data_context.enable_progress_bars = sys.stderr.isatty()
     data_context.print_on_execution_start = False
@@ -530,15 +557,18 @@ def run_reward(context: PhaseContext) -> PhaseResult:
         cpus_per_worker=cpus_per_worker,
         use_gpu=cfg.use_gpu,
         datasets={"train": train},
+        progress=(board := ProgressBoard(log, "step", cfg.max_steps)),
     )
     started = time.perf_counter()
-    result = trainer.fit()
+    with board:
+        result = trainer.fit()
     seconds = time.perf_counter() - started
     if result.checkpoint is None:
         raise RuntimeError("reward finished without a checkpoint")
     from ray.train.huggingface.transformers import RayTrainReportCallback
 
     name = RayTrainReportCallback.CHECKPOINT_NAME
+    log(f"trained in {seconds:.0f} s; scoring {len(sample):,} training pairs for the reward's mean and std (its normalisation)")
     mean, std = ray.get(ray.remote(num_cpus=1)(normalizer_stats).remote(result.checkpoint, sample, name))
 
     def add_normalizer(folder: Path) -> None:
@@ -611,6 +641,7 @@ PHASE = Phase(
     section="reward",
     section_model=RewardConfig,
     run=run_reward,
+    check=check_reward,
 )
 
 

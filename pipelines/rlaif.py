@@ -45,13 +45,15 @@ from typing import Any
 from cluster.config import flatten
 from cluster.errors import ConfigError, UserError
 from cluster.graph import Graph, Manifest, Manifests, Node, state_table
-from cluster.runtime import ray_session
+from cluster.progress import clock
+from cluster.runtime import quiet_driver, ray_session
 from cluster.storage import Storage
 from cluster.tracking import Tracker, write_json_artifact
 from pipelines.config import ChessRLConfig, RlaifConfig
 from pipelines.phase import (
     EXIT_EMPTY,
     EXIT_OK,
+    Inputs,
     Phase,
     PhaseContext,
     PhaseResult,
@@ -219,7 +221,11 @@ class GraphRun:
     def run(self) -> bool:
         """Run the pending nodes in order; a failed node blocks its dependents and the others go on."""
         self.plan()
-        self.report()
+        self.report(quiet=True)
+        self.to_run = [n for n in self.selected if self.states[n].state == "pending"]
+        self.started = time.perf_counter()
+        for line in self.plan_lines():
+            self.log(line)
         for name in self.selected:
             st = self.states[name]
             if st.state != "pending":
@@ -232,7 +238,7 @@ class GraphRun:
                 continue
             st.state = "running"
             self.report(quiet=True)
-            self.log(f"phase {name} (key {self.keys[name][:8]}) starts")
+            self.log(f"phase {name} (key {self.keys[name][:8]}) starts: {self.position(name)}")
             self.start(name)
             started = time.perf_counter()
             try:
@@ -261,8 +267,32 @@ class GraphRun:
                 st.seconds = time.perf_counter() - started
             if st.state == "failed":
                 self.log(f"phase {name} failed: {st.note}")
-            self.report()
+            else:
+                self.log(f"phase {name} {st.state} in {clock(st.seconds)}")
+            self.report(quiet=True)  # a line per phase, and the table once at the end
+        self.report()
         return all(self.states[n].state in ("done", "skipped") for n in self.selected)
+
+    def plan_lines(self) -> list[str]:
+        """What this pass will do, before it starts: the phases to run, then those it will not."""
+        lines = [f"plan: {len(self.to_run)} phase(s) to run: {', '.join(self.to_run) or 'none'}"]
+        by_state: dict[str, list[str]] = {}
+        for st in self.states.values():
+            if st.state == "blocked":
+                lines.append(f"plan: {st.node} is blocked: {st.note}")
+            elif st.state != "pending":
+                by_state.setdefault(st.state, []).append(st.node)
+        for state, names in by_state.items():
+            why = {"skipped": " (done with this config)", "done": " (done; not selected)"}.get(state, "")
+            lines.append(f"plan: {state}{why}: {', '.join(names)}")
+        return lines
+
+    def position(self, name: str) -> str:
+        """``phase 3 of 5 to run, 4:10 so far``: where the graph is when ``name`` starts."""
+        return (
+            f"phase {self.to_run.index(name) + 1} of {len(self.to_run)} to run, "
+            f"{clock(time.perf_counter() - self.started)} so far"
+        )
 
     def start(self, name: str) -> None:
         """Before a node runs: its outputs (and so everything built from them) stop being done.
@@ -305,6 +335,35 @@ class GraphRun:
         )  # fmt: skip
 
 
+def check_inputs(graph_run: GraphRun) -> None:
+    """Before Ray starts: the ``Phase.check`` of every phase this pass will run (selected, not
+    done with its key or forced, not blocked), with its node's config. Inputs that an earlier
+    phase of this pass writes (its folder under the run) are taken as given. A mistake is one
+    UserError naming the phase."""
+    produced: set[str] = set()
+    blocked: set[str] = set()
+    manifests, keys, selected = graph_run.manifests, graph_run.keys, graph_run.selected
+    for name in graph_run.graph.order():
+        if name not in selected:
+            continue
+        if manifests.is_done(name, keys[name]) and name not in graph_run.forced:
+            continue  # skipped: its outputs are there
+        needs = graph_run.graph.nodes[name].needs
+        if any(n in blocked or (n not in selected and not manifests.is_done(n, keys[n])) for n in needs):
+            blocked.add(name)  # it will not run (the plan says why)
+            continue
+        node = phase_module(name)
+        if node.check is not None:
+            try:
+                node.check(
+                    node_config(graph_run.config, name, graph_run.run_storage),
+                    Inputs(graph_run.run_storage, frozenset(produced)),
+                )
+            except UserError as exc:
+                raise type(exc)(f"rlaif: phase {name}: {exc}") from None
+        produced.add(name)
+
+
 def comparison(config: ChessRLConfig, run_storage: Storage) -> list[str]:
     """The head-to-head table of the last evaluate (ppo, grpo, sft, random), from its games."""
     from chessrl.arena import ArenaGame
@@ -339,14 +398,16 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     log = phase_logger("rlaif")
 
     def body() -> int:
+        quiet_driver()
         config = resolve_config(phase, args, mapping)
         run_storage = Storage.from_uri(config.run.storage).child(config.run.name)
         log(f"run {config.run.name!r} -> {run_storage.uri}")
         tracker = Tracker(config.tracking, storage_uri=config.run.storage, run_name=config.run.name)
         graph_run = GraphRun(config, run_storage, log, lambda name, cfg: PhaseResult({}, ok=False))
         # (the graph, the selection and the keys are checked here, before Ray starts)
+        check_inputs(graph_run)  # and every input of the phases to run
         params = flatten(config)
-        with ray_session(config.ray, args.address) as ray_info:
+        with ray_session(config.ray, args.address, log=log) as ray_info:
             log(
                 f"ray: {ray_info.mode} cluster at {ray_info.address}, {int(ray_info.resources.get('CPU', 0))} CPUs"
             )

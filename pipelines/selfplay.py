@@ -48,11 +48,12 @@ from typing import Any
 from chessrl.mcts import MCTSConfig
 from chessrl.network import NetConfig
 from chessrl.selfplay import SelfPlaySettings
+from cluster.progress import ProgressBoard
 from cluster.runtime import release_actor_name
 from cluster.storage import Storage
-from pipelines.config import SelfplayConfig
+from pipelines.config import ChessRLConfig, SelfplayConfig
 from pipelines.learner import LearnerLog, torch_trainer
-from pipelines.phase import Phase, PhaseContext, PhaseResult, run_phase
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, run_phase
 
 
 def net_config(cfg: SelfplayConfig) -> NetConfig:
@@ -70,6 +71,7 @@ def mcts_config(cfg: SelfplayConfig) -> MCTSConfig:
         dirichlet_eps=cfg.exploration_rate,
         temperature_moves=cfg.temperature_plies,
         fpu_reduction=cfg.fpu_reduction,
+        search=cfg.search,
     )
 
 
@@ -117,6 +119,49 @@ def load_weights(storage: Storage, rel: str) -> dict[str, Any]:
     return torch.load(io.BytesIO(storage.read_bytes(rel)), map_location="cpu", weights_only=False)
 
 
+def check_saved_networks(phase: Storage, net_cfg: NetConfig) -> dict[str, dict[str, Any]]:
+    """The networks a resumed run starts from (``gen0.pt``, ``best.pt`` in its folder), those
+    there: each readable and made for the network the config asks for; else one clear error."""
+    from cluster.errors import ConfigError, InputDataError
+
+    out = {}
+    for name in ("gen0.pt", "best.pt"):
+        if not phase.exists(name):
+            continue
+        try:
+            out[name] = saved = load_weights(phase, name)
+            saved_net = saved["net"]
+        except Exception as exc:  # noqa: BLE001 - torch raises many types for a file it cannot read
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputDataError(
+                f"{phase.uri_of(name)} is not a network selfplay saved ({first}): use another --run-name, "
+                "or delete the file to start again"
+            ) from None
+        if saved_net != net_cfg.__dict__:
+            raise ConfigError(
+                f"{phase.uri_of(name)} was made for a network {saved_net}, but selfplay now asks for "
+                f"{net_cfg.__dict__} (blocks, channels, history, value_hidden): use another --run-name, or the "
+                "same network settings to resume"
+            )
+    return out
+
+
+def check_selfplay(config: ChessRLConfig, inputs: Inputs) -> None:
+    """Every input of ``selfplay``, before Ray starts: the network, search and game settings,
+    and the networks a resumed run starts from (:func:`check_saved_networks`)."""
+    from cluster.errors import ConfigError
+
+    cfg = config.selfplay
+    try:
+        net_cfg = net_config(cfg)
+        mcts_config(cfg)
+        selfplay_settings(cfg)
+    except ValueError as exc:
+        raise ConfigError(f"selfplay: {exc}") from None
+    if not inputs.will_write("selfplay"):
+        check_saved_networks(inputs.folder("selfplay"), net_cfg)
+
+
 def numpy_state(net: Any) -> dict[str, Any]:
     """A module's state dict as CPU numpy arrays (what the parameter server hands out)."""
     return {k: v.detach().cpu().numpy() for k, v in net.state_dict().items()}
@@ -146,6 +191,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         write_shard,
     )
     from chessrl.selfplay import SelfPlay
+    from cluster.progress import report_progress
     from cluster.tracking import RunMetricsLogger
 
     context = ray.train.get_context()
@@ -281,6 +327,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             epoch += 1
 
     metrics: dict[str, Any] = {}  # the last iteration's, also in the final report (a sweep's metric)
+    first_iteration = state["iteration"]
     while state["iteration"] < cfg["iterations"]:
         out_of_time = time_limit is not None and time.perf_counter() - started > time_limit
         if broadcast(out_of_time if lead else None):  # rank 0 decides, so that every rank stops together
@@ -358,6 +405,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             "best_version": state["best_version"],
         }
         gate_now = state["iteration"] % cfg["checkpoint_interval"] == 0
+        gate_text = ""
         if lead:
             candidate = copy.deepcopy(net).eval()
             if cfg["gate_games"] == 0:
@@ -381,10 +429,9 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
                     gate_promoted=int(publish), gate_s=time.perf_counter() - gate_started,
                 )  # fmt: skip
                 state["gates"].append([state["iteration"], wins, draws, losses, int(publish)])
-                print(
-                    f"[selfplay] iteration {state['iteration']}: gate +{wins} ={draws} -{losses} "
-                    f"(score {score:.2f}) -> {'promoted' if publish else 'kept the best'}",
-                    flush=True,
+                gate_text = (
+                    f"gate +{wins} ={draws} -{losses} (score {score:.2f}) -> "
+                    f"{'promoted' if publish else 'kept the best'}"
                 )
             else:
                 publish = False
@@ -406,12 +453,14 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             log.write(metrics, state["step"])
             if mlflow is not None:
                 mlflow.log(metrics, step=state["step"])
-            print(
-                f"[selfplay] iteration {state['iteration']}: {state['games']} games, {state['positions']} positions, "
-                f"step {state['step']}, loss {metrics['loss']:.3f} (policy {metrics['policy_ce']:.3f}, "
-                f"value {metrics['value_mse']:.3f}), best v{state['best_version']}",
-                flush=True,
-            )
+            report_progress(
+                cfg["progress"], state["iteration"],
+                f"{state['games']} games, {state['positions']} positions, step {state['step']}, "
+                f"loss {metrics['loss']:.3f} (policy {metrics['policy_ce']:.3f}, value {metrics['value_mse']:.3f}), "
+                f"{len(got['results']) / max(wait_s + train_s, 1e-9):.2f} games/s, "
+                + (f"{gate_text}, " if gate_text else "") + f"best v{state['best_version']}",
+                start=first_iteration, show=True,
+            )  # fmt: skip
         save = gate_now or state["iteration"] >= cfg["iterations"]
         if save and lead:
             snapshot = {"model": net.state_dict(), "optimizer": optimizer.state_dict(), "state": state,
@@ -510,16 +559,7 @@ def run_selfplay(context: PhaseContext) -> PhaseResult:
         gen0 = PolicyValueNet(net_cfg)
         save_weights(phase, "gen0.pt", {"model": gen0.state_dict(), "net": net_cfg.__dict__, "version": 0})
         save_weights(phase, "best.pt", {"model": gen0.state_dict(), "net": net_cfg.__dict__, "version": 0})
-    saved_net = load_weights(phase, "gen0.pt")["net"]
-    if saved_net != net_cfg.__dict__:
-        from cluster.errors import ConfigError
-
-        raise ConfigError(
-            f"{phase.uri_of('gen0.pt')} was made for a network {saved_net}, but selfplay now asks for "
-            f"{net_cfg.__dict__} (blocks, channels, history, value_hidden): use another --run-name, or the "
-            "same network settings to resume"
-        )
-    best_saved = load_weights(phase, "best.pt")
+    best_saved = check_saved_networks(phase, net_cfg).get("best.pt") or load_weights(phase, "best.pt")
     params = count_parameters(PolicyValueNet(net_cfg))
     log(
         f"network: {cfg.blocks} blocks x {cfg.channels} channels, history {cfg.history} ({params:,} parameters); "
@@ -608,10 +648,12 @@ def run_selfplay(context: PhaseContext) -> PhaseResult:
         num_workers=cfg.learner_workers,
         cpus_per_worker=cpus_per_worker,
         use_gpu=cfg.use_gpu,
+        progress=(board := ProgressBoard(log, "iteration", cfg.iterations)),
     )
     started = time.perf_counter()
     try:
-        result = trainer.fit()
+        with board:
+            result = trainer.fit()
     finally:
         ray.get(server.stop.remote())
         collector_summaries = []
@@ -737,8 +779,13 @@ def json_safe(value: Any) -> Any:
 
 
 def _elo_text(e: dict[str, Any]) -> str:
+    low, high = e["elo_low"], e["elo_high"]  # as many decimals as keep the two ends apart
+    digits = next(
+        (d for d in range(12) if 2 * 10**-d <= high - low and f"{low:+.{d}f}" != f"{high:+.{d}f}"), 12
+    )
+
     def fmt(x: float) -> str:
-        return "inf" if x == math.inf else "-inf" if x == -math.inf else f"{x:+.0f}"
+        return "inf" if x == math.inf else "-inf" if x == -math.inf else f"{x:+.{digits}f}"
 
     return f"{fmt(e['elo'])} [{fmt(e['elo_low'])}, {fmt(e['elo_high'])}]"
 
@@ -754,6 +801,7 @@ PHASE = Phase(
     section="selfplay",
     section_model=SelfplayConfig,
     run=run_selfplay,
+    check=check_selfplay,
 )
 
 

@@ -20,18 +20,20 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from chessrl.legality import MoveTokens, legal_move_targets
 from chessrl.lm_data import pack_games, rookworld_texts, split_games, training_text
 from chessrl.lm_eval import sample_positions
-from chessrl.models import context_length, load_tokenizer, local_checkpoint
+from chessrl.models import ModelLoadError, context_length, load_tokenizer, local_checkpoint
 from chessrl.tokenizer import build_chess_tokenizer
 from cluster.errors import ConfigError, StorageError
+from cluster.progress import ProgressBoard
 from cluster.storage import Storage
-from pipelines.config import SftConfig
+from pipelines.config import ChessRLConfig, SftConfig
 from pipelines.learner import default_cpus_per_worker, export_hf_checkpoint, resume_folder, torch_trainer
-from pipelines.phase import Phase, PhaseContext, PhaseResult, run_phase
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, run_phase
 
 
 def train_loop_per_worker(cfg: dict[str, Any]) -> None:
@@ -42,12 +44,15 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     from datasets.iterable_dataset import ExamplesIterable
     from ray.train.huggingface.transformers import RayTrainReportCallback, prepare_trainer
     from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
     from chessrl.lm_eval import HeldoutPosition, evaluate_moves
     from chessrl.models import build_model, load_pretrained, resolve_bf16, resolve_compile, set_dropout
+    from cluster.progress import report_progress
     from cluster.tracking import RunMetricsLogger
 
+    progress = cfg["progress"]
     if cfg["base_model"]:
         model, tokenizer = load_pretrained(cfg["base_model"])
     else:
@@ -102,6 +107,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             self.clock = time.perf_counter()
             self.mark: float | None = None
             self.train_time, self.steps_timed = 0.0, 0
+            self.start_step, self.figures = 0, ""
 
         def on_log(
             self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
@@ -114,10 +120,16 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
                 self.tokens_seen, self.clock = logs["num_tokens"], now
             if mlflow is not None:
                 mlflow.log(logs, step=state.global_step)
+            if "loss" in logs and rank == 0:
+                self.figures = f"loss {float(logs['loss']):.3f}" + (
+                    f", {logs['tokens_per_s']:,.0f} tokens/s" if "tokens_per_s" in logs else ""
+                )
+                report_progress(progress, state.global_step, self.figures, start=self.start_step)
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             # 0 for a fresh run; the checkpoint's step when a re-run resumed (restored state)
             state.log_history.append({"resumed_from_step": state.global_step})
+            self.start_step = state.global_step
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             now = time.perf_counter()
@@ -137,11 +149,13 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
                 state.log_history.append({**metrics, "step": state.global_step})
                 if mlflow is not None:
                     mlflow.log(metrics, step=state.global_step)
-                print(
-                    f"[sft] step {state.global_step}: held-out legal-move rate {metrics['heldout_legal_rate']:.1%}, "
-                    f"top-1 {metrics['heldout_top1_agreement']:.1%}",
-                    flush=True,
-                )
+                if rank == 0:
+                    report_progress(
+                        progress, state.global_step,
+                        ", ".join(filter(None, (self.figures, f"held-out legal {metrics['heldout_legal_rate']:.1%}",
+                                                f"top-1 {metrics['heldout_top1_agreement']:.1%}"))),
+                        start=self.start_step, show=True,
+                    )  # fmt: skip
                 self.clock += metrics["heldout_eval_s"]  # tokens/s counts training time only
             self.mark = time.perf_counter()
 
@@ -168,7 +182,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         dataloader_num_workers=0,
         seed=cfg["seed"],
         disable_tqdm=True,
-        gradient_checkpointing=bool(cfg["gradient_checkpointing"]),
+        activation_checkpointing=bool(cfg["gradient_checkpointing"]),
         torch_compile=compiled,
         ddp_find_unused_parameters=False,  # every GPT-2 parameter is used: skip DDP's extra graph walk
     )
@@ -184,6 +198,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         + (", torch.compile" if compiled else ""),
         flush=True,
     )
+    trainer.remove_callback(PrinterCallback)  # its metric dicts: the driver prints progress lines instead
     trainer.add_callback(HeldoutEval())
     trainer.add_callback(RayTrainReportCallback())
     trainer = prepare_trainer(trainer)
@@ -396,20 +411,31 @@ def mark_text_format(folder: Any, text_format: str) -> None:
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def games_uri(context: PhaseContext) -> str:
-    cfg = context.config.sft
-    return cfg.games or context.phase_storage("prepare").uri_of("games")
+@dataclass(frozen=True)
+class SftInputs:
+    """What ``sft`` reads, checked: the tokenizer (of the base model or the preset), the model's
+    context, the legal-move loss's move tokens and weight, and the games table."""
+
+    tokenizer: Any
+    n_positions: int
+    legal_moves: MoveTokens | None
+    legal_weight: float
+    games: Storage
 
 
-def run_sft(context: PhaseContext) -> PhaseResult:
-    import pyarrow.dataset as pads
-    import ray.data
+def check_sft(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: None) -> SftInputs:
+    """Every input of ``sft``, before Ray starts: the base model (a saved folder whose tokenizer
+    loads), ``max_length`` against its context, the text format's options, the legal-move loss
+    for its tokenizer, and the games table (``game_id``, ``moves``, ``result``, a game at least),
+    unless an earlier phase of the same graph run writes it."""
+    from pipelines.preferences import games_table
 
-    cfg = context.config.sft
-    log = context.log
-    folder = sft_folder(cfg.text_format)
+    cfg = config.sft
     if cfg.base_model:
-        local = local_checkpoint(cfg.base_model)
+        try:
+            local = local_checkpoint(cfg.base_model)
+        except ModelLoadError as exc:
+            raise ModelLoadError(f"sft.base_model (--base-model): {exc}") from None
         tokenizer, n_positions = load_tokenizer(str(local)), context_length(None, str(local))
     else:
         tokenizer, n_positions = build_chess_tokenizer(), context_length(cfg.model)
@@ -424,9 +450,22 @@ def run_sft(context: PhaseContext) -> PhaseResult:
             "the rookworld text format has no games, only positions: leave it false"
         )
     legal_moves, legal_weight = legal_move_tokens(cfg, tokenizer, log)
-    source = Storage.from_uri(games_uri(context))
-    if not source.exists() or not source.list_files():
-        raise StorageError(f"no games at {source.uri}: run `chess-rl prepare` first, or pass --games")
+    source = Storage.from_uri(cfg.games or inputs.folder("prepare").uri_of("games"))
+    if cfg.games or not inputs.will_write("prepare"):
+        games_table(source, ("game_id", "moves", "result"))
+    return SftInputs(tokenizer, n_positions, legal_moves, legal_weight, source)
+
+
+def run_sft(context: PhaseContext) -> PhaseResult:
+    import pyarrow.dataset as pads
+    import ray.data
+
+    cfg = context.config.sft
+    log = context.log
+    folder = sft_folder(cfg.text_format)
+    found = check_sft(context.config, Inputs.of_context(context), log)
+    tokenizer, legal_moves, legal_weight = found.tokenizer, found.legal_moves, found.legal_weight
+    source = found.games
     columns = ["game_id", "moves", "result"]
     table = pads.dataset(source.path(), filesystem=source.fs, format="parquet").to_table(columns=columns)
     train_rows, held_rows, duplicates = split_games(table.to_pylist(), cfg.heldout_fraction)
@@ -519,9 +558,11 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         cpus_per_worker=cpus_per_worker,
         use_gpu=cfg.use_gpu,
         datasets={"train": dataset},
+        progress=(board := ProgressBoard(log, "step", cfg.max_steps)),
     )
     started = time.perf_counter()
-    result = trainer.fit()
+    with board:
+        result = trainer.fit()
     seconds = time.perf_counter() - started
     if result.checkpoint is None:
         raise RuntimeError("sft finished without a checkpoint")
@@ -590,6 +631,7 @@ PHASE = Phase(
     section="sft",
     section_model=SftConfig,
     run=run_sft,
+    check=check_sft,
 )
 
 

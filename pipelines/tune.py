@@ -27,6 +27,7 @@ import json
 import math
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -37,7 +38,7 @@ from cluster.runtime import RayInfo
 from cluster.storage import Storage
 from cluster.tracking import PhaseRun
 from pipelines.config import TUNE_DEFAULTS, ChessRLConfig, TuneConfig
-from pipelines.phase import Phase, PhaseContext, PhaseResult, execute, phase_logger, run_phase
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, execute, phase_logger, run_phase
 from pipelines.rlaif import phase_module
 
 #: Ray Tune needs a non-empty resource request per trial; the trial's own work (the phase's
@@ -84,6 +85,17 @@ def sweep_space(config: ChessRLConfig) -> dict[str, Any]:
             except ValidationError as exc:
                 reason = exc.errors()[0]["msg"]
                 raise ConfigError(f"tune.space: {key}={value!r}: {reason}") from None
+    return space
+
+
+def check_tune(config: ChessRLConfig, inputs: Inputs) -> dict[str, Any]:
+    """Before Ray starts: the space (:func:`sweep_space`), then every input of the swept phase
+    (its own ``Phase.check`` on the base config; its outputs go to the trials' folders, so its
+    own folder is not looked at). Returns the space."""
+    space = sweep_space(config)
+    phase = phase_module(config.tune.phase)
+    if phase.check is not None:
+        phase.check(config, replace(inputs, produced=inputs.produced | {phase.name}))
     return space
 
 
@@ -393,7 +405,7 @@ PHASE = Phase(
     section="tune",
     section_model=TuneConfig,
     run=run_tune,
-    check=sweep_space,
+    check=check_tune,
 )
 
 

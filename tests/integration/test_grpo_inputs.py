@@ -11,7 +11,7 @@ from pipelines import grpo
 from pipelines.phase import EXIT_USER_ERROR
 
 
-def test_grpo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, local_ray, capsys, monkeypatch):
+def test_grpo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys, monkeypatch):
     games = tmp_path / "games"
     games.mkdir()
     pq.write_table(pa.table({"game_id": ["a" * 16], "moves": ["e2e4 e7e5 g1f3"]}), games / "part-0.parquet")
@@ -51,7 +51,7 @@ def test_policy_without_rookworld_markers_is_a_warning(tiny_lm_dir):
     assert len(said) == 1 and said[0].startswith("warning:") and "--text-format rookworld" in said[0]
 
 
-def test_missing_default_policy_names_the_command(tmp_path, local_ray, capsys):
+def test_missing_default_policy_names_the_command(tmp_path, capsys):
     code = grpo.main(["--config", "tiny", "--storage", str(tmp_path), "--run-name", "none", "--no-tracking"])
     err = capsys.readouterr().err
     assert code == EXIT_USER_ERROR

@@ -23,7 +23,7 @@ def save_reward_model(folder: Path, tokenizer, extra_tokens: list[str] | None = 
     return folder
 
 
-def test_ppo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, local_ray, capsys):
+def test_ppo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys):
     def run(*args: str) -> str:
         code = ppo.main(
             ["--config", "tiny", "--storage", str(tmp_path), "--run-name", "bad", "--no-tracking", *args]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -102,6 +103,12 @@ def test_rlaif_killed_during_reward_resumes_and_skips_what_finished(micro_run):
                       "ppo": "done", "grpo": "done", "evaluate": "done"}  # fmt: skip
     assert all((manifests / f"{n}.json").read_bytes() == b for n, b in finished.items())
     assert (run / "sft" / "model" / "model.safetensors").read_bytes() == micro_run["sft_model"]
+    # the driver says what runs, and each learner's progress; no Ray worker line repeats it
+    assert "[rlaif] plan: 4 phase(s) to run: reward, ppo, grpo, evaluate" in rerun.stderr
+    assert "[rlaif] plan: skipped (done with this config): prepare, sft, preferences" in rerun.stderr
+    for last in ("[reward] step 16/16 (100%)", "[ppo] iteration 2/2 (100%)", "[grpo] iteration 2/2 (100%)"):
+        assert last in rerun.stderr, last
+    assert not re.findall(r"\((RayTrainWorker|TrainController) pid=\d+\).*(\] iteration \d|\] step \d|\{'loss')", out)
     assert "[reward] resuming from the checkpoint of step" in out
     # reward resumed where its last registered checkpoint was, and ran to its last step; the
     # Spearman positions were scored once, by the killed run (what test_reward_phase's kill test

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -104,9 +105,15 @@ def test_collector_killed_mid_run_restarts_and_training_goes_on(tmp_path, local_
     pgn = io.StringIO((phase / "eval" / "games.pgn").read_text())
     games = [g for g in iter(lambda: chess.pgn.read_game(pgn), None)]
     assert len(games) == 4
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "selfplay summary" in out
     assert f"{summary['collector_restarts']} restart(s)" in out
+    # the driver names every iteration in a progress line (Ray worker lines are not on its stderr)
+    progress = re.findall(r"^\[selfplay\] iteration (\d+)/6 \(\d+%\), \d+:\d\d elapsed.*: (.*)$", captured.err, re.M)
+    assert [int(i) for i, _ in progress] == [1, 2, 3, 4, 5, 6], captured.err[-3000:]
+    assert all("games" in figures and "loss" in figures for _, figures in progress)
+    assert sum("gate +" in figures for _, figures in progress) == 3  # a gate every 2 iterations
 
 
 def test_learner_plays_its_own_games_without_producers_and_resumes(tmp_path, local_ray, capsys):
@@ -117,7 +124,9 @@ def test_learner_plays_its_own_games_without_producers_and_resumes(tmp_path, loc
     assert (summary["iterations"], summary["games"]) == (2, 4)
     assert sorted(p.name for p in (phase / "replay").rglob("*.parquet"))[0].startswith("shard-99-")
     # the same command with more iterations resumes the learner from its Ray Train checkpoint
+    capsys.readouterr()
     assert run_selfplay(tmp_path, "p", *args, "--iterations", "3") == EXIT_OK
+    assert re.findall(r"^\[selfplay\] iteration (\d)/3 \(", capsys.readouterr().err, re.M) == ["3"]
     summary = json.loads((phase / "summary.json").read_text())
     assert (summary["iterations"], summary["games"]) == (3, 6)
     metrics = [json.loads(line) for line in (phase / "logs" / "metrics.jsonl").read_text().splitlines()]

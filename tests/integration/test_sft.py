@@ -132,7 +132,7 @@ def plain_hf_matches_the_phase(phase: Path, phase_rate: float) -> None:
     assert abs(legal - phase_rate * len(positions)) <= 1 + 1e-9, (legal, len(positions), phase_rate)
 
 
-def test_sft_without_games_is_one_clear_error(tmp_path, local_ray, capsys, driver_err):
+def test_sft_without_games_is_one_clear_error(tmp_path, capsys, driver_err):
     assert sft.main(["--config", "tiny", "--storage", str(tmp_path), "--no-tracking"]) == EXIT_USER_ERROR
     err = capsys.readouterr().err
     assert "Traceback" not in driver_err(err) and "run `chess-rl prepare` first" in err

@@ -41,6 +41,8 @@ MODULES = [
     "pipelines.config",
     "pipelines.tune",
     "chessrl.eval_report",
+    "cluster.progress",
+    "pipelines.matches",
 ]
 
 

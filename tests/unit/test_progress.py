@@ -1,0 +1,104 @@
+"""Driver progress lines: the format, and which reports the board prints."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from cluster.progress import ProgressBoard, clock, progress_line, report_progress
+
+
+class ListQueue:
+    """The part of ray.util.queue.Queue the board and report_progress use."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    def put_nowait(self, item: Any) -> None:
+        self.items.append(item)
+
+    def qsize(self) -> int:
+        return len(self.items)
+
+    def get_nowait_batch(self, n: int) -> list[Any]:
+        taken, self.items = self.items[:n], self.items[n:]
+        return taken
+
+
+def test_line_names_position_total_elapsed_left_and_figures() -> None:
+    line = progress_line("iteration", 2, 8, elapsed_s=30, start=0, figures="reward +0.100")
+    assert line == "iteration 2/8 (25%), 0:30 elapsed, ~1:30 left: reward +0.100"
+
+
+def test_time_left_is_this_invocations_rate_after_a_resume() -> None:
+    # resumed at 6: 2 iterations in 20 s, 2 left -> 20 s
+    assert "~0:20 left" in progress_line("iteration", 8, 10, elapsed_s=20, start=6, figures="")
+
+
+@pytest.mark.parametrize(("done", "start"), [(0, 0), (5, 5), (10, 0)])
+def test_no_time_left_before_the_first_unit_or_after_the_last(done: int, start: int) -> None:
+    assert "left" not in progress_line("step", done, 10, elapsed_s=12, start=start, figures="")
+
+
+def test_clock_rolls_into_hours() -> None:
+    assert [clock(s) for s in (0, 59.6, 61, 3599, 3600, 7384)] == ["0:00", "1:00", "1:01", "59:59", "1:00:00", "2:03:04"]
+
+
+def test_report_without_a_board_or_with_a_broken_one_does_not_raise() -> None:
+    report_progress(None, 3, "x")
+
+    class Gone:
+        def put_nowait(self, item: Any) -> None:
+            raise RuntimeError("the actor died")
+
+    report_progress(Gone(), 3, "x")
+
+
+def test_board_prints_shown_reports_throttles_the_rest_and_prints_the_newest_at_the_end() -> None:
+    lines: list[str] = []
+    queue = ListQueue()
+    board = ProgressBoard(lines.append, "step", 100, every_s=3600, queue=queue)
+    with board:
+        for step in range(1, 50):
+            report_progress(queue, step, f"loss {1 / step:.3f}", show=step == 20)
+        deadline = time.monotonic() + 5
+        while queue.qsize() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert [line.split(",")[0] for line in lines] == ["step 20/100 (20%)", "step 49/100 (49%)"]
+    assert lines[-1].endswith("loss 0.020")
+    assert len(set(lines)) == len(lines)
+
+
+def test_board_prints_a_held_back_report_once_every_s_has_passed() -> None:
+    lines: list[str] = []
+    queue = ListQueue()
+    with ProgressBoard(lines.append, "step", 10, every_s=0.5, queue=queue):
+        report_progress(queue, 1, "loss 2.0")
+        time.sleep(2.5)  # the board polls once a second
+        assert lines and lines[0].startswith("step 1/10")
+    # nothing new arrived: the end prints no report again, only "still working" lines came after
+    assert all("working on the next step" in line for line in lines[1:])
+
+
+def test_the_last_unit_is_always_printed() -> None:
+    lines: list[str] = []
+    queue = ListQueue()
+    with ProgressBoard(lines.append, "iteration", 3, every_s=3600, queue=queue):
+        report_progress(queue, 1, "a")
+        report_progress(queue, 3, "c")
+        time.sleep(1.5)
+        assert [line.split(" (")[0] for line in lines] == ["iteration 3/3"]
+
+
+def test_a_quiet_learner_gets_a_line_saying_so() -> None:
+    lines: list[str] = []
+    queue = ListQueue()
+    with ProgressBoard(lines.append, "iteration", 5, every_s=0.5, queue=queue):
+        time.sleep(1.6)  # nothing printed for over 1.5 x every_s: the learner is starting
+        assert lines and lines[0] == "the learner is starting, 0:01 elapsed (5 iterations in all)"
+        report_progress(queue, 1, "reward +0.1", show=True)
+        time.sleep(2.6)
+    assert lines[1].startswith("iteration 1/5 (20%)")
+    assert "working on the next iteration (none reported for" in lines[2]
