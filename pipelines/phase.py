@@ -16,11 +16,13 @@ A phase module declares a :class:`Phase` and calls :func:`run_phase`::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,7 @@ from cluster.config import (
     resolve_preset,
 )
 from cluster.errors import StorageError, UserError
+from cluster.progress import clock
 from cluster.runtime import RayInfo, quiet_driver, ray_session
 from cluster.storage import Storage
 from cluster.tracking import PhaseRun, Tracker, write_json_artifact
@@ -287,7 +290,8 @@ def execute(phase: Phase, context: PhaseContext, started: float | None = None) -
     the summary's ``seconds`` (from ``started``, default now) and ``summary.json`` logged to the
     phase's MLflow run. ``run_phase`` and the ``rlaif`` graph both run phases through it."""
     started = time.perf_counter() if started is None else started
-    result = _unwrap_ray_errors(phase.run, context)
+    with keep_talking(context.log):
+        result = _unwrap_ray_errors(phase.run, context)
     result.summary.setdefault("seconds", round(time.perf_counter() - started, 3))
     write_json_artifact(context.tracking, result.summary, "summary.json")
     return result
@@ -327,6 +331,18 @@ def _redacted(uri: str) -> str:
     return str(redact("uri", uri))
 
 
+@dataclass
+class _LastLine:
+    """When the driver last printed a ``[phase]`` line, and what it said (for :func:`keep_talking`)."""
+
+    at: float = field(default_factory=time.monotonic)  # any line, reminders included
+    text: str = ""
+    text_at: float = field(default_factory=time.monotonic)  # when ``text`` was printed
+
+
+_LAST_LINE = _LastLine()
+
+
 def phase_logger(name: str) -> Callable[[str], None]:
     """``[name] message`` lines on stderr (silent with ``CHESS_RL_QUIET=1``)."""
     quiet = os.environ.get("CHESS_RL_QUIET") == "1"
@@ -334,5 +350,34 @@ def phase_logger(name: str) -> Callable[[str], None]:
     def log(message: str) -> None:
         if not quiet:
             print(f"[{name}] {message}", file=sys.stderr, flush=True)
+            _LAST_LINE.at = _LAST_LINE.text_at = time.monotonic()
+            _LAST_LINE.text = message
 
     return log
+
+
+@contextlib.contextmanager
+def keep_talking(log: Callable[[str], None], every_s: float = 25.0) -> Iterator[None]:
+    """While the block runs, a line whenever the driver has said nothing for ``every_s`` seconds
+    (a model loading, a long evaluation, Ray starting workers), so that no run looks hung::
+
+        [grpo] still working, 0:25 since: trained in 248 s; the start and final policies on ...
+    """
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(1.0):
+            if time.monotonic() - _LAST_LINE.at >= every_s:
+                text, text_at = _LAST_LINE.text, _LAST_LINE.text_at
+                since = clock(time.monotonic() - text_at)
+                log(f"still working, {since} since: {text[:100]}{'...' if len(text) > 100 else ''}")
+                _LAST_LINE.text, _LAST_LINE.text_at = text, text_at  # the next one names the same line
+
+    _LAST_LINE.at = _LAST_LINE.text_at = time.monotonic()
+    watcher = threading.Thread(target=watch, name="keep-talking", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join(timeout=5)

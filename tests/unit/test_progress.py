@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -102,3 +103,18 @@ def test_a_quiet_learner_gets_a_line_saying_so() -> None:
         time.sleep(2.6)
     assert lines[1].startswith("iteration 1/5 (20%)")
     assert "working on the next iteration (none reported for" in lines[2]
+
+
+def test_a_silent_driver_says_it_is_still_working(capsys: pytest.CaptureFixture[str]) -> None:
+    from pipelines.phase import keep_talking, phase_logger
+
+    log = phase_logger("grpo")
+    with keep_talking(log, every_s=1.0):
+        log("scoring the held-out prompts")
+        time.sleep(2.6)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "[grpo] scoring the held-out prompts"
+    reminders = lines[1:]
+    assert 1 <= len(reminders) <= 3, lines
+    assert all(re.fullmatch(r"\[grpo\] still working, 0:0\d since: scoring the held-out prompts", r) for r in reminders)
+    assert len(set(lines)) == len(lines), lines  # each reminder counts from the line it names
