@@ -427,6 +427,52 @@ def _state_fields(s: Any, white: bool) -> tuple[int, ...]:
     return (s.pawns, s.knights, s.bishops, s.rooks, s.queens, s.kings, ours, theirs)
 
 
+def _key_back(board: chess.Board, step: int, keys: dict[int, Hashable]) -> Hashable:
+    """python-chess's transposition key of ``board``'s position ``step`` plies back, from its
+    saved states without popping moves (memoised in ``keys``)."""
+    key = keys.get(step)
+    if key is not None:
+        return key
+    states = board._stack
+    depth = len(states)
+    if step == 0:
+        key = board._transposition_key()
+    else:
+        state = states[depth - step]
+        if state.ep_square is not None or step == depth:
+            # python-chess's key: en passant only when legal, castling rights cleaned at the
+            # game's start; both need a board, so restore the state into a scratch one
+            scratch = chess.Board(None, chess960=board.chess960)
+            state.restore(scratch)
+            scratch._stack = [] if step == depth else [state]
+            key = scratch._transposition_key()
+        else:
+            key = (
+                state.pawns, state.knights, state.bishops, state.rooks, state.queens, state.kings,
+                state.occupied_w, state.occupied_b, state.turn, state.castling_rights, None,
+            )  # fmt: skip
+    keys[step] = key
+    return key
+
+
+def _castling_planes(board: chess.Board, us: chess.Color) -> tuple[bool, bool, bool, bool]:
+    """Our kingside and queenside castling rights, then theirs, as python-chess's
+    ``has_kingside_castling_rights``/``has_queenside_castling_rights``: in standard chess the
+    cleaned rights keep a corner rook's square only while its king is at home, so each is a bit
+    test."""
+    if board.chess960:
+        return (
+            board.has_kingside_castling_rights(us),
+            board.has_queenside_castling_rights(us),
+            board.has_kingside_castling_rights(not us),
+            board.has_queenside_castling_rights(not us),
+        )
+    rights = board.clean_castling_rights()
+    white = (bool(rights & chess.BB_H1), bool(rights & chess.BB_A1))
+    black = (bool(rights & chess.BB_H8), bool(rights & chess.BB_A8))
+    return (*white, *black) if us == chess.WHITE else (*black, *white)
+
+
 def encode_boards(boards: Sequence[chess.Board], history: int = 8) -> np.ndarray:
     """:func:`encode_board` of each board, stacked: ``(len(boards), input_channels(history), 8, 8)``.
 
@@ -444,71 +490,61 @@ def encode_boards(boards: Sequence[chess.Board], history: int = 8) -> np.ndarray
         return out
     words: list[int] = []  # n * history * 12 piece bitboards, zeros before a game's start
     repeats = np.zeros((n, history, 2), dtype=np.float32)
-    constants = np.zeros((n, CONSTANT_PLANES), dtype=np.float32)
-    scratch: chess.Board | None = None
+    constants: list[tuple[float, ...]] = []
     for b, board in enumerate(boards):
         us = board.turn
         states = board._stack
         depth = len(states)
-        keys: list[Hashable] = [board._transposition_key()]
+        steps = min(history, depth + 1)  # history steps since the game's start
         limit = history - 1  # how far back positions are needed: history, and repetitions of it
-        step = 0
-        state: Any = None  # the saved state ``step`` plies back (the board itself at step 0)
-        while True:
-            if step < history:
-                if state is None:
-                    pawns, knights, bishops, rooks, queens, kings = (
-                        board.pawns, board.knights, board.bishops, board.rooks, board.queens, board.kings
-                    )  # fmt: skip
-                    ours, theirs = board.occupied_co[us], board.occupied_co[not us]
-                    clock = board.halfmove_clock
-                else:
-                    pawns, knights, bishops, rooks, queens, kings, ours, theirs = _state_fields(state, us)
-                    clock = state.halfmove_clock
-                words += (
-                    pawns & ours, knights & ours, bishops & ours, rooks & ours, queens & ours, kings & ours,
-                    pawns & theirs, knights & theirs, bishops & theirs, rooks & theirs, queens & theirs,
-                    kings & theirs,
+        for step in range(steps):
+            if step == 0:
+                pawns, knights, bishops, rooks, queens, kings = (
+                    board.pawns, board.knights, board.bishops, board.rooks, board.queens, board.kings
                 )  # fmt: skip
-                limit = max(limit, step + clock)
-            if step >= limit or step >= depth:
-                break
-            step += 1
-            state = states[depth - step]
-            if state.ep_square is not None or step == depth:
-                # python-chess's key: en passant only when legal, castling rights cleaned at the
-                # game's start; both need a board, so restore the state into a scratch one
-                if scratch is None:
-                    scratch = chess.Board(None, chess960=board.chess960)
-                scratch.chess960 = board.chess960
-                state.restore(scratch)
-                scratch._stack = [] if step == depth else [state]
-                keys.append(scratch._transposition_key())
+                ours, theirs = board.occupied_co[us], board.occupied_co[not us]
+                clock = board.halfmove_clock
             else:
-                keys.append(
-                    (state.pawns, state.knights, state.bishops, state.rooks, state.queens, state.kings,
-                     state.occupied_w, state.occupied_b, state.turn, state.castling_rights, None)
-                )  # fmt: skip
-        words += [0] * (12 * (history - min(history, step + 1)))
-        for i in range(min(history, len(keys))):
-            seen = keys[i + 1 :].count(keys[i])
-            repeats[b, i] = (seen >= 1, seen >= 2)
-        constants[b] = (
-            1.0 if us == chess.WHITE else 0.0,
-            board.fullmove_number / MOVE_COUNT_SCALE,
-            board.has_kingside_castling_rights(us),
-            board.has_queenside_castling_rights(us),
-            board.has_kingside_castling_rights(not us),
-            board.has_queenside_castling_rights(not us),
-            board.halfmove_clock / NO_PROGRESS_SCALE,
+                state = states[depth - step]
+                pawns, knights, bishops, rooks, queens, kings, ours, theirs = _state_fields(state, us)
+                clock = state.halfmove_clock
+            words += (
+                pawns & ours, knights & ours, bishops & ours, rooks & ours, queens & ours, kings & ours,
+                pawns & theirs, knights & theirs, bishops & theirs, rooks & theirs, queens & theirs,
+                kings & theirs,
+            )  # fmt: skip
+            limit = max(limit, step + clock)
+        words += [0] * (12 * (history - steps))
+        back = min(limit, depth)
+        if back >= 2:
+            # only a position with the same occupancy (an even number of plies apart) can repeat
+            # one: full keys are made for those alone, and none when no occupancy comes twice
+            occupancy = [(board.occupied_co[chess.WHITE], board.occupied_co[chess.BLACK])]
+            occupancy += [(s.occupied_w, s.occupied_b) for s in reversed(states[depth - back :])]
+            if len(set(occupancy)) < len(occupancy):
+                keys: dict[int, Hashable] = {}
+                for i in range(min(history, len(occupancy))):
+                    same = [j for j in range(i + 2, len(occupancy), 2) if occupancy[j] == occupancy[i]]
+                    if same:
+                        key = _key_back(board, i, keys)
+                        seen = sum(_key_back(board, j, keys) == key for j in same)
+                        repeats[b, i] = (seen >= 1, seen >= 2)
+        constants.append(
+            (
+                1.0 if us == chess.WHITE else 0.0,
+                board.fullmove_number / MOVE_COUNT_SCALE,
+                *_castling_planes(board, us),
+                board.halfmove_clock / NO_PROGRESS_SCALE,
+            )
         )
+    constant_planes = np.array(constants, dtype=np.float32)
     bits = np.unpackbits(np.array(words, dtype="<u8").view(np.uint8), bitorder="little")
     pieces = bits.reshape(n, history, 12, 8, 8)
-    black = np.flatnonzero(constants[:, 0] == 0.0)
+    black = np.flatnonzero(constant_planes[:, 0] == 0.0)
     if len(black):
         pieces[black] = pieces[black][:, :, :, ::-1, :]  # rank 8 is black's first row
     view = out[:, : PLANES_PER_STEP * history].reshape(n, history, PLANES_PER_STEP, 8, 8)
     view[:, :, :12] = pieces
     view[:, :, 12:14] = repeats[:, :, :, None, None]
-    out[:, PLANES_PER_STEP * history :] = constants[:, :, None, None]
+    out[:, PLANES_PER_STEP * history :] = constant_planes[:, :, None, None]
     return out
