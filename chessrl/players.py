@@ -10,12 +10,13 @@ True
 A player is named by a spec string in configs and on the command line:
 
 >>> parse_player_spec("stockfish:elo=1500,nodes=2000")
-PlayerSpec(kind='stockfish', path=None, skill_level=None, elo=1500, nodes=2000, movetime_ms=None, simulations=None, random_share=None)
+PlayerSpec(kind='stockfish', path=None, skill_level=None, elo=1500, nodes=2000, movetime_ms=None, simulations=None, random_share=None, search=None)
 >>> parse_player_spec("random").label
 'random'
 
-``random``; ``sft`` (this run's sft model); ``lm:DIR|s3://...``; ``mcts[:FILE.pt][,sims=N]`` (a
-self-play network searched by MCTS; bare ``mcts`` is this run's best);
+``random``; ``sft`` (this run's sft model); ``lm:DIR|s3://...``; ``mcts[:FILE.pt][,sims=N][,search=gumbel]``
+(a self-play network searched by MCTS, PUCT unless ``search=gumbel``; bare ``mcts`` is this run's
+best);
 ``stockfish[:skill=N|elo=N][,nodes=N][,random=P]`` (``random=P``: a uniformly random legal move
 P% of the time, the rungs of the low Elo ladder); ``uci:/path/to/engine[,nodes=N|movetime_ms=N]``.
 
@@ -26,6 +27,8 @@ P% of the time, the rungs of the low Elo ladder); ``uci:/path/to/engine[,nodes=N
 'mcts:runs/a/selfplay/best.pt,sims=64'
 >>> parse_player_spec("mcts,sims=100").label
 'mcts,sims=100'
+>>> parse_player_spec("mcts:best.pt,sims=16,search=gumbel").label
+'mcts:best.pt,sims=16,search=gumbel'
 """
 
 from __future__ import annotations
@@ -92,6 +95,7 @@ class PlayerSpec:
     movetime_ms: int | None = None
     simulations: int | None = None
     random_share: int | None = None
+    search: str | None = None  # an mcts player's root search: "puct" (None) or "gumbel"
 
     @property
     def label(self) -> str:
@@ -101,10 +105,11 @@ class PlayerSpec:
         if self.kind == "lm":
             return f"lm:{self.path}"
         if self.kind == "mcts":
-            sims = f"sims={self.simulations}" if self.simulations else None
+            options = [f"sims={self.simulations}"] if self.simulations else []
+            options += [f"search={self.search}"] if self.search else []
             if self.path:
-                return "mcts:" + ",".join(p for p in (self.path, sims) if p)
-            return "mcts" + (f",{sims}" if sims else "")
+                return "mcts:" + ",".join([self.path, *options])
+            return ",".join(["mcts", *options])
         extra = [f"nodes={self.nodes}"] if self.nodes else []
         extra += [f"movetime_ms={self.movetime_ms}"] if self.movetime_ms else []
         extra += [f"random={self.random_share}"] if self.random_share is not None else []
@@ -134,7 +139,7 @@ class PlayerSpec:
 
 
 _ALLOWED = (
-    "random, sft, lm:DIR, mcts[:FILE.pt][,sims=N], stockfish[:skill=N|elo=N][,nodes=N|movetime_ms=N][,random=P], "
+    "random, sft, lm:DIR, mcts[:FILE.pt][,sims=N][,search=puct|gumbel], stockfish[:skill=N|elo=N][,nodes=N|movetime_ms=N][,random=P], "
     "uci:PATH[,nodes=N|movetime_ms=N]"
 )
 
@@ -186,7 +191,8 @@ def parse_player_spec(spec: str, *, key: str = "evaluate.players") -> PlayerSpec
 
 
 def _parse_mcts(spec: str, rest: str, key: str) -> PlayerSpec:
-    """``mcts`` (this run's self-play network), ``mcts:FILE.pt``, either with ``,sims=N``."""
+    """``mcts`` (this run's self-play network), ``mcts:FILE.pt``, either with ``,sims=N`` and
+    ``,search=puct|gumbel``."""
     parts = [p.strip() for p in rest.split(",")]
     path = parts[0] or None
     if path is not None and "=" in path:
@@ -194,12 +200,16 @@ def _parse_mcts(spec: str, rest: str, key: str) -> PlayerSpec:
             f"{key}: player {spec!r}: write mcts,sims=N or mcts:FILE.pt,sims=N; allowed: {_ALLOWED}"
         )
     sims = None
+    search = None
     for part in parts[1:]:
         name, eq, value = part.partition("=")
+        if name == "search" and value in ("puct", "gumbel"):
+            search = None if value == "puct" else value
+            continue
         if name not in ("sims", "simulations") or not eq or not value.isdigit() or int(value) < 1:
             raise ConfigError(f"{key}: cannot read {part!r} in player {spec!r}; allowed: {_ALLOWED}")
         sims = int(value)
-    return PlayerSpec(kind="mcts", path=path, simulations=sims)
+    return PlayerSpec(kind="mcts", path=path, simulations=sims, search=search)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,8 +217,8 @@ def _parse_mcts(spec: str, rest: str, key: str) -> PlayerSpec:
 
 
 class MCTSPlayer:
-    """A policy/value network searched by MCTS (no root noise; the most visited move, or a mate
-    in one). The search sees the game's move stack, so the history planes are filled.
+    """A policy/value network searched by MCTS (no root noise; a mate in one, else the most
+    visited move, or with ``search="gumbel"`` the move sequential halving kept). The search sees the game's move stack, so the history planes are filled.
 
     >>> from chessrl.network import NetConfig, PolicyValueNet
     >>> player = MCTSPlayer(PolicyValueNet(NetConfig(blocks=0, channels=8, history=1)), simulations=8)
@@ -216,12 +226,15 @@ class MCTSPlayer:
     True
     """
 
-    def __init__(self, net: Any, simulations: int = 32, name: str = "mcts", c_puct: float = 1.5) -> None:
+    def __init__(
+        self, net: Any, simulations: int = 32, name: str = "mcts", c_puct: float = 1.5, search: str = "puct"
+    ) -> None:
         from chessrl.mcts import BatchedMCTS, MCTSConfig, NetworkEvaluator
 
         self.name = name
         self.search = BatchedMCTS(
-            NetworkEvaluator(net.eval()), MCTSConfig(simulations=simulations, c_puct=c_puct)
+            NetworkEvaluator(net.eval()),
+            MCTSConfig(simulations=simulations, c_puct=c_puct, search=search),  # type: ignore[arg-type]
         )
 
     def new_game(self, seed: int) -> None:

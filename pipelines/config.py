@@ -155,8 +155,8 @@ class EvaluateConfig(Section):
     """``evaluate``: players in an arena (Ray tasks, one per game), Elo, suites, PGN and a report."""
 
     players: list[str] = Field(default_factory=lambda: ["sft", "random", "stockfish:skill=0"])
-    """Players: random, sft (this run's model), lm:DIR|s3://..., mcts[:FILE.pt][,sims=N] (a selfplay
-    network with MCTS; bare: this run's best), stockfish[:skill=N|elo=N][,nodes=N],
+    """Players: random, sft (this run's model), lm:DIR|s3://..., mcts[:FILE.pt][,sims=N][,search=gumbel]
+    (a selfplay network with MCTS; bare: this run's best), stockfish[:skill=N|elo=N][,nodes=N],
     uci:PATH[,nodes=N|movetime_ms=N]. The first is the candidate."""
     mode: Literal["gauntlet", "round_robin", "sprt"] = "gauntlet"
     """gauntlet: the first player against each of the others; round_robin: every pair; sprt: two

@@ -102,7 +102,9 @@ def build_player(spec: PlayerSpec, settings: Settings, pool: Any) -> Player:
         assert path is not None
         if path not in _MODELS:
             _MODELS[path] = (load_network(path), None)
-        return MCTSPlayer(_MODELS[path][0], spec.simulations or 32, name=spec.label)
+        return MCTSPlayer(
+            _MODELS[path][0], spec.simulations or 32, name=spec.label, search=spec.search or "puct"
+        )
     limit = spec.search_limit(settings.stockfish_nodes)
     if spec.kind == "stockfish":
         return StockfishPlayer(

@@ -74,6 +74,12 @@ def board_after(moves: list[str]) -> chess.Board:
             "mcts:s3://b/r/selfplay/gen0.pt,sims=8",
             PlayerSpec(kind="mcts", path="s3://b/r/selfplay/gen0.pt", simulations=8),
         ),
+        ("mcts,search=gumbel", PlayerSpec(kind="mcts", search="gumbel")),
+        (
+            "mcts:a.pt,sims=16,search=gumbel",
+            PlayerSpec(kind="mcts", path="a.pt", simulations=16, search="gumbel"),
+        ),
+        ("mcts:a.pt,search=puct", PlayerSpec(kind="mcts", path="a.pt")),
     ],
 )
 def test_every_allowed_spec_parses_and_its_label_parses_back(text: str, expected: PlayerSpec) -> None:
@@ -101,6 +107,7 @@ def test_labels_are_distinct_for_distinct_specs() -> None:
         "mcts,sims=8",
         "mcts:a.pt",
         "mcts:a.pt,sims=8",
+        "mcts:a.pt,sims=8,search=gumbel",
     ]
     labels = [parse_player_spec(t).label for t in texts]
     assert len(set(labels)) == len(texts)
@@ -128,6 +135,8 @@ BAD_SPECS = [
     "mcts:a.pt,nodes=5",
     "mcts:sims=5",
     "mcts,sims",
+    "mcts,search=alphabeta",
+    "mcts,search",
 ]
 
 
@@ -425,3 +434,19 @@ def test_mcts_player_plays_legal_moves_and_mates_in_one() -> None:
         board.push_uci(move)
     assert player.move(chess.Board("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1")).move == "d1d8"
     assert player.move(chess.Board("3R2k1/5ppp/8/8/8/8/5PPP/6K1 b - - 1 1")).move is None
+
+
+def test_gumbel_mcts_player_plays_the_move_its_search_chose() -> None:
+    from chessrl.network import NetConfig, PolicyValueNet
+    from chessrl.players import MCTSPlayer
+
+    player = MCTSPlayer(
+        PolicyValueNet(NetConfig(blocks=0, channels=8, history=2)), simulations=8, search="gumbel"
+    )
+    assert player.search.config.search == "gumbel"
+    board = chess.Board()
+    for _ in range(4):
+        move = player.move(board).move
+        assert chess.Move.from_uci(move) in board.legal_moves
+        board.push_uci(move)
+    assert player.move(chess.Board("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1")).move == "d1d8"
