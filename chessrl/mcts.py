@@ -53,6 +53,7 @@ from chessrl import gumbel
 from chessrl.board_encoding import NUM_ACTIONS, copy_board, encode_boards, legal_indices, legal_mask
 from chessrl.mcts_tree import ArrayTree, edge_ranges, padded_edges, puct_pick
 from chessrl.network import PolicyValueNet
+from chessrl.search_board import child_board, leaf_terminal, may_check, terminal_value
 
 __all__ = [
     "BatchedMCTS",
@@ -136,48 +137,6 @@ class MCTSConfig:
             raise ValueError("MCTSConfig.virtual_loss, temperature_moves and c_visit must not be negative")
 
 
-def _maybe_threefold(board: chess.Board) -> bool:
-    """False when ``board.is_repetition(3)`` is surely False: python-chess looks for the position
-    among those since the last irreversible move (so at most ``halfmove_clock`` plies back) with
-    the same side to move (an even number of plies back); here only their occupancy is compared,
-    over those plies instead of the whole game."""
-    stack = board._stack
-    occupied = board.occupied
-    window = min(board.halfmove_clock, len(stack))
-    seen = 0
-    for back in range(2, window + 1, 2):
-        if stack[-back].occupied == occupied:
-            seen += 1
-            if seen >= 2:
-                return True
-    return False
-
-
-def terminal_value(board: chess.Board, legal_moves: int | None = None) -> float | None:
-    """The exact value of a finished game for the side to move (-1 checkmated, 0 drawn), or None.
-
-    Draws: stalemate, insufficient material, the 75-move and fivefold rules (as
-    ``board.outcome(claim_draw=False)``), and also a threefold repetition or a fifty-move claim.
-
-    >>> terminal_value(chess.Board("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1"))   # None: play on
-    >>> terminal_value(chess.Board("3R2k1/5ppp/8/8/8/8/5PPP/6K1 b - - 1 1"))
-    -1.0
-    >>> terminal_value(chess.Board("7k/8/8/8/8/8/8/K7 w - - 0 1"))   # bare kings
-    0.0
-    """
-    n = board.legal_moves.count() if legal_moves is None else legal_moves
-    if n == 0:
-        return -1.0 if board.is_check() else 0.0
-    if not (board.pawns | board.rooks | board.queens) and board.is_insufficient_material():
-        return 0.0
-    # a threefold repetition needs at least 8 reversible plies; it includes the fivefold rule
-    if board.halfmove_clock >= 8 and _maybe_threefold(board) and board.is_repetition(3):
-        return 0.0
-    if board.halfmove_clock >= 99 and board.can_claim_fifty_moves():  # includes the 75-move rule
-        return 0.0
-    return None
-
-
 def _nan_or(value: float | None) -> float:
     return math.nan if value is None else value
 
@@ -205,77 +164,6 @@ def _new_node(tree: ArrayTree, board: chess.Board) -> int:
     return tree.add_node(board, moves, actions, _nan_or(terminal_value(board, len(moves))))
 
 
-#: Per square, the squares on a line (rank, file, diagonal) with it: a piece off every line
-#: through its king cannot be pinned.
-_LINES = [
-    chess.BB_DIAG_ATTACKS[s][0] | chess.BB_RANK_ATTACKS[s][0] | chess.BB_FILE_ATTACKS[s][0] for s in range(64)
-]
-
-
-def _may_check(board: chess.Board, move: chess.Move) -> bool:
-    """False when ``move`` surely gives no check (python-chess's ``gives_check`` plays the move
-    to know): it neither lands where its piece, or a knight or pawn, could attack the other king
-    from, nor leaves a line through that king (a discovered check), nor is a promotion,
-    castling or an en passant capture."""
-    king_mask = board.kings & board.occupied_co[not board.turn]
-    if not king_mask or type(board) is not chess.Board:
-        return True
-    king = king_mask.bit_length() - 1
-    lines = _LINES[king]
-    to_bb = 1 << move.to_square
-    if (1 << move.from_square) & lines or to_bb & lines or move.promotion:
-        return True
-    if to_bb & (chess.BB_KNIGHT_ATTACKS[king] | chess.BB_PAWN_ATTACKS[not board.turn][king]):
-        return True
-    # en passant, castling (a king move: rare enough to ask python-chess)
-    return move.to_square == board.ep_square or bool((1 << move.from_square) & board.kings)
-
-
-def _surely_movable(board: chess.Board) -> bool:
-    """True when the side to move, not in check, has a knight or a pawn off the lines through
-    its king (so not pinned) with a move; False says nothing."""
-    turn = board.turn
-    ours = board.occupied_co[turn]
-    king_mask = board.kings & ours
-    if not king_mask:
-        return False
-    free = ours & ~_LINES[king_mask.bit_length() - 1]
-    pawns = board.pawns & free
-    if pawns and (pawns << 8 if turn else pawns >> 8) & ~board.occupied & chess.BB_ALL:
-        return True
-    knights = board.knights & free
-    while knights:
-        sq = knights.bit_length() - 1
-        if chess.BB_KNIGHT_ATTACKS[sq] & ~ours:
-            return True
-        knights ^= 1 << sq
-    return False
-
-
-def _leaf_terminal(board: chess.Board) -> float | None:
-    """:func:`terminal_value` without listing the moves: a side not in check with an unpinned
-    knight or pawn that can move has a move; else python-chess's generator, up to the first."""
-    check = board.is_check()
-    if not (not check and _surely_movable(board)) and not any(board.generate_legal_moves()):
-        return -1.0 if check else 0.0
-    return terminal_value(board, 1)
-
-
-def _copy(board: chess.Board) -> chess.Board:
-    """:func:`~chessrl.board_encoding.copy_board` in a few dictionary operations: a
-    ``chess.Board``'s state is its ints plus three lists (``occupied_co``, the move stack and the
-    saved states), which are copied; other board classes go through ``copy_board``."""
-    if type(board) is not chess.Board:
-        return copy_board(board)
-    new = object.__new__(chess.Board)
-    state = new.__dict__
-    state.update(board.__dict__)
-    state["occupied_co"] = board.occupied_co.copy()
-    state["move_stack"] = board.move_stack.copy()
-    state["_stack"] = board._stack.copy()
-    return new
-
-
 def _make_child(tree: ArrayTree, node: int, i: int) -> int:
     """The child of ``node`` after its ``i``-th move, created on first use without its moves
     (:func:`_ensure_edges` lists them when the search first walks through it); a child that is
@@ -283,9 +171,8 @@ def _make_child(tree: ArrayTree, node: int, i: int) -> int:
     e = int(tree.first[node]) + i
     c = int(tree.child[e])
     if c < 0:
-        board = _copy(tree.boards[node])
-        board.push(tree.moves[node][i])  # type: ignore[index]
-        c = tree.add_node(board, None, None, _nan_or(_leaf_terminal(board)))
+        board = child_board(tree.boards[node], tree.moves[node][i])  # type: ignore[index]
+        c = tree.add_node(board, None, None, _nan_or(leaf_terminal(board)))
         tree.child[e] = c
         if tree.terminal[c] < 0:
             tree.mate[node] = i
@@ -574,7 +461,7 @@ class Node:
         if self.mate_index is None:
             board = self.board
             for i, move in enumerate(self.moves):
-                if _may_check(board, move) and board.gives_check(move):
+                if may_check(board, move) and board.gives_check(move):
                     board.push(move)
                     mate = board.is_checkmate()
                     board.pop()

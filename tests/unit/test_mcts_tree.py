@@ -23,12 +23,11 @@ from chessrl.mcts import (
     NetworkEvaluator,
     Node,
     UniformEvaluator,
-    _copy,
-    _leaf_terminal,
     terminal_value,
 )
 from chessrl.mcts_tree import ArrayTree, edge_ranges, padded_edges, puct_pick
 from chessrl.network import NetConfig, PolicyValueNet
+from chessrl.search_board import copy_fast, leaf_terminal, may_check, maybe_threefold
 
 MIDDLEGAME = "r1bqkb1r/pppp1ppp/2n2n2/4p3/2B1P3/5N2/PPPP1PPP/RNBQK2R w KQkq - 4 4"
 ENDGAME = "8/8/4k3/8/2K5/8/4P3/8 w - - 0 1"
@@ -228,7 +227,7 @@ def test_a_leaf_is_scored_exactly_without_listing_its_moves() -> None:
     ]
     finished = 0
     for board in boards:
-        assert _leaf_terminal(board) == terminal_value(board), board.fen()
+        assert leaf_terminal(board) == terminal_value(board), board.fen()
         finished += terminal_value(board) is not None
     assert finished >= 3
 
@@ -293,14 +292,14 @@ def test_a_board_copy_is_python_chess_s() -> None:
     for board in random_positions(30, seed=9):
         if board.is_game_over():
             continue
-        mine = _copy(board)
+        mine = copy_fast(board)
         assert (
             mine == board
             and mine.move_stack == board.move_stack
             and mine.occupied_co is not board.occupied_co
         )
         for move in list(board.legal_moves)[:5]:
-            a, b = _copy(mine), board.copy()
+            a, b = copy_fast(mine), board.copy()
             a.push(move)
             b.push(move)
             assert a.fen() == b.fen() and a.move_stack == b.move_stack and a.occupied_co == b.occupied_co
@@ -351,21 +350,17 @@ def shuffling_games(count: int, seed: int) -> list[chess.Board]:
 
 
 def test_the_threefold_pre_check_never_hides_a_repetition() -> None:
-    from chessrl.mcts import _maybe_threefold
-
     boards = shuffling_games(25, seed=1)
     repeated = 0
     for board in boards:
         if board.is_repetition(3):
             repeated += 1
-            assert _maybe_threefold(board), board.fen()
+            assert maybe_threefold(board), board.fen()
     assert repeated >= 20
-    assert sum(_maybe_threefold(b) for b in boards) < len(boards) // 2  # it does rule positions out
+    assert sum(maybe_threefold(b) for b in boards) < len(boards) // 2  # it does rule positions out
 
 
 def test_the_check_pre_filter_never_hides_a_check() -> None:
-    from chessrl.mcts import _may_check
-
     checks = skipped = 0
     boards = random_positions(80, seed=11) + [
         chess.Board("r3k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1"),  # castling
@@ -377,7 +372,7 @@ def test_the_check_pre_filter_never_hides_a_check() -> None:
         for move in board.legal_moves:
             if board.gives_check(move):
                 checks += 1
-                assert _may_check(board, move), (board.fen(), move.uci())
+                assert may_check(board, move), (board.fen(), move.uci())
             else:
-                skipped += not _may_check(board, move)
+                skipped += not may_check(board, move)
     assert checks >= 30 and skipped >= 500  # it rules most quiet moves out
