@@ -92,13 +92,7 @@ class ProgressBoard:
         self, log: Callable[[str], None], unit: str, total: int, *, every_s: float = 15.0, queue: Any = None
     ) -> None:
         self.log, self.unit, self.total, self.every_s = log, unit, total, every_s
-        if queue is None:
-            from ray.util.queue import Queue
-
-            # num_cpus=0: an actor asks one CPU to be scheduled by default, and the learner may hold them all
-            queue = Queue(actor_options={"num_cpus": 0})
-        #: what workers put their reports in (``put_nowait``); the board reads ``qsize`` and ``get_nowait_batch``
-        self.handle = queue
+        self._queue = queue
         self.started = time.perf_counter()
         self.last_printed = self.started
         self.last: dict[str, Any] | None = None  # the newest report not printed yet
@@ -108,6 +102,18 @@ class ProgressBoard:
         self.lines = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="progress-board", daemon=True)
+
+    @property
+    def handle(self) -> Any:
+        """What workers put their reports in (``put_nowait``); the board reads ``qsize`` and
+        ``get_nowait_batch``. The Ray queue actor is made on first use, so a trainer refused
+        before it starts leaves none behind."""
+        if self._queue is None:
+            from ray.util.queue import Queue
+
+            # num_cpus=0: an actor asks one CPU to be scheduled by default, and the learner may hold them all
+            self._queue = Queue(actor_options={"num_cpus": 0})
+        return self._queue
 
     def __enter__(self) -> ProgressBoard:
         self._thread.start()
@@ -119,7 +125,7 @@ class ProgressBoard:
         self._drain()
         if self.last is not None:  # the newest state, if it was held back by the throttle
             self._print(self.last)
-        actor = getattr(self.handle, "actor", None)
+        actor = getattr(self._queue, "actor", None)
         if actor is not None:
             with contextlib.suppress(Exception):  # the cluster may be shutting down
                 import ray

@@ -118,3 +118,22 @@ def test_a_silent_driver_says_it_is_still_working(capsys: pytest.CaptureFixture[
     assert 1 <= len(reminders) <= 3, lines
     assert all(re.fullmatch(r"\[grpo\] still working, 0:0\d since: scoring the held-out prompts", r) for r in reminders)
     assert len(set(lines)) == len(lines), lines  # each reminder counts from the line it names
+
+
+def test_a_board_makes_its_queue_actor_only_when_the_handle_is_first_used(monkeypatch) -> None:
+    """A trainer refused before it starts (a worker bigger than any node) must leave no queue
+    actor behind: the board makes it when ``torch_trainer`` reads the handle, after its checks."""
+    import ray.util.queue
+
+    made = []
+
+    class CountingQueue:
+        def __init__(self, actor_options: dict) -> None:
+            made.append(actor_options)
+
+    monkeypatch.setattr(ray.util.queue, "Queue", CountingQueue)
+    board = ProgressBoard(lambda line: None, "step", 10)
+    assert made == []
+    handle = board.handle
+    assert isinstance(handle, CountingQueue) and board.handle is handle
+    assert made == [{"num_cpus": 0}]
