@@ -583,11 +583,13 @@ PHASE = Phase(
     name="evaluate",
     summary="evaluate: arenas of players as Ray tasks -> scores, Elo, suites, PGN and a report.",
     description=(
-        "Players: random, sft, lm:DIR, mcts[:FILE.pt], stockfish[:skill=N|elo=N][,nodes=N][,random=P],\n"
-        "uci:PATH. The first is the candidate, rated on the low Elo ladder (--no-ladder: off). Results\n"
-        "are written as games finish; the same command resumes. Examples:\n"
+        "Players: random, sft, lm:DIR, mcts[:FILE.pt][,sims=N][,search=gumbel],\n"
+        "stockfish[:skill=N|elo=N][,nodes=N][,random=P], uci:PATH. The first is the candidate, rated on\n"
+        "the low Elo ladder (--no-ladder: off). Results are written as games finish; the same command\n"
+        "resumes. Examples:\n"
         "  chess-rl evaluate --players sft random stockfish:skill=0 stockfish:elo=1350 --games 20\n"
-        "  chess-rl evaluate --mode sprt --players lm:runs/a/ppo/model lm:runs/a/sft/model --games 400"
+        "  chess-rl evaluate --mode sprt --players lm:runs/a/ppo/model lm:runs/a/sft/model --games 400\n"
+        "  chess-rl evaluate --mode sprt --players mcts,sims=16,search=gumbel mcts,sims=32 --games 200"
     ),
     section="evaluate",
     section_model=EvaluateConfig,
