@@ -165,6 +165,7 @@ def child_board(board: chess.Board, move: chess.Move) -> chess.Board:
     if (
         type(board) is not chess.Board
         or src["chess960"]
+        or not move  # a null move
         or move.promotion
         or move.drop
         or from_bb & src["kings"] & _KING_HOMES

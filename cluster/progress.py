@@ -153,8 +153,11 @@ class ProgressBoard:
             self.last = item
 
     def _drain(self) -> None:
+        queue = self._queue
+        if queue is None:  # nothing has read the handle: no worker can have reported
+            return
         try:
-            items = self.handle.get_nowait_batch(self.handle.qsize())
+            items = queue.get_nowait_batch(queue.qsize())
         except Exception:  # noqa: BLE001 - the queue actor is gone (cluster shutting down)
             return
         for item in items:

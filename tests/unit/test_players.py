@@ -437,16 +437,21 @@ def test_mcts_player_plays_legal_moves_and_mates_in_one() -> None:
 
 
 def test_gumbel_mcts_player_plays_the_move_its_search_chose() -> None:
+    from chessrl.mcts import BatchedMCTS, MCTSConfig, NetworkEvaluator, Node
     from chessrl.network import NetConfig, PolicyValueNet
     from chessrl.players import MCTSPlayer
 
-    player = MCTSPlayer(
-        PolicyValueNet(NetConfig(blocks=0, channels=8, history=2)), simulations=8, search="gumbel"
-    )
+    torch.manual_seed(0)
+    net = PolicyValueNet(NetConfig(blocks=0, channels=8, history=2))
+    player = MCTSPlayer(net, simulations=8, search="gumbel")
     assert player.search.config.search == "gumbel"
     board = chess.Board()
     for _ in range(4):
         move = player.move(board).move
-        assert chess.Move.from_uci(move) in board.legal_moves
+        root = Node(board.copy())  # the same search on its own: the move sequential halving kept
+        BatchedMCTS(NetworkEvaluator(net), MCTSConfig(simulations=8, search="gumbel")).search(
+            [root], add_noise=False
+        )
+        assert root.best_move().uci() == move and root._tree.chosen[root._id] >= 0
         board.push_uci(move)
     assert player.move(chess.Board("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1")).move == "d1d8"

@@ -92,6 +92,8 @@ def test_every_kind_of_move_of_random_games_gives_python_chess_s_board() -> None
         "4k3/1P6/8/8/8/8/6p1/4K2R b K - 0 1",  # promotion onto a rook with castling rights
         "4k3/8/8/8/8/8/8/R3K3 w Q - 7 40",  # halfmove clock, fullmove number
         "8/8/8/8/8/8/8/k6K w - - 0 1",  # kings only
+        "r3k2r/8/8/8/8/8/8/R2K3R w KQkq - 0 1",  # rights that cleaning drops (the king is off e1)
+        "1r2k1r1/8/8/8/8/8/8/1R2K1R1 w KQkq - 0 1",  # rights with no rook in the corners
     ],
 )
 def test_hand_picked_positions(fen: str) -> None:
@@ -137,6 +139,13 @@ def test_chess960_and_other_board_classes_go_through_python_chess() -> None:
     expected.push(move)
     mine = child_board(crazy, move)
     assert type(mine) is chess.variant.CrazyhouseBoard and mine.fen() == expected.fen()
+
+
+def test_a_null_move_goes_through_python_chess() -> None:
+    board = chess.Board()
+    expected = board.copy()
+    expected.push(chess.Move.null())
+    assert_same(child_board(board, chess.Move.null()), expected)
 
 
 def test_the_parent_is_left_alone() -> None:
