@@ -181,6 +181,14 @@ def copy_board(board: chess.Board) -> chess.Board:
     >>> copy.pop(), len(board.move_stack), copy == chess.Board()
     (Move.from_uci('e2e4'), 1, True)
     """
+    if type(board) is chess.Board:  # its state is ints plus three lists: a few dict operations
+        new = object.__new__(chess.Board)
+        state = new.__dict__
+        state.update(board.__dict__)
+        state["occupied_co"] = board.occupied_co.copy()
+        state["move_stack"] = board.move_stack.copy()
+        state["_stack"] = board._stack.copy()
+        return new
     copy = board.copy(stack=False)
     copy.move_stack = board.move_stack.copy()
     copy._stack = board._stack.copy()
