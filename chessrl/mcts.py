@@ -217,6 +217,21 @@ def _finite(flat: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return flat
 
 
+def _ensure_edges_one(tree: ArrayTree, node: int) -> None:
+    """:func:`_ensure_edges` for one node whose moves are not listed yet."""
+    moves, actions = legal_indices(tree.boards[node], cache=False)
+    tree.add_edges(node, moves, actions)
+    pending = tree.pending[node]
+    if pending is None:
+        return
+    tree.pending[node] = None
+    counts = tree.count[node : node + 1]
+    flat = _finite(_segment_softmax(pending[0][pending[1], actions].astype(np.float64), counts), counts)
+    edges = tree.edges(node)
+    tree.P[edges] = flat
+    tree.Psel[edges] = flat
+
+
 def _ensure_edges(tree: ArrayTree, nodes: np.ndarray) -> None:
     """List the legal moves of the ``nodes`` that have none yet, and give those already
     evaluated their priors from the logits kept for them (one softmax for all)."""
@@ -655,6 +670,9 @@ class BatchedMCTS:
             }
         remaining = np.full(len(nodes), sims, dtype=np.int64)
         virtual = cfg.leaves_per_game > 1
+        if len(nodes) == 1 and not virtual:  # one game alone: scalar walks, no batch to build
+            self._simulate_alone(int(ids[0]), sims)
+            remaining[:] = 0
         while remaining.any():
             k = np.minimum(cfg.leaves_per_game, remaining)
             remaining -= k
@@ -822,6 +840,54 @@ class BatchedMCTS:
         tree.W[edges] += signed
         tree.Q[edges] = tree.W[edges] / tree.N[edges]
         tree.visits[nodes] += 1
+
+    def _pick_alone(self, node: int, at_root: bool) -> int:
+        """:meth:`_pick` for one node, on its edge slice (what :func:`puct_pick` computes)."""
+        cfg = self.config
+        tree = self.tree
+        if cfg.search != "puct":
+            return int(self._pick(np.array([node]), at_root)[0])
+        f = int(tree.first[node])
+        mate = int(tree.mate[node])
+        if mate >= 0:
+            return f + mate
+        edges = slice(f, f + int(tree.count[node]))
+        n = tree.N[edges]
+        visits = int(tree.visits[node])
+        q = tree.Q[edges]
+        if cfg.fpu_reduction is not None:
+            mean = float(tree.W[edges].sum()) / visits if visits > 0 else float(tree.value[node])
+            q = np.where(n > 0, q, mean - cfg.fpu_reduction)
+        u = (cfg.c_puct * tree.Psel[edges]) * (math.sqrt(max(visits, 1)) / (1.0 + n))
+        return f + int((q + u).argmax())
+
+    def _simulate_alone(self, root: int, sims: int) -> None:
+        """``sims`` simulations from one root, one leaf each (no virtual loss): the same walk,
+        expansion and backup as a batch's rounds, in scalar steps (a batch of one does not pay
+        back the array set-up per level)."""
+        tree = self.tree  # growing replaces its arrays, not the tree: read them through it
+        for _ in range(sims):
+            node = root
+            path: list[tuple[int, int]] = []
+            while tree.walk[node]:
+                if not tree.ready[node]:
+                    _ensure_edges_one(tree, node)
+                e = self._pick_alone(node, not path)
+                path.append((node, e))
+                child = int(tree.child[e])
+                if child < 0:
+                    child = _make_child(tree, node, e - int(tree.first[node]))
+                node = child
+            terminal = float(tree.terminal[node])
+            if math.isnan(terminal) and math.isnan(tree.value[node]):
+                self._expand(np.array([node]))
+            value = float(tree.value[node]) if math.isnan(terminal) else terminal
+            for parent, e in reversed(path):
+                value = -value
+                tree.N[e] += 1
+                tree.W[e] += value
+                tree.Q[e] = tree.W[e] / tree.N[e]
+                tree.visits[parent] += 1
 
     def _expand(self, ids: np.ndarray) -> None:
         """One evaluator call for the nodes ``ids``; each gets its value and priors (a node

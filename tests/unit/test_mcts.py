@@ -145,6 +145,30 @@ def test_batched_search_equals_each_game_searched_alone(leaves_per_game: int, ad
         np.testing.assert_array_equal(pi, together[i])
 
 
+@pytest.mark.parametrize("fpu_reduction", [None, 0.2])
+def test_a_game_alone_walks_like_a_batch_with_a_network_and_its_kept_logits(fpu_reduction: float | None) -> None:
+    """One root searched alone takes the scalar path (its leaves keep their logits until walked
+    through, first-play urgency from a slice): the same visits as in a batch of games, over
+    several moves of one tree."""
+    torch.manual_seed(3)
+    net = PolicyValueNet(NetConfig(blocks=1, channels=8, history=2, value_hidden=8)).eval()
+    config = MCTSConfig(simulations=48, fpu_reduction=fpu_reduction)
+    alone_search = BatchedMCTS(NetworkEvaluator(net), config, seed=0)
+    batch_search = BatchedMCTS(NetworkEvaluator(net), config, seed=0)
+    alone = Node(chess.Board(MIDDLEGAME))
+    batch = [Node(chess.Board(MIDDLEGAME)), *games(3)]
+    for ply in range(4):
+        [pi] = alone_search.search([alone], seeds=[ply])
+        together = batch_search.search(batch, seeds=[ply, 7, 8, 9])
+        np.testing.assert_array_equal(alone.N, batch[0].N)
+        # float32 convolutions round differently at another batch size: values agree to ~1e-7
+        np.testing.assert_allclose(alone.W, batch[0].W, rtol=1e-4, atol=1e-6)
+        np.testing.assert_array_equal(pi, together[0])
+        move = alone.best_move()
+        alone = alone_search.advance(alone, move)
+        batch = [batch_search.advance(batch[0], move), *games(3)]
+
+
 def test_same_seed_same_search_and_noise_changes_it() -> None:
     def run(seed: int, add_noise: bool = True) -> np.ndarray:
         root = Node(chess.Board(MIDDLEGAME))
