@@ -221,12 +221,11 @@ def _ensure_edges_one(tree: ArrayTree, node: int) -> None:
     """:func:`_ensure_edges` for one node whose moves are not listed yet."""
     moves, actions = legal_indices(tree.boards[node], cache=False)
     tree.add_edges(node, moves, actions)
-    pending = tree.pending[node]
-    if pending is None:
+    logits = tree.take_logits(node)
+    if logits is None:
         return
-    tree.pending[node] = None
     counts = tree.count[node : node + 1]
-    flat = _finite(_segment_softmax(pending[0][pending[1], actions].astype(np.float64), counts), counts)
+    flat = _finite(_segment_softmax(logits[actions].astype(np.float64), counts), counts)
     edges = tree.edges(node)
     tree.P[edges] = flat
     tree.Psel[edges] = flat
@@ -244,11 +243,10 @@ def _ensure_edges(tree: ArrayTree, nodes: np.ndarray) -> None:
     with_logits: list[int] = []
     gathered: list[np.ndarray] = []
     for i, (_, actions) in zip(todo, listed, strict=True):
-        pending = tree.pending[i]
-        if pending is not None:
-            tree.pending[i] = None
+        logits = tree.take_logits(i)
+        if logits is not None:
             with_logits.append(i)
-            gathered.append(pending[0][pending[1], actions])
+            gathered.append(logits[actions])
     if not with_logits:
         return
     ids = np.array(with_logits, dtype=np.int64)
@@ -598,8 +596,8 @@ class BatchedMCTS:
     """
 
     #: Compact the tree at a search's start once it holds this many edges or nodes (and twice as
-    #: many as after the last compaction): dropped subtrees go, with the network logits their
-    #: unvisited leaves keep (a kept leaf keeps its own row of them).
+    #: many as after the last compaction): dropped subtrees go, with the rows of network logits
+    #: their unvisited leaves keep.
     COMPACT_EDGES = 1 << 16
     COMPACT_NODES = 1 << 11
 
@@ -908,8 +906,7 @@ class BatchedMCTS:
                     f"evaluator returned {len(logits)} logits and {len(values)} values for {len(ids)} boards"
                 )
             ready = tree.ready[ids]
-            for i, row in zip(ids[~ready].tolist(), np.flatnonzero(~ready).tolist(), strict=True):
-                tree.pending[i] = (logits, row)
+            tree.keep_logits(ids[~ready], logits[~ready])
             now = ids[ready]
             flat, _ = _legal_softmax(
                 logits, np.flatnonzero(ready), [tree.action[tree.edges(i)] for i in now.tolist()]

@@ -39,6 +39,7 @@ _NODE_FIELDS = {
     "chosen": (np.int64, -1),  # the move (local index) a Gumbel search chose, else -1
     "ready": (np.bool_, False),  # the legal moves and edges exist
     "walk": (np.bool_, False),  # expanded and not finished: a search walks on through it
+    "lrow": (np.int64, -1),  # the row of ``logits`` an evaluated node without listed moves keeps
 }
 _EDGE_FIELDS = {
     "P": (np.float64, 0.0),
@@ -72,8 +73,12 @@ class ArrayTree:
         self.n_edges = 0
         self.boards: list[Any] = []
         self.moves: list[list[Any] | None] = []
-        #: A node evaluated before its moves were generated: (the batch's logits, its row).
-        self.pending: list[tuple[np.ndarray, int] | None] = []
+        #: The network logits of nodes evaluated before their moves were listed (``lrow``), one
+        #: row each, in one preallocated array: no batch array stays referenced by the few leaves
+        #: it left unwalked (per-round arrays kept alive that way fragmented the heap: 64 games
+        #: held ~300 MB more than they used).
+        self.logits = np.zeros((0, 0), dtype=np.float32)
+        self.n_rows = 0
         self.handles: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
     # --- storage -----------------------------------------------------------------------------
@@ -107,7 +112,6 @@ class ArrayTree:
         self.n_nodes = i + 1
         self.boards.append(board)
         self.moves.append(None)
-        self.pending.append(None)
         if moves is not None:
             self.add_edges(i, moves, actions)  # type: ignore[arg-type]
         return i
@@ -141,6 +145,32 @@ class ArrayTree:
         self.n_edges += total
         for i, m in zip(nodes, moves, strict=True):
             self.moves[i] = m
+
+    def keep_logits(self, nodes: np.ndarray, logits: np.ndarray) -> None:
+        """Keep ``logits[k]`` (a row of network logits) for ``nodes[k]`` until its moves are
+        listed (:meth:`take_logits`)."""
+        k = len(nodes)
+        if k == 0:
+            return
+        if self.n_rows + k > len(self.logits) or self.logits.shape[1] != logits.shape[1]:
+            if self.n_rows and self.logits.shape[1] != logits.shape[1]:
+                raise ValueError(f"logits of width {logits.shape[1]} for a tree keeping {self.logits.shape[1]}")
+            dtype = self.logits.dtype if self.n_rows else np.result_type(logits.dtype, np.float32)
+            grown = np.empty((max(2 * len(self.logits), self.n_rows + k, 64), logits.shape[1]), dtype=dtype)
+            if self.n_rows:
+                grown[: self.n_rows] = self.logits[: self.n_rows]
+            self.logits = grown
+        self.logits[self.n_rows : self.n_rows + k] = logits
+        self.lrow[nodes] = np.arange(self.n_rows, self.n_rows + k)
+        self.n_rows += k
+
+    def take_logits(self, node: int) -> np.ndarray | None:
+        """The logits kept for ``node`` (a view), forgotten by the node; None if none."""
+        row = int(self.lrow[node])
+        if row < 0:
+            return None
+        self.lrow[node] = -1
+        return self.logits[row]
 
     def edges(self, node: int) -> slice:
         f = int(self.first[node])
@@ -186,7 +216,9 @@ class ArrayTree:
         node_list = nodes.tolist()
         boards = [other.boards[i] for i in node_list]
         moves = [other.moves[i] for i in node_list]
-        pending = [other.pending[i] for i in node_list]
+        lrows = node_vals["lrow"]
+        kept = np.flatnonzero(lrows >= 0)
+        kept_logits = other.logits[lrows[kept]]  # a copy, taken before this tree's rows move
         self._grow(k, len(old_idx))
         remap = np.full(other.n_nodes, -1, dtype=np.int64)
         new_ids = np.arange(self.n_nodes, self.n_nodes + k, dtype=np.int64)
@@ -203,7 +235,8 @@ class ArrayTree:
         self.n_edges += len(old_idx)
         self.boards += boards
         self.moves += moves
-        self.pending += pending
+        self.lrow[new_ids] = -1
+        self.keep_logits(new_ids[kept], kept_logits)
         return new_ids
 
     def compact(self, keep: np.ndarray | None = None) -> np.ndarray:
@@ -215,13 +248,12 @@ class ArrayTree:
             roots = np.concatenate((roots, np.asarray(keep, dtype=np.int64)))
         nodes = self.subtree(roots)
         fresh = ArrayTree(max(2 * len(nodes), 16), max(2 * int(self.count[nodes].sum()), 512))
+        fresh.logits = self.logits  # the kept rows move to its front: no new buffer to fault in
         new_ids = fresh.copy_from(self, nodes)
         remap = np.full(max(self.n_nodes, 1), -1, dtype=np.int64)
         remap[nodes] = new_ids
         self.__dict__.update({k: v for k, v in fresh.__dict__.items() if k != "handles"})
         self.handles = weakref.WeakValueDictionary()
-        # a kept leaf keeps only its own row of logits, not the whole batch it came in
-        self.pending = [None if p is None else (p[0][p[1] : p[1] + 1].copy(), 0) for p in self.pending]
         for old, handle in handles.items():
             new = int(remap[old])
             self.handles[new] = handle

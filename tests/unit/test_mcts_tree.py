@@ -166,9 +166,8 @@ def test_leaves_list_their_moves_only_when_walked_through() -> None:
     expanded = ids[~np.isnan(tree.value[ids])]
     unlisted = expanded[~tree.ready[expanded]]
     assert len(expanded) == 41 and len(unlisted) >= 10  # many leaves are never walked through
-    assert int(tree.count[unlisted].sum()) == 0 and all(
-        tree.pending[i] is not None for i in unlisted.tolist()
-    )
+    assert int(tree.count[unlisted].sum()) == 0 and (tree.lrow[unlisted] >= 0).all()
+    assert len(np.unique(tree.lrow[unlisted])) == len(unlisted) and tree.n_rows <= len(tree.logits)
     # asking for a leaf's moves lists them, with the softmax of the network's legal logits
     leaf = Node._of(tree, int(unlisted[0]))
     logits, _ = net.predict(chessrl.mcts.encode_boards([leaf.board], 2))
@@ -240,9 +239,16 @@ def test_a_checkmated_child_makes_its_move_the_mate() -> None:
     assert not root._tree.ready[child._id] and child.moves == []  # listed on demand: none
 
 
-def test_compaction_keeps_the_live_trees_and_the_same_search() -> None:
-    def play(compact_edges: int) -> tuple[list[list[int]], int]:
-        mcts = BatchedMCTS(UniformEvaluator(), MCTSConfig(simulations=30), seed=0)
+@pytest.mark.parametrize("network", [False, True])
+def test_compaction_keeps_the_live_trees_and_the_same_search(network: bool) -> None:
+    """With a network, unwalked leaves keep rows of logits: compaction carries the kept ones
+    (the same search after it) and drops the rest."""
+    torch.manual_seed(0)
+    net = PolicyValueNet(NetConfig(blocks=1, channels=8, history=2, value_hidden=8)).eval()
+
+    def play(compact_edges: int) -> tuple[list[list[int]], int, int]:
+        evaluator = NetworkEvaluator(net) if network else UniformEvaluator()
+        mcts = BatchedMCTS(evaluator, MCTSConfig(simulations=30), seed=0)
         mcts.COMPACT_EDGES = mcts.COMPACT_NODES = compact_edges
         roots = [Node(chess.Board()), Node(chess.Board(MIDDLEGAME))]
         kept = roots[1]  # an old root someone still holds
@@ -250,12 +256,18 @@ def test_compaction_keeps_the_live_trees_and_the_same_search() -> None:
             mcts.search(roots, seeds=[ply, ply + 10])
             roots = [BatchedMCTS.advance(r, r.best_move()) for r in roots]
         assert kept.expanded and int(kept.N.sum()) == 30 and kept.board.fen() == MIDDLEGAME
-        return [r.N.tolist() for r in roots], mcts.tree.n_nodes
+        tree = mcts.tree
+        n = tree.n_nodes
+        rows = tree.lrow[:n]
+        lazy = ~np.isnan(tree.value[:n]) & ~tree.ready[:n]  # evaluated, moves never listed
+        assert ((rows >= 0) == (lazy & network)).all()
+        assert len(np.unique(rows[rows >= 0])) == int(lazy.sum() * network) <= tree.n_rows
+        return [r.N.tolist() for r in roots], n, tree.n_rows
 
-    plain, big = play(1 << 30)
-    compacted, small = play(1)
+    plain, big, rows_big = play(1 << 30)
+    compacted, small, rows_small = play(1)
     assert plain == compacted
-    assert small < big
+    assert small < big and (rows_small < rows_big if network else rows_small == rows_big == 0)
 
 
 def test_roots_move_between_searchers_with_their_trees() -> None:
