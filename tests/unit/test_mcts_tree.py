@@ -239,6 +239,20 @@ def test_a_checkmated_child_makes_its_move_the_mate() -> None:
     assert not root._tree.ready[child._id] and child.moves == []  # listed on demand: none
 
 
+def test_kept_logits_are_rows_of_one_buffer_taken_once() -> None:
+    tree = ArrayTree()
+    ids = np.array([tree.add_node(None, None, None, math.nan) for _ in range(3)])
+    rows = np.arange(3 * 5, dtype=np.float32).reshape(3, 5)
+    tree.keep_logits(ids[[0, 2]], rows[[0, 2]])
+    tree.keep_logits(ids[[1]], rows[[1]])
+    np.testing.assert_array_equal(tree.take_logits(int(ids[2])), rows[2])
+    assert tree.take_logits(int(ids[2])) is None  # taken once
+    [copy] = tree.copy_from(tree, ids[[1]])  # its row travels with a copied node
+    np.testing.assert_array_equal(tree.take_logits(int(copy)), rows[1])
+    with pytest.raises(ValueError, match="width 4 for a tree keeping 5"):
+        tree.keep_logits(ids[[0]], np.zeros((1, 4), dtype=np.float32))
+
+
 @pytest.mark.parametrize("network", [False, True])
 def test_compaction_keeps_the_live_trees_and_the_same_search(network: bool) -> None:
     """With a network, unwalked leaves keep rows of logits: compaction carries the kept ones
