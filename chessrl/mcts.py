@@ -600,6 +600,8 @@ class BatchedMCTS:
     #: their unvisited leaves keep.
     COMPACT_EDGES = 1 << 16
     COMPACT_NODES = 1 << 11
+    #: Search one root alone in scalar steps (:meth:`_simulate_alone`); False: the batch rounds.
+    scalar_alone = True
 
     def __init__(self, evaluator: Evaluator, config: MCTSConfig | None = None, seed: int = 0) -> None:
         self.evaluator = evaluator
@@ -668,7 +670,7 @@ class BatchedMCTS:
             }
         remaining = np.full(len(nodes), sims, dtype=np.int64)
         virtual = cfg.leaves_per_game > 1
-        if len(nodes) == 1 and not virtual:  # one game alone: scalar walks, no batch to build
+        if len(nodes) == 1 and not virtual and self.scalar_alone:  # no batch to build for one leaf
             self._simulate_alone(int(ids[0]), sims)
             remaining[:] = 0
         while remaining.any():

@@ -74,9 +74,10 @@ class ArrayTree:
         self.boards: list[Any] = []
         self.moves: list[list[Any] | None] = []
         #: The network logits of nodes evaluated before their moves were listed (``lrow``), one
-        #: row each, in one preallocated array: no batch array stays referenced by the few leaves
-        #: it left unwalked (per-round arrays kept alive that way fragmented the heap: 64 games
-        #: held ~300 MB more than they used).
+        #: row each, in one buffer that doubles when full and is reused by compaction (a taken
+        #: row stays until then): no batch array stays referenced by the few leaves it left
+        #: unwalked (per-round arrays kept alive that way fragmented the heap: 64 games held
+        #: ~300 MB more than they used).
         self.logits = np.zeros((0, 0), dtype=np.float32)
         self.n_rows = 0
         self.handles: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
@@ -148,14 +149,15 @@ class ArrayTree:
 
     def keep_logits(self, nodes: np.ndarray, logits: np.ndarray) -> None:
         """Keep ``logits[k]`` (a row of network logits) for ``nodes[k]`` until its moves are
-        listed (:meth:`take_logits`)."""
+        listed (:meth:`take_logits`). The buffer takes the widest dtype it was given (float32
+        from the network; float64 logits are kept as float64)."""
         k = len(nodes)
         if k == 0:
             return
-        if self.n_rows + k > len(self.logits) or self.logits.shape[1] != logits.shape[1]:
-            if self.n_rows and self.logits.shape[1] != logits.shape[1]:
-                raise ValueError(f"logits of width {logits.shape[1]} for a tree keeping {self.logits.shape[1]}")
-            dtype = self.logits.dtype if self.n_rows else np.result_type(logits.dtype, np.float32)
+        self._check_width(logits.shape[1])
+        dtype = np.result_type(logits.dtype, np.float32, *([self.logits.dtype] if self.n_rows else []))
+        fits = self.n_rows + k <= len(self.logits) and self.logits.shape[1] == logits.shape[1]
+        if not fits or dtype != self.logits.dtype:
             grown = np.empty((max(2 * len(self.logits), self.n_rows + k, 64), logits.shape[1]), dtype=dtype)
             if self.n_rows:
                 grown[: self.n_rows] = self.logits[: self.n_rows]
@@ -164,8 +166,13 @@ class ArrayTree:
         self.lrow[nodes] = np.arange(self.n_rows, self.n_rows + k)
         self.n_rows += k
 
+    def _check_width(self, width: int) -> None:
+        if self.n_rows and self.logits.shape[1] != width:
+            raise ValueError(f"logits of width {width} for a tree keeping {self.logits.shape[1]}")
+
     def take_logits(self, node: int) -> np.ndarray | None:
-        """The logits kept for ``node`` (a view), forgotten by the node; None if none."""
+        """The logits kept for ``node``, forgotten by the node; None if none. A view into the
+        buffer, which the next compaction overwrites: use it at once."""
         row = int(self.lrow[node])
         if row < 0:
             return None
@@ -218,6 +225,8 @@ class ArrayTree:
         moves = [other.moves[i] for i in node_list]
         lrows = node_vals["lrow"]
         kept = np.flatnonzero(lrows >= 0)
+        if len(kept):
+            self._check_width(other.logits.shape[1])  # before anything is appended
         kept_logits = other.logits[lrows[kept]]  # a copy, taken before this tree's rows move
         self._grow(k, len(old_idx))
         remap = np.full(other.n_nodes, -1, dtype=np.int64)

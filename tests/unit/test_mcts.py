@@ -169,6 +169,30 @@ def test_a_game_alone_walks_like_a_batch_with_a_network_and_its_kept_logits(fpu_
         batch = [batch_search.advance(batch[0], move), *games(3)]
 
 
+@pytest.mark.parametrize("fpu_reduction", [None, 0.2])
+@pytest.mark.parametrize("search", ["puct", "gumbel"])
+def test_the_scalar_walk_of_one_game_is_the_batch_rounds_bit_for_bit(fpu_reduction: float | None, search: str) -> None:
+    """One root alone, scalar walk against the batch rounds (``scalar_alone`` off), the same
+    network calls of one board: the same N and W to the last bit, over three moves."""
+    torch.manual_seed(4)
+    net = PolicyValueNet(NetConfig(blocks=1, channels=8, history=2, value_hidden=8)).eval()
+    config = MCTSConfig(simulations=40, fpu_reduction=fpu_reduction, search=search)  # type: ignore[arg-type]
+    searches = [BatchedMCTS(NetworkEvaluator(net), config, seed=0) for _ in range(2)]
+    searches[1].scalar_alone = False
+    called = []
+    scalar = searches[0]._simulate_alone
+    searches[0]._simulate_alone = lambda *a: called.append(a) or scalar(*a)  # type: ignore[method-assign]
+    roots = [Node(chess.Board(MIDDLEGAME)) for _ in range(2)]
+    for ply in range(3):
+        pis = [s.search([r], seeds=[ply]) for s, r in zip(searches, roots, strict=True)]
+        np.testing.assert_array_equal(roots[0].N, roots[1].N)
+        np.testing.assert_array_equal(roots[0].W, roots[1].W)
+        np.testing.assert_array_equal(pis[0][0], pis[1][0])
+        move = roots[0].best_move()
+        roots = [s.advance(r, move) for s, r in zip(searches, roots, strict=True)]
+    assert len(called) == 3  # the first searcher did walk alone
+
+
 def test_same_seed_same_search_and_noise_changes_it() -> None:
     def run(seed: int, add_noise: bool = True) -> np.ndarray:
         root = Node(chess.Board(MIDDLEGAME))

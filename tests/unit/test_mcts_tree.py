@@ -251,6 +251,17 @@ def test_kept_logits_are_rows_of_one_buffer_taken_once() -> None:
     np.testing.assert_array_equal(tree.take_logits(int(copy)), rows[1])
     with pytest.raises(ValueError, match="width 4 for a tree keeping 5"):
         tree.keep_logits(ids[[0]], np.zeros((1, 4), dtype=np.float32))
+    narrow = ArrayTree()
+    narrow.keep_logits(np.array([narrow.add_node(None, None, None, math.nan)]), np.zeros((1, 4), dtype=np.float32))
+    before = (tree.n_nodes, tree.n_edges, len(tree.boards))
+    with pytest.raises(ValueError, match="width 4 for a tree keeping 5"):
+        tree.copy_from(narrow, np.array([0]))
+    assert (tree.n_nodes, tree.n_edges, len(tree.boards)) == before  # refused before appending anything
+    # float64 logits are kept as float64 (the rows already kept are carried over)
+    wide = np.full((1, 5), 1 / 3, dtype=np.float64)
+    tree.keep_logits(ids[[2]], wide)
+    assert tree.logits.dtype == np.float64 and tree.take_logits(int(ids[2]))[0] == 1 / 3
+    np.testing.assert_array_equal(tree.take_logits(int(ids[0])), rows[0])
 
 
 @pytest.mark.parametrize("network", [False, True])
