@@ -51,9 +51,17 @@ import numpy as np
 
 from chessrl import gumbel
 from chessrl.board_encoding import NUM_ACTIONS, copy_board, encode_boards, legal_indices, legal_mask
-from chessrl.mcts_tree import ArrayTree, edge_ranges, padded_edges, puct_pick
+from chessrl.mcts_leaves import (
+    ensure_edges,
+    ensure_edges_one,
+    finite_priors,
+    legal_softmax,
+    make_child,
+    new_node,
+)
+from chessrl.mcts_tree import ArrayTree, padded_edges, puct_pick, puct_pick_one
 from chessrl.network import PolicyValueNet
-from chessrl.search_board import child_board, leaf_terminal, may_check, terminal_value
+from chessrl.search_board import may_check, terminal_value
 
 __all__ = [
     "BatchedMCTS",
@@ -137,10 +145,6 @@ class MCTSConfig:
             raise ValueError("MCTSConfig.virtual_loss, temperature_moves and c_visit must not be negative")
 
 
-def _nan_or(value: float | None) -> float:
-    return math.nan if value is None else value
-
-
 def _or_none(value: float) -> float | None:
     return None if math.isnan(value) else float(value)
 
@@ -155,106 +159,6 @@ def _normalised(priors: Priors, moves: list[chess.Move], actions: np.ndarray) ->
         p = np.array([float(priors.get(m, 0.0)) for m in moves], dtype=np.float64)
     total = float(p.sum())
     return p / total if total > 0 and math.isfinite(total) else np.full(len(p), 1.0 / len(p))
-
-
-def _new_node(tree: ArrayTree, board: chess.Board) -> int:
-    """Add ``board`` (the tree's own copy) to ``tree`` with its legal moves and action indices,
-    and its exact value when the game is over there."""
-    moves, actions = legal_indices(board, cache=False)  # a tree meets few transpositions
-    return tree.add_node(board, moves, actions, _nan_or(terminal_value(board, len(moves))))
-
-
-def _make_child(tree: ArrayTree, node: int, i: int) -> int:
-    """The child of ``node`` after its ``i``-th move, created on first use without its moves
-    (:func:`_ensure_edges` lists them when the search first walks through it); a child that is
-    checkmated makes ``i`` the node's mate."""
-    e = int(tree.first[node]) + i
-    c = int(tree.child[e])
-    if c < 0:
-        board = child_board(tree.boards[node], tree.moves[node][i])  # type: ignore[index]
-        c = tree.add_node(board, None, None, _nan_or(leaf_terminal(board)))
-        tree.child[e] = c
-        if tree.terminal[c] < 0:
-            tree.mate[node] = i
-    return c
-
-
-def _segment_softmax(flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The softmax of each segment (of the non-zero ``lengths``) of ``flat`` logits (float64)."""
-    lens = lengths[lengths > 0]
-    if len(lens) == 0:
-        return np.zeros(0, dtype=np.float64)
-    starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
-    segment = np.repeat(np.arange(len(lens)), lens)
-    flat = np.exp(flat - np.maximum.reduceat(flat, starts)[segment])
-    flat /= np.add.reduceat(flat, starts)[segment]
-    return flat
-
-
-def _legal_softmax(
-    logits: np.ndarray, rows: np.ndarray, actions: Sequence[np.ndarray]
-) -> tuple[np.ndarray, np.ndarray]:
-    """The softmax of ``logits[rows[k]]`` over ``actions[k]`` for every k with moves,
-    concatenated (float64), and the lengths."""
-    lengths = np.array([len(a) for a in actions], dtype=np.int64)
-    keep = lengths > 0
-    if not keep.any():
-        return np.zeros(0, dtype=np.float64), lengths
-    flat_rows = np.repeat(rows[keep], lengths[keep])
-    flat = logits[flat_rows, np.concatenate([a for a in actions if len(a)])].astype(np.float64)
-    return _segment_softmax(flat, lengths), lengths
-
-
-def _finite(flat: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """``flat`` priors (segments of ``counts``) with every segment holding a non-finite number
-    replaced by uniform priors (a diverged network: search on)."""
-    bad = ~np.isfinite(flat)
-    if bad.any():
-        rows = np.repeat(np.arange(len(counts)), counts)
-        broken = np.zeros(len(counts), dtype=bool)
-        broken[rows[bad]] = True
-        flat = np.where(broken[rows], 1.0 / np.maximum(counts[rows], 1), flat)
-    return flat
-
-
-def _ensure_edges_one(tree: ArrayTree, node: int) -> None:
-    """:func:`_ensure_edges` for one node whose moves are not listed yet."""
-    moves, actions = legal_indices(tree.boards[node], cache=False)
-    tree.add_edges(node, moves, actions)
-    logits = tree.take_logits(node)
-    if logits is None:
-        return
-    counts = tree.count[node : node + 1]
-    flat = _finite(_segment_softmax(logits[actions].astype(np.float64), counts), counts)
-    edges = tree.edges(node)
-    tree.P[edges] = flat
-    tree.Psel[edges] = flat
-
-
-def _ensure_edges(tree: ArrayTree, nodes: np.ndarray) -> None:
-    """List the legal moves of the ``nodes`` that have none yet, and give those already
-    evaluated their priors from the logits kept for them (one softmax for all)."""
-    ready = tree.ready[nodes]
-    if ready.all():
-        return
-    todo = np.unique(nodes[~ready]).tolist()
-    listed = [legal_indices(tree.boards[i], cache=False) for i in todo]
-    tree.add_edges_many(todo, [m for m, _ in listed], [a for _, a in listed])
-    with_logits: list[int] = []
-    gathered: list[np.ndarray] = []
-    for i, (_, actions) in zip(todo, listed, strict=True):
-        logits = tree.take_logits(i)
-        if logits is not None:
-            with_logits.append(i)
-            gathered.append(logits[actions])
-    if not with_logits:
-        return
-    ids = np.array(with_logits, dtype=np.int64)
-    counts = tree.count[ids]
-    flat = _finite(_segment_softmax(np.concatenate(gathered).astype(np.float64), counts), counts)
-    idx, _ = edge_ranges(tree.first[ids], counts)
-    tree.P[idx] = flat
-    tree.Psel[idx] = flat
 
 
 class Node:
@@ -276,7 +180,7 @@ class Node:
     def __init__(self, board: chess.Board) -> None:
         tree = ArrayTree(1, 64)
         self._tree = tree
-        self._id = _new_node(tree, board)
+        self._id = new_node(tree, board)
         tree.handles[self._id] = self
 
     @classmethod
@@ -294,7 +198,7 @@ class Node:
     def _edges(self) -> slice:
         tree = self._tree
         if not tree.ready[self._id]:
-            _ensure_edges(tree, np.array([self._id]))
+            ensure_edges(tree, np.array([self._id]))
         return tree.edges(self._id)
 
     @property
@@ -307,7 +211,7 @@ class Node:
         """Legal moves, in python-chess's order."""
         tree = self._tree
         if not tree.ready[self._id]:
-            _ensure_edges(tree, np.array([self._id]))
+            ensure_edges(tree, np.array([self._id]))
         return tree.moves[self._id]  # type: ignore[return-value]
 
     @property
@@ -407,7 +311,7 @@ class Node:
         """The node after ``moves[i]``, created on first use."""
         if not 0 <= i < len(self.moves):
             raise IndexError(f"move index {i} out of range for {len(self.moves)} moves")
-        return Node._of(self._tree, _make_child(self._tree, self._id, i))
+        return Node._of(self._tree, make_child(self._tree, self._id, i))
 
     def visit_distribution(self) -> np.ndarray:
         """Visit counts as a float32 ``(NUM_ACTIONS,)`` distribution (zeros before any visit)."""
@@ -571,7 +475,7 @@ class NetworkEvaluator:
         """:meth:`evaluate_legal` with the priors of all boards concatenated (float64, in the
         order of ``actions``; a finished game adds none)."""
         logits, values = self.evaluate_logits(boards)
-        flat, _ = _legal_softmax(logits, np.arange(len(boards)), actions)
+        flat, _ = legal_softmax(logits, np.arange(len(boards)), actions)
         return flat, values
 
     def evaluate_logits(self, boards: Sequence[chess.Board]) -> tuple[np.ndarray, list[float]]:
@@ -643,7 +547,7 @@ class BatchedMCTS:
         self._adopt(nodes)
         tree = self.tree
         ids = np.array([node._id for node in nodes], dtype=np.int64)
-        _ensure_edges(tree, ids)
+        ensure_edges(tree, ids)
         self._expand(ids[np.isnan(tree.value[ids])])
         for node in nodes:
             node.find_mate()
@@ -788,7 +692,7 @@ class BatchedMCTS:
         loss = cfg.virtual_loss
         while len(active):
             nd = cur[active]
-            _ensure_edges(tree, nd)
+            ensure_edges(tree, nd)
             e = self._pick(nd, depth == 0)
             if virtual:
                 tree.N[e] += 1
@@ -803,7 +707,7 @@ class BatchedMCTS:
             if len(missing):
                 first = tree.first
                 for m in missing.tolist():
-                    ch[m] = _make_child(tree, int(nd[m]), int(e[m] - first[nd[m]]))
+                    ch[m] = make_child(tree, int(nd[m]), int(e[m] - first[nd[m]]))
             cur[active] = ch
             active = active[tree.walk[ch]]
             depth += 1
@@ -842,24 +746,11 @@ class BatchedMCTS:
         tree.visits[nodes] += 1
 
     def _pick_alone(self, node: int, at_root: bool) -> int:
-        """:meth:`_pick` for one node, on its edge slice (what :func:`puct_pick` computes)."""
+        """:meth:`_pick` for one node."""
         cfg = self.config
-        tree = self.tree
         if cfg.search != "puct":
             return int(self._pick(np.array([node]), at_root)[0])
-        f = int(tree.first[node])
-        mate = int(tree.mate[node])
-        if mate >= 0:
-            return f + mate
-        edges = slice(f, f + int(tree.count[node]))
-        n = tree.N[edges]
-        visits = int(tree.visits[node])
-        q = tree.Q[edges]
-        if cfg.fpu_reduction is not None:
-            mean = float(tree.W[edges].sum()) / visits if visits > 0 else float(tree.value[node])
-            q = np.where(n > 0, q, mean - cfg.fpu_reduction)
-        u = (cfg.c_puct * tree.Psel[edges]) * (math.sqrt(max(visits, 1)) / (1.0 + n))
-        return f + int((q + u).argmax())
+        return puct_pick_one(self.tree, node, cfg.c_puct, cfg.fpu_reduction)
 
     def _simulate_alone(self, root: int, sims: int) -> None:
         """``sims`` simulations from one root, one leaf each (no virtual loss): the same walk,
@@ -871,12 +762,12 @@ class BatchedMCTS:
             path: list[tuple[int, int]] = []
             while tree.walk[node]:
                 if not tree.ready[node]:
-                    _ensure_edges_one(tree, node)
+                    ensure_edges_one(tree, node)
                 e = self._pick_alone(node, not path)
                 path.append((node, e))
                 child = int(tree.child[e])
                 if child < 0:
-                    child = _make_child(tree, node, e - int(tree.first[node]))
+                    child = make_child(tree, node, e - int(tree.first[node]))
                 node = child
             terminal = float(tree.terminal[node])
             if math.isnan(terminal) and math.isnan(tree.value[node]):
@@ -898,7 +789,7 @@ class BatchedMCTS:
         tree = self.tree
         evaluate_logits = getattr(self.evaluator, "evaluate_logits", None)
         if evaluate_logits is None:
-            _ensure_edges(tree, ids)
+            ensure_edges(tree, ids)
         id_list = ids.tolist()
         boards = [tree.boards[i] for i in id_list]
         if evaluate_logits is not None:
@@ -910,10 +801,12 @@ class BatchedMCTS:
             ready = tree.ready[ids]
             tree.keep_logits(ids[~ready], logits[~ready])
             now = ids[ready]
-            flat, _ = _legal_softmax(
+            flat, _ = legal_softmax(
                 logits, np.flatnonzero(ready), [tree.action[tree.edges(i)] for i in now.tolist()]
             )
-            tree.set_priors(now, _finite(flat, tree.count[now]), np.asarray(values, dtype=np.float64)[ready])
+            tree.set_priors(
+                now, finite_priors(flat, tree.count[now]), np.asarray(values, dtype=np.float64)[ready]
+            )
             later = ids[~ready]
             tree.value[later] = np.asarray(values, dtype=np.float64)[~ready]
             tree.walk[later] = np.isnan(tree.terminal[later])
@@ -939,7 +832,7 @@ class BatchedMCTS:
             counts = tree.count[ids]
             if len(flat) != int(counts.sum()):
                 raise ValueError(f"expected {int(counts.sum())} priors (one per legal move), got {len(flat)}")
-            tree.set_priors(ids, _finite(flat, counts), np.asarray(values, dtype=np.float64))
+            tree.set_priors(ids, finite_priors(flat, counts), np.asarray(values, dtype=np.float64))
         self.evaluator_calls += 1
         self.positions_evaluated += len(ids)
 

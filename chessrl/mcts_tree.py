@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ArrayTree", "edge_ranges", "padded_edges", "puct_pick"]
+__all__ = ["ArrayTree", "edge_ranges", "padded_edges", "puct_pick", "puct_pick_one"]
 
 _NODE_FIELDS = {
     "first": (np.int64, 0),  # first edge
@@ -317,3 +317,21 @@ def puct_pick(tree: ArrayTree, nodes: np.ndarray, c_puct: float, fpu_reduction: 
     pick = np.where(valid, q + u, -math.inf).argmax(axis=1)
     mate = tree.mate[nodes]
     return first + np.where(mate >= 0, mate, pick)
+
+
+def puct_pick_one(tree: ArrayTree, node: int, c_puct: float, fpu_reduction: float | None) -> int:
+    """:func:`puct_pick` for one node, on its edge slice (a search of one game alone): the same
+    edge, computed the same way."""
+    f = int(tree.first[node])
+    mate = int(tree.mate[node])
+    if mate >= 0:
+        return f + mate
+    edges = slice(f, f + int(tree.count[node]))
+    n = tree.N[edges]
+    visits = int(tree.visits[node])
+    q = tree.Q[edges]
+    if fpu_reduction is not None:
+        mean = float(tree.W[edges].sum()) / visits if visits > 0 else float(tree.value[node])
+        q = np.where(n > 0, q, mean - fpu_reduction)
+    u = (c_puct * tree.Psel[edges]) * (math.sqrt(max(visits, 1)) / (1.0 + n))
+    return f + int((q + u).argmax())
