@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # Flags for the demo's rlaif command, e.g. DEMO_ARGS='--storage /tmp/r --set ppo.kl_coef=0.1'.
 DEMO_ARGS ?=
 
-.PHONY: help venv stockfish demo test lint unit integration system bench clean
+.PHONY: help venv stockfish demo test check lint unit integration system bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -39,8 +39,11 @@ demo: venv stockfish ## the whole rlaif graph on the embedded local Ray (configs
 lint: venv ## ruff
 	$(VENV)/bin/ruff check .
 
-test: venv stockfish lint ## lint, then every test (unit, integration, system)
+test: venv stockfish lint ## lint, then every test (unit, integration, system; what CI runs)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+check: venv stockfish lint ## the inner loop: lint, unit and the fast integration tests (no slow, no system)
+	$(VENV)/bin/pytest -m "not slow and not system" $(PYTEST_ARGS)
 
 unit: venv ## unit tests only (no Ray, milliseconds each)
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)

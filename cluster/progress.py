@@ -86,12 +86,19 @@ def report_progress(handle: Any, done: int, figures: str = "", *, start: int = 0
 class ProgressBoard:
     """The driver's end: a Ray queue the learner reports to, and a thread that prints the lines
     (see the module docstring). ``every_s``: the longest gap between two lines while reports
-    keep arriving."""
+    keep arriving; ``poll_s``: how often the board looks at the queue."""
 
     def __init__(
-        self, log: Callable[[str], None], unit: str, total: int, *, every_s: float = 15.0, queue: Any = None
+        self,
+        log: Callable[[str], None],
+        unit: str,
+        total: int,
+        *,
+        every_s: float = 15.0,
+        queue: Any = None,
+        poll_s: float = 1.0,
     ) -> None:
-        self.log, self.unit, self.total, self.every_s = log, unit, total, every_s
+        self.log, self.unit, self.total, self.every_s, self.poll_s = log, unit, total, every_s, poll_s
         self._queue = queue
         self.started = time.perf_counter()
         self.last_printed = self.started
@@ -164,7 +171,7 @@ class ProgressBoard:
             self._take(item)
 
     def _run(self) -> None:
-        while not self._stop.wait(1.0):
+        while not self._stop.wait(self.poll_s):
             self._drain()
             quiet_s = time.perf_counter() - self.last_printed
             if self.last is not None and quiet_s >= self.every_s:
@@ -177,7 +184,9 @@ class ProgressBoard:
         a run never looks hung."""
         now = time.perf_counter()
         if self.seen is None:
-            self.log(f"the learner is starting, {clock(now - self.started)} elapsed ({self.total} {self.unit}s in all)")
+            self.log(
+                f"the learner is starting, {clock(now - self.started)} elapsed ({self.total} {self.unit}s in all)"
+            )
         else:
             self.log(
                 f"{self.unit} {self.seen['done']}/{self.total}, {clock(now - self.started)} elapsed: "

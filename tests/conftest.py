@@ -1,4 +1,9 @@
-"""Shared fixtures: paths to the real data shipped in tests/data, and a clean environment."""
+"""Shared fixtures: paths to the real data shipped in tests/data, and a clean environment.
+
+Tiers: every test gets the marker of its folder (``unit``, ``integration``, ``system``); the heavy
+end-to-end ones (a phase's driver killed and resumed, a whole graph, a sweep) also carry ``slow``.
+``make check`` runs ``-m "not slow and not system"``; ``make test`` runs everything.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,25 @@ PGN = DATA / "pgn"
 for _var in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS"):
     os.environ.pop(_var, None)
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+#: Ray Train settings for the tests only (the product keeps Ray's defaults). The controller polls
+#: its workers every 2 s, and a worker's ``report`` waits until the controller has taken the one
+#: before: every checkpoint a kill test waits for, and the end of every run, paid up to 2 s. The
+#: preemption watcher polls for drained nodes, which a test machine never has. Subprocess drivers
+#: inherit these; Ray Train passes them on to its controller and workers.
+TEST_RAY_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
+for _var, _value in TEST_RAY_ENV.items():
+    os.environ.setdefault(_var, _value)
+
+TIERS = ("unit", "integration", "system")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tier marker from the test's folder, so ``-m integration`` never misses a test."""
+    for item in items:
+        tier = item.path.parent.name
+        if tier in TIERS and item.get_closest_marker(tier) is None:
+            item.add_marker(getattr(pytest.mark, tier))
 
 
 @pytest.fixture(scope="session")

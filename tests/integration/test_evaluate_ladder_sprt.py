@@ -40,6 +40,7 @@ def ladder_args(storage: Path, run: str, model_dir: Path) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_ladder_is_rated_once_reused_and_gives_a_finite_elo(tmp_path, model_dir, local_ray, capsys):
     assert evaluate.main(ladder_args(tmp_path, "a", model_dir)) == EXIT_OK
     out = both(capsys)

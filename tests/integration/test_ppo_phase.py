@@ -50,6 +50,7 @@ def restarts(status: Path) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_collector_and_driver_killed_then_the_same_command_resumes(
     tmp_path, tiny_lm_dir, reward_dir, registered_checkpoints
 ):

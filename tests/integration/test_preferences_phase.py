@@ -160,6 +160,7 @@ def test_pairs_are_what_they_claim_and_an_engine_killed_mid_batch_loses_nothing(
         engine.quit()
 
 
+@pytest.mark.slow
 def test_a_driver_killed_mid_run_resumes_with_no_duplicate_and_no_missing_pair(tmp_path, games, policy):
     # the uninterrupted run: the reference
     assert preferences.main(pref_args(tmp_path / "clean", games, policy)) == EXIT_OK

@@ -109,6 +109,7 @@ SCORE_WITH_TRANSFORMERS = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_two_workers_finish_and_the_model_scores_the_same_through_transformers_and_the_server(
     tmp_path, prefs, tiny_lm_dir, local_ray, capsys
 ):

@@ -52,6 +52,7 @@ def kill_collector_after(status: Path, shards: int, killed: dict[str, int], time
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_collector_killed_mid_run_restarts_and_training_goes_on(tmp_path, local_ray, capsys):
     phase = tmp_path / "k" / "selfplay"
     killed: dict[str, int] = {}
@@ -116,6 +117,7 @@ def test_collector_killed_mid_run_restarts_and_training_goes_on(tmp_path, local_
     assert sum("gate +" in figures for _, figures in progress) == 3  # a gate every 2 iterations
 
 
+@pytest.mark.slow
 def test_learner_plays_its_own_games_without_producers_and_resumes(tmp_path, local_ray, capsys):
     args = ["--producer-workers", "0", "--episodes", "2", "--checkpoint-interval", "1", "--eval-games", "0"]
     assert run_selfplay(tmp_path, "p", *args, "--iterations", "2") == EXIT_OK

@@ -1,8 +1,10 @@
-"""Real servers on loopback, each in its own process group and stopped with it:
-a Ray head (``ray start --head --block``), an S3 endpoint (``moto_server``), an MLflow server."""
+"""Real servers on loopback, each in its own process group and stopped with it: a two-node Ray
+cluster (``ray start --head --block`` and a worker node), an S3 endpoint (``moto_server``, one for
+the session), an MLflow server."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -93,60 +95,21 @@ def wait_http(
 
 
 def base_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_", "AWS_"))}
+    # (the tests' Ray Train settings, RAY_TRAIN_*, stay: a job's driver inherits the head's environment)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith("RAY_TRAIN_") or not k.startswith(("RAY_", "MLFLOW_", "AWS_"))
+    }
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     return env
 
 
-@pytest.fixture(scope="module")
-def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """``ray start --head`` on loopback with token auth on (its own token, not ~/.ray's)."""
-    tmp = tmp_path_factory.mktemp("ray-head")
-    # Ray's unix sockets live under --temp-dir and AF_UNIX paths are capped at 107 bytes:
-    # pytest's tmp paths are too long, so the session files go to a short folder of our own.
-    ray_tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))
-    dashboard_port = free_port()
-    env = base_env()
-    env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})
-    cmd = [
-        str(BIN / "ray"), "start", "--head", "--block",
-        f"--port={free_port()}",
-        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
-        # The job agent's HTTP port is fixed (52365) by default: the integration tests' embedded Ray,
-        # still alive in this pytest process, already holds it, and the job server would then
-        # answer "No available agent" forever. Give this head ports of its own.
-        f"--dashboard-agent-listen-port={free_port()}", f"--metrics-export-port={free_port()}",
-        "--num-cpus=2", "--object-store-memory=1000000000",
-        "--disable-usage-stats", f"--temp-dir={ray_tmp}",
-    ]  # fmt: skip
-    url = f"http://127.0.0.1:{dashboard_port}"
-    # `ray start --block` stops the whole head if one helper process (e.g. the Ray Client server)
-    # times out while the machine is loaded; one more try is cheaper than a flaky suite.
-    for attempt in (1, 2):
-        log = tmp / f"ray-start-{attempt}.log"
-        process = start_group(cmd, log, env)
-        server = Server(url=url, env=env, process=process, log=log)
-        try:
-            wait_http(f"{url}/api/version", process, timeout=120, ok_codes=(200, 401))
-            break
-        except RuntimeError:
-            stop_group(process)
-            if attempt == 2:
-                raise
-    try:
-        yield server
-    finally:
-        stop_group(process)
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-        # A killed `ray start` leaves its address in /tmp/ray/ray_current_cluster (only `ray stop`
-        # removes it); left there, it stalls every later TorchTrainer run on this machine.
-        forget_dead_ray_address()
-
-
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def moto_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A real S3 HTTP endpoint on loopback; ``env`` points boto3/pyarrow at it."""
+    """A real S3 HTTP endpoint on loopback; ``env`` points boto3/pyarrow at it. One for the session:
+    each test makes buckets of its own."""
     tmp = tmp_path_factory.mktemp("moto")
     port = free_port()
     env = base_env()
@@ -206,3 +169,163 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield server
     finally:
         stop_group(process, grace=10)
+
+
+RAY = str(BIN / "ray")
+
+
+@dataclass
+class Cluster:
+    """A ``ray start`` cluster of two nodes on this machine, and how a client talks to it."""
+
+    url: str  # the head's dashboard / job server
+    env: dict[str, str]  # what a client needs: the auth token (and S3, for the checks)
+    head: Server
+    worker: Server
+
+    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [RAY, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def api(self, path: str, timeout: float = 30) -> Any:
+        """GET ``path`` of the head's HTTP API with the cluster's token, as JSON. Polling uses this,
+        not the CLI: each ``ray list`` or ``ray job status`` starts a Python that imports Ray, ~2 s
+        of CPU that a job on this 2-CPU machine is waiting for."""
+        request = urllib.request.Request(
+            f"{self.url}{path}", headers={"Authorization": f"Bearer {self.env['RAY_AUTH_TOKEN']}"}
+        )
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+
+    def job_status(self, submission_id: str) -> dict[str, Any]:
+        """The Jobs REST API's record of a job (``status``, ``message``, ``job_id``); {} if unknown."""
+        try:
+            return dict(self.api(f"/api/jobs/{submission_id}"))
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return {}
+            raise
+
+    def alive_nodes(self) -> int:
+        """How many nodes the state API lists as ALIVE (0 while it cannot answer yet)."""
+        try:
+            answer = self.api("/api/v0/nodes?limit=100", timeout=10)
+        except OSError:
+            return 0
+        rows = answer.get("data", {}).get("result", {}).get("result", [])
+        return sum(1 for n in rows if n.get("state") == "ALIVE")
+
+    def state(self, resource: str, *filters: str) -> list[dict[str, Any]]:
+        """``ray list <resource> --detail`` as JSON (the state API through the CLI, as a user asks:
+        the Ray client reads its auth settings at import, and this pytest process may hold another Ray)."""
+        args = ["list", resource, "--address", self.url, "--format", "json", "--detail", "--limit", "10000"]
+        for f in filters:
+            args += ["--filter", f]
+        done = self.cli(*args, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return parse_list(done.stdout)
+
+    def submit(self, args: list[str], deadline: float = 90) -> subprocess.CompletedProcess[str]:
+        """``ray job submit``, retried while the head's job agent is still starting."""
+        stop = time.monotonic() + deadline
+        while True:
+            result = self.cli("job", "submit", "--address", self.url, *args, timeout=180)
+            if result.returncode == 0 or "No available agent" not in result.stderr or time.monotonic() > stop:
+                return result
+            time.sleep(2)
+
+    def wait_job(self, submission_id: str, deadline_s: float) -> dict[str, Any]:
+        """The job's record once it has ended, or its last record when ``deadline_s`` ran out."""
+        job: dict[str, Any] = {}
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            job = self.job_status(submission_id)
+            if job.get("status") in ("SUCCEEDED", "FAILED", "STOPPED"):
+                break
+            time.sleep(2)
+        return job
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {name} ---\n{server.log_tail(4000)}"
+            for name, server in (("head", self.head), ("worker", self.worker))
+        )
+
+
+def parse_list(out: str) -> list[dict[str, Any]]:
+    """``ray list --format json``'s answer; with nothing to list it prints "No resource in the cluster"."""
+    return [] if out.strip().startswith("No resource") else list(json.loads(out))
+
+
+def ray_start(*args: str, temp_dir: Path) -> list[str]:
+    """``ray start --block`` with ports of its own: two nodes on one machine, next to other Rays."""
+    return [
+        RAY, "start", "--block", *args,
+        "--num-cpus=1", "--object-store-memory=500000000",
+        f"--dashboard-agent-listen-port={free_port()}", f"--metrics-export-port={free_port()}",
+        # the default worker port range is the same for every raylet on a machine: let the OS choose
+        "--min-worker-port=0", "--max-worker-port=0",
+        "--disable-usage-stats", f"--temp-dir={temp_dir}",
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def two_nodes(moto_s3: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A head (``node_head``) and a worker node (``node_worker``), one CPU each, token auth on
+    (its own token, not ~/.ray's), both with the S3 endpoint's environment (as instance credentials
+    would be on a real cluster). Both share one session folder, as every machine of a real cluster
+    has its own /tmp/ray. One cluster for the module's jobs."""
+    tmp = tmp_path_factory.mktemp("two-nodes")
+    # Ray's unix sockets live under --temp-dir and AF_UNIX paths are capped at 107 bytes:
+    # pytest's tmp paths are too long, so the session files go to a short folder of our own.
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rt2n", dir="/tmp"))
+    env = dict(moto_s3.env)
+    env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "PYTHONUNBUFFERED": "1"})
+    gcs_port, dashboard_port = free_port(), free_port()
+    url = f"http://127.0.0.1:{dashboard_port}"
+    started: list[Server] = []
+    try:
+        head_cmd = ray_start(
+            "--head", f"--port={gcs_port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
+            f"--ray-client-server-port={free_port()}", '--resources={"node_head": 1}',
+            temp_dir=ray_tmp,
+        )  # fmt: skip
+        # `ray start --block` stops the whole node if one helper process (e.g. the Ray Client
+        # server) times out while the machine is loaded: one more try is cheaper than a flaky suite.
+        for attempt in (1, 2):
+            log = tmp / f"ray-head-{attempt}.log"
+            head = Server(url=url, env=env, process=start_group(head_cmd, log, env), log=log)
+            started.append(head)
+            try:
+                wait_http(f"{url}/api/version", head.process, timeout=120, ok_codes=(200, 401))
+                break
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+        worker_cmd = ray_start(
+            f"--address=127.0.0.1:{gcs_port}", '--resources={"node_worker": 1}', temp_dir=ray_tmp
+        )
+        log = tmp / "ray-worker.log"
+        worker = Server(url=url, env=env, process=start_group(worker_cmd, log, env), log=log)
+        started.append(worker)
+        cluster = Cluster(url=url, env=env, head=head, worker=worker)
+
+        deadline = time.monotonic() + 120
+        while cluster.alive_nodes() < 2:
+            assert worker.process.poll() is None, f"the worker node's `ray start` exited\n{cluster.logs()}"
+            assert time.monotonic() < deadline, f"2 nodes not alive in 120 s\n{cluster.logs()}"
+            time.sleep(1)
+        yield cluster
+    finally:
+        for server in reversed(started):  # the worker node first, then the head
+            stop_group(server.process, grace=3)  # its files go with ray_tmp: no clean stop needed
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+        # A killed `ray start` leaves its address in /tmp/ray/ray_current_cluster (only `ray stop`
+        # removes it); left there, it stalls every later TorchTrainer run on this machine.
+        forget_dead_ray_address()

@@ -75,9 +75,9 @@ def test_board_prints_shown_reports_throttles_the_rest_and_prints_the_newest_at_
 def test_board_prints_a_held_back_report_once_every_s_has_passed() -> None:
     lines: list[str] = []
     queue = ListQueue()
-    with ProgressBoard(lines.append, "step", 10, every_s=0.5, queue=queue):
+    with ProgressBoard(lines.append, "step", 10, every_s=0.2, queue=queue, poll_s=0.05):
         report_progress(queue, 1, "loss 2.0")
-        time.sleep(2.5)  # the board polls once a second
+        time.sleep(0.6)
         assert lines and lines[0].startswith("step 1/10")
     # nothing new arrived: the end prints no report again, only "still working" lines came after
     assert all("working on the next step" in line for line in lines[1:])
@@ -86,21 +86,21 @@ def test_board_prints_a_held_back_report_once_every_s_has_passed() -> None:
 def test_the_last_unit_is_always_printed() -> None:
     lines: list[str] = []
     queue = ListQueue()
-    with ProgressBoard(lines.append, "iteration", 3, every_s=3600, queue=queue):
+    with ProgressBoard(lines.append, "iteration", 3, every_s=3600, queue=queue, poll_s=0.05):
         report_progress(queue, 1, "a")
         report_progress(queue, 3, "c")
-        time.sleep(1.5)
+        time.sleep(0.3)
         assert [line.split(" (")[0] for line in lines] == ["iteration 3/3"]
 
 
 def test_a_quiet_learner_gets_a_line_saying_so() -> None:
     lines: list[str] = []
     queue = ListQueue()
-    with ProgressBoard(lines.append, "iteration", 5, every_s=0.5, queue=queue):
-        time.sleep(1.6)  # nothing printed for over 1.5 x every_s: the learner is starting
+    with ProgressBoard(lines.append, "iteration", 5, every_s=0.5, queue=queue, poll_s=0.05):
+        time.sleep(1.0)  # nothing printed for over 1.5 x every_s: the learner is starting
         assert lines and lines[0] == "the learner is starting, 0:01 elapsed (5 iterations in all)"
         report_progress(queue, 1, "reward +0.1", show=True)
-        time.sleep(2.6)
+        time.sleep(1.1)
     assert lines[1].startswith("iteration 1/5 (20%)")
     assert "working on the next iteration (none reported for" in lines[2]
 

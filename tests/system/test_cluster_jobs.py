@@ -1,32 +1,29 @@
-"""The whole ``rlaif`` graph as one Ray job on a two-node cluster started with ``ray start`` (a head
-and a worker node, one CPU each, on this machine), with its input PGN, outputs and checkpoints on S3
-(moto_server): the job succeeds, every phase's manifest and outputs are in the bucket, and the
-job's tasks and actors ran on both nodes (Ray's state API says where each one ran)."""
+"""Jobs on one two-node cluster started with ``ray start`` (a head and a worker node, one CPU each,
+on this machine, token auth on): ``prepare`` as a job; a submission without the token refused; and
+the whole ``rlaif`` graph as one job with its input PGN, outputs and checkpoints on S3 (moto_server):
+the job succeeds, every phase's manifest and outputs are in the bucket, and the job's tasks and
+actors ran on both nodes (Ray's state API says where each one ran)."""
 
 from __future__ import annotations
 
 import importlib.util
 import io
 import json
-import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from cluster.runtime import forget_dead_ray_address
+from chessrl.games import GAMES_SCHEMA
 
 pytestmark = pytest.mark.system
 
@@ -48,129 +45,53 @@ def _load(path: Path, name: str) -> ModuleType:
 # graph runs (the integration test's), so that the two stay one.
 servers = _load(HERE / "conftest.py", "_system_servers")
 MICRO: dict[str, Any] = _load(HERE.parent / "integration" / "test_rlaif.py", "_integration_rlaif").MICRO
+Cluster, RAY = servers.Cluster, servers.RAY
 
-RAY = str(servers.BIN / "ray")
 PHASES = ("prepare", "sft", "preferences", "reward", "ppo", "grpo", "evaluate")
 BUCKET = "rlaif-runs"
 JOB_DEADLINE_S = 480  # the job takes about 4 min on 2 loaded cores; each wait has its deadline
 
 
-@dataclass
-class Cluster:
-    url: str  # the head's dashboard / job server
-    env: dict[str, str]  # what a client needs: the auth token (and S3, for the checks)
-    head: Any
-    worker: Any
+def test_prepare_as_a_ray_job_on_a_started_cluster(two_nodes: Cluster, tmp_path: Path, repo: Path):
+    storage = tmp_path / "runs"
+    job_id = f"prepare-{uuid.uuid4().hex[:8]}"
+    result = two_nodes.submit(
+        ["--submission-id", job_id, "--no-wait", "--working-dir", str(repo), "--",
+         "python", "-m", "pipelines.prepare", "--config", "tiny", "--generate", "0", "--storage", str(storage),
+         "--run-name", "job", "--no-tracking", "--inputs", "tests/data/pgn/masters", "tests/data/pgn/uci-moves.pgn"],
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:] + two_nodes.logs()
+    job = two_nodes.wait_job(job_id, deadline_s=300)
+    # the Ray client reads its auth settings at import: the job's log through the CLI, as a user asks
+    done = two_nodes.cli("job", "logs", "--address", two_nodes.url, job_id, timeout=120)
+    logs = done.stdout + done.stderr
+    assert job.get("status") == "SUCCEEDED", (job, logs[-3000:])
+    assert "ray: joined cluster" in logs  # the job used the cluster, not an embedded Ray
+    assert "prepare summary" in logs
 
-    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [RAY, *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-
-    def state(self, resource: str, *filters: str) -> list[dict[str, Any]]:
-        """``ray list <resource> --detail`` as JSON (the state API through the CLI: the Ray client
-        reads its auth settings at import, and this pytest process may hold another Ray)."""
-        args = ["list", resource, "--address", self.url, "--format", "json", "--detail", "--limit", "10000"]
-        for f in filters:
-            args += ["--filter", f]
-        done = self.cli(*args, timeout=120)
-        assert done.returncode == 0, done.stderr[-2000:]
-        return parse_list(done.stdout)
-
-    def logs(self) -> str:
-        return "\n".join(
-            f"--- {name} ---\n{server.log_tail(4000)}"
-            for name, server in (("head", self.head), ("worker", self.worker))
-        )
+    summary = json.loads((storage / "job" / "prepare" / "summary.json").read_text())
+    table = pads.dataset(storage / "job" / "prepare" / "games", format="parquet").to_table()
+    assert table.schema.equals(GAMES_SCHEMA, check_metadata=False)
+    assert table.num_rows == summary["games_written"] > 3000
+    assert summary["inputs"] == [
+        "tests/data/pgn/masters/Ding.pgn.zst",
+        "tests/data/pgn/masters/Firouzja.pgn.zst",
+        "tests/data/pgn/uci-moves.pgn",
+    ]
 
 
-def parse_list(out: str) -> list[dict[str, Any]]:
-    """``ray list --format json``'s answer; with nothing to list it prints "No resource in the cluster"."""
-    return [] if out.strip().startswith("No resource") else list(json.loads(out))
-
-
-def ray_start(*args: str, temp_dir: Path) -> list[str]:
-    """``ray start --block`` with ports of its own: two nodes on one machine, next to other Rays."""
-    return [
-        RAY, "start", "--block", *args,
-        "--num-cpus=1", "--object-store-memory=500000000",
-        f"--dashboard-agent-listen-port={servers.free_port()}", f"--metrics-export-port={servers.free_port()}",
-        # the default worker port range is the same for every raylet on a machine: let the OS choose
-        "--min-worker-port=0", "--max-worker-port=0",
-        "--disable-usage-stats", f"--temp-dir={temp_dir}",
-    ]  # fmt: skip
-
-
-@pytest.fixture
-def two_nodes(moto_s3, tmp_path: Path) -> Iterator[Cluster]:
-    """A head (``node_head``) and a worker node (``node_worker``), one CPU each, token auth on,
-    both with the S3 endpoint's environment (as instance credentials would be on a real cluster).
-    Both share one session folder, as every machine of a real cluster has its own /tmp/ray."""
-    # AF_UNIX paths are capped at 107 bytes: pytest's tmp paths are too long for Ray's sockets.
-    ray_tmp = Path(tempfile.mkdtemp(prefix="rt2n", dir="/tmp"))
-    env = dict(moto_s3.env)
-    env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "PYTHONUNBUFFERED": "1"})
-    gcs_port, dashboard_port = servers.free_port(), servers.free_port()
-    url = f"http://127.0.0.1:{dashboard_port}"
-    started: list[Any] = []
-    try:
-        head_cmd = ray_start(
-            "--head", f"--port={gcs_port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
-            f"--ray-client-server-port={servers.free_port()}", '--resources={"node_head": 1}',
-            temp_dir=ray_tmp,
-        )  # fmt: skip
-        # `ray start --block` stops the whole node if a helper process times out while the machine
-        # is loaded (see conftest's ray_head): one more try is cheaper than a flaky test.
-        for attempt in (1, 2):
-            log = tmp_path / f"ray-head-{attempt}.log"
-            head = servers.Server(url=url, env=env, process=servers.start_group(head_cmd, log, env), log=log)
-            started.append(head)
-            try:
-                servers.wait_http(f"{url}/api/version", head.process, timeout=120, ok_codes=(200, 401))
-                break
-            except RuntimeError:
-                if attempt == 2:
-                    raise
-        worker_cmd = ray_start(
-            f"--address=127.0.0.1:{gcs_port}", '--resources={"node_worker": 1}', temp_dir=ray_tmp
-        )
-        log = tmp_path / "ray-worker.log"
-        worker = servers.Server(url=url, env=env, process=servers.start_group(worker_cmd, log, env), log=log)
-        started.append(worker)
-        cluster = Cluster(url=url, env=env, head=head, worker=worker)
-
-        deadline = time.monotonic() + 120
-        while True:
-            assert worker.process.poll() is None, f"the worker node's `ray start` exited\n{cluster.logs()}"
-            done = cluster.cli("list", "nodes", "--address", url, "--format", "json", timeout=60)
-            alive = (
-                [n for n in parse_list(done.stdout) if n["state"] == "ALIVE"] if done.returncode == 0 else []
-            )
-            if len(alive) == 2:
-                break
-            assert time.monotonic() < deadline, f"2 nodes not alive in 120 s: {alive}\n{cluster.logs()}"
-            time.sleep(1)
-        yield cluster
-    finally:
-        for server in reversed(started):  # the worker node first, then the head
-            servers.stop_group(server.process)
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-        forget_dead_ray_address()  # `ray start`'s address file names our head: gone now
-
-
-def submit(cluster: Cluster, args: list[str], deadline: float = 90) -> subprocess.CompletedProcess[str]:
-    """`ray job submit`, retried while the head's job agent is still starting."""
-    stop = time.monotonic() + deadline
-    while True:
-        result = cluster.cli("job", "submit", "--address", cluster.url, *args, timeout=180)
-        if result.returncode == 0 or "No available agent" not in result.stderr or time.monotonic() > stop:
-            return result
-        time.sleep(2)
+def test_job_submission_without_the_token_is_refused(two_nodes: Cluster):
+    env = {k: v for k, v in two_nodes.env.items() if k != "RAY_AUTH_TOKEN"}
+    env["RAY_AUTH_TOKEN"] = "0" * 64
+    result = subprocess.run(
+        [RAY, "job", "submit", "--address", two_nodes.url, "--", "python", "-c", "print(1)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "token" in (result.stdout + result.stderr).lower()
 
 
 def test_rlaif_as_one_job_on_two_nodes_with_s3(
@@ -187,8 +108,7 @@ def test_rlaif_as_one_job_on_two_nodes_with_s3(
 
     job_id = f"rlaif-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
-    result = submit(
-        two_nodes,
+    result = two_nodes.submit(
         ["--submission-id", job_id, "--no-wait", "--working-dir", str(repo), "--",
          "python", "-m", "pipelines.rlaif", "--config", str(config_path), "--storage", f"s3://{BUCKET}/runs"],
     )  # fmt: skip
@@ -198,15 +118,8 @@ def test_rlaif_as_one_job_on_two_nodes_with_s3(
         done = two_nodes.cli("job", "logs", "--address", two_nodes.url, job_id, timeout=120)
         return done.stdout + done.stderr
 
-    status, job = None, {}
-    deadline = time.monotonic() + JOB_DEADLINE_S
-    while time.monotonic() < deadline:
-        jobs = two_nodes.state("jobs", f"submission_id={job_id}")
-        job = jobs[0] if jobs else {}
-        if job.get("status") in ("SUCCEEDED", "FAILED", "STOPPED"):
-            status = job["status"]
-            break
-        time.sleep(3)
+    job = two_nodes.wait_job(job_id, deadline_s=JOB_DEADLINE_S)
+    status = job.get("status") if job.get("status") in ("SUCCEEDED", "FAILED", "STOPPED") else None
     seconds = time.monotonic() - started
     logs = job_logs()
     (tmp_path / "job.log").write_text(logs)
