@@ -510,8 +510,8 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         .materialize()
     )
     blocks = dataset.count()
-    game_tokens = int(dataset.sum("length"))
-    truncated = int(dataset.sum("truncated"))
+    sums = dataset.sum(["length", "truncated"])  # one pass over the blocks, not one per column
+    game_tokens, truncated = int(sums["sum(length)"]), int(sums["sum(truncated)"])
     cpus_per_worker = cfg.cpus_per_worker or default_cpus_per_worker(cfg.num_workers)
     batch_size = cfg.batch_size
     if batch_size == "auto":

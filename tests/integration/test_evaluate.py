@@ -1,5 +1,5 @@
-"""evaluate on the local Ray with real Stockfish: a tiny language model plays 8 games against
-RandomPlayer and 8 against Stockfish Skill Level 0, games as parallel Ray tasks; every PGN parses
+"""evaluate on the local Ray with real Stockfish: a tiny language model plays 4 games against
+RandomPlayer and 4 against Stockfish Skill Level 0, games as parallel Ray tasks; every PGN parses
 back; a run killed halfway resumes and finishes with the right number of games; bad input is one
 clear message."""
 
@@ -41,16 +41,16 @@ def args(storage: Path, model_dir: Path, *extra: str, games: int = 8) -> list[st
 
 def test_match_against_random_and_stockfish(tmp_path, model_dir, local_ray, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
-    assert evaluate.main(args(tmp_path, model_dir)) == EXIT_OK
+    assert evaluate.main(args(tmp_path, model_dir, games=4)) == EXIT_OK
     out = capsys.readouterr().out
     assert "evaluate summary" in out and "report" in out
     folder = tmp_path / "e" / "evaluate" / "eval"
-    assert len(list((folder / "games").glob("*.json"))) == 16
+    assert len(list((folder / "games").glob("*.json"))) == 8
     results = json.loads((folder / "results.json").read_text())
-    assert results["games"] == 16
+    assert results["games"] == 8
     for opponent in ("random", "stockfish:skill=0,nodes=50"):
         p = results["pairings"][opponent]
-        assert p["wins"] + p["draws"] + p["losses"] == 8
+        assert p["wins"] + p["draws"] + p["losses"] == 4
         assert 0.0 <= p["score"] <= 1.0
     moves = results["candidate_moves"]
     assert moves["moves"] > 0 and 0.0 <= moves["legal_rate"] <= 1.0
@@ -67,7 +67,7 @@ def test_match_against_random_and_stockfish(tmp_path, model_dir, local_ray, caps
         assert game.headers["Result"] in ("1-0", "0-1", "1/2-1/2")
         assert game.headers["White"] != game.headers["Black"]
         parsed += 1
-    assert parsed == 16
+    assert parsed == 8
     report = (folder / "report.md").read_text()
     assert "| random |" in report and (folder / "score.png").stat().st_size > 1000
     assert (folder / "elo.png").is_file()
