@@ -1,6 +1,6 @@
-"""Real servers on loopback, each in its own process group and stopped with it: a two-node Ray
-cluster (``ray start --head --block`` and a worker node), an S3 endpoint (``moto_server``, one for
-the session), an MLflow server."""
+"""Real servers on loopback, each in its own process group and stopped with it: a Ray head
+(``ray start --head --block``), a two-node Ray cluster (a head and a worker node), an S3 endpoint
+(``moto_server``, one for the session), an MLflow server."""
 
 from __future__ import annotations
 
@@ -104,6 +104,51 @@ def base_env() -> dict[str, str]:
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     return env
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """``ray start --head`` on loopback with token auth on (its own token, not ~/.ray's)."""
+    tmp = tmp_path_factory.mktemp("ray-head")
+    # Ray's unix sockets live under --temp-dir and AF_UNIX paths are capped at 107 bytes:
+    # pytest's tmp paths are too long, so the session files go to a short folder of our own.
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))
+    dashboard_port = free_port()
+    env = base_env()
+    env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})
+    cmd = [
+        str(BIN / "ray"), "start", "--head", "--block",
+        f"--port={free_port()}",
+        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
+        # The job agent's HTTP port is fixed (52365) by default: the integration tests' embedded Ray,
+        # still alive in this pytest process, already holds it, and the job server would then
+        # answer "No available agent" forever. Give this head ports of its own.
+        f"--dashboard-agent-listen-port={free_port()}", f"--metrics-export-port={free_port()}",
+        "--num-cpus=2", "--object-store-memory=1000000000",
+        "--disable-usage-stats", f"--temp-dir={ray_tmp}",
+    ]  # fmt: skip
+    url = f"http://127.0.0.1:{dashboard_port}"
+    # `ray start --block` stops the whole head if one helper process (e.g. the Ray Client server)
+    # times out while the machine is loaded; one more try is cheaper than a flaky suite.
+    for attempt in (1, 2):
+        log = tmp / f"ray-start-{attempt}.log"
+        process = start_group(cmd, log, env)
+        server = Server(url=url, env=env, process=process, log=log)
+        try:
+            wait_http(f"{url}/api/version", process, timeout=120, ok_codes=(200, 401))
+            break
+        except RuntimeError:
+            stop_group(process)
+            if attempt == 2:
+                raise
+    try:
+        yield server
+    finally:
+        stop_group(process)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+        # A killed `ray start` leaves its address in /tmp/ray/ray_current_cluster (only `ray stop`
+        # removes it); left there, it stalls every later TorchTrainer run on this machine.
+        forget_dead_ray_address()
 
 
 @pytest.fixture(scope="session")

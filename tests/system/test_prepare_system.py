@@ -1,18 +1,24 @@
-"""prepare end to end against real servers: S3 on moto, an MLflow server (its Ray job on a `ray start`
-cluster is in test_cluster_jobs.py)."""
+"""prepare end to end against real servers: a Ray job on `ray start`, S3 on moto, an MLflow server."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
+import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
+from chessrl.games import GAMES_SCHEMA
+
 pytestmark = pytest.mark.system
+
+TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 
 def run_cli(
@@ -27,6 +33,80 @@ def run_cli(
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
+
+
+def submit(
+    ray_head, args: list[str], env: dict[str, str], deadline: float = 90
+) -> subprocess.CompletedProcess[str]:
+    """`ray job submit`, retried while the head's job agent is still starting."""
+    stop = time.monotonic() + deadline
+    while True:
+        result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+        if result.returncode == 0 or "No available agent" not in result.stderr or time.monotonic() > stop:
+            return result
+        time.sleep(2)
+
+
+def test_prepare_as_a_ray_job_on_a_started_cluster(ray_head, tmp_path, repo):
+    storage = tmp_path / "runs"
+    job_id = f"prepare-{uuid.uuid4().hex[:8]}"
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    result = submit(
+        ray_head,
+        [
+            ray_bin, "job", "submit", "--address", ray_head.url, "--submission-id", job_id, "--no-wait",
+            "--working-dir", str(repo), "--",
+            "python", "-m", "pipelines.prepare", "--config", "tiny", "--generate", "0", "--storage", str(storage),
+            "--run-name", "job", "--no-tracking", "--inputs", "tests/data/pgn/masters", "tests/data/pgn/uci-moves.pgn",
+        ],
+        ray_head.env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:] + ray_head.log_tail()
+
+    # The Ray client reads its auth settings at import: ask through the CLI, as a user would.
+    def job(*args: str) -> str:
+        done = subprocess.run([ray_bin, "job", *args, "--address", ray_head.url, job_id],
+                              env=ray_head.env, capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout + done.stderr  # the CLI logs some of its answer to stderr
+
+    deadline = time.monotonic() + 300
+    status = None
+    while time.monotonic() < deadline:
+        out = job("status").lower()  # "Job '<id>' succeeded" once it is done
+        status = next((s for s in TERMINAL if f"' {s.lower()}" in out or f"was {s.lower()}" in out), None)
+        if status:
+            break
+        time.sleep(2)
+    logs = job("logs")
+    assert status == "SUCCEEDED", logs[-3000:]
+    assert "ray: joined cluster" in logs  # the job used the cluster, not an embedded Ray
+    assert "prepare summary" in logs
+
+    summary = json.loads((storage / "job" / "prepare" / "summary.json").read_text())
+    table = pads.dataset(storage / "job" / "prepare" / "games", format="parquet").to_table()
+    assert table.schema.equals(GAMES_SCHEMA, check_metadata=False)
+    assert table.num_rows == summary["games_written"] > 3000
+    assert summary["inputs"] == [
+        "tests/data/pgn/masters/Ding.pgn.zst",
+        "tests/data/pgn/masters/Firouzja.pgn.zst",
+        "tests/data/pgn/uci-moves.pgn",
+    ]
+
+
+def test_job_submission_without_the_token_is_refused(ray_head):
+    env = {k: v for k, v in ray_head.env.items() if k != "RAY_AUTH_TOKEN"}
+    env["RAY_AUTH_TOKEN"] = "0" * 64
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    result = subprocess.run(
+        [ray_bin, "job", "submit", "--address", ray_head.url, "--", "python", "-c", "print(1)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "token" in (result.stdout + result.stderr).lower()
 
 
 def s3_fs(server) -> pafs.S3FileSystem:
