@@ -8,7 +8,8 @@
 'max_plies'
 
 Adjudication: the game ends at checkmate, stalemate, insufficient material, threefold
-repetition or the fifty-move rule (claimed at once), at ``max_plies`` (a draw), when a player
+repetition or the fifty-move rule (claimed at once), at ``max_plies`` (a draw, or with
+``adjudicate_cp`` the engine's verdict: :func:`adjudicate`), when a player
 forfeits (it made no legal move under the forfeit policy), or — optionally — when an engine has
 seen the side to move at ``resign_cp`` or worse for ``resign_plies`` plies in a row.
 """
@@ -92,8 +93,11 @@ def play_game(
     evaluator: Evaluator | None = None,
     resign_cp: int | None = None,
     resign_plies: int = 6,
+    adjudicate_cp: int | None = None,
 ) -> ArenaGame:
-    """Play one game; the opening's moves are played for both sides first."""
+    """Play one game; the opening's moves are played for both sides first. With an ``evaluator``
+    and ``adjudicate_cp``, a game that reaches ``max_plies`` is decided by the engine: the side
+    ahead by ``adjudicate_cp`` centipawns or more wins (``adjudicated``), else it is drawn."""
     if not isinstance(opening, Opening):
         opening = Opening(moves=tuple(opening))
     board = chess.Board(opening.fen) if opening.fen else chess.Board()
@@ -113,6 +117,8 @@ def play_game(
             break
         if len(game.moves) >= max_plies:
             game.result, game.termination = "1/2-1/2", "max_plies"
+            if evaluator is not None and adjudicate_cp is not None:
+                game.result, game.termination = adjudicate(board, evaluator(board.fen()), adjudicate_cp)
             break
         side = "white" if board.turn == chess.WHITE else "black"
         player = white if board.turn == chess.WHITE else black
@@ -138,6 +144,23 @@ def play_game(
                 game.termination = "resign_adjudicated"
                 break
     return game
+
+
+def adjudicate(board: chess.Board, cp: int | None, threshold: int) -> tuple[str, str]:
+    """``(result, termination)`` of a game stopped at the ply cap, from the engine's ``cp`` for
+    the side to move: ahead by ``threshold`` or more wins, behind by as much loses, else a draw.
+
+    >>> black_to_move = chess.Board("4k3/8/8/8/8/8/8/Q3K3 b - - 0 1")
+    >>> adjudicate(black_to_move, -900, 300), adjudicate(black_to_move, 50, 300), adjudicate(black_to_move, None, 300)
+    (('1-0', 'adjudicated'), ('1/2-1/2', 'adjudicated'), ('1/2-1/2', 'max_plies'))
+    """
+    if cp is None:
+        return "1/2-1/2", "max_plies"
+    if abs(cp) < threshold:
+        return "1/2-1/2", "adjudicated"
+    mover_wins = cp > 0
+    white_wins = mover_wins == (board.turn == chess.WHITE)
+    return ("1-0" if white_wins else "0-1"), "adjudicated"
 
 
 def game_pgn(

@@ -343,7 +343,7 @@ def comparison_lines(
         sides = [("white" if g.white == player else "black", g) for g in mine]
         moves = sum(g.player_moves.get(side, 0) for side, g in sides)
         first = sum(g.first_attempt_legal.get(side, 0) for side, g in sides)
-        legal = f"{first / moves:.1%}" if (player.startswith("lm:") or player == "sft") and moves else "-"
+        legal = f"{first / moves:.1%}" if player.startswith(("lm:", "sft")) and moves else "-"
         r = rated.get(player)
         elo = "-" if r is None else ("+0 (anchor)" if r.anchored else fmt_estimate(r.elo, r.low, r.high))
         lines.append(f"{name(player):<{width}}  {len(mine):>5}  {score:>5.1%}  {legal:>9}  {elo}")
@@ -354,7 +354,10 @@ def comparison_lines(
             if (p, q) in cells:
                 cells[(p, q)][0 if mine == 1 else 1 if mine == 0.5 else 2] += 1
     col = max(width, 9)
-    lines += ["", f"{'row vs column':<{max(width, 13)}}  " + "  ".join(f"{name(q):<{col}}" for q in players).rstrip()]
+    lines += [
+        "",
+        f"{'row vs column':<{max(width, 13)}}  " + "  ".join(f"{name(q):<{col}}" for q in players).rstrip(),
+    ]
     for p in players:
         row = [("-" if p == q else "+{} ={} -{}".format(*cells[(p, q)])) for q in players]
         lines.append(f"{name(p):<{max(width, 13)}}  " + "  ".join(f"{c:<{col}}" for c in row).rstrip())

@@ -82,6 +82,19 @@ class GRPOSettings:
     """Expected-score loss against the best move that scores 0 on the policy task."""
     kl_estimator: str = "k3"
     env_weights: dict[str, float] = field(default_factory=lambda: dict(ENV_WEIGHTS))
+    masked: bool = False
+    """Draw policy-task moves from the policy restricted to the position's legal moves (the legal
+    move tokens' logits, renormalised), and score them the same way in the learner and the
+    reference: every sample is a legal move, so the reward grades quality alone."""
+    legal_weight: float = 0.0
+    """masked: weight of ``-log P(legal)`` under the full vocabulary, the legality term that keeps
+    the unmasked model legal while the masked objective trains quality."""
+    dead_zone: float = 0.0
+    """Expected-score losses up to this count as the best move's (engine noise), in [0, max_loss)."""
+    std_floor: float = 0.0
+    """grpo/dapo: the group std is at least this, so noise-level differences stay small advantages."""
+    drop_flat: bool = False
+    """Leave groups whose rewards are all equal out of the update (they teach nothing)."""
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -92,6 +105,10 @@ class GRPOSettings:
             raise ValueError(f"unknown loss_type {self.loss_type!r}; loss types: {', '.join(LOSS_TYPES)}")
         if self.beta < 0 or self.clip <= 0 or self.clip_high <= 0 or self.max_loss <= 0:
             raise ValueError("beta must be >= 0 and clip, clip_high, max_loss > 0")
+        if not 0 <= self.dead_zone < self.max_loss:
+            raise ValueError(f"dead_zone must be in [0, max_loss={self.max_loss:g}), got {self.dead_zone:g}")
+        if self.std_floor < 0 or self.legal_weight < 0:
+            raise ValueError("std_floor and legal_weight must be >= 0")
 
 
 def policy_reward(
@@ -102,7 +119,10 @@ def policy_reward(
     s = settings or GRPOSettings()
     if status != "legal" or best is None or move is None:
         return s.illegal_reward
-    return float(min(1.0, max(0.0, 1.0 - (best - move) / s.max_loss)))
+    loss = max(0.0, best - move)
+    if loss <= s.dead_zone:
+        loss = 0.0
+    return float(min(1.0, max(0.0, 1.0 - loss / s.max_loss)))
 
 
 @dataclass(frozen=True)
@@ -178,19 +198,32 @@ def parse_policy_completion(fen: str, completion: str) -> tuple[str, str | None]
 
 
 def group_advantages(
-    rewards: torch.Tensor, groups: Sequence[Hashable], loss_type: str
+    rewards: torch.Tensor,
+    groups: Sequence[Hashable],
+    loss_type: str,
+    std_floor: float = 0.0,
+    drop_flat: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-sample advantages and a keep mask (``dapo`` drops groups whose rewards are all equal).
+    """Per-sample advantages and a keep mask (``dapo``, or ``drop_flat``, drops groups whose
+    rewards are all equal); ``std_floor`` bounds the std that grpo and dapo divide by.
 
     >>> a, keep = group_advantages(torch.tensor([1.0, 0.0, 0.5, 0.5]), [0, 0, 1, 1], "dr_grpo")
     >>> a.tolist(), keep.tolist()
     ([0.5, -0.5, 0.0, 0.0], [True, True, True, True])
     >>> group_advantages(torch.tensor([1.0, 0.0, 0.5, 0.5]), [0, 0, 1, 1], "dapo")[1].tolist()
     [True, True, False, False]
+
+    Engine noise in a group of good moves stays small with a floor (without one it would be
+    as large as a blunder's):
+
+    >>> [round(x, 2) for x in group_advantages(torch.tensor([1.0, 1.0, 0.983, 0.958]), [0] * 4, "grpo", 0.1)[0].tolist()]
+    [0.15, 0.15, -0.02, -0.27]
     """
-    advantages = compute_grpo_outcome_advantage(rewards, groups, norm_by_std=loss_type != "dr_grpo")
+    advantages = compute_grpo_outcome_advantage(
+        rewards, groups, norm_by_std=loss_type != "dr_grpo", std_floor=std_floor
+    )
     keep = torch.ones_like(rewards, dtype=torch.bool)
-    if loss_type == "dapo":
+    if loss_type == "dapo" or drop_flat:
         for g in set(groups):
             idx = [i for i, k in enumerate(groups) if k == g]
             values = rewards[idx]
@@ -259,6 +292,8 @@ class Sample:
     status: str = ""
     """Policy task: ``legal`` / ``illegal`` / ``unparseable``; environment task: ``exact`` / ``partial``."""
     fields: dict[str, bool] = field(default_factory=dict)
+    legal_ids: list[int] | None = None
+    """A masked sample: the legal move tokens its move was drawn from (None: unmasked)."""
 
 
 def completion_length(ids: Sequence[int], eos: int | None) -> int:
@@ -291,6 +326,9 @@ def sample_groups(
         if not index:
             continue
         rows = [prompt_ids(tokenizer, prompts[i].text) for i in index]  # type: ignore[arg-type]
+        if task == "policy" and settings.masked:
+            _sample_masked(model, tokenizer, prompts, index, rows, settings, out)
+            continue
         seqs = complete_ids(
             model, tokenizer, rows, settings.group_size, settings.temperature, max_new_tokens[task]
         )  # type: ignore[arg-type]
@@ -301,6 +339,32 @@ def sample_groups(
                 text = tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[attr-defined]
                 out[i * settings.group_size + j] = Sample(prompts[i], i, rows[k], ids, text)
     return [s for s in out if s is not None]
+
+
+def _sample_masked(
+    model: torch.nn.Module,
+    tokenizer: object,
+    prompts: Sequence[Prompt],
+    index: list[int],
+    rows: list[list[int]],
+    settings: GRPOSettings,
+    out: list[Sample | None],
+) -> None:
+    """The policy prompts' groups drawn from the legal-masked policy: one token, a legal move."""
+    from chessrl.masked import masked_moves
+
+    boards = [chess.Board(prompts[i].fen) for i in index]
+    # the answer's move token carries a space unless it is a game's first move in the moves format
+    spaced = [bool(prompts[i].text.strip()) for i in index]
+    choices = masked_moves(
+        model, tokenizer, boards, rows, spaced, n=settings.group_size, temperature=settings.temperature
+    )
+    for k, i in enumerate(index):
+        for j, token in enumerate(choices[k].tokens):
+            text = tokenizer.decode([token])  # type: ignore[attr-defined]
+            out[i * settings.group_size + j] = Sample(
+                prompts[i], i, rows[k], [token], text, legal_ids=choices[k].legal_ids
+            )
 
 
 def score_samples(
@@ -379,6 +443,32 @@ def completion_logprobs(
     return logprobs * mask, mask
 
 
+def masked_completion_logprobs(
+    model: torch.nn.Module, samples: Sequence[Sample], pad: int, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For masked samples (one move token each, drawn from the legal moves): the log-probability
+    ``(B, 1)`` of each move under the masked policy at ``temperature`` — the same distribution
+    the sampler drew from — its mask, and ``-log P(legal)`` ``(B,)`` under the full vocabulary
+    (at temperature 1: the model's own legality). Each distinct prompt is read once."""
+    from chessrl.masked import legal_nll, masked_log_softmax, pad_ids
+    from chessrl.models import right_padded
+
+    rows_of: dict[tuple[int, ...], int] = {}
+    for s in samples:
+        rows_of.setdefault(tuple(s.prompt_ids), len(rows_of))
+    rows = [list(r) for r in rows_of]
+    which = torch.tensor([rows_of[tuple(s.prompt_ids)] for s in samples], dtype=torch.long)
+    ids, attention = right_padded(rows, pad)
+    hidden = model.transformer(input_ids=ids, attention_mask=attention).last_hidden_state  # type: ignore[attr-defined]
+    last = torch.tensor([len(r) - 1 for r in rows], dtype=torch.long)
+    logits = model.lm_head(hidden[torch.arange(len(rows)), last]).float()[which]  # type: ignore[attr-defined]
+    legal = pad_ids([s.legal_ids or [] for s in samples])
+    logp = masked_log_softmax(logits, legal, temperature)
+    chosen = torch.tensor([(s.legal_ids or []).index(s.completion_ids[0]) for s in samples], dtype=torch.long)
+    picked = logp.gather(-1, chosen[:, None])
+    return picked, torch.ones_like(picked), legal_nll(logits, legal)
+
+
 def grpo_update(
     policy: torch.nn.Module,
     reference: torch.nn.Module | None,
@@ -396,10 +486,15 @@ def grpo_update(
     gradients accumulated over minibatches, weighted by their share of the loss's normaliser."""
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
     groups = [s.group for s in samples]
-    advantages, keep = group_advantages(rewards, groups, settings.loss_type)
+    advantages, keep = group_advantages(
+        rewards, groups, settings.loss_type, settings.std_floor, settings.drop_flat
+    )
     used = [i for i in range(len(samples)) if bool(keep[i]) and samples[i].completion_ids]
     metrics: dict[str, float] = {"pg_loss": 0.0, "kl": 0.0, "clipfrac": 0.0, "approx_kl": 0.0}
-    if not used:
+    masked = [i for i in range(len(samples)) if samples[i].legal_ids is not None]
+    if settings.legal_weight > 0 and masked:
+        metrics["legal_nll"] = 0.0
+    if not used and not (settings.legal_weight > 0 and masked):
         return {**metrics, "trained_samples": 0.0, "grad_norm": 0.0}
     # minibatches of similar lengths: a 2-token policy answer padded to a 128-token environment
     # answer's width would pay for it in every forward and backward pass
@@ -410,18 +505,28 @@ def grpo_update(
     for start in range(0, len(used), minibatch):
         part = used[start : start + minibatch]
         batch = [samples[i] for i in part]
-        logprobs, mask = completion_logprobs(policy, batch, pad, settings.temperature)
+        score = masked_completion_logprobs if batch[0].legal_ids is not None else completion_logprobs
+        logprobs, mask, *_ = score(policy, batch, pad, settings.temperature)
         ref = None
         if reference is not None and settings.beta > 0:
             with torch.no_grad():
-                ref, _ = completion_logprobs(reference, batch, pad, settings.temperature)
+                ref, *_ = score(reference, batch, pad, settings.temperature)
         loss, m = grpo_loss(logprobs, logprobs.detach(), ref, advantages[part], mask, settings, norm_length)
         share = (
             float(mask.sum()) / tokens if settings.loss_type == "dapo" else len(part) / len(used)
         )  # token-mean weighs by tokens, the per-sequence modes by sequences
         (loss * share).backward()
-        for key in metrics:
+        for key in ("pg_loss", "kl", "clipfrac", "approx_kl"):
             metrics[key] += m[key] * share
+    if settings.legal_weight > 0 and masked:
+        # the legality term, once per distinct masked prompt (flat groups included: legality
+        # is learnt wherever the policy was asked)
+        firsts = list({tuple(samples[i].prompt_ids): i for i in masked}.values())
+        for start in range(0, len(firsts), minibatch):
+            batch = [samples[i] for i in firsts[start : start + minibatch]]
+            _, _, nll = masked_completion_logprobs(policy, batch, pad, settings.temperature)
+            (settings.legal_weight * nll.sum() / len(firsts)).backward()
+            metrics["legal_nll"] += float(nll.detach().sum()) / len(firsts)
     grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
     optimizer.step()
     return {**metrics, "trained_samples": float(len(used)), "grad_norm": float(grad_norm)}
@@ -503,6 +608,83 @@ def evaluate_tasks(
     if expected is not None:
         out["policy_reward"] = m["reward_policy"]
     return out
+
+
+class OwnGames:
+    """Games the current policy plays against itself, its moves drawn from the masked policy,
+    each continued from a position of the training games: the positions the policy itself
+    reaches become prompts. Each call moves every live game on by ``stride`` plies (one batched
+    forward pass a ply) and asks its position; a game that ends, or passes ``max_plies``, starts
+    again from the next start position.
+
+    >>> from chessrl.models import build_model
+    >>> model, tok = build_model("tiny")
+    >>> games = OwnGames([("e2e4",), ("d2d4", "d7d5")], live=2, text_format="moves")
+    >>> prompts = games.prompts(model, tok, temperature=1.0)
+    >>> [len(p.text.split()) for p in prompts], prompts[0].phase
+    ([3, 4], 'own')
+    """
+
+    def __init__(
+        self, starts: Sequence[Sequence[str]], *, live: int, text_format: str = "moves", stride: int = 2,
+        max_plies: int = 160,
+    ) -> None:  # fmt: skip
+        if not starts:
+            raise ValueError("OwnGames needs at least one start position")
+        self.starts = [tuple(s) for s in starts]
+        self.next_start = 0
+        self.text_format, self.stride, self.max_plies = text_format, stride, max_plies
+        self.games: list[list[str]] = [self._fresh() for _ in range(live)]
+
+    def _fresh(self) -> list[str]:
+        start = self.starts[self.next_start % len(self.starts)]
+        self.next_start += 1
+        return list(start)
+
+    @staticmethod
+    def _board(moves: Sequence[str]) -> chess.Board:
+        board = chess.Board()
+        for m in moves:
+            board.push_uci(m)
+        return board
+
+    def prompts(self, model: torch.nn.Module, tokenizer: object, temperature: float = 1.0) -> list[Prompt]:
+        """Move every live game on and return one policy prompt per game (phase ``own``)."""
+        from chessrl.formats import get_format
+        from chessrl.masked import answer_spaced, masked_moves
+        from chessrl.models import prompt_ids
+
+        fmt = get_format(self.text_format)
+        was_training = model.training
+        model.eval()
+        try:
+            for _ in range(self.stride):
+                boards = [self._board(g) for g in self.games]
+                for i, board in enumerate(boards):
+                    if board.is_game_over(claim_draw=True) or len(self.games[i]) >= self.max_plies:
+                        self.games[i] = self._fresh()
+                        boards[i] = self._board(self.games[i])
+                rows = [
+                    prompt_ids(tokenizer, fmt.prompt_for(b, g))
+                    for b, g in zip(boards, self.games, strict=True)
+                ]  # type: ignore[arg-type]
+                spaced = [answer_spaced(fmt, g) for g in self.games]
+                choices = masked_moves(model, tokenizer, boards, rows, spaced, temperature=temperature)
+                for g, choice in zip(self.games, choices, strict=True):
+                    g.append(choice.moves[0])
+        finally:
+            model.train(was_training)
+        out = []
+        for i, g in enumerate(self.games):
+            board = self._board(g)
+            if board.is_game_over(claim_draw=True):
+                self.games[i] = g = self._fresh()
+                board = self._board(g)
+            prompt = (
+                moves_prompt(g, "own") if self.text_format == "moves" else policy_prompt(board.fen(), "own")
+            )
+            out.append(prompt)
+        return out
 
 
 def task_prompts(

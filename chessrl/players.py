@@ -10,11 +10,13 @@ True
 A player is named by a spec string in configs and on the command line:
 
 >>> parse_player_spec("stockfish:elo=1500,nodes=2000")
-PlayerSpec(kind='stockfish', path=None, skill_level=None, elo=1500, nodes=2000, movetime_ms=None, simulations=None, random_share=None, search=None)
+PlayerSpec(kind='stockfish', path=None, skill_level=None, elo=1500, nodes=2000, movetime_ms=None, simulations=None, random_share=None, search=None, masked=False)
 >>> parse_player_spec("random").label
 'random'
 
-``random``; ``sft`` (this run's sft model); ``lm:DIR|s3://...``; ``mcts[:FILE.pt][,sims=N][,search=gumbel]``
+``random``; ``sft`` (this run's sft model); ``lm:DIR|s3://...``; either with ``,masked`` (the
+model's most probable *legal* move: its logits restricted to the legal moves, the first-attempt
+legal rate of its unmasked argmax still counted); ``mcts[:FILE.pt][,sims=N][,search=gumbel]``
 (a self-play network searched by MCTS, PUCT unless ``search=gumbel``; bare ``mcts`` is this run's
 best);
 ``stockfish[:skill=N|elo=N][,nodes=N][,random=P]`` (``random=P``: a uniformly random legal move
@@ -23,6 +25,8 @@ P% of the time, the rungs of the low Elo ladder); ``uci:/path/to/engine[,nodes=N
 >>> parse_player_spec("stockfish:elo=1350,nodes=1000,random=45").label
 'stockfish:elo=1350,nodes=1000,random=45'
 
+>>> parse_player_spec("lm:runs/a/grpo/model,masked").label
+'lm:runs/a/grpo/model,masked'
 >>> parse_player_spec("mcts:runs/a/selfplay/best.pt,sims=64").label
 'mcts:runs/a/selfplay/best.pt,sims=64'
 >>> parse_player_spec("mcts,sims=100").label
@@ -96,14 +100,16 @@ class PlayerSpec:
     simulations: int | None = None
     random_share: int | None = None
     search: str | None = None  # an mcts player's root search: "puct" (None) or "gumbel"
+    masked: bool = False  # a language model playing its best legal move (sft / lm only)
 
     @property
     def label(self) -> str:
         """A short, unique, readable name (PGN player name, report rows)."""
+        masked = ",masked" if self.masked else ""
         if self.kind in ("random", "sft"):
-            return self.kind
+            return self.kind + masked
         if self.kind == "lm":
-            return f"lm:{self.path}"
+            return f"lm:{self.path}{masked}"
         if self.kind == "mcts":
             options = [f"sims={self.simulations}"] if self.simulations else []
             options += [f"search={self.search}"] if self.search else []
@@ -139,7 +145,7 @@ class PlayerSpec:
 
 
 _ALLOWED = (
-    "random, sft, lm:DIR, mcts[:FILE.pt][,sims=N][,search=puct|gumbel], stockfish[:skill=N|elo=N][,nodes=N|movetime_ms=N][,random=P], "
+    "random, sft[,masked], lm:DIR[,masked], mcts[:FILE.pt][,sims=N][,search=puct|gumbel], stockfish[:skill=N|elo=N][,nodes=N|movetime_ms=N][,random=P], "
     "uci:PATH[,nodes=N|movetime_ms=N]"
 )
 
@@ -147,6 +153,13 @@ _ALLOWED = (
 def parse_player_spec(spec: str, *, key: str = "evaluate.players") -> PlayerSpec:
     """Parse one spec; a bad one is a :class:`ConfigError` naming ``key`` and what is allowed."""
     text = spec.strip()
+    if text.endswith(",masked"):
+        inner = parse_player_spec(text[: -len(",masked")], key=key)
+        if inner.kind not in ("sft", "lm") or inner.masked:
+            raise ConfigError(
+                f"{key}: player {spec!r}: ',masked' applies to language models (sft, lm:DIR); allowed: {_ALLOWED}"
+            )
+        return PlayerSpec(kind=inner.kind, path=inner.path, masked=True)
     kind, _, rest = text.partition(":")
     if kind in ("random", "sft") and not rest:
         return PlayerSpec(kind=kind)  # type: ignore[arg-type]
@@ -280,6 +293,10 @@ class LMPlayer:
 
     The moves format reads the game from the start position: from a FEN the model sees only the
     moves played since. The rookworld format asks ``P: <FEN> M:`` and sees only the position.
+
+    ``masked``: the most probable legal move (or one drawn from the legal moves at
+    ``temperature``), never illegal; ``first_attempt_legal`` still says whether the unmasked
+    argmax was legal, so the games report the model's own legality beside its play.
     """
 
     model: Any
@@ -291,6 +308,7 @@ class LMPlayer:
     counts: MoveCounts = field(default_factory=MoveCounts)
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     text_format: str = "moves"
+    masked: bool = False
 
     def new_game(self, seed: int) -> None:
         self.rng = random.Random(seed)
@@ -300,6 +318,15 @@ class LMPlayer:
 
     def move(self, board: chess.Board) -> MoveChoice:
         from chessrl.models import lm_move
+
+        if self.masked:
+            from chessrl.masked import masked_move
+
+            choice = masked_move(
+                self.model, self.tokenizer, board, [m.uci() for m in board.move_stack],
+                get_format(self.text_format), temperature=self.temperature, rng=self.rng,
+            )  # fmt: skip
+            return MoveChoice(choice.moves[0], first_attempt_legal=choice.unmasked_legal)
 
         before = self.counts.total
         move, fell_back = lm_move(

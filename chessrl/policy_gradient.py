@@ -122,16 +122,21 @@ def compute_grpo_outcome_advantage(
     group_index: torch.Tensor | Sequence[Hashable],
     eps: float = 1e-6,
     norm_by_std: bool = True,
+    std_floor: float = 0.0,
 ) -> torch.Tensor:
-    """GRPO advantages ``(score - group mean) / (group std + eps)`` for ``(bs,)`` scores.
+    """GRPO advantages ``(score - group mean) / (max(group std, std_floor) + eps)`` for ``(bs,)``
+    scores.
 
     ``group_index`` (bs,) names each sample's prompt (ints, or any hashable such as uid strings).
     The std is unbiased (``torch.std``); a group of one sample gets mean 0 and std 1 (veRL), so its
-    advantage is its score. ``norm_by_std=False`` is Dr. GRPO: ``score - group mean``. Broadcast over
-    tokens with ``adv.unsqueeze(-1) * response_mask``.
+    advantage is its score. ``norm_by_std=False`` is Dr. GRPO: ``score - group mean``. A
+    ``std_floor`` keeps a group whose scores differ by engine noise alone from being blown up to
+    full-size advantages. Broadcast over tokens with ``adv.unsqueeze(-1) * response_mask``.
 
     >>> compute_grpo_outcome_advantage(torch.tensor([1.0, 0.0, 2.0, 2.0]), [0, 0, 1, 1])
     tensor([ 0.7071, -0.7071,  0.0000,  0.0000])
+    >>> compute_grpo_outcome_advantage(torch.tensor([1.0, 0.98]), [0, 0], std_floor=0.1)
+    tensor([ 0.1000, -0.1000])
     """
     with torch.no_grad():
         ids = _group_ids(group_index, scores.shape[0], scores.device)
@@ -144,7 +149,7 @@ def compute_grpo_outcome_advantage(
         mean = torch.where(single, torch.zeros_like(mean), mean)
         std = torch.where(single, torch.ones_like(std), std)
         advantages = scores - mean[ids]
-        return advantages / (std[ids] + eps) if norm_by_std else advantages
+        return advantages / (std[ids].clamp(min=std_floor) + eps) if norm_by_std else advantages
 
 
 def zero_variance_group_share(scores: torch.Tensor, group_index: torch.Tensor | Sequence[Hashable]) -> float:

@@ -193,6 +193,10 @@ class EvaluateConfig(Section):
     """Engine-verified resignation: a side at this many centipawns down or worse ..."""
     resign_plies: int = Field(6, ge=1)
     """... for this many of its plies in a row loses (needs resign_cp)."""
+    adjudicate_cp: int | None = Field(None, ge=1)
+    """At max_plies, Stockfish's evaluation decides the game: the side ahead by at least this many
+    centipawns wins, else a draw (null: every game at max_plies is a draw). With weak players
+    most games reach the cap; this makes them count."""
     lm_temperature: float = Field(0.0, ge=0)
     """Language models: 0 plays the argmax move; above 0 samples."""
     lm_retries: int = Field(3, ge=0)
@@ -554,7 +558,28 @@ class GRPOConfig(Section):
     """Save a learner checkpoint every this many iterations (and at the end)."""
     heldout_positions: int = Field(200, ge=0)
     """At the end, the start and final policies' greedy legal-move rate (policy task) and
-    environment exact-match accuracy on this many positions of the held-out games (0: skip)."""
+    environment exact-match accuracy on this many positions of the held-out games, and their
+    paired move quality there (masked argmax moves, Stockfish's expected-score loss; 0: skip)."""
+    masked: bool = False
+    """Sample policy-task moves from the policy restricted to the legal moves (their tokens'
+    logits renormalised; the chess tokenizer's one token per move), the same masked log-probs in
+    learner and reference: rewards grade quality alone. Off: sample the whole vocabulary, an
+    illegal move scoring illegal_reward."""
+    legal_weight: float = Field(0.0, ge=0)
+    """masked: weight of the legality term, -log P(legal moves) under the full vocabulary, that
+    keeps the unmasked model's moves legal while the masked objective trains their quality."""
+    dead_zone: float = Field(0.0, ge=0, lt=1)
+    """Expected-score losses up to this count as the best move's (Stockfish's noise at
+    stockfish_nodes); below max_loss."""
+    std_floor: float = Field(0.0, ge=0)
+    """grpo/dapo: the smallest group std the advantages are divided by, so a group whose rewards
+    differ by engine noise alone gets small advantages, not full-size ones."""
+    drop_flat: bool = False
+    """Leave groups whose rewards are all equal (every move as good) out of the update."""
+    own_positions: float = Field(0.0, ge=0, le=1)
+    """Share of each iteration's prompts taken from games the current policy plays against
+    itself (masked samples, continued from positions of the training games), the rest from
+    the games table: the positions the policy reaches, where it is weakest. Needs masked."""
     cpus_per_worker: float | None = Field(None, gt=0)
     """CPUs the learner reserves (default: the cluster's, less the engines')."""
 
@@ -585,6 +610,10 @@ class RlaifConfig(Section):
     """Run these phases again even when their manifest matches (their outputs are replaced)."""
     compare_games: int = Field(20, ge=2)
     """evaluate: games of each head-to-head pairing (ppo vs sft, grpo vs sft, ppo vs grpo)."""
+    compare_adjudicate_cp: int | None = Field(300, ge=1)
+    """The comparison's games that reach evaluate.max_plies are decided by Stockfish: ahead by this
+    many centipawns wins (null: drawn). Its language models play masked (their best legal move),
+    their unmasked first-attempt legal rate reported beside."""
 
     @field_validator("only", "force")
     @classmethod
@@ -683,7 +712,9 @@ class TuneConfig(Section):
     @field_validator("space")
     @classmethod
     def _space_shapes(cls, value: dict[str, Any]) -> dict[str, Any]:
-        value = {k: v if isinstance(v, (list, dict)) or v is None else [v] for k, v in _numbers(value).items()}
+        value = {
+            k: v if isinstance(v, (list, dict)) or v is None else [v] for k, v in _numbers(value).items()
+        }
         for key, spec in value.items():
             if isinstance(spec, list):
                 if not spec:

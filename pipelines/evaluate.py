@@ -167,6 +167,17 @@ def check_evaluate(config: ChessRLConfig, inputs: Inputs) -> EvaluateInputs:
             raise StorageError(f"player {s.label!r}: no network file at {s.path}")
         if s.kind == "lm" and str(s.path) not in written:
             saved_model(str(s.path), f"player {s.label!r}")
+        path = sft_model if s.kind == "sft" else s.path
+        if (
+            s.masked
+            and path is not None
+            and str(path) not in written
+            and not (s.kind == "sft" and inputs.will_write("sft"))
+        ):
+            from chessrl.masked import check_maskable
+            from chessrl.models import load_tokenizer
+
+            check_maskable(load_tokenizer(str(path)), f"evaluate.players (--players): player {s.label!r}")
         if s.kind == "uci" and not Path(str(s.path)).is_file():
             raise ConfigError(f"evaluate.players: player {s.label!r}: no engine at {s.path}")
     openings = None
@@ -272,11 +283,14 @@ def run_evaluate(context: PhaseContext) -> PhaseResult:
     out = context.phase_storage("evaluate").child(cfg.name)
     settings = Settings(
         sft_model, selfplay_best, cfg.lm_temperature, cfg.lm_retries, cfg.on_illegal, cfg.stockfish_nodes, cfg.max_plies,
-        cfg.resign_cp, cfg.resign_plies,
+        cfg.resign_cp, cfg.resign_plies, cfg.adjudicate_cp,
     )  # fmt: skip
     engine_players = [s for s in (*specs, *rung_specs) if s.kind == "stockfish"]
     needs_pool = (
-        bool(engine_players) or cfg.resign_cp is not None or (cfg.quality_nodes > 0 and cfg.mode != "sprt")
+        bool(engine_players)
+        or cfg.resign_cp is not None
+        or cfg.adjudicate_cp is not None
+        or (cfg.quality_nodes > 0 and cfg.mode != "sprt")
     )
     pool = None
     if needs_pool:

@@ -60,11 +60,12 @@ def grpo_settings(cfg: GRPOConfig) -> GRPOSettings:
     return GRPOSettings(
         group_size=cfg.group_size, loss_type=cfg.loss_type, beta=cfg.beta, clip=cfg.clip,
         clip_high=cfg.clip_high, temperature=cfg.temperature, illegal_reward=cfg.illegal_reward,
-        max_loss=cfg.max_loss,
+        max_loss=cfg.max_loss, masked=cfg.masked, legal_weight=cfg.legal_weight, dead_zone=cfg.dead_zone,
+        std_floor=cfg.std_floor, drop_flat=cfg.drop_flat,
     )  # fmt: skip
 
 
-def check_policy(path: str, log: Any, text_format: str = "rookworld") -> dict[str, Any]:
+def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bool = False) -> dict[str, Any]:
     """Load-free checks of the policy: a GPT-2-style LM whose tokenizer loads. A policy not
     trained on ``text_format`` (``chessrl_text_format`` in its config, written by sft) is a
     warning in the log, not an error: its rewards start low until it learns the format."""
@@ -83,6 +84,10 @@ def check_policy(path: str, log: Any, text_format: str = "rookworld") -> dict[st
             f"{'/'.join(config.get('architectures') or [])} checkpoint; grpo needs a GPT-2-style language model"
         )
     tokenizer = load_tokenizer(path)
+    if masked:
+        from chessrl.masked import check_maskable
+
+        check_maskable(tokenizer, f"grpo.masked (--masked): the policy {path}")
     trained = config.get(TEXT_FORMAT_KEY)
     if text_format == "rookworld" and trained != "rookworld":
         log(
@@ -107,6 +112,16 @@ def check_prompt_settings(cfg: GRPOConfig) -> dict[str, float]:
         mix: dict[str, float] = check_mix(cfg.position_mix.model_dump())
     except ValueError as exc:
         raise ConfigError(f"grpo.position_mix: {exc}") from None
+    if cfg.own_positions > 0 and not cfg.masked:
+        raise ConfigError(
+            f"grpo.own_positions (--own-positions) is {cfg.own_positions:g}: the policy's own games are played "
+            "with masked moves; set grpo.masked (--masked) too, or own_positions to 0"
+        )
+    if cfg.own_positions > 0 and cfg.policy_share < 1:
+        raise ConfigError(
+            f"grpo.own_positions (--own-positions) is {cfg.own_positions:g}: own positions are asked as policy "
+            "tasks only; set grpo.policy_share (--policy-share) to 1"
+        )
     if cfg.text_format == "moves" and cfg.policy_share < 1:
         raise ConfigError(
             f"grpo.policy_share (--policy-share) is {cfg.policy_share:g}, but the moves format has no environment "
@@ -145,7 +160,7 @@ def check_grpo(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: No
     )  # fmt: skip
     facts = None
     if cfg.policy or not inputs.will_write(producer):
-        facts = check_policy(policy_path, log, cfg.text_format)
+        facts = check_policy(policy_path, log, cfg.text_format, cfg.masked)
     find_stockfish()  # a missing engine is one clear line before any work
     check_prompt_settings(cfg)
     if cfg.games or not inputs.will_write("prepare"):
@@ -184,11 +199,17 @@ def plan_prompts(
             random.Random(seed + 1),
             cfg.text_format,
         )
+    own = round(cfg.prompts_per_iteration * cfg.own_positions)
+    starts = []
+    if own:  # where the policy's own games begin: positions of the training games, in the mix
+        starts = [
+            list(p.history) for p in PositionSampler(train, seed=seed + 2).sample(max(64, 8 * own), mix)
+        ]
     tasks = Counter(p.task for p in prompts)
     drawn = {
         "games": len(rows), "train_games": len(train), "heldout_games": len(held),
         "phases": phase_counts(positions), "tasks": dict(tasks),
-        "policy_share": tasks["policy"] / max(1, len(prompts)),
+        "policy_share": tasks["policy"] / max(1, len(prompts)), "own_per_iteration": own, "starts": starts,
     }  # fmt: skip
     return [p.__dict__ for p in prompts], [p.__dict__ for p in heldout], drawn
 
@@ -211,7 +232,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     from ray.train import Checkpoint
 
     from chessrl.engine import SearchLimit
-    from chessrl.grpo import batch_metrics, grpo_update, sample_groups, score_samples
+    from chessrl.grpo import OwnGames, batch_metrics, grpo_update, sample_groups, score_samples
     from chessrl.models import load_pretrained
     from cluster.progress import report_progress
     from cluster.tracking import RunMetricsLogger
@@ -219,7 +240,9 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     torch.set_num_threads(max(1, min(int(cfg["threads"]), os.cpu_count() or 1)))
     settings = GRPOSettings(**cfg["settings"])
     phase = Storage.from_uri(cfg["phase_uri"])
-    prompts = [Prompt(**p) for p in json.loads(phase.read_text("prompts.json"))["prompts"]]
+    planned = json.loads(phase.read_text("prompts.json"))
+    prompts = [Prompt(**p) for p in planned["prompts"]]
+    own = int(planned["drawn"].get("own_per_iteration", 0))
     policy, tokenizer = load_pretrained(cfg["policy_path"])
     reference = None
     if settings.beta > 0:
@@ -251,6 +274,8 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     norm_length = max(limits[t] for t in {p.task for p in prompts})
     per = cfg["prompts_per_iteration"]
     started = time.perf_counter() - state["seconds"]
+    # the policy's own games (not checkpointed: after a resume they start again from the table)
+    own_games = OwnGames(planned["starts"], live=own, text_format=cfg["text_format"]) if own else None
 
     def expected(fens: list[str]) -> list[float]:
         return [a.score.expected for a in pool.analyse(fens, limit)]
@@ -263,16 +288,21 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             os.path.join(folder, "learner.pt"),
         )  # fmt: skip
         log.sync()
-        ray.train.report({**metrics, "done": int(final)}, checkpoint=Checkpoint.from_directory(folder),
-                         delete_local_checkpoint_after_upload=True)
+        ray.train.report(
+            {**metrics, "done": int(final)},
+            checkpoint=Checkpoint.from_directory(folder),
+            delete_local_checkpoint_after_upload=True,
+        )
 
     metrics: dict[str, Any] = {}
     while state["iteration"] < cfg["iterations"]:
         if cfg["time_limit_s"] is not None and time.perf_counter() - started > cfg["time_limit_s"]:
             break
-        batch = prompts[state["iteration"] * per : (state["iteration"] + 1) * per]
+        batch = prompts[state["iteration"] * per : (state["iteration"] + 1) * per - own]
         t0 = time.perf_counter()
         policy.eval()
+        if own_games is not None:
+            batch = batch + own_games.prompts(policy, tokenizer, settings.temperature)
         samples = sample_groups(policy, tokenizer, batch, settings, limits)
         t1 = time.perf_counter()
         score_samples(samples, expected, settings)
@@ -283,8 +313,10 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         state["iteration"] += 1
         state["samples"] += len(samples)
         state["seconds"] = time.perf_counter() - started
+        own_rewards = [x.reward for x in samples if x.prompt.phase == "own"]
         metrics = {
             "iteration": state["iteration"], **batch_metrics(samples), **got,
+            **({"reward_own": sum(own_rewards) / len(own_rewards)} if own_rewards else {}),
             "samples": len(samples), "samples_total": state["samples"],
             "samples_per_s": len(samples) / max(t3 - t0, 1e-9),
             "generate_s": t1 - t0, "score_s": t2 - t1, "learn_s": t3 - t2, "elapsed_s": state["seconds"],
@@ -341,6 +373,25 @@ def heldout_scores(
     return out
 
 
+def heldout_quality(
+    prompts: list[dict[str, Any]], models: dict[str, str], text_format: str, expected: Any
+) -> dict[str, Any]:
+    """The start and final policies' paired move quality on the held-out policy prompts
+    (:func:`chessrl.move_quality.paired_move_quality`); empty without any."""
+    from chessrl.models import load_pretrained
+    from chessrl.move_quality import paired_move_quality
+
+    positions = [
+        (p["fen"], p["text"].split() if text_format == "moves" else [])
+        for p in prompts
+        if p["task"] == "policy"
+    ]
+    if not positions:
+        return {}
+    loaded = {name: load_pretrained(path) for name, path in models.items()}
+    return paired_move_quality(loaded, positions, text_format, expected)
+
+
 def run_grpo(context: PhaseContext) -> PhaseResult:
     from actors.engine_pool import EnginePool
     from cluster.runtime import release_actor_name
@@ -355,7 +406,10 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
     prompts, heldout, drawn = plan_prompts(context, cfg)
     limits = max_new_tokens(cfg, facts["move_tokens"])
     phase.makedirs()
-    phase.write_text("prompts.json", json.dumps({"prompts": prompts, "heldout": heldout, "drawn": drawn}))
+    starts = drawn.pop("starts")
+    phase.write_text(
+        "prompts.json", json.dumps({"prompts": prompts, "heldout": heldout, "drawn": drawn, "starts": starts})
+    )
     cpus = float(context.ray.resources.get("CPU", 1))
     engine_cpus = min(0.5, cpus / 4)
     # no more than the largest node has: one worker cannot span nodes
@@ -403,6 +457,7 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
     )  # fmt: skip
     started = time.perf_counter()
     scores: dict[str, dict[str, float]] = {}
+    quality: dict[str, Any] = {}
     try:
         with board:
             result = trainer.fit()
@@ -412,11 +467,18 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
 
             final_path = model_location(None, phase.child("model"), "grpo", "grpo")
             limit = SearchLimit(nodes=cfg.stockfish_nodes)
-            log(f"trained in {seconds:.0f} s; the start and final policies on {len(heldout)} held-out prompts")
-            scores = heldout_scores(
-                heldout, {"start": policy_path, "final": final_path}, limits,
-                lambda fens: [a.score.expected for a in pool.analyse(fens, limit)], settings,
-            )  # fmt: skip
+            log(
+                f"trained in {seconds:.0f} s; the start and final policies on {len(heldout)} held-out prompts"
+            )
+
+            def expected(fens: list[str]) -> list[float]:
+                return [a.score.expected for a in pool.analyse(fens, limit)]
+
+            models = {"start": policy_path, "final": final_path}
+            scores = heldout_scores(heldout, models, limits, expected, settings)
+            quality = heldout_quality(heldout, models, cfg.text_format, expected)
+            if quality:
+                context.tracking.log_metrics({f"quality_{k}": v for k, v in quality.items()})
     finally:
         pool.shutdown()
     final = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
@@ -427,12 +489,20 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
     summary = {
         "phase": "grpo", "iterations": int(final.get("iteration", 0)), "samples": int(final.get("samples_total", 0)),
         "seconds": round(seconds, 1), "drawn": drawn, "first": first, "last": last, "heldout": scores,
+        "quality": quality,
         "samples_per_s": sum(r["samples"] for r in rows) / max(1e-9, sum(r["generate_s"] + r["score_s"] + r["learn_s"] for r in rows)),
         "model": phase.uri_of("model"),
     }  # fmt: skip
     phase.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))
 
     lines = summary_lines(summary, scores, cfg.stockfish_nodes, policy_path)
+    if quality:
+        from chessrl.move_quality import quality_line
+
+        lines.insert(
+            -2,
+            f"  paired        {quality_line(quality)} (masked argmax, Stockfish {cfg.stockfish_nodes} nodes)",
+        )
     return PhaseResult(summary=summary, lines=lines, ok=True)
 
 

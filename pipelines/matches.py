@@ -73,6 +73,7 @@ class Settings:
     max_plies: int
     resign_cp: int | None
     resign_plies: int
+    adjudicate_cp: int | None = None
 
 
 _MODELS: dict[str, tuple[Any, Any]] = {}  # per worker process: Ray reuses workers across tasks
@@ -93,7 +94,7 @@ def build_player(spec: PlayerSpec, settings: Settings, pool: Any) -> Player:
         return LMPlayer(
             model, tokenizer, name=spec.label, temperature=settings.lm_temperature, retries=settings.lm_retries,
             on_illegal=settings.on_illegal,  # type: ignore[arg-type]
-            text_format=getattr(model.config, "chessrl_text_format", None) or "moves",
+            text_format=getattr(model.config, "chessrl_text_format", None) or "moves", masked=spec.masked,
         )  # fmt: skip
     if spec.kind == "mcts":
         from chessrl.network import load_network
@@ -130,7 +131,7 @@ def play_one(
     white = build_player(task.white, settings, pool)
     black = build_player(task.black, settings, pool)
     evaluator = None
-    if settings.resign_cp is not None and pool is not None:
+    if (settings.resign_cp is not None or settings.adjudicate_cp is not None) and pool is not None:
 
         def evaluator(fen: str) -> int | None:
             [analysis] = pool.analyse([fen], SearchLimit(nodes=2000))
@@ -140,6 +141,7 @@ def play_one(
         game = play_game(
             white, black, opening=task.opening, max_plies=settings.max_plies, seed=task.seed,
             evaluator=evaluator, resign_cp=settings.resign_cp, resign_plies=settings.resign_plies,
+            adjudicate_cp=settings.adjudicate_cp,
         )  # fmt: skip
     finally:
         white.close()

@@ -126,10 +126,11 @@ def node_config(config: ChessRLConfig, name: str, run_storage: Storage) -> Chess
         folder = run_storage.child(phase).child("model")
         return folder.root if folder.is_local else folder.uri
 
-    players = [f"lm:{model('ppo')}", f"lm:{model('grpo')}", "sft", "random"]
+    players = [f"lm:{model('ppo')},masked", f"lm:{model('grpo')},masked", "sft,masked", "random"]
     evaluate = config.evaluate.model_copy(
-        update={"players": players, "mode": "round_robin", "games": config.rlaif.compare_games}
-    )
+        update={"players": players, "mode": "round_robin", "games": config.rlaif.compare_games,
+                "adjudicate_cp": config.rlaif.compare_adjudicate_cp}
+    )  # fmt: skip
     return config.model_copy(update={"evaluate": evaluate})
 
 
@@ -372,9 +373,19 @@ def comparison(config: ChessRLConfig, run_storage: Storage) -> list[str]:
     players = node_config(config, "evaluate", run_storage).evaluate.players
     games_dir = run_storage.child(output_folder(config, "evaluate")).child("games")
     games = [ArenaGame.from_dict(json.loads(games_dir.read_text(p))) for p in games_dir.glob("*.json")]
+    from chessrl.move_quality import quality_line
+
     labels = {players[0]: "ppo", players[1]: "grpo"}
-    return [f"rlaif comparison ({len(games)} games, round robin; legal 1st: the share of the model's moves legal at its first attempt)",
-            *(f"  {line}" for line in comparison_lines(games, players, labels))]  # fmt: skip
+    lines = [f"rlaif comparison ({len(games)} games, round robin, masked players, adjudicated at the ply cap; "
+             "legal 1st: the share of the model's moves whose unmasked argmax was legal)",
+             *(f"  {line}" for line in comparison_lines(games, players, labels))]  # fmt: skip
+    for phase in ("ppo", "grpo"):  # each RL policy against its own start on held-out positions
+        folder = run_storage.child(output_folder(config, phase))
+        if folder.exists("summary.json"):
+            quality = json.loads(folder.read_text("summary.json")).get("quality") or {}
+            if quality:
+                lines.append(f"  {phase} paired quality: {quality_line(quality)}")
+    return lines
 
 
 def _jsonable(summary: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,209 @@
+"""Legal-masked RL and the instrument that measures it: masked log-probs are the full-vocabulary
+ones renormalised (sampler, learner and reference alike), the graded reward orders moves as
+Stockfish does, engine noise stays a small advantage, masked players never play an illegal move
+and still report their unmasked legality, and games at the ply cap are adjudicated."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import chess
+import pytest
+import torch
+
+from chessrl.arena import play_game
+from chessrl.grpo import (
+    GRPOSettings,
+    Prompt,
+    Sample,
+    group_advantages,
+    masked_completion_logprobs,
+    policy_prompt,
+    sample_groups,
+    score_samples,
+)
+from chessrl.masked import MaskedMoves, MaskingError, legal_nll, masked_log_softmax, masked_moves, pad_ids
+from chessrl.models import build_model, prompt_ids
+from chessrl.move_quality import move_losses, paired_interval
+from chessrl.players import LMPlayer, RandomPlayer
+
+STOCKFISH = "/usr/games/stockfish"
+needs_stockfish = pytest.mark.skipif(not os.access(STOCKFISH, os.X_OK), reason=f"no {STOCKFISH}")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    return build_model("tiny")
+
+
+def test_masked_log_probs_are_the_full_vocabulary_ones_renormalised() -> None:
+    torch.manual_seed(1)
+    logits = torch.randn(3, 50)
+    legal = pad_ids([[3, 7, 9], [0, 49], [5]])
+    for t in (1.0, 0.7):
+        full = torch.softmax(logits / t, -1)
+        got = masked_log_softmax(logits, legal, t).exp()
+        for row, ids in enumerate([[3, 7, 9], [0, 49], [5]]):
+            want = full[row, ids] / full[row, ids].sum()
+            assert torch.allclose(got[row, : len(ids)], want, atol=1e-6)
+            assert float(got[row, len(ids) :].sum()) == 0.0  # padding has no mass
+    mass = torch.softmax(logits, -1)[0, [3, 7, 9]].sum()
+    assert float(legal_nll(logits, legal)[0]) == pytest.approx(-float(torch.log(mass)), rel=1e-5)
+
+
+def test_sampler_learner_and_reference_see_the_same_masked_distribution(tiny) -> None:
+    model, tok = tiny
+    prompts = [policy_prompt(chess.Board().fen()), Prompt("policy", "e2e4 e7e5", _after("e2e4", "e7e5"))]
+    prompts[0] = Prompt("policy", "", chess.Board().fen())  # a game's first move: no space before it
+    s = GRPOSettings(group_size=6, masked=True, temperature=0.8)
+    torch.manual_seed(3)
+    samples = sample_groups(model, tok, prompts, s, {"policy": 1, "environment": 8})
+    assert len(samples) == 12
+    for x in samples:  # every sampled move is legal, one token, drawn from the position's legal list
+        board = chess.Board(x.prompt.fen)
+        assert chess.Move.from_uci(x.text.strip()) in board.legal_moves
+        assert x.completion_ids[0] in (x.legal_ids or [])
+        assert len(x.legal_ids or []) == board.legal_moves.count()
+    logprobs, mask, nll = masked_completion_logprobs(model, samples, tok.pad_token_id, 0.8)
+    # the learner's log-prob equals the renormalised full-vocabulary probability at that temperature
+    for b, x in enumerate(samples):
+        with torch.no_grad():
+            logits = model(torch.tensor([x.prompt_ids])).logits[0, -1] / 0.8
+        full = torch.softmax(logits, -1)
+        want = torch.log(full[x.completion_ids[0]] / full[x.legal_ids].sum())
+        assert float(logprobs[b, 0].detach()) == pytest.approx(float(want), abs=1e-4)
+    assert mask.sum() == len(samples) and bool((nll > 0).all())
+
+
+def _after(*moves: str) -> str:
+    board = chess.Board()
+    for m in moves:
+        board.push_uci(m)
+    return board.fen()
+
+
+def test_a_masked_update_trains_legality_through_its_own_term(tiny) -> None:
+    from chessrl.grpo import grpo_update
+
+    model, tok = build_model("tiny")
+    prompts = [Prompt("policy", "e2e4 e7e5 g1f3", _after("e2e4", "e7e5", "g1f3"))]
+    s = GRPOSettings(group_size=4, masked=True, beta=0.0, legal_weight=1.0, drop_flat=True)
+    samples = sample_groups(model, tok, prompts, s, {"policy": 1, "environment": 8})
+    for x in samples:
+        x.reward = 1.0  # a flat group: no policy gradient, only the legality term
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    before = float(masked_completion_logprobs(model, samples, tok.pad_token_id, 1.0)[2][0].detach())
+    got = grpo_update(model, None, optimizer, samples, tok.pad_token_id, s)
+    after = float(masked_completion_logprobs(model, samples, tok.pad_token_id, 1.0)[2][0].detach())
+    assert got["trained_samples"] == 0.0 and got["legal_nll"] == pytest.approx(before, rel=1e-4)
+    assert after < before  # -log P(legal) went down
+
+
+def test_noise_level_rewards_get_small_advantages_and_a_blunder_a_large_one() -> None:
+    s = GRPOSettings(dead_zone=0.03, std_floor=0.1)
+    from chessrl.grpo import policy_reward
+
+    best = 0.70
+    noisy = [policy_reward("legal", best=best, move=m, settings=s) for m in (0.70, 0.69, 0.675, 0.68)]
+    assert noisy == [1.0, 1.0, 1.0, 1.0]  # within the dead zone: all as good as the best move
+    rewards = torch.tensor([1.0, 1.0, 0.966, 0.916])  # two moves just past it
+    small, _ = group_advantages(rewards, [0] * 4, "grpo", std_floor=s.std_floor)
+    assert float(small.abs().max()) < 0.6
+    blunder, _ = group_advantages(torch.tensor([1.0, 1.0, 1.0, 0.0]), [0] * 4, "grpo", std_floor=s.std_floor)
+    assert float(blunder.min()) < -1.4 and float(small.min()) > 0.4 * float(blunder.min())
+    unfloored, _ = group_advantages(rewards, [0] * 4, "grpo")
+    assert float(unfloored.abs().max()) > 1.0  # without the floor noise looked like a blunder
+
+
+@needs_stockfish
+def test_the_graded_reward_orders_moves_as_stockfish_does() -> None:
+    from chessrl.engine import EngineGroup, SearchLimit
+
+    cases = {
+        # a hanging queen: taking it is best, a king move leaves the material
+        "4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1": ["d2d5", "e1f1", "d2d1"],
+        # a back-rank mate in one, a queen down: anything else loses
+        "6k1/5ppp/8/8/8/8/q4PPP/1R4K1 w - - 0 1": ["b1b8", "b1b7", "h2h3"],
+        # a quiet opening: two sound moves and a weakening one
+        "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1": ["e2e4", "d2d4", "g2g4"],
+    }
+    s = GRPOSettings(dead_zone=0.02)
+    with EngineGroup(1, path=STOCKFISH) as engines:
+
+        def expected(fens: list[str]) -> list[float]:
+            return [a.score.expected for a in engines.analyse(fens, SearchLimit(nodes=20000))]
+
+        samples = [
+            Sample(policy_prompt(fen), i, [], [1], f" {m}")
+            for i, (fen, moves) in enumerate(cases.items())
+            for m in moves
+        ]
+        score_samples(samples, expected, s)
+        losses = move_losses(
+            [x.prompt.fen for x in samples], {"m": [x.text.strip() for x in samples]}, expected
+        )["m"]
+    r = {x.text.strip(): x.reward for x in samples}
+    assert r["d2d5"] == 1.0 and r["d2d5"] > r["e1f1"] and r["d2d1"] < 0.5
+    assert r["b1b8"] == 1.0 and r["b1b7"] < 0.5 and r["h2h3"] < 0.5
+    assert r["e2e4"] >= 0.9 and r["d2d4"] >= 0.9 and r["g2g4"] < r["e2e4"]
+    # the move-quality instrument ranks them the same way (loss 0 for the best)
+    loss = {x.text.strip(): v for x, v in zip(samples, losses, strict=True)}
+    assert loss["d2d5"] < loss["e1f1"] and loss["b1b8"] < loss["h2h3"] and loss["e2e4"] < loss["g2g4"]
+
+
+def test_paired_interval_sees_a_consistent_gain_and_not_noise() -> None:
+    rng = random.Random(0)
+    start = [rng.random() * 0.3 for _ in range(200)]
+    better = [max(0.0, x - 0.03) for x in start]
+    q = paired_interval(start, better)
+    assert q.low > 0 and q.gain == pytest.approx(sum(start) / 200 - sum(better) / 200)
+    shuffled = [rng.random() * 0.3 for _ in range(200)]
+    noise = paired_interval(start, shuffled)
+    assert noise.low < 0 < noise.high or abs(noise.gain) > 0.01  # unpaired noise: no tight gain
+
+
+def test_a_masked_player_plays_only_legal_moves_and_reports_its_unmasked_legality(tiny) -> None:
+    model, tok = tiny
+    player = LMPlayer(model, tok, name="lm,masked", masked=True, on_illegal="forfeit")
+    game = play_game(player, RandomPlayer("random"), opening=("e2e4", "e7e5"), max_plies=30, seed=2)
+    assert game.termination != "forfeit" and game.player_moves["white"] == 15
+    assert game.illegal_attempts["white"] == 0 and game.fallbacks["white"] == 0
+    # first_attempt_legal counts the unmasked argmax: an untrained model's is rarely legal
+    boards, rows = [], []
+    board = chess.Board()
+    for i, uci in enumerate(game.opening.moves + tuple(game.moves)):
+        if i >= 2 and board.turn == chess.WHITE:
+            boards.append(board.copy())
+            rows.append(prompt_ids(tok, " ".join(m.uci() for m in board.move_stack)))
+        board.push_uci(uci)
+    choices = masked_moves(model, tok, boards, rows, [True] * len(boards))
+    assert game.first_attempt_legal["white"] == sum(c.unmasked_legal for c in choices)
+    assert [c.moves[0] for c in choices] == game.moves[0::2]
+
+
+def test_games_at_the_ply_cap_are_adjudicated_by_the_evaluator() -> None:
+    for cp, result in ((+500, "1-0"), (-500, "0-1"), (+40, "1/2-1/2")):
+        game = play_game(
+            RandomPlayer("a"),
+            RandomPlayer("b"),
+            max_plies=6,
+            seed=1,
+            evaluator=lambda fen, cp=cp: cp,
+            adjudicate_cp=300,
+        )  # white to move after 6 plies: the evaluator's cp is white's
+        assert (game.result, game.termination) == (result, "adjudicated")
+    plain = play_game(RandomPlayer("a"), RandomPlayer("b"), max_plies=6, seed=1, evaluator=lambda fen: 900)
+    assert (plain.result, plain.termination) == ("1/2-1/2", "max_plies")
+
+
+def test_a_tokenizer_that_splits_moves_cannot_be_masked() -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2TokenizerFast
+
+    core = Tokenizer(models.BPE(vocab={"e": 0, "2": 1, "4": 2, "<|endoftext|>": 3}, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe = GPT2TokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>")
+    with pytest.raises(MaskingError, match="one token per move"):
+        MaskedMoves(bpe)
