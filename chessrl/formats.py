@@ -149,13 +149,52 @@ class RookWorldFormat:
         return f"{after.fen()}+{reward}+{terminated}+0"
 
 
-FORMATS: dict[str, type[MovesFormat] | type[RookWorldFormat]] = {
+class BoardFormat:
+    """The position in a fixed-length encoding, answered by the move: ``<64 squares> <side>
+    <castling> <en passant> M:`` → `` <move>``. Square ``i`` of the board (a8, b8, ..., h1) is
+    always the ``i``-th character after ``<bos>`` (a piece letter, ``.`` for an empty square),
+    one token each with the chess tokenizer, as searchless_chess encodes a FEN: a small model
+    reads where every piece stands instead of rebuilding the board from the moves.
+
+    >>> BoardFormat().policy_prompt(chess.Board())
+    'rnbqkbnrpppppppp................................PPPPPPPPRNBQKBNR w KQkq - M:'
+    >>> BoardFormat().policy_text(chess.Board(), "e2e4")[-8:]
+    ' M: e2e4'
+    """
+
+    name = "board"
+
+    def policy_prompt(self, board: chess.Board) -> str:
+        squares = "".join(
+            (p.symbol() if (p := board.piece_at(chess.square(f, r))) else ".") for r in range(7, -1, -1) for f in range(8)
+        )
+        ep = chess.square_name(board.ep_square) if board.ep_square is not None and board.has_legal_en_passant() else "-"
+        return f"{squares} {'w' if board.turn == chess.WHITE else 'b'} {board.castling_xfen() or '-'} {ep} M:"
+
+    def policy_completion(self, move: str) -> str:
+        return f" {move}"
+
+    def policy_text(self, board: chess.Board, move: str) -> str:
+        return self.policy_prompt(board) + self.policy_completion(move)
+
+    def parse(self, board: chess.Board, completion: str) -> ParsedMove:
+        return parse_move(board, completion)
+
+    def prompt_for(self, board: chess.Board, moves_so_far: Sequence[str]) -> str:
+        """The position alone (the moves that led there are not shown)."""
+        return self.policy_prompt(board)
+
+
+TextFormat = MovesFormat | RookWorldFormat | BoardFormat
+
+FORMATS: dict[str, type[MovesFormat] | type[RookWorldFormat] | type[BoardFormat]] = {
     "moves": MovesFormat,
     "rookworld": RookWorldFormat,
+    "board": BoardFormat,
 }
 
 
-def get_format(name: str) -> MovesFormat | RookWorldFormat:
+def get_format(name: str) -> TextFormat:
     """``moves`` or ``rookworld``; anything else names the choices."""
     try:
         return FORMATS[name]()

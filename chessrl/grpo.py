@@ -183,6 +183,13 @@ def moves_prompt(history: Sequence[str], phase: str = "") -> Prompt:
     return Prompt("policy", MovesFormat().prompt(list(history)), board.fen(), phase=phase)
 
 
+def board_prompt(fen: str, phase: str = "") -> Prompt:
+    """The board format's policy task: the position, one character a square, then ``M:``."""
+    from chessrl.formats import BoardFormat
+
+    return Prompt("policy", BoardFormat().policy_prompt(chess.Board(fen)), fen, phase=phase)
+
+
 def env_prompt(fen: str, move: str, history: Sequence[str] = (), phase: str = "") -> Prompt:
     """``A: <FEN>+<move>+<history>+`` and its answer (``move`` must be legal in ``fen``)."""
     fmt, board = RookWorldFormat(), chess.Board(fen)
@@ -680,9 +687,12 @@ class OwnGames:
             if board.is_game_over(claim_draw=True):
                 self.games[i] = g = self._fresh()
                 board = self._board(g)
-            prompt = (
-                moves_prompt(g, "own") if self.text_format == "moves" else policy_prompt(board.fen(), "own")
-            )
+            if self.text_format == "moves":
+                prompt = moves_prompt(g, "own")
+            elif self.text_format == "board":
+                prompt = board_prompt(board.fen(), "own")
+            else:
+                prompt = policy_prompt(board.fen(), "own")
             out.append(prompt)
         return out
 
@@ -693,8 +703,8 @@ def task_prompts(
     """Prompts for ``positions``: ``policy_share`` of them (largest remainder) policy tasks, the
     rest environment tasks applying the game's next move (a seeded random legal move at a game's
     end) with the game's last moves as history, in a seeded order. ``text_format="moves"`` asks
-    every position as the moves so far (:func:`moves_prompt`): that format has no environment
-    task, so ``policy_share`` must be 1.
+    every position as the moves so far (:func:`moves_prompt`), ``board`` as its fixed-length
+    encoding (:func:`board_prompt`): neither has an environment task, so ``policy_share`` must be 1.
 
     >>> from chessrl.positions import PositionSampler
     >>> picks = PositionSampler([{"moves": "e2e4 e7e5 g1f3"}], seed=0).sample(5)
@@ -703,10 +713,13 @@ def task_prompts(
     >>> [p.text for p in task_prompts(picks[:1], 1.0, random.Random(0), "moves")] == [" ".join(picks[0].history)]
     True
     """
-    if text_format == "moves":
+    if text_format in ("moves", "board"):
         if policy_share < 1.0:
-            raise ValueError("the moves format has no environment task: policy_share must be 1")
-        asked = [moves_prompt(pos.history, pos.phase) for pos in positions]
+            raise ValueError(f"the {text_format} format has no environment task: policy_share must be 1")
+        asked = [
+            moves_prompt(pos.history, pos.phase) if text_format == "moves" else board_prompt(pos.fen, pos.phase)
+            for pos in positions
+        ]
         rng.shuffle(asked)
         return asked
     n_policy, _ = split_counts(len(positions), [policy_share, 1.0 - policy_share])

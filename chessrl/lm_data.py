@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import chess
 
-from chessrl.formats import MovesFormat, RookWorldFormat
+from chessrl.formats import BoardFormat, MovesFormat, RookWorldFormat
 
 T = TypeVar("T", bound=Mapping[str, Any])
 
@@ -76,19 +76,21 @@ def training_text(moves: str, result: str | None, *, condition_on_result: bool =
 ENV_HISTORY = 10
 
 
-def rookworld_texts(moves: Sequence[str], n: int, *, env_share: float, rng: random.Random) -> list[str]:
+def rookworld_texts(
+    moves: Sequence[str], n: int, *, env_share: float, rng: random.Random, fmt: BoardFormat | None = None
+) -> list[str]:
     """Up to ``n`` RookWorld training texts from one game: each a position of the game (sampled
     without replacement) as a policy task ``P: <FEN> M: <the game's move>`` or, with probability
     ``env_share``, an environment task ``A: <FEN>+<move>+<recent moves>+<next FEN>+<reward>+
     <terminated>+<truncated>`` whose answer python-chess computes. A game that breaks the rules
-    stops at its first bad move.
+    stops at its first bad move. With ``fmt`` (the board format) every text is its policy task.
 
     >>> rookworld_texts(["e2e4"], 1, env_share=0.0, rng=random.Random(0))
     ['P: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1 M: e2e4']
     >>> rookworld_texts(["e2e4"], 1, env_share=1.0, rng=random.Random(0))[0].split("+")[:2]
     ['A: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1', 'e2e4']
     """
-    fmt = RookWorldFormat()
+    rookworld = RookWorldFormat()
     plies = sorted(rng.sample(range(len(moves)), min(n, len(moves))))
     board, done, out = chess.Board(), 0, []
     for ply in plies:
@@ -101,11 +103,11 @@ def rookworld_texts(moves: Sequence[str], n: int, *, env_share: float, rng: rand
                 break
         except ValueError:
             break
-        if rng.random() < env_share:
+        if fmt is None and rng.random() < env_share:
             history = moves[max(0, ply - ENV_HISTORY) : ply]
-            out.append(fmt.env_prompt(board, move, history) + fmt.env_target(board, move))
+            out.append(rookworld.env_prompt(board, move, history) + rookworld.env_target(board, move))
         else:
-            out.append(fmt.policy_text(board, move))
+            out.append((fmt or rookworld).policy_text(board, move))
     return out
 
 

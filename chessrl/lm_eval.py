@@ -16,7 +16,7 @@ from typing import Any
 
 import chess
 
-from chessrl.formats import MoveCounts, MovesFormat, RookWorldFormat
+from chessrl.formats import MoveCounts, MovesFormat
 from chessrl.lm_data import result_prefix
 
 
@@ -57,11 +57,13 @@ def evaluate_moves(
     text_format: str = "moves",
 ) -> dict[str, float]:
     """Legal-move rate and top-1 agreement of the model's move on ``positions`` (unmasked);
-    ``text_format="rookworld"`` asks with the policy task (``P: <FEN> M:``)."""
+    ``text_format="rookworld"`` asks with the policy task (``P: <FEN> M:``), ``board`` with the
+    position's fixed-length encoding."""
+    from chessrl.formats import get_format
     from chessrl.models import propose_moves
 
     fmt = MovesFormat()
-    rookworld = RookWorldFormat() if text_format == "rookworld" else None
+    rookworld = get_format(text_format) if text_format != "moves" else None
     counts = MoveCounts()
     agree = 0
     was_training = getattr(model, "training", False)
@@ -74,7 +76,7 @@ def evaluate_moves(
             [completion] = propose_moves(
                 model,
                 tokenizer,
-                rookworld.policy_prompt(board)
+                rookworld.policy_prompt(board)  # type: ignore[union-attr]
                 if rookworld
                 else fmt.prompt(pos.moves_before, prefix=pos.prefix),
                 temperature=temperature,

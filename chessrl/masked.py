@@ -31,7 +31,7 @@ from typing import Any
 import chess
 import torch
 
-from chessrl.formats import MovesFormat, RookWorldFormat
+from chessrl.formats import MovesFormat, TextFormat
 from chessrl.legality import MoveTokens, _move_key
 from cluster.errors import UserError
 
@@ -67,14 +67,14 @@ class MaskedMoves:
         return self.moves.move_of[token][0].uci()
 
 
-def answer_spaced(fmt: MovesFormat | RookWorldFormat, history: Sequence[str]) -> bool:
+def answer_spaced(fmt: TextFormat, history: Sequence[str]) -> bool:
     """Whether the move token that answers a prompt carries a space (every move but a game's first
     in the moves format; always in RookWorld's policy task).
 
     >>> answer_spaced(MovesFormat(), []), answer_spaced(MovesFormat(), ["e2e4"]), answer_spaced(RookWorldFormat(), [])
     (False, True, True)
     """
-    if isinstance(fmt, RookWorldFormat):
+    if not isinstance(fmt, MovesFormat):  # rookworld's and board's "M: <move>"
         return True
     return fmt.completion(list(history), "e2e4").startswith(" ")
 
@@ -182,7 +182,7 @@ def masked_move(
     tokenizer: Any,
     board: chess.Board,
     history: Sequence[str],
-    fmt: MovesFormat | RookWorldFormat,
+    fmt: TextFormat,
     *,
     temperature: float = 0.0,
     rng: random.Random | None = None,

@@ -18,7 +18,8 @@ True
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -187,3 +188,21 @@ def quality_line(q: dict[str, Any]) -> str:
         pq.line()
         + f"; unmasked greedy legal {q['start_unmasked_legal']:.1%} -> {q['final_unmasked_legal']:.1%}"
     )
+
+
+@contextmanager
+def stockfish_expected(nodes: int, path: str | None = None) -> Iterator[Expected]:
+    """An :data:`Expected` backed by one local Stockfish at ``nodes`` nodes a position (for a
+    driver that has no EnginePool: ppo's summary)."""
+    from chessrl.engine import EngineGroup, SearchLimit, find_stockfish
+
+    with EngineGroup(1, path=find_stockfish(path)) as engines:
+        yield lambda fens: [a.score.expected for a in engines.analyse(fens, SearchLimit(nodes=nodes))]
+
+
+def heldout_positions(games: Sequence[Any], n: int, seed: int) -> list[tuple[str, list[str]]]:
+    """``n`` seeded ``(fen, moves so far)`` positions of ``games`` (held-out game rows with a
+    ``moves`` string), in the default phase mix (20% openings, 60% middlegames, 20% endgames)."""
+    from chessrl.positions import PositionSampler
+
+    return [(p.fen, list(p.history)) for p in PositionSampler(games, seed=seed).sample(n)]

@@ -83,6 +83,11 @@ class PPOSettings:
     like InstructGPT's PPO-ptx mixes in the pretraining loss. Negative advantages push a sampled
     token's probability onto the whole vocabulary, mostly illegal tokens that are never sampled
     back: on the demo, PPO alone lowered the sampled legal rate from 76% to 70%."""
+    masked: bool = False
+    """Sample the policy's moves from its distribution restricted to the legal moves (their
+    tokens' logits renormalised), with the same masked log-probs for the behaviour policy, the
+    learner and the reference: no illegal move is played, and ``legal_coef`` trains legality.
+    """
     center_scores: bool = True
     """Subtract the mean score of the batch's legal moves from each legal move's score. Without
     it, a policy whose moves the reward model rates below its training average (a weak sft
@@ -136,10 +141,26 @@ def action_logprobs(
 
 
 def action_terms(
-    model: Any, rows: Sequence[Sequence[int]], actions: torch.Tensor, pad_id: int, temperature: float = 1.0
+    model: Any,
+    rows: Sequence[Sequence[int]],
+    actions: torch.Tensor,
+    pad_id: int,
+    temperature: float = 1.0,
+    legal_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`action_logprobs` and the raw ``(B, V)`` logits they come from (one forward pass)."""
+    """:func:`action_logprobs` and the raw ``(B, V)`` logits they come from (one forward pass).
+    With ``legal_ids`` (``(B, W)``, -1 padded) the log-probs and entropy are the masked policy's:
+    the softmax over the legal moves alone."""
     raw = last_token_logits(model, rows, pad_id)
+    if legal_ids is not None:
+        from chessrl.masked import masked_log_softmax
+
+        legal_ids = legal_ids.to(raw.device)
+        logp = masked_log_softmax(raw, legal_ids, temperature)
+        valid = legal_ids >= 0
+        entropy = -torch.where(valid, logp.exp() * logp, torch.zeros_like(logp)).sum(-1)
+        index = (legal_ids == actions.view(-1, 1).to(raw.device)).float().argmax(-1, keepdim=True)
+        return logp.gather(-1, index).squeeze(-1), entropy, raw
     logp = torch.log_softmax(raw / temperature, dim=-1)
     entropy = -(logp.exp() * logp).sum(-1)
     return logp.gather(-1, actions.view(-1, 1).to(logp.device)).squeeze(-1), entropy, raw
@@ -153,12 +174,26 @@ def state_values(critic: Any, rows: Sequence[Sequence[int]], pad_id: int) -> tor
 
 
 def sample_actions(
-    model: Any, rows: Sequence[Sequence[int]], pad_id: int, temperature: float, generator: torch.Generator
+    model: Any,
+    rows: Sequence[Sequence[int]],
+    pad_id: int,
+    temperature: float,
+    generator: torch.Generator,
+    legal: Sequence[Sequence[int]] | None = None,
 ) -> tuple[list[int], list[float]]:
-    """One batched forward pass: a sampled next token per row and its log-probability."""
+    """One batched forward pass: a sampled next token per row and its log-probability; with
+    ``legal`` (each row's legal move tokens) drawn from the masked policy."""
     with torch.no_grad():
-        logits = last_token_logits(model, rows, pad_id) / max(temperature, 1e-6)
-        logp = torch.log_softmax(logits, dim=-1)
+        raw = last_token_logits(model, rows, pad_id)
+        if legal is not None:
+            from chessrl.masked import masked_log_softmax, pad_ids
+
+            table = pad_ids(legal)
+            logp = masked_log_softmax(raw, table.to(raw.device), temperature).cpu()
+            picks = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+            chosen = logp.gather(-1, picks.view(-1, 1)).squeeze(-1)
+            return table.gather(-1, picks.view(-1, 1)).squeeze(-1).tolist(), chosen.tolist()
+        logp = torch.log_softmax(raw / max(temperature, 1e-6), dim=-1)
         tokens = torch.multinomial(logp.exp().cpu(), 1, generator=generator).squeeze(-1)
     picked = logp.cpu().gather(-1, tokens.view(-1, 1)).squeeze(-1)
     return tokens.tolist(), picked.tolist()
@@ -240,7 +275,13 @@ def play_episodes(
             policy, version = newer
         # the policy's turn in every live game (opponents answered at the end of the last step)
         rows = [prompt_ids(tokenizer, fmt.prompt(e.moves)) for e in live]
-        tokens, logprobs = sample_actions(policy, rows, pad, settings.temperature, generator)
+        legal = None
+        if settings.masked:
+            from chessrl.masked import MaskedMoves
+
+            masked = MaskedMoves(tokenizer)
+            legal = [masked.legal_ids(e.board, bool(e.moves)) for e in live]
+        tokens, logprobs = sample_actions(policy, rows, pad, settings.temperature, generator, legal)
         legal_queries: list[tuple[list[str], str]] = []
         owners: list[Action] = []
         for e, row, token, logprob in zip(live, rows, tokens, logprobs, strict=True):
@@ -318,6 +359,7 @@ class Batch:
     kl: torch.Tensor  # (N,) k1 to the reference
     legal: torch.Tensor  # (N,) bool
     legal_ids: torch.Tensor | None = None  # (N, W) legal move token ids of each position, -1 padded
+    masked: bool = False  # log-probs are the masked policy's (over legal_ids)
 
 
 def make_batch(
@@ -338,15 +380,20 @@ def make_batch(
     flat = [a for ep in episodes for a in ep]
     rows = [a.prompt_ids for a in flat]
     tokens = torch.tensor([a.action_id for a in flat])
+    legal_ids = legal_move_ids(rows, tokens.tolist(), moves_table) if moves_table is not None else None
+    if settings.masked and legal_ids is None:
+        raise ValueError("masked PPO needs the move tokens (moves_table) to list each position's legal moves")
+    masked = legal_ids if settings.masked else None
     with torch.no_grad():
         ref = torch.cat(
             [
-                action_logprobs(
-                    policy_ref, rows[i : i + chunk], tokens[i : i + chunk], pad_id, settings.temperature
+                action_terms(
+                    policy_ref, rows[i : i + chunk], tokens[i : i + chunk], pad_id, settings.temperature,
+                    masked[i : i + chunk] if masked is not None else None,
                 )[0]
                 for i in range(0, len(rows), chunk)
             ]
-        ).cpu()
+        ).cpu()  # fmt: skip
     values = torch.tensor(score_ids(critic, rows, pad_id, chunk))
     old = torch.tensor([a.logprob for a in flat])
     legal_scores = [a.score for a in flat if a.legal]
@@ -385,7 +432,8 @@ def make_batch(
         rewards=rewards[keep],
         kl=old - ref,
         legal=torch.tensor([a.legal for a in flat]),
-        legal_ids=legal_move_ids(rows, tokens.tolist(), moves_table) if moves_table is not None else None,
+        legal_ids=legal_ids,
+        masked=settings.masked,
     )
 
 
@@ -430,8 +478,9 @@ def ppo_update(
             metrics: dict[str, float] = {}
             if policy_opt is not None:
                 logprob, entropy, raw = action_terms(
-                    policy, rows, batch.actions[idx], pad_id, settings.temperature
-                )
+                    policy, rows, batch.actions[idx], pad_id, settings.temperature,
+                    batch.legal_ids[idx] if batch.masked and batch.legal_ids is not None else None,
+                )  # fmt: skip
                 pg_loss, pg_metrics = compute_policy_loss(
                     batch.old_logprobs[idx].view(-1, 1).to(logprob.device),
                     logprob.view(-1, 1),

@@ -92,14 +92,16 @@ class SftConfig(Section):
     """Model preset when not starting from --base-model."""
     base_model: str | None = None
     """Start from saved weights and tokenizer: a folder or s3:// prefix written by save_pretrained."""
-    text_format: Literal["moves", "rookworld"] = "moves"
-    """How a game is written for the model: ``moves`` (the game's UCI moves) or ``rookworld``
+    text_format: Literal["moves", "rookworld", "board"] = "moves"
+    """How a game is written for the model: ``moves`` (the game's UCI moves), ``rookworld``
     (RookWorld-LM's tasks, positions of the games: policy ``P: <FEN> M: <move>`` and environment
-    ``A: <FEN>+<move>+<history>+<next FEN>+<reward>+<terminated>+<truncated>``)."""
+    ``A: <FEN>+<move>+<history>+<next FEN>+<reward>+<terminated>+<truncated>``) or ``board``
+    (positions of the games in a fixed-length encoding, one character a square, then the move:
+    ``<64 squares> <side> <castling> <en passant> M: <move>``)."""
     rookworld_env_share: float = Field(0.2, ge=0, le=1)
     """rookworld: share of environment-task texts (the rest are policy tasks)."""
     rookworld_positions_per_game: int = Field(8, ge=1)
-    """rookworld: texts cut from each training game (positions sampled without replacement)."""
+    """rookworld and board: texts cut from each training game (positions sampled without replacement)."""
     condition_on_result: bool = False
     """Prefix each game with its result (1-0, 0-1, 1/2-1/2) so play can be conditioned on it."""
     max_steps: int = Field(200, ge=1)
@@ -358,9 +360,16 @@ class PPOConfig(Section):
     value_clip: float = Field(0.2, gt=0)
     """Clip range of the value loss."""
     gamma: float = Field(1.0, ge=0, le=1)
-    """Discount over the policy's moves."""
+    """Discount over the policy's moves. The reward is per move (the reward model's score of
+    that move), so a move's own score is its credit: 0 (the default of the presets) keeps later
+    moves' scores, which the action did not choose, out of its advantage; 1 adds them all."""
     lam: float = Field(0.95, ge=0, le=1)
-    """GAE lambda."""
+    """GAE lambda (no effect at gamma 0)."""
+    masked: bool = False
+    """Sample the policy's moves from its distribution over the legal moves (their tokens'
+    logits renormalised; the same masked log-probs in collectors, learner and reference): no
+    illegal move ends an episode, the reward grades legal moves only, and legal_coef trains
+    legality beside it."""
     ppo_epochs: int = Field(2, ge=1)
     """Passes over each iteration's experience."""
     minibatch: int = Field(64, ge=1)
@@ -388,6 +397,9 @@ class PPOConfig(Section):
     heldout_positions: int = Field(200, ge=0)
     """At the end, the greedy legal-move rate of the start policy and of the final one on this many
     positions of the held-out games (sft's split; 0: skip)."""
+    quality_nodes: int = Field(2000, ge=0)
+    """Stockfish's nodes a position for the start and final policies' paired move quality on the
+    held-out positions (0: skip)."""
     cpus_per_worker: float | None = Field(None, gt=0)
     """CPUs the learner reserves (default: what the collectors and reward servers leave, keeping one free)."""
     learner_threads: int | None = Field(None, ge=1)
@@ -503,11 +515,13 @@ class GRPOConfig(Section):
 
     policy: str | None = None
     """The starting policy and frozen reference (default: this run's sft model of the text
-    format: <run>/sft-rookworld/model for rookworld, <run>/sft/model for moves)."""
-    text_format: Literal["rookworld", "moves"] = "rookworld"
-    """How positions are asked: rookworld (policy tasks P: <FEN> M: and environment tasks A: ...)
-    or moves (the game's moves so far, answered by the next move: the format sft trains by
-    default; policy tasks only, so policy_share must be 1)."""
+    format: <run>/sft-rookworld/model for rookworld, <run>/sft-board/model for board, <run>/sft/model
+    for moves)."""
+    text_format: Literal["rookworld", "moves", "board"] = "rookworld"
+    """How positions are asked: rookworld (policy tasks P: <FEN> M: and environment tasks A: ...),
+    moves (the game's moves so far, answered by the next move: the format sft trains by default)
+    or board (the position, one character a square: sft --text-format board); moves and board
+    have policy tasks only, so policy_share must be 1."""
     games: str | None = None
     """Games table the positions are cut from (default: this run's prepare output)."""
     iterations: int = Field(30, ge=1)
@@ -588,6 +602,7 @@ RLAIF_PHASES: tuple[str, ...] = (
     "prepare",
     "sft",
     "sft-rookworld",
+    "sft-board",
     "preferences",
     "reward",
     "ppo",

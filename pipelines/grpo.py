@@ -95,10 +95,10 @@ def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bo
             "it will answer 'P: <FEN> M:' and 'A: ...' prompts poorly until GRPO teaches it the format. "
             "Train one with `chess-rl sft --text-format rookworld`, or ask it in its own format with --text-format moves"
         )
-    elif text_format == "moves" and trained not in (None, "moves"):
+    elif text_format != "rookworld" and trained != text_format and not (text_format == "moves" and trained is None):
         log(
-            f"warning: the policy {path} was trained on the {trained} format; --text-format moves asks it for the "
-            "next move of a move list, which it may answer poorly"
+            f"warning: the policy {path} was trained on the {trained or 'unknown'} format; --text-format {text_format} "
+            "asks it in another, which it may answer poorly"
         )
     return {"context": int(config.get("n_positions", 1024)), "vocab": len(tokenizer),
             "move_tokens": move_tokens(tokenizer), "text_format": trained}  # fmt: skip
@@ -112,6 +112,11 @@ def check_prompt_settings(cfg: GRPOConfig) -> dict[str, float]:
         mix: dict[str, float] = check_mix(cfg.position_mix.model_dump())
     except ValueError as exc:
         raise ConfigError(f"grpo.position_mix: {exc}") from None
+    if cfg.text_format != "rookworld" and cfg.policy_share < 1:
+        raise ConfigError(
+            f"grpo.policy_share (--policy-share) is {cfg.policy_share:g}, but the {cfg.text_format} format has no "
+            "environment task: set it to 1, or use --text-format rookworld"
+        )
     if cfg.own_positions > 0 and not cfg.masked:
         raise ConfigError(
             f"grpo.own_positions (--own-positions) is {cfg.own_positions:g}: the policy's own games are played "
@@ -121,11 +126,6 @@ def check_prompt_settings(cfg: GRPOConfig) -> dict[str, float]:
         raise ConfigError(
             f"grpo.own_positions (--own-positions) is {cfg.own_positions:g}: own positions are asked as policy "
             "tasks only; set grpo.policy_share (--policy-share) to 1"
-        )
-    if cfg.text_format == "moves" and cfg.policy_share < 1:
-        raise ConfigError(
-            f"grpo.policy_share (--policy-share) is {cfg.policy_share:g}, but the moves format has no environment "
-            "task: set it to 1, or use --text-format rookworld"
         )
     return mix
 
@@ -155,7 +155,7 @@ def check_grpo(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: No
     producer = sft_folder(cfg.text_format)
     policy_path = model_location(
         cfg.policy, inputs.folder(producer).child("model"), "grpo.policy (--policy)",
-        "sft --text-format rookworld" if cfg.text_format == "rookworld" else "sft",
+        f"sft --text-format {cfg.text_format}" if cfg.text_format != "moves" else "sft",
         produced=inputs.will_write(producer),
     )  # fmt: skip
     facts = None

@@ -62,7 +62,7 @@ def ppo_settings(cfg: PPOConfig) -> PPOSettings:
         kl_coef=cfg.kl_coef, clip=cfg.clip, value_clip=cfg.value_clip, gamma=cfg.gamma, lam=cfg.lam,
         ppo_epochs=cfg.ppo_epochs, minibatch=cfg.minibatch, temperature=cfg.temperature,
         illegal_penalty=cfg.illegal_penalty, result_weight=cfg.result_weight, entropy_coef=cfg.entropy_coef,
-        legal_coef=cfg.legal_coef,
+        legal_coef=cfg.legal_coef, masked=cfg.masked,
     )  # fmt: skip
 
 
@@ -187,6 +187,10 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
     source = Storage.from_uri(cfg.games or inputs.folder("prepare").uri_of("games"))
     if cfg.games or (not inputs.will_write("prepare") and source.exists()):
         games_table(source)
+    if cfg.quality_nodes > 0 and cfg.heldout_positions > 0:
+        from chessrl.engine import find_stockfish
+
+        find_stockfish()  # the paired move quality at the end needs it: said before any work
     return PPOInputs(opponents, policy_path, reward_path, facts)
 
 
@@ -228,6 +232,29 @@ def heldout_legal_rates(
         model, tokenizer = load_pretrained(path)
         out[name] = evaluate_moves(model, tokenizer, positions) | {"positions": len(positions)}
     return out
+
+
+def heldout_quality(context: PhaseContext, cfg: PPOConfig, models: dict[str, str]) -> dict[str, Any]:
+    """The start and final policies' paired move quality on ``heldout_positions`` positions of the
+    held-out games (:func:`chessrl.move_quality.paired_move_quality`, Stockfish at
+    ``quality_nodes``); logged to MLflow; empty without a games table or with quality_nodes 0."""
+    from chessrl.lm_data import split_games
+    from chessrl.models import load_pretrained
+    from chessrl.move_quality import heldout_positions, paired_move_quality, stockfish_expected
+    from pipelines.preferences import read_games
+
+    source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
+    if cfg.heldout_positions == 0 or cfg.quality_nodes == 0 or (not cfg.games and not source.exists()):
+        return {}
+    _, held, _ = split_games(read_games(source), context.config.sft.heldout_fraction)
+    if not held:
+        return {}
+    positions = heldout_positions(held, cfg.heldout_positions, context.config.run.seed + 1)
+    loaded = {name: load_pretrained(path) for name, path in models.items()}
+    with stockfish_expected(cfg.quality_nodes) as expected:
+        quality = paired_move_quality(loaded, positions, "moves", expected)
+    context.tracking.log_metrics({f"quality_{k}": v for k, v in quality.items()})
+    return quality
 
 
 def train_loop_per_worker(cfg: dict[str, Any]) -> None:
@@ -540,10 +567,12 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
         phase.upload_file(png, "curves.png")
         context.tracking.log_artifact(png)
     heldout: dict[str, dict[str, float]] = {}
+    quality: dict[str, Any] = {}
     if phase.exists("model/config.json"):
         final_path = model_location(None, phase.child("model"), "ppo", "ppo")
         log(f"trained in {seconds:.0f} s; the start and final policies on {cfg.heldout_positions} held-out positions")
         heldout = heldout_legal_rates(context, cfg, {"start": policy_path, "final": final_path})
+        quality = heldout_quality(context, cfg, {"start": policy_path, "final": final_path})
     shards = list_rollout_shards(phase.child("rollouts"))
     learner = json.loads(phase.read_text("learner_state.json")) if phase.exists("learner_state.json") else {}
     starts = [int(s.get("starts", 1)) for s in summaries if "starts" in s]
@@ -556,8 +585,11 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
         "collectors": summaries, "collector_restarts": sum(s - 1 for s in starts),
         "learn_seconds": round(seconds, 1), "first": first, "last": last,
         "model": phase.uri_of("model"), "critic": phase.uri_of("critic"), "heldout": heldout,
+        "quality": quality,
     }  # fmt: skip
     phase.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))
+
+    from chessrl.move_quality import quality_line
 
     def curve(key: str, fmt: str) -> str:
         return f"{format(first.get(key, float('nan')), fmt)} -> {format(last.get(key, float('nan')), fmt)}"
@@ -577,6 +609,7 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
             if heldout
             else []
         ),
+        *([f"  paired        {quality_line(quality)} (masked argmax, Stockfish {cfg.quality_nodes} nodes)"] if quality else []),
         f"  collectors    {len(shards)} shards written, {summary['shards_read']} read, "
         f"{summary['collector_restarts']} restart(s)",
         f"  model         {summary['model']}",

@@ -76,20 +76,28 @@ NODES: tuple[Node, ...] = (
 )
 #: The extra node of a rookworld grpo with no policy of its own: ``sft --text-format rookworld``.
 ROOKWORLD_SFT = "sft-rookworld"
+#: ... and of a board grpo: ``sft --text-format board``.
+BOARD_SFT = "sft-board"
+#: The extra sft node each grpo text format starts from (the moves format uses the graph's sft).
+FORMAT_SFT = {"rookworld": ROOKWORLD_SFT, "board": BOARD_SFT}
 
 
 def graph_nodes(config: ChessRLConfig) -> tuple[Node, ...]:
-    """:data:`NODES`, with grpo starting from a rookworld sft (an extra node, the ``sft``
-    phase with ``text_format: rookworld``) when ``grpo.text_format`` is rookworld and no
-    ``grpo.policy`` is given, or from a given policy (then it reads only the games)."""
+    """:data:`NODES`, with grpo starting from an sft of its own text format (an extra node, the
+    ``sft`` phase with ``text_format: rookworld`` or ``board``) when ``grpo.text_format`` is not
+    moves and no ``grpo.policy`` is given, or from a given policy (then it reads only the
+    games). A board grpo's start also plays in the comparison, so evaluate reads it too."""
     if config.grpo.policy:
         return tuple(Node("grpo", ("prepare",)) if n.name == "grpo" else n for n in NODES)
-    if config.grpo.text_format != "rookworld":
+    extra = FORMAT_SFT.get(config.grpo.text_format)
+    if extra is None:
         return NODES
     out: list[Node] = []
     for n in NODES:
         if n.name == "grpo":
-            out += [Node(ROOKWORLD_SFT, ("prepare",)), Node("grpo", ("prepare", ROOKWORLD_SFT))]
+            out += [Node(extra, ("prepare",)), Node("grpo", ("prepare", extra))]
+        elif n.name == "evaluate" and extra == BOARD_SFT:
+            out.append(Node("evaluate", (*n.needs, BOARD_SFT)))
         else:
             out.append(n)
     return tuple(out)
@@ -106,10 +114,10 @@ Examples:
 
 
 def phase_module(name: str) -> Phase:
-    """The ``Phase`` of ``pipelines.<name>`` (``sft-rookworld``: the sft phase)."""
+    """The ``Phase`` of ``pipelines.<name>`` (``sft-rookworld``, ``sft-board``: the sft phase)."""
     import importlib
 
-    name = "sft" if name == ROOKWORLD_SFT else name
+    name = "sft" if name in FORMAT_SFT.values() else name
     return importlib.import_module(f"pipelines.{name}").PHASE  # type: ignore[no-any-return]
 
 
@@ -117,8 +125,9 @@ def node_config(config: ChessRLConfig, name: str, run_storage: Storage) -> Chess
     """The config a node runs with: the same config, except that ``sft-rookworld`` trains the
     rookworld format and ``evaluate`` compares this run's ppo and grpo policies with the sft
     start and a random mover."""
-    if name == ROOKWORLD_SFT:
-        return config.model_copy(update={"sft": config.sft.model_copy(update={"text_format": "rookworld"})})
+    for text_format, node in FORMAT_SFT.items():
+        if name == node:
+            return config.model_copy(update={"sft": config.sft.model_copy(update={"text_format": text_format})})
     if name != "evaluate":
         return config
 
@@ -127,6 +136,8 @@ def node_config(config: ChessRLConfig, name: str, run_storage: Storage) -> Chess
         return folder.root if folder.is_local else folder.uri
 
     players = [f"lm:{model('ppo')},masked", f"lm:{model('grpo')},masked", "sft,masked", "random"]
+    if config.grpo.text_format == "board" and not config.grpo.policy:  # grpo's own start plays too
+        players.insert(3, f"lm:{model(BOARD_SFT)},masked")
     evaluate = config.evaluate.model_copy(
         update={"players": players, "mode": "round_robin", "games": config.rlaif.compare_games,
                 "adjudicate_cp": config.rlaif.compare_adjudicate_cp}
@@ -190,7 +201,7 @@ class GraphRun:
         if config.sft.text_format != "moves":
             raise ConfigError(
                 "rlaif: sft.text_format must be moves here (the graph's sft feeds preferences, reward and ppo); "
-                "a rookworld grpo gets its own sft-rookworld node"
+                "a rookworld or board grpo gets its own sft-rookworld or sft-board node"
             )
         # a forced phase's new outputs are new inputs for everything below it
         self.forced = set(self.cfg.force).union(*(self.graph.downstream(n) for n in self.cfg.force))
@@ -375,7 +386,8 @@ def comparison(config: ChessRLConfig, run_storage: Storage) -> list[str]:
     games = [ArenaGame.from_dict(json.loads(games_dir.read_text(p))) for p in games_dir.glob("*.json")]
     from chessrl.move_quality import quality_line
 
-    labels = {players[0]: "ppo", players[1]: "grpo"}
+    labels = {players[0]: "ppo", players[1]: "grpo", "sft,masked": "sft"}
+    labels.update({p: "sft-board" for p in players if BOARD_SFT in p})
     lines = [f"rlaif comparison ({len(games)} games, round robin, masked players, adjudicated at the ply cap; "
              "legal 1st: the share of the model's moves whose unmasked argmax was legal)",
              *(f"  {line}" for line in comparison_lines(games, players, labels))]  # fmt: skip

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from chessrl.formats import BoardFormat
 from chessrl.legality import MoveTokens, legal_move_targets
 from chessrl.lm_data import pack_games, rookworld_texts, split_games, training_text
 from chessrl.lm_eval import sample_positions
@@ -336,16 +337,18 @@ def tokenize_and_pack(
 
 def training_texts(cfg: SftConfig, rows: Sequence[dict[str, Any]], seed: int) -> list[dict[str, str]]:
     """The training texts of ``rows`` (games) in the configured text format, seeded."""
-    if cfg.text_format == "rookworld":
+    if cfg.text_format in ("rookworld", "board"):
         rng = random.Random(seed)
+        rookworld = cfg.text_format == "rookworld"
         return [
             {"text": text}
             for r in rows
             for text in rookworld_texts(
                 str(r["moves"]).split(),
                 cfg.rookworld_positions_per_game,
-                env_share=cfg.rookworld_env_share,
+                env_share=cfg.rookworld_env_share if rookworld else 0.0,
                 rng=rng,
+                fmt=None if rookworld else BoardFormat(),
             )
         ]
     return [
@@ -444,10 +447,10 @@ def check_sft(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: Non
             f"sft.max_length (--max-length) is {cfg.max_length}, but the model reads at most {n_positions} "
             f"tokens ({cfg.base_model or 'preset ' + cfg.model}): use {n_positions} or less"
         )
-    if cfg.text_format == "rookworld" and cfg.condition_on_result:
+    if cfg.text_format != "moves" and cfg.condition_on_result:
         raise ConfigError(
             "sft.condition_on_result (--condition-on-result) prefixes whole games with their result; "
-            "the rookworld text format has no games, only positions: leave it false"
+            f"the {cfg.text_format} text format has no games, only positions: leave it false"
         )
     legal_moves, legal_weight = legal_move_tokens(cfg, tokenizer, log)
     source = Storage.from_uri(cfg.games or inputs.folder("prepare").uri_of("games"))

@@ -31,8 +31,16 @@ def test_grpo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys, monk
     assert "grpo.policy_share" in line, line
     line = run("--policy-share", "-0.1")
     assert "grpo.policy_share" in line, line
-    line = run("--text-format", "moves")  # the preset's 0.8: the moves format has no environment task
+    line = run("--text-format", "moves", "--policy-share", "0.8")  # the moves format has no environment task
     assert "grpo.policy_share" in line and "moves format" in line, line
+    line = run("--dead-zone", "0.5")  # a dead zone as wide as max_loss would call every move the best
+    assert "dead_zone" in line and "max_loss" in line, line
+    line = run("--dead-zone", "1.5")
+    assert "grpo.dead_zone" in line, line
+    line = run("--no-masked")  # the preset's own positions are played with masked moves
+    assert "grpo.own_positions" in line and "--masked" in line, line
+    line = run("--own-positions", "1.5")
+    assert "grpo.own_positions" in line, line
     line = run("--text-format", "fen")
     assert "grpo.text_format" in line and "rookworld" in line and "moves" in line, line
     monkeypatch.setenv("STOCKFISH_PATH", str(tmp_path / "no-stockfish"))
@@ -56,6 +64,10 @@ def test_missing_default_policy_names_the_command(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == EXIT_USER_ERROR
     line = err.strip().splitlines()[-1]
+    assert "sft-board" in line and "chess-rl sft --text-format board" in line, line  # the preset's format
+    code = grpo.main(["--config", "tiny", "--storage", str(tmp_path), "--run-name", "none", "--no-tracking",
+                      "--text-format", "rookworld"])  # fmt: skip
+    line = capsys.readouterr().err.strip().splitlines()[-1]
     assert "sft-rookworld" in line and "chess-rl sft --text-format rookworld" in line, line
     code = grpo.main(["--config", "tiny", "--storage", str(tmp_path), "--run-name", "none", "--no-tracking",
                       "--text-format", "moves", "--policy-share", "1"])  # fmt: skip
@@ -67,3 +79,32 @@ def test_moves_policy_is_asked_in_its_own_format_without_a_warning(tiny_lm_dir):
     said: list[str] = []
     facts = grpo.check_policy(str(tiny_lm_dir), said.append, "moves")
     assert said == [] and facts["move_tokens"] == 2
+
+
+def test_masked_with_a_tokenizer_that_splits_moves_is_one_line(tmp_path, capsys):
+    """grpo --masked and an evaluate player ``lm:DIR,masked`` need one token per move: a BPE
+    model is refused before Ray, naming the key and what to use instead."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from chessrl.models import build_model
+    from pipelines import evaluate
+
+    core = Tokenizer(models.BPE(unk_token=None))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.train_from_iterator(["e2e4 e7e5 g1f3 b8c6"] * 10, trainer=trainers.BpeTrainer(vocab_size=300))
+    bpe = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    model, _ = build_model("tiny", tokenizer=bpe)
+    model.save_pretrained(tmp_path / "bpe")
+    bpe.save_pretrained(tmp_path / "bpe")
+    common = ["--config", "tiny", "--storage", str(tmp_path / "runs"), "--run-name", "m", "--no-tracking"]
+    code = grpo.main([*common, "--policy", str(tmp_path / "bpe"), "--games", str(tmp_path / "bpe")])
+    err = capsys.readouterr().err
+    line = err.strip().splitlines()[-1]
+    assert code == EXIT_USER_ERROR and "Traceback" not in err, err
+    assert line.startswith("error: grpo.masked (--masked)") and "one token per move" in line, line
+    code = evaluate.main([*common, "--players", f"lm:{tmp_path / 'bpe'},masked", "random", "--suites"])
+    err = capsys.readouterr().err
+    line = err.strip().splitlines()[-1]
+    assert code == EXIT_USER_ERROR and "Traceback" not in err, err
+    assert "evaluate.players" in line and ",masked" in line and "one token per move" in line, line

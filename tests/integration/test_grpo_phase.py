@@ -66,6 +66,7 @@ def test_rookworld_grpo_killed_and_resumed(tmp_path, games, registered_checkpoin
         sys.executable, "-m", "pipelines.grpo", *common, "--num-cpus", "2", "--games", str(games), "--iterations", "3",
         "--prompts-per-iteration", "10", "--group-size", "4", "--checkpoint-interval", "1",
         "--stockfish-nodes", "200", "--max-new-tokens-environment", "64", "--heldout-positions", "10",
+        "--text-format", "rookworld", "--policy-share", "0.8", "--own-positions", "0", "--no-masked",
     ]  # fmt: skip
     log = (tmp_path / "first.log").open("w")
     proc = subprocess.Popen(command, cwd=ROOT, env=env(), stdout=log, stderr=subprocess.STDOUT,

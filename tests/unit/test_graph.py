@@ -239,3 +239,22 @@ def test_force_of_a_phase_not_in_the_graph_and_a_rookworld_sft_are_config_errors
     )
     with pytest.raises(ConfigError, match="sft.text_format must be moves"):
         GraphRun(config, phases.root, lambda _: None, phases)
+
+
+def test_a_board_grpo_gets_its_own_board_sft_node_and_plays_in_the_comparison(tmp_path):
+    from pipelines.rlaif import GraphRun, node_config
+
+    phases = Phases(Storage.from_uri(str(tmp_path)).child("r"))
+    config = load_config(
+        ChessRLConfig, path=None,
+        overrides={"run.storage": (str(tmp_path), "--storage"), "grpo.text_format": ("board", "--text-format")},
+    )  # fmt: skip
+    run = GraphRun(config, phases.root, lambda _: None, phases)
+    assert run.graph.nodes["grpo"].needs == ("prepare", "sft-board")
+    assert "sft-board" in run.graph.nodes["evaluate"].needs  # grpo's start plays in the comparison
+    assert node_config(config, "sft-board", phases.root).sft.text_format == "board"
+    players = node_config(config, "evaluate", phases.root).evaluate
+    assert players.players[1].endswith("grpo/model,masked") and players.players[3].endswith("sft-board/model,masked")
+    assert players.adjudicate_cp == config.rlaif.compare_adjudicate_cp and all(
+        p.endswith(",masked") for p in players.players if p != "random"
+    )

@@ -207,3 +207,32 @@ def test_a_tokenizer_that_splits_moves_cannot_be_masked() -> None:
     bpe = GPT2TokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>")
     with pytest.raises(MaskingError, match="one token per move"):
         MaskedMoves(bpe)
+
+
+def test_masked_ppo_plays_only_legal_moves_with_the_learners_log_probs(tiny) -> None:
+    from chessrl.legality import MoveTokens
+    from chessrl.ppo import PPOSettings, action_terms, make_batch, play_episodes, random_opponent
+    from chessrl.reward import build_reward_model
+
+    model, tok = tiny
+    critic, _ = build_reward_model("tiny", tok)
+    table = MoveTokens(tok)
+    s = PPOSettings(masked=True, gamma=0.0, temperature=1.0)
+    gen = torch.Generator().manual_seed(0)
+    actions = play_episodes(
+        model, tok, table, [("a", []), ("b", ["e2e4"])], [random_opponent(1)], s, 6, 0, gen,
+        lambda queries: [0.1] * len(queries),
+    )  # fmt: skip
+    assert len(actions) == 12 and all(a.legal for a in actions)  # an untrained model, masked: never illegal
+    batch = make_batch(actions, model, critic, tok.pad_token_id, s, moves_table=table)
+    assert batch.masked and batch.legal_ids is not None
+    # the behaviour log-prob, the reference's (same weights) and the learner's are one number
+    assert torch.allclose(batch.kl, torch.zeros_like(batch.kl), atol=1e-5)
+    with torch.no_grad():
+        learner, _, raw = action_terms(model, batch.rows, batch.actions, tok.pad_token_id, 1.0, batch.legal_ids)
+    assert torch.allclose(learner, batch.old_logprobs.float(), atol=1e-5)
+    full = torch.softmax(raw, -1)
+    for i in range(len(batch.rows)):
+        ids = [int(x) for x in batch.legal_ids[i] if x >= 0]
+        want = torch.log(full[i, int(batch.actions[i])] / full[i, ids].sum())
+        assert float(learner[i]) == pytest.approx(float(want), abs=1e-4)
