@@ -71,6 +71,7 @@ def answer_spaced(fmt: TextFormat, history: Sequence[str]) -> bool:
     """Whether the move token that answers a prompt carries a space (every move but a game's first
     in the moves format; always in RookWorld's policy task).
 
+    >>> from chessrl.formats import RookWorldFormat
     >>> answer_spaced(MovesFormat(), []), answer_spaced(MovesFormat(), ["e2e4"]), answer_spaced(RookWorldFormat(), [])
     (False, True, True)
     """
@@ -149,10 +150,12 @@ def masked_moves(
     n: int = 1,
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
+    exclude: Sequence[Collection[str]] | None = None,
 ) -> list[MaskedChoice]:
     """``n`` legal moves for each position: the masked argmax when ``temperature`` is 0 (``n``
     times the same), else drawn from the masked policy at ``temperature``. ``prompts`` are the
-    token ids that ask for each move (:func:`chessrl.models.prompt_ids`).
+    token ids that ask for each move (:func:`chessrl.models.prompt_ids`). ``exclude[i]``: UCI
+    moves left out of position ``i``'s choice unless nothing else is legal.
 
     >>> from chessrl.models import build_model, prompt_ids
     >>> model, tok = build_model("tiny")
@@ -163,7 +166,13 @@ def masked_moves(
     masked = MaskedMoves(tokenizer)
     logits = last_logits(model, prompts)
     legal = [masked.legal_ids(b, s) for b, s in zip(boards, spaced, strict=True)]
-    table = pad_ids(legal)
+    allowed = legal
+    if exclude is not None:
+        allowed = []
+        for ids, out in zip(legal, exclude, strict=True):
+            kept = [t for t in ids if masked.move_of(t) not in out]
+            allowed.append(kept or ids)
+    table = pad_ids(allowed)
     logp = masked_log_softmax(logits, table, temperature if temperature > 0 else 1.0)
     if temperature > 0:
         picks = torch.multinomial(logp.exp(), n, replacement=True, generator=generator)
@@ -172,7 +181,7 @@ def masked_moves(
     argmax = logits.argmax(-1)
     out = []
     for b, ids in enumerate(legal):
-        tokens = [ids[int(k)] for k in picks[b]]
+        tokens = [allowed[b][int(k)] for k in picks[b]]
         out.append(MaskedChoice(tokens, [masked.move_of(t) for t in tokens], ids, int(argmax[b]) in set(ids)))
     return out
 
@@ -186,18 +195,47 @@ def masked_move(
     *,
     temperature: float = 0.0,
     rng: random.Random | None = None,
+    avoid_draw_claims: bool = False,
 ) -> MaskedChoice:
-    """One position's masked move, asked in ``fmt`` (the game so far, or RookWorld's policy task)."""
+    """One position's masked move, asked in ``fmt`` (the game so far, or RookWorld's policy task).
+    ``avoid_draw_claims``: no move after which the opponent could claim a draw (a threefold
+    repetition, fifty moves) while another legal move exists: a deterministic player facing
+    another would otherwise repeat the same moves until the game is drawn."""
     from chessrl.models import prompt_ids
 
     generator = None
     if temperature > 0:
         generator = torch.Generator().manual_seed((rng or random.Random(0)).getrandbits(63))
+    exclude = [draw_claim_moves(board)] if avoid_draw_claims else None
     [choice] = masked_moves(
         model, tokenizer, [board], [prompt_ids(tokenizer, fmt.prompt_for(board, list(history)))],
-        [answer_spaced(fmt, history)], temperature=temperature, generator=generator,
+        [answer_spaced(fmt, history)], temperature=temperature, generator=generator, exclude=exclude,
     )  # fmt: skip
     return choice
+
+
+def draw_claim_moves(board: chess.Board) -> set[str]:
+    """The legal moves after which the side to move next could claim a draw (threefold
+    repetition or fifty moves). Neither is possible within three plies of a capture or a pawn
+    move, so those positions cost nothing.
+
+    >>> b = chess.Board()
+    >>> for m in ["g1f3", "g8f6", "f3g1", "f6g8", "g1f3", "g8f6", "f3g1"]:
+    ...     _ = b.push_uci(m)
+    >>> sorted(draw_claim_moves(b))   # f6g8 brings back a position seen twice
+    ['f6g8']
+    """
+    if board.halfmove_clock < 3:
+        return set()
+    out = set()
+    for move in list(board.legal_moves):
+        board.push(move)
+        try:
+            if board.can_claim_draw():
+                out.add(move.uci())
+        finally:
+            board.pop()
+    return out
 
 
 def check_maskable(tokenizer: Any, where: str) -> None:

@@ -295,8 +295,9 @@ class LMPlayer:
     moves played since. The rookworld format asks ``P: <FEN> M:`` and sees only the position.
 
     ``masked``: the most probable legal move (or one drawn from the legal moves at
-    ``temperature``), never illegal; ``first_attempt_legal`` still says whether the unmasked
-    argmax was legal, so the games report the model's own legality beside its play.
+    ``temperature``), never illegal, and never one that hands the opponent a draw claim
+    (repetition, fifty moves) while it has another; ``first_attempt_legal`` still says whether
+    the unmasked argmax was legal, so the games report the model's own legality beside its play.
     """
 
     model: Any
@@ -325,6 +326,7 @@ class LMPlayer:
             choice = masked_move(
                 self.model, self.tokenizer, board, [m.uci() for m in board.move_stack],
                 get_format(self.text_format), temperature=self.temperature, rng=self.rng,
+                avoid_draw_claims=True,
             )  # fmt: skip
             return MoveChoice(choice.moves[0], first_attempt_legal=choice.unmasked_legal)
 

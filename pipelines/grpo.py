@@ -545,7 +545,8 @@ def summary_lines(
             else []
         ),
         f"  model         {summary['model']}",
-        f"  next          chess-rl evaluate --mode sprt --players lm:{summary['model']} lm:{policy_path}",
+        f"  next          chess-rl evaluate --mode sprt --players lm:{summary['model']},masked lm:{policy_path},masked "
+        "--adjudicate-cp 300",
     ]
 
 

@@ -614,7 +614,7 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
         f"{summary['collector_restarts']} restart(s)",
         f"  model         {summary['model']}",
         f"  curves        {phase.uri_of('curves.png')}",
-        f"  next          chess-rl evaluate --mode sprt --players lm:{summary['model']} sft",
+        f"  next          chess-rl evaluate --mode sprt --players lm:{summary['model']},masked sft,masked --adjudicate-cp 300",
     ]
     return PhaseResult(summary=summary, lines=lines, ok=summary["iterations"] > 0)
 

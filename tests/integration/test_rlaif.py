@@ -123,13 +123,14 @@ def test_rlaif_killed_during_reward_resumes_and_skips_what_finished(micro_run):
         assert (run / name / "model" / "config.json").exists(), name
     assert json.loads((run / "grpo" / "model" / "config.json").read_text())["chessrl_text_format"] == "moves"
     results = json.loads((run / "evaluate" / "eval" / "results.json").read_text())
-    ppo, grpo = f"lm:{run / 'ppo' / 'model'}", f"lm:{run / 'grpo' / 'model'}"
-    assert results["players"] == [ppo, grpo, "sft", "random"]
+    ppo, grpo = f"lm:{run / 'ppo' / 'model'},masked", f"lm:{run / 'grpo' / 'model'},masked"
+    assert results["players"] == [ppo, grpo, "sft,masked", "random"]  # masked, adjudicated at the cap
     assert results["games"] == 6 * 2  # a round robin of 4 players, 2 games a pairing
     assert "evaluate summary" in rerun.stdout and "rlaif: graph state" in rerun.stdout
     assert "```mermaid" in (run / "rlaif" / "graph.md").read_text()
     table = (run / "rlaif" / "comparison.md").read_text()
     assert "ppo" in table and "grpo" in table and "(anchor)" in table and "row vs column" in table
+    assert "ppo paired quality" in table and "grpo paired quality" in table  # each against its start
 
 
 @pytest.mark.slow

@@ -126,7 +126,7 @@ def test_rlaif_as_one_job_on_two_nodes_with_s3(
 
     results = json.loads(read("evaluate/eval/results.json"))
     model = f"s3://{BUCKET}/{prefix}"
-    assert results["players"] == [f"lm:{model}/ppo/model", f"lm:{model}/grpo/model", "sft", "random"]
+    assert results["players"] == [f"lm:{model}/ppo/model,masked", f"lm:{model}/grpo/model,masked", "sft,masked", "random"]
     assert results["games"] == 6 * config["rlaif"]["compare_games"]  # a round robin of 4 players
 
     # The work ran on both nodes: where the state API says each task and actor of the job ran

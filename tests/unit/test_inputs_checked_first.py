@@ -174,7 +174,7 @@ def model_cases() -> list[tuple[str, Callable[[list[str]], int], list[str], str]
         ("ppo, no reward model", ppo.main, ["--policy", "{ok}"], "run `chess-rl reward` first, or pass --reward-model"),
         ("grpo --policy", grpo.main, ["--policy", "{tmp}/" + MISSING],
          "grpo.policy (--policy): {tmp}/" + MISSING + " " + no_model),
-        ("grpo, no rookworld sft model", grpo.main, [], "run `chess-rl sft --text-format rookworld` first"),
+        ("grpo, no board sft model", grpo.main, [], "run `chess-rl sft --text-format board` first"),
         ("evaluate lm:", evaluate.main, ["--players", "lm:{tmp}/" + MISSING, "random"],
          "player 'lm:{tmp}/" + MISSING + "': {tmp}/" + MISSING + " " + no_model),
         ("evaluate mcts:", evaluate.main, ["--players", "random", "mcts:{tmp}/missing.pt"],

@@ -23,7 +23,15 @@ from chessrl.grpo import (
     sample_groups,
     score_samples,
 )
-from chessrl.masked import MaskedMoves, MaskingError, legal_nll, masked_log_softmax, masked_moves, pad_ids
+from chessrl.masked import (
+    MaskedMoves,
+    MaskingError,
+    draw_claim_moves,
+    legal_nll,
+    masked_log_softmax,
+    masked_moves,
+    pad_ids,
+)
 from chessrl.models import build_model, prompt_ids
 from chessrl.move_quality import move_losses, paired_interval
 from chessrl.players import LMPlayer, RandomPlayer
@@ -178,7 +186,7 @@ def test_a_masked_player_plays_only_legal_moves_and_reports_its_unmasked_legalit
             boards.append(board.copy())
             rows.append(prompt_ids(tok, " ".join(m.uci() for m in board.move_stack)))
         board.push_uci(uci)
-    choices = masked_moves(model, tok, boards, rows, [True] * len(boards))
+    choices = masked_moves(model, tok, boards, rows, [True] * len(boards), exclude=[draw_claim_moves(b) for b in boards])
     assert game.first_attempt_legal["white"] == sum(c.unmasked_legal for c in choices)
     assert [c.moves[0] for c in choices] == game.moves[0::2]
 
@@ -236,3 +244,20 @@ def test_masked_ppo_plays_only_legal_moves_with_the_learners_log_probs(tiny) -> 
         ids = [int(x) for x in batch.legal_ids[i] if x >= 0]
         want = torch.log(full[i, int(batch.actions[i])] / full[i, ids].sum())
         assert float(learner[i]) == pytest.approx(float(want), abs=1e-4)
+
+
+def test_masked_players_do_not_hand_over_a_draw_claim_when_they_have_another_move(tiny) -> None:
+    """Two deterministic masked players would replay the same moves until a threefold claim: a
+    masked player leaves out every move that gives its opponent a claim, unless none is left."""
+    model, tok = tiny
+    board = chess.Board()
+    for m in ["g1f3", "g8f6", "f3g1", "f6g8", "g1f3", "g8f6", "f3g1"]:
+        board.push_uci(m)
+    assert draw_claim_moves(board) == {"f6g8"}
+    row = [prompt_ids(tok, " ".join(m.uci() for m in board.move_stack))]
+    legal = sorted(m.uci() for m in board.legal_moves)
+    for keep in legal[:5]:  # whatever the model prefers, only the one move left can be chosen
+        [c] = masked_moves(model, tok, [board], row, [True], exclude=[set(legal) - {keep}])
+        assert c.moves == [keep]
+    [c] = masked_moves(model, tok, [board], row, [True], exclude=[set(legal)])  # nothing left: all allowed
+    assert c.moves[0] in legal
