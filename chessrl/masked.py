@@ -24,7 +24,7 @@ A tokenizer that spells moves in pieces (GPT-2's BPE) cannot be masked this way:
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
