@@ -158,7 +158,8 @@ def action_terms(
         legal_ids = legal_ids.to(raw.device)
         logp = masked_log_softmax(raw, legal_ids, temperature)
         valid = legal_ids >= 0
-        entropy = -torch.where(valid, logp.exp() * logp, torch.zeros_like(logp)).sum(-1)
+        finite = logp.masked_fill(~valid, 0.0)  # -inf padding times 0 would make the gradient NaN
+        entropy = -(finite.exp() * finite * valid).sum(-1)
         index = (legal_ids == actions.view(-1, 1).to(raw.device)).float().argmax(-1, keepdim=True)
         return logp.gather(-1, index).squeeze(-1), entropy, raw
     logp = torch.log_softmax(raw / temperature, dim=-1)

@@ -239,6 +239,11 @@ def test_masked_ppo_plays_only_legal_moves_with_the_learners_log_probs(tiny) -> 
     with torch.no_grad():
         learner, _, raw = action_terms(model, batch.rows, batch.actions, tok.pad_token_id, 1.0, batch.legal_ids)
     assert torch.allclose(learner, batch.old_logprobs.float(), atol=1e-5)
+    # the masked terms keep finite gradients (the -inf padding of the legal lists must not leak)
+    logprob, entropy, _ = action_terms(model, batch.rows, batch.actions, tok.pad_token_id, 1.0, batch.legal_ids)
+    (logprob.mean() - 0.0 * entropy.mean()).backward()
+    assert all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
+    model.zero_grad()
     full = torch.softmax(raw, -1)
     for i in range(len(batch.rows)):
         ids = [int(x) for x in batch.legal_ids[i] if x >= 0]
