@@ -28,8 +28,12 @@ How the pieces fit (the formulas are :mod:`chessrl.grpo` and :mod:`chessrl.polic
    start and final policies' greedy legal-move rate and environment accuracy on positions of the
    held-out games (sft's split).
 
-Measure the result with ``evaluate --mode sprt --players lm:<run>/grpo/model sft`` (a rookworld
-policy is asked with the policy task).
+With ``--masked`` (the presets') policy-task moves are drawn from the legal moves only and scored
+with the same masked log-probs by the learner and the reference (:mod:`chessrl.masked`), a
+legality term beside; ``--own-positions`` mixes in positions of the policy's own games. The
+summary gives the start and final policies' paired move quality on the held-out positions
+(:mod:`chessrl.move_quality`). Measure play with ``evaluate --mode sprt --players
+lm:<run>/grpo/model,masked lm:<start>,masked --adjudicate-cp 300``.
 """
 
 from __future__ import annotations
