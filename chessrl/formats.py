@@ -103,13 +103,14 @@ class MovesFormat:
         return self.prompt(moves_so_far)
 
 
-class RookWorldFormat:
-    """RookWorld-LM's policy (``P:``) and environment (``A:``) tasks."""
+class PositionFormat:
+    """A format that asks for a move from the position alone (``policy_prompt``, then
+    `` <move>``): what RookWorld's policy task and the board format share."""
 
-    name = "rookworld"
+    name = ""
 
     def policy_prompt(self, board: chess.Board) -> str:
-        return f"P: {board.fen()} M:"
+        raise NotImplementedError
 
     def policy_completion(self, move: str) -> str:
         return f" {move}"
@@ -123,6 +124,15 @@ class RookWorldFormat:
     def prompt_for(self, board: chess.Board, moves_so_far: Sequence[str]) -> str:
         """The policy task for the position (the moves that led there are not shown)."""
         return self.policy_prompt(board)
+
+
+class RookWorldFormat(PositionFormat):
+    """RookWorld-LM's policy (``P:``) and environment (``A:``) tasks."""
+
+    name = "rookworld"
+
+    def policy_prompt(self, board: chess.Board) -> str:
+        return f"P: {board.fen()} M:"
 
     def env_prompt(self, board: chess.Board, move: str, history: Sequence[str] = ()) -> str:
         """``A: <FEN>+<move>+<recent moves>+``: the environment task's input."""
@@ -149,7 +159,7 @@ class RookWorldFormat:
         return f"{after.fen()}+{reward}+{terminated}+0"
 
 
-class BoardFormat:
+class BoardFormat(PositionFormat):
     """The position in a fixed-length encoding, answered by the move: ``<64 squares> <side>
     <castling> <en passant> M:`` → `` <move>``. Square ``i`` of the board (a8, b8, ..., h1) is
     always the ``i``-th character after ``<bos>`` (a piece letter, ``.`` for an empty square),
@@ -170,19 +180,6 @@ class BoardFormat:
         )
         ep = chess.square_name(board.ep_square) if board.ep_square is not None and board.has_legal_en_passant() else "-"
         return f"{squares} {'w' if board.turn == chess.WHITE else 'b'} {board.castling_xfen() or '-'} {ep} M:"
-
-    def policy_completion(self, move: str) -> str:
-        return f" {move}"
-
-    def policy_text(self, board: chess.Board, move: str) -> str:
-        return self.policy_prompt(board) + self.policy_completion(move)
-
-    def parse(self, board: chess.Board, completion: str) -> ParsedMove:
-        return parse_move(board, completion)
-
-    def prompt_for(self, board: chess.Board, moves_so_far: Sequence[str]) -> str:
-        """The position alone (the moves that led there are not shown)."""
-        return self.policy_prompt(board)
 
 
 TextFormat = MovesFormat | RookWorldFormat | BoardFormat
