@@ -38,7 +38,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import chess
 import torch
@@ -617,12 +617,18 @@ def evaluate_tasks(
     return out
 
 
+OWN_OPPONENTS = ("self", "random", "start", "random+start")
+
+
 class OwnGames:
-    """Games the current policy plays against itself, its moves drawn from the masked policy,
-    each continued from a position of the training games: the positions the policy itself
-    reaches become prompts. Each call moves every live game on by ``stride`` plies (one batched
-    forward pass a ply) and asks its position; a game that ends, or passes ``max_plies``, starts
-    again from the next start position.
+    """Games the current policy plays, its moves drawn from the masked policy, each continued
+    from a position of the training games: the positions the policy itself reaches become
+    prompts. ``opponent``: ``self`` (the policy plays both sides), ``random`` (a random legal
+    mover), ``start`` (the policy's frozen start, its masked argmax: the sft model an SPRT
+    measures against) or ``random+start`` (games alternate between the two). Each call moves
+    every live game on by ``stride`` plies (one batched forward pass a ply) and asks its
+    position with the policy to move; a game that ends, or passes ``max_plies``, starts again
+    from the next start position.
 
     >>> from chessrl.models import build_model
     >>> model, tok = build_model("tiny")
@@ -630,23 +636,42 @@ class OwnGames:
     >>> prompts = games.prompts(model, tok, temperature=1.0)
     >>> [len(p.text.split()) for p in prompts], prompts[0].phase
     ([3, 4], 'own')
+    >>> games = OwnGames([("e2e4",)], live=1, text_format="board", opponent="random")
+    >>> [p] = games.prompts(model, tok, temperature=1.0)
+    >>> p.text.split()[1]  # the policy plays black here (black was to move at the start)
+    'b'
     """
 
     def __init__(
         self, starts: Sequence[Sequence[str]], *, live: int, text_format: str = "moves", stride: int = 2,
-        max_plies: int = 160,
+        max_plies: int = 160, opponent: str = "self", seed: int = 0,
     ) -> None:  # fmt: skip
         if not starts:
             raise ValueError("OwnGames needs at least one start position")
+        if opponent not in OWN_OPPONENTS:
+            raise ValueError(f"unknown opponent {opponent!r}; opponents: {', '.join(OWN_OPPONENTS)}")
         self.starts = [tuple(s) for s in starts]
         self.next_start = 0
         self.text_format, self.stride, self.max_plies = text_format, stride, max_plies
-        self.games: list[list[str]] = [self._fresh() for _ in range(live)]
+        self.opponents = {"random+start": ("random", "start")}.get(opponent, (opponent,))
+        self.rng = random.Random(seed)
+        self.games: list[list[str]] = []
+        self.sides: list[chess.Color] = []  # the colour the policy plays in each game
+        self.against: list[str] = []  # each game's opponent
+        for _ in range(live):
+            self._fresh(None)
 
-    def _fresh(self) -> list[str]:
+    def _fresh(self, i: int | None) -> None:
         start = self.starts[self.next_start % len(self.starts)]
+        opponent = self.opponents[self.next_start % len(self.opponents)]
         self.next_start += 1
-        return list(start)
+        side = len(start) % 2 == 0  # the side to move at the start: white after an even ply count
+        if i is None:
+            self.games.append(list(start))
+            self.sides.append(side)
+            self.against.append(opponent)
+        else:
+            self.games[i], self.sides[i], self.against[i] = list(start), side, opponent
 
     @staticmethod
     def _board(moves: Sequence[str]) -> chess.Board:
@@ -655,38 +680,74 @@ class OwnGames:
             board.push_uci(m)
         return board
 
-    def prompts(self, model: torch.nn.Module, tokenizer: object, temperature: float = 1.0) -> list[Prompt]:
-        """Move every live game on and return one policy prompt per game (phase ``own``)."""
+    def _over(self, i: int, board: chess.Board) -> bool:
+        return board.is_game_over(claim_draw=True) or len(self.games[i]) >= self.max_plies
+
+    def _ply(
+        self, model: Any, tokenizer: object, temperature: float, start: Any, movers: tuple[str, ...]
+    ) -> None:
+        """One ply of every live game whose mover is in ``movers`` (``policy``, ``opponent``),
+        restarting the ones that ended first: the policy's moves in one batched pass, the start
+        model's in another, the random mover's drawn here."""
         from chessrl.formats import get_format
         from chessrl.masked import answer_spaced, masked_moves
         from chessrl.models import prompt_ids
 
         fmt = get_format(self.text_format)
+        boards = [self._board(g) for g in self.games]
+        for i, board in enumerate(boards):
+            if self._over(i, board):
+                self._fresh(i)
+                boards[i] = self._board(self.games[i])
+        turn: dict[str, list[int]] = {"policy": [], "start": [], "random": []}
+        for i, board in enumerate(boards):
+            if self.against[i] == "self" or board.turn == self.sides[i]:
+                if "policy" in movers:
+                    turn["policy"].append(i)
+            elif "opponent" in movers:
+                turn[self.against[i]].append(i)
+        for who, net, temp in (("policy", model, temperature), ("start", start, 0.0)):
+            idx = turn[who]
+            if not idx:
+                continue
+            if net is None:
+                raise ValueError("OwnGames: games against the start model need the start model")
+            rows = [prompt_ids(tokenizer, fmt.prompt_for(boards[i], self.games[i])) for i in idx]  # type: ignore[arg-type]
+            spaced = [answer_spaced(fmt, self.games[i]) for i in idx]
+            choices = masked_moves(net, tokenizer, [boards[i] for i in idx], rows, spaced, temperature=temp)
+            for i, choice in zip(idx, choices, strict=True):
+                self.games[i].append(choice.moves[0])
+        for i in turn["random"]:
+            self.games[i].append(self.rng.choice(sorted(m.uci() for m in boards[i].legal_moves)))
+
+    def _waiting(self) -> bool:
+        """Whether a game has ended or waits for its opponent's move."""
+        for i, g in enumerate(self.games):
+            board = self._board(g)
+            if self._over(i, board) or (self.against[i] != "self" and board.turn != self.sides[i]):
+                return True
+        return False
+
+    def prompts(
+        self, model: torch.nn.Module, tokenizer: object, temperature: float = 1.0, start: Any = None
+    ) -> list[Prompt]:
+        """Move every live game on and return one policy prompt per game (phase ``own``), the
+        policy to move. ``start``: the frozen start model (opponent ``start``)."""
         was_training = model.training
         model.eval()
         try:
-            for _ in range(self.stride):
-                boards = [self._board(g) for g in self.games]
-                for i, board in enumerate(boards):
-                    if board.is_game_over(claim_draw=True) or len(self.games[i]) >= self.max_plies:
-                        self.games[i] = self._fresh()
-                        boards[i] = self._board(self.games[i])
-                rows = [
-                    prompt_ids(tokenizer, fmt.prompt_for(b, g))
-                    for b, g in zip(boards, self.games, strict=True)
-                ]  # type: ignore[arg-type]
-                spaced = [answer_spaced(fmt, g) for g in self.games]
-                choices = masked_moves(model, tokenizer, boards, rows, spaced, temperature=temperature)
-                for g, choice in zip(self.games, choices, strict=True):
-                    g.append(choice.moves[0])
+            with torch.no_grad():
+                for _ in range(self.stride):
+                    self._ply(model, tokenizer, temperature, start, ("policy", "opponent"))
+                for _ in range(3):  # restarted games, or ones that ended on the policy's move
+                    if not self._waiting():
+                        break
+                    self._ply(model, tokenizer, temperature, start, ("opponent",))
         finally:
             model.train(was_training)
         out = []
-        for i, g in enumerate(self.games):
+        for g in self.games:
             board = self._board(g)
-            if board.is_game_over(claim_draw=True):
-                self.games[i] = g = self._fresh()
-                board = self._board(g)
             if self.text_format == "moves":
                 prompt = moves_prompt(g, "own")
             elif self.text_format == "board":
@@ -717,7 +778,9 @@ def task_prompts(
         if policy_share < 1.0:
             raise ValueError(f"the {text_format} format has no environment task: policy_share must be 1")
         asked = [
-            moves_prompt(pos.history, pos.phase) if text_format == "moves" else board_prompt(pos.fen, pos.phase)
+            moves_prompt(pos.history, pos.phase)
+            if text_format == "moves"
+            else board_prompt(pos.fen, pos.phase)
             for pos in positions
         ]
         rng.shuffle(asked)

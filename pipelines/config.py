@@ -594,6 +594,9 @@ class GRPOConfig(Section):
     """Share of each iteration's prompts taken from games the current policy plays against
     itself (masked samples, continued from positions of the training games), the rest from
     the games table: the positions the policy reaches, where it is weakest. Needs masked."""
+    own_opponent: Literal["self", "random", "start", "random+start"] = "self"
+    """Who the policy plays in those games: itself, a random legal mover, its frozen start (the
+    sft model, its masked argmax), or random and start alternating game by game."""
     cpus_per_worker: float | None = Field(None, gt=0)
     """CPUs the learner reserves (default: the cluster's, less the engines')."""
 

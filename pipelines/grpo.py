@@ -99,7 +99,11 @@ def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bo
             "it will answer 'P: <FEN> M:' and 'A: ...' prompts poorly until GRPO teaches it the format. "
             "Train one with `chess-rl sft --text-format rookworld`, or ask it in its own format with --text-format moves"
         )
-    elif text_format != "rookworld" and trained != text_format and not (text_format == "moves" and trained is None):
+    elif (
+        text_format != "rookworld"
+        and trained != text_format
+        and not (text_format == "moves" and trained is None)
+    ):
         log(
             f"warning: the policy {path} was trained on the {trained or 'unknown'} format; --text-format {text_format} "
             "asks it in another, which it may answer poorly"
@@ -253,6 +257,9 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         reference = copy.deepcopy(policy).eval()
         for p in reference.parameters():
             p.requires_grad_(False)
+    start_model = reference  # the own games' opponent "start": the frozen start policy
+    if start_model is None and own and "start" in cfg["own_opponent"]:
+        start_model = copy.deepcopy(policy).eval()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg["learning_rate"], weight_decay=0.0)
     state: dict[str, Any] = {"iteration": 0, "samples": 0, "seconds": 0.0}
@@ -279,7 +286,12 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     per = cfg["prompts_per_iteration"]
     started = time.perf_counter() - state["seconds"]
     # the policy's own games (not checkpointed: after a resume they start again from the table)
-    own_games = OwnGames(planned["starts"], live=own, text_format=cfg["text_format"]) if own else None
+    own_games = None
+    if own:
+        own_games = OwnGames(
+            planned["starts"], live=own, text_format=cfg["text_format"], opponent=cfg["own_opponent"],
+            seed=cfg["seed"],
+        )  # fmt: skip
 
     def expected(fens: list[str]) -> list[float]:
         return [a.score.expected for a in pool.analyse(fens, limit)]
@@ -306,7 +318,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         t0 = time.perf_counter()
         policy.eval()
         if own_games is not None:
-            batch = batch + own_games.prompts(policy, tokenizer, settings.temperature)
+            batch = batch + own_games.prompts(policy, tokenizer, settings.temperature, start=start_model)
         samples = sample_groups(policy, tokenizer, batch, settings, limits)
         t1 = time.perf_counter()
         score_samples(samples, expected, settings)
@@ -449,6 +461,7 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
         {
             "phase_uri": phase.uri, "policy_path": policy_path, "settings": settings.__dict__,
             "text_format": cfg.text_format,
+            "own_opponent": cfg.own_opponent,
             "seed": run.seed, "iterations": cfg.iterations, "prompts_per_iteration": cfg.prompts_per_iteration,
             "learning_rate": cfg.learning_rate, "minibatch": batch_size, "max_new_tokens": limits,
             "stockfish_nodes": cfg.stockfish_nodes, "engine_pool": pool, "checkpoint_interval": cfg.checkpoint_interval,

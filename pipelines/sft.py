@@ -80,7 +80,12 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
                 for i, (row, length) in enumerate(zip(batch["input_ids"], batch["length"], strict=True)):
                     # a fixed shape (no recompiles); the padding after the last game is not a target
                     ids = row.tolist()
-                    example = {"input_ids": ids, "labels": ids[:length] + [-100] * (len(ids) - length)}
+                    labels = ids[:length] + [-100] * (len(ids) - length)
+                    if "targets" in batch:  # answer-only: the board's squares are read, not learnt
+                        labels = [
+                            t if keep else -100 for t, keep in zip(labels, batch["targets"][i], strict=True)
+                        ]
+                    example = {"input_ids": ids, "labels": labels}
                     if legal_weight:
                         example["legal_moves"] = batch["legal_moves"][i]
                         example["legal_counts"] = batch["legal_counts"][i]
@@ -298,8 +303,18 @@ def own_loss_sft_trainer_class(legal_weight: float = 0.0, compile_loss: bool = F
     return OwnLossSFTTrainer
 
 
+def answer_token(tokenizer: Any) -> int:
+    """The token after which the board format's answer starts: the last token of `` M:`` (one
+    token with the chess tokenizer, ``:`` with a BPE one; the board prompt has no other)."""
+    return int(tokenizer(" M:", add_special_tokens=False)["input_ids"][-1])
+
+
 def tokenize_and_pack(
-    batch: dict[str, Any], tokenizer: Any, block: int, legal: MoveTokens | None = None
+    batch: dict[str, Any],
+    tokenizer: Any,
+    block: int,
+    legal: MoveTokens | None = None,
+    answer_after: int | None = None,
 ) -> dict[str, Any]:
     """Ray Data stage: game texts -> ``<bos> game <eos>`` token ids -> blocks of whole games.
 
@@ -307,7 +322,9 @@ def tokenize_and_pack(
     (``length``) and the number of games in the batch cut to ``block`` tokens (``truncated``, on
     the batch's first row). With ``legal``, also the legal moves at every position for the
     legal-move loss: ``legal_counts`` (``block`` counts) and ``legal_moves`` (their token ids,
-    flat, one variable-length array per row).
+    flat, one variable-length array per row). With ``answer_after`` (a token id: the board
+    format's ``M:``), ``targets`` (``block`` flags) marks the tokens the loss is on: those after
+    the last ``answer_after`` of each text, its ``<eos>`` included — the answer, not the prompt.
     """
     import numpy as np
 
@@ -326,6 +343,18 @@ def tokenize_and_pack(
         "length": np.asarray([len(tokens) for tokens in packed], dtype=np.int32),
         "truncated": counts,
     }
+    if answer_after is not None:
+        marks = np.zeros((len(packed), block), dtype=np.uint8)
+        for i, tokens in enumerate(packed):
+            after = False
+            for j, token in enumerate(tokens):
+                if token == start:
+                    after = False
+                elif token == answer_after:
+                    after = True
+                elif after:
+                    marks[i, j] = 1
+        out["targets"] = marks
     if legal is not None:
         targets = [legal_move_targets(row, legal, start) for row in rows.tolist()]
         out["legal_counts"] = np.asarray([c for _, c in targets], dtype=np.uint8).reshape(len(rows), block)
@@ -506,7 +535,12 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         ray.data.from_items(texts)
         .map_batches(
             tokenize_and_pack,
-            fn_kwargs={"tokenizer": tokenizer, "block": cfg.max_length, "legal": legal_moves},
+            fn_kwargs={
+                "tokenizer": tokenizer,
+                "block": cfg.max_length,
+                "legal": legal_moves,
+                "answer_after": answer_token(tokenizer) if cfg.text_format == "board" else None,
+            },
             batch_size=512,
             batch_format="numpy",
         )

@@ -294,6 +294,34 @@ def test_groups_sampled_scored_and_updated(tiny_policy):
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
+@pytest.mark.parametrize("opponent", ["random", "start", "random+start"])
+def test_own_games_against_an_opponent_ask_the_policy_side_only(tiny_policy, opponent):
+    """Games against another player: every prompt has the policy to move (the colour it took
+    at its start), the opponent's replies are legal, and games go on between calls."""
+    import chess
+
+    from chessrl.grpo import OwnGames
+
+    model, tok = tiny_policy
+    games = OwnGames(
+        [("e2e4",), ("d2d4", "d7d5")], live=4, text_format="board", opponent=opponent, max_plies=12
+    )
+    seen = set()
+    for _ in range(5):
+        for i, prompt in enumerate(games.prompts(model, tok, temperature=1.0, start=model)):
+            board = chess.Board(prompt.fen)
+            assert board.turn == games.sides[i] and not board.is_game_over()
+            assert prompt.text.split()[1] == ("w" if games.sides[i] else "b")
+            seen.add(len(games.games[i]))
+    assert max(seen) > 4  # the games went on, two plies a call
+    assert {games.sides[i] for i in range(4)} == {chess.WHITE, chess.BLACK}
+    if opponent == "random+start":
+        assert set(games.against) == {"random", "start"}
+    if opponent != "random":
+        with pytest.raises(ValueError, match="start model"):
+            OwnGames([("e2e4",)], live=1, text_format="board", opponent="start").prompts(model, tok)
+
+
 def test_evaluate_tasks_greedy(tiny_policy):
     from chessrl.grpo import evaluate_tasks
 

@@ -83,6 +83,26 @@ def test_the_sft_packing_stage_pads_whole_game_blocks_and_counts_their_tokens() 
     )  # 5 + 4 tokens share a block
 
 
+def test_board_texts_are_learnt_on_their_answers_alone() -> None:
+    """The board format's loss is on the move (and <eos>) after each ``M:``, not on the squares,
+    in every text of a packed block."""
+    import chess
+
+    from chessrl.formats import BoardFormat
+    from pipelines.sft import answer_token, tokenize_and_pack
+
+    tok = build_chess_tokenizer()
+    board, texts = chess.Board(), []
+    for move in ("e2e4", "e7e5", "g1f3"):
+        texts.append(BoardFormat().policy_text(board, move))
+        board.push_uci(move)
+    out = tokenize_and_pack({"text": texts}, tok, block=256, answer_after=answer_token(tok))
+    [row], [marks] = out["input_ids"], out["targets"]
+    kept = [tok.convert_ids_to_tokens(int(t)) for t, m in zip(row, marks, strict=True) if m]
+    assert sorted(kept) == sorted([" e2e4", " e7e5", " g1f3"] + [tok.eos_token] * 3)
+    assert "targets" not in tokenize_and_pack({"text": texts}, tok, block=256)
+
+
 def test_the_legal_move_loss_weight_defaults_to_one_and_an_explicit_weight_is_kept() -> None:
     from pipelines.config import SftConfig
     from pipelines.sft import legal_move_tokens
