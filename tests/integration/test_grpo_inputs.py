@@ -41,6 +41,8 @@ def test_grpo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys, monk
     assert "grpo.own_positions" in line and "--masked" in line, line
     line = run("--own-positions", "1.5")
     assert "grpo.own_positions" in line, line
+    line = run("--own-opponent", "stockfish")
+    assert "grpo.own_opponent" in line and "random+start" in line, line
     line = run("--text-format", "fen")
     assert "grpo.text_format" in line and "rookworld" in line and "moves" in line, line
     monkeypatch.setenv("STOCKFISH_PATH", str(tmp_path / "no-stockfish"))
