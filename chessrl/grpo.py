@@ -656,6 +656,7 @@ class OwnGames:
         self.opponents = {"random+start": ("random", "start")}.get(opponent, (opponent,))
         self.rng = random.Random(seed)
         self.games: list[list[str]] = []
+        self.boards: list[chess.Board] = []  # each game's position, kept in step with its moves
         self.sides: list[chess.Color] = []  # the colour the policy plays in each game
         self.against: list[str] = []  # each game's opponent
         for _ in range(live):
@@ -668,10 +669,12 @@ class OwnGames:
         side = len(start) % 2 == 0  # the side to move at the start: white after an even ply count
         if i is None:
             self.games.append(list(start))
+            self.boards.append(self._board(start))
             self.sides.append(side)
             self.against.append(opponent)
         else:
             self.games[i], self.sides[i], self.against[i] = list(start), side, opponent
+            self.boards[i] = self._board(start)
 
     @staticmethod
     def _board(moves: Sequence[str]) -> chess.Board:
@@ -694,11 +697,10 @@ class OwnGames:
         from chessrl.models import prompt_ids
 
         fmt = get_format(self.text_format)
-        boards = [self._board(g) for g in self.games]
-        for i, board in enumerate(boards):
+        for i, board in enumerate(self.boards):
             if self._over(i, board):
                 self._fresh(i)
-                boards[i] = self._board(self.games[i])
+        boards = self.boards
         turn: dict[str, list[int]] = {"policy": [], "start": [], "random": []}
         for i, board in enumerate(boards):
             if self.against[i] == "self" or board.turn == self.sides[i]:
@@ -716,14 +718,17 @@ class OwnGames:
             spaced = [answer_spaced(fmt, self.games[i]) for i in idx]
             choices = masked_moves(net, tokenizer, [boards[i] for i in idx], rows, spaced, temperature=temp)
             for i, choice in zip(idx, choices, strict=True):
-                self.games[i].append(choice.moves[0])
+                self._push(i, choice.moves[0])
         for i in turn["random"]:
-            self.games[i].append(self.rng.choice(sorted(m.uci() for m in boards[i].legal_moves)))
+            self._push(i, self.rng.choice(sorted(m.uci() for m in boards[i].legal_moves)))
+
+    def _push(self, i: int, move: str) -> None:
+        self.games[i].append(move)
+        self.boards[i].push_uci(move)
 
     def _waiting(self) -> bool:
         """Whether a game has ended or waits for its opponent's move."""
-        for i, g in enumerate(self.games):
-            board = self._board(g)
+        for i, board in enumerate(self.boards):
             if self._over(i, board) or (self.against[i] != "self" and board.turn != self.sides[i]):
                 return True
         return False
@@ -746,8 +751,7 @@ class OwnGames:
         finally:
             model.train(was_training)
         out = []
-        for g in self.games:
-            board = self._board(g)
+        for g, board in zip(self.games, self.boards, strict=True):
             if self.text_format == "moves":
                 prompt = moves_prompt(g, "own")
             elif self.text_format == "board":

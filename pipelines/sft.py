@@ -40,6 +40,7 @@ from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, run_phase
 def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     """Runs in every Ray Train worker: build or load the model, train with TRL, report to Ray."""
     import datasets
+    import numpy as np
     import ray.train
     import torch
     from datasets.iterable_dataset import ExamplesIterable
@@ -80,11 +81,10 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
                 for i, (row, length) in enumerate(zip(batch["input_ids"], batch["length"], strict=True)):
                     # a fixed shape (no recompiles); the padding after the last game is not a target
                     ids = row.tolist()
-                    labels = ids[:length] + [-100] * (len(ids) - length)
+                    keep = np.arange(len(ids)) < length
                     if "targets" in batch:  # answer-only: the board's squares are read, not learnt
-                        labels = [
-                            t if keep else -100 for t, keep in zip(labels, batch["targets"][i], strict=True)
-                        ]
+                        keep &= batch["targets"][i].astype(bool)
+                    labels = np.where(keep, row, -100).tolist()
                     example = {"input_ids": ids, "labels": labels}
                     if legal_weight:
                         example["legal_moves"] = batch["legal_moves"][i]
