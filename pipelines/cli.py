@@ -39,17 +39,21 @@ PHASES: dict[str, tuple[str, str]] = {
         "pipelines.grpo",
         "GRPO on RookWorld tasks with Stockfish-verified rewards: EnginePool, Ray Train learner, resumable",
     ),
+    "dpo": (
+        "pipelines.dpo",
+        "DPO of the sft policy on the preference pairs (Ray Train + TRL DPOTrainer), paired move quality, resumable",
+    ),
     "selfplay": (
         "pipelines.selfplay",
         "AlphaZero-style training: batched-MCTS collectors, parameter server, Ray Train learner, gating",
     ),
     "rlaif": (
         "pipelines.rlaif",
-        "the whole pipeline as one resumable graph: prepare, sft, preferences, reward, ppo, grpo, evaluate",
+        "the whole pipeline as one resumable graph: prepare, sft, preferences, reward, ppo, grpo, dpo, evaluate",
     ),
     "tune": (
         "pipelines.tune",
-        "Ray Tune sweeps (grid/random, ASHA) of ppo.kl_coef, grpo.beta, selfplay.mcts_cpuct; best config as YAML",
+        "Ray Tune sweeps (grid/random, ASHA) of ppo.kl_coef, grpo.beta, dpo.beta, selfplay.mcts_cpuct; best config as YAML",
     ),
     # a command rather than a phase (no Ray): it serves a model for GUIs instead of producing data
     "uci": (

@@ -320,6 +320,63 @@ class RewardConfig(Section):
     model's config (``chessrl_reward_mean`` / ``chessrl_reward_std``) for normalisation."""
 
 
+class DPOConfig(Section):
+    """``dpo``: the sft policy trained directly on the preference pairs with TRL's DPOTrainer
+    inside a Ray Train TorchTrainer, the sft model its frozen reference."""
+
+    policy: str | None = None
+    """The starting policy: a saved model folder or s3:// prefix (default: this run's sft model).
+    Its text format (``chessrl_text_format`` in its config, else moves) shapes each pair's prompt."""
+    reference: str | None = None
+    """The frozen reference of the DPO loss (default: the policy as it starts); same architecture
+    and tokenizer as the policy."""
+    preferences: str | None = None
+    """The preference Parquet (default: this run's preferences output): ``train/`` shards are
+    trained on, ``heldout/`` shards measured (a folder without them: every twentieth board held out)."""
+    games: str | None = None
+    """Games table whose held-out games give the paired move-quality positions (default: this
+    run's prepare output; none: no paired measure)."""
+    kinds: list[Literal["worse", "ranked", "random", "illegal", "unparseable"]] = Field(
+        default_factory=lambda: ["worse", "ranked", "random", "illegal"], min_length=1
+    )
+    """The pair kinds trained on (a table without a kind column counts as worse)."""
+    beta: float = Field(0.1, gt=0)
+    """DPO's beta: how far the policy may move from the reference (the IPO loss: its regulariser)."""
+    loss_type: Literal["sigmoid", "ipo", "hinge", "robust", "apo_zero", "sppo_hard", "nca_pair"] = "sigmoid"
+    """TRL's DPO loss variant: sigmoid (DPO), ipo, hinge (SLiC), robust, apo_zero, sppo_hard, nca_pair."""
+    sft_weight: float = Field(0.0, ge=0)
+    """Weight of TRL's "sft" loss (the chosen move's negative log-likelihood) beside the DPO loss
+    (RPO); 0: none."""
+    label_smoothing: float = Field(0.0, ge=0, lt=0.5)
+    """Conservative DPO / robust loss: the assumed share of pairs whose label is wrong."""
+    max_steps: int = Field(200, ge=1)
+    """Optimizer steps."""
+    batch_size: int = Field(32, ge=1)
+    """Pairs per worker per step (each pair is two sequences, and two more for the reference)."""
+    learning_rate: float = Field(1e-4, gt=0)
+    """Peak learning rate (linear warm-up, then cosine decay)."""
+    warmup_steps: int = Field(10, ge=0)
+    """Linear warm-up steps."""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW weight decay."""
+    num_workers: int = Field(1, ge=1)
+    """Ray Train workers (data parallel; each reads its own shard of the pairs)."""
+    cpus_per_worker: int | None = Field(None, ge=1)
+    """CPUs each worker reserves (its torch threads); default: the cluster's CPUs split among workers."""
+    use_gpu: bool = False
+    """Train on GPUs."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """Training precision, as in sft."""
+    eval_every: int = Field(50, ge=1)
+    """Steps between held-out evaluations (the policy's choice accuracy on held-out pairs) and checkpoints."""
+    heldout_pairs: int = Field(1000, ge=0)
+    """Most held-out pairs measured."""
+    heldout_positions: int = Field(1000, ge=0)
+    """Positions of held-out games for the paired move quality of the start and final policies (0: none)."""
+    quality_nodes: int = Field(2000, ge=0)
+    """Stockfish's node limit for the paired move quality (0: not measured)."""
+
+
 class PPOConfig(Section):
     """``ppo``: the sft policy plays against an opponent pool on rollout collectors, the reward model
     scores each move (RewardServer), and a Ray Train learner improves it with PPO (clipped
@@ -610,6 +667,7 @@ RLAIF_PHASES: tuple[str, ...] = (
     "reward",
     "ppo",
     "grpo",
+    "dpo",
     "evaluate",
 )
 
@@ -654,6 +712,7 @@ class RlaifConfig(Section):
 TUNE_DEFAULTS: dict[str, tuple[str, str, dict[str, list[float]]]] = {
     "ppo": ("reward_mean", "max", {"ppo.kl_coef": [0.01, 0.03, 0.1, 0.3]}),
     "grpo": ("reward_mean", "max", {"grpo.beta": [0.0, 0.02, 0.04, 0.1]}),
+    "dpo": ("heldout_choice_accuracy", "max", {"dpo.beta": [0.03, 0.1, 0.3, 1.0]}),
     "selfplay": ("loss", "min", {"selfplay.mcts_cpuct": [1.0, 1.5, 2.5, 4.0]}),
 }
 #: The distributions a search-space key may draw from (``search: random`` only).
@@ -675,24 +734,24 @@ def _numbers(value: Any) -> Any:
 
 
 class TuneConfig(Section):
-    """``tune``: a Ray Tune sweep of one phase (ppo, grpo or selfplay) over keys of its section;
+    """``tune``: a Ray Tune sweep of one phase (ppo, grpo, dpo or selfplay) over keys of its section;
     each trial is a real run of the phase with its outputs under ``<run>/tune/<name>/``."""
 
-    phase: Literal["ppo", "grpo", "selfplay"] = "ppo"
+    phase: Literal["ppo", "grpo", "dpo", "selfplay"] = "ppo"
     """The phase each trial runs (its inputs come from this run, as for the phase itself)."""
     name: str = Field("sweep", pattern=r"^[A-Za-z0-9_.-]+$")
     """The sweep's name: its folder is <run>/tune/<name>; the same name again resumes it."""
     space: dict[str, Any] = Field(default_factory=dict)
     """Search space, KEY=VALUES each: ppo.kl_coef=0.01,0.1 (grid points, or choices with --search
     random) or grpo.beta='{loguniform: [0.001, 0.1]}' (uniform, loguniform, randint: random only).
-    Default: ppo.kl_coef, grpo.beta or selfplay.mcts_cpuct at four values."""
+    Default: ppo.kl_coef, grpo.beta, dpo.beta or selfplay.mcts_cpuct at four values."""
     search: Literal["grid", "random"] = "grid"
     """grid: every combination of the lists; random: draw --samples trials."""
     samples: int = Field(1, ge=1)
     """Tune's num_samples: with grid, runs of each grid point; with random, trials drawn."""
     metric: str | None = None
     """What the learner reports that picks the best trial (default: reward_mean for ppo and grpo,
-    loss for selfplay)."""
+    heldout_choice_accuracy for dpo, loss for selfplay)."""
     mode: Literal["max", "min"] | None = None
     """Whether the metric is better high or low (default: max for reward_mean, min for loss)."""
     scheduler: Literal["asha", "fifo"] = "asha"
@@ -773,5 +832,6 @@ class ChessRLConfig(Section):
     selfplay: SelfplayConfig = Field(default_factory=SelfplayConfig)
     ppo: PPOConfig = Field(default_factory=PPOConfig)
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    dpo: DPOConfig = Field(default_factory=DPOConfig)
     rlaif: RlaifConfig = Field(default_factory=RlaifConfig)
     tune: TuneConfig = Field(default_factory=TuneConfig)

@@ -289,10 +289,16 @@ def check_reward(config: ChessRLConfig, inputs: Inputs) -> RewardInputs:
 def preference_files(config: ChessRLConfig, inputs: Inputs) -> tuple[Storage, list[str], list[str], set[str]]:
     """The preference table's training and held-out Parquet files (relative names) and the
     columns every file has; a missing, empty or wrong-schema table is one clear error."""
+    cfg = config.reward
+    return preference_table(Storage.from_uri(cfg.preferences or inputs.folder("preferences").uri))
+
+
+def preference_table(source: Storage) -> tuple[Storage, list[str], list[str], set[str]]:
+    """The training and held-out Parquet files (relative names) of the preference table at
+    ``source`` and the columns every file has; a missing, empty or wrong-schema table is one
+    clear error (``reward`` and ``dpo`` read the pairs this way)."""
     import pyarrow.parquet as pq
 
-    cfg = config.reward
-    source = Storage.from_uri(cfg.preferences or inputs.folder("preferences").uri)
     files = sorted(f for f in source.list_files() if f.endswith(".parquet")) if source.exists() else []
     if not files:
         raise StorageError(

@@ -8,7 +8,8 @@
 The graph (:data:`NODES`)::
 
     prepare -> sft -> preferences -> reward -> ppo -> evaluate
-                  \\-> grpo ------------------------/
+                  |             \\-> dpo ----------------/
+                  \\-> grpo ------------------------------/
 
 Every phase runs the code of ``chess-rl <phase>`` (its ``Phase.run``) on one Ray session and
 reads the section of the same config, with its outputs under ``<storage>/<run>/<phase>/``. A
@@ -20,8 +21,8 @@ and everything downstream of it. ``grpo`` asks the sft model in its own format
 (``grpo.text_format: moves``); with ``rookworld`` (and no ``grpo.policy``) the graph adds an
 ``sft-rookworld`` node, the sft phase on the rookworld format, for grpo to start from.
 
-The last phase, ``evaluate``, is a round robin of the ppo and grpo policies, the sft start and a
-random mover (``rlaif.compare_games`` games a pairing, game pairs with colours swapped): the
+The last phase, ``evaluate``, is a round robin of the ppo, grpo and dpo policies, the sft start
+and a random mover (``rlaif.compare_games`` games a pairing, game pairs with colours swapped): the
 head-to-head scores say whether RL made the policy stronger than its start. For a decision with
 significance, run ``chess-rl evaluate --mode sprt`` on one pair.
 
@@ -72,7 +73,8 @@ NODES: tuple[Node, ...] = (
     Node("reward", ("preferences", "sft")),
     Node("ppo", ("prepare", "sft", "reward")),
     Node("grpo", ("prepare", "sft")),
-    Node("evaluate", ("sft", "ppo", "grpo")),
+    Node("dpo", ("prepare", "sft", "preferences")),
+    Node("evaluate", ("sft", "ppo", "grpo", "dpo")),
 )
 #: The extra node of a rookworld grpo with no policy of its own: ``sft --text-format rookworld``.
 ROOKWORLD_SFT = "sft-rookworld"
@@ -103,8 +105,8 @@ def graph_nodes(config: ChessRLConfig) -> tuple[Node, ...]:
     return tuple(out)
 
 
-DESCRIPTION = """Runs prepare -> sft -> preferences -> reward -> ppo and sft -> grpo, then an evaluate of the
-ppo and grpo policies against the sft start, on one Ray session. A phase whose manifest
+DESCRIPTION = """Runs prepare -> sft -> preferences -> reward -> ppo, preferences -> dpo and sft -> grpo, then an
+evaluate of the ppo, grpo and dpo policies against the sft start, on one Ray session. A phase whose manifest
 (<run>/rlaif/manifests/<phase>.json) holds the key of its config and inputs is skipped; the others
 resume from their own checkpoints. A changed section re-runs that phase and everything below it.
 Examples:
@@ -123,7 +125,7 @@ def phase_module(name: str) -> Phase:
 
 def node_config(config: ChessRLConfig, name: str, run_storage: Storage) -> ChessRLConfig:
     """The config a node runs with: the same config, except that ``sft-rookworld`` trains the
-    rookworld format and ``evaluate`` compares this run's ppo and grpo policies with the sft
+    rookworld format and ``evaluate`` compares this run's ppo, grpo and dpo policies with the sft
     start and a random mover."""
     for text_format, node in FORMAT_SFT.items():
         if name == node:
@@ -135,9 +137,9 @@ def node_config(config: ChessRLConfig, name: str, run_storage: Storage) -> Chess
         folder = run_storage.child(phase).child("model")
         return folder.root if folder.is_local else folder.uri
 
-    players = [f"lm:{model('ppo')},masked", f"lm:{model('grpo')},masked", "sft,masked", "random"]
+    players = [f"lm:{model('ppo')},masked", f"lm:{model('grpo')},masked", f"lm:{model('dpo')},masked", "sft,masked", "random"]
     if config.grpo.text_format == "board" and not config.grpo.policy:  # grpo's own start plays too
-        players.insert(3, f"lm:{model(BOARD_SFT)},masked")
+        players.insert(4, f"lm:{model(BOARD_SFT)},masked")
     evaluate = config.evaluate.model_copy(
         update={"players": players, "mode": "round_robin", "games": config.rlaif.compare_games,
                 "adjudicate_cp": config.rlaif.compare_adjudicate_cp}
@@ -377,7 +379,7 @@ def check_inputs(graph_run: GraphRun) -> None:
 
 
 def comparison(config: ChessRLConfig, run_storage: Storage) -> list[str]:
-    """The head-to-head table of the last evaluate (ppo, grpo, sft, random), from its games."""
+    """The head-to-head table of the last evaluate (ppo, grpo, dpo, sft, random), from its games."""
     from chessrl.arena import ArenaGame
     from chessrl.eval_report import comparison_lines
 
@@ -386,12 +388,12 @@ def comparison(config: ChessRLConfig, run_storage: Storage) -> list[str]:
     games = [ArenaGame.from_dict(json.loads(games_dir.read_text(p))) for p in games_dir.glob("*.json")]
     from chessrl.move_quality import quality_line
 
-    labels = {players[0]: "ppo", players[1]: "grpo", "sft,masked": "sft"}
+    labels = {players[0]: "ppo", players[1]: "grpo", players[2]: "dpo", "sft,masked": "sft"}
     labels.update({p: "sft-board" for p in players if BOARD_SFT in p})
     lines = [f"rlaif comparison ({len(games)} games, round robin, masked players, adjudicated at the ply cap; "
              "legal 1st: the share of the model's moves whose unmasked argmax was legal)",
              *(f"  {line}" for line in comparison_lines(games, players, labels))]  # fmt: skip
-    for phase in ("ppo", "grpo"):  # each RL policy against its own start on held-out positions
+    for phase in ("ppo", "grpo", "dpo"):  # each RL policy against its own start on held-out positions
         folder = run_storage.child(output_folder(config, phase))
         if folder.exists("summary.json"):
             quality = json.loads(folder.read_text("summary.json")).get("quality") or {}
@@ -408,7 +410,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     """Parse the flags, start Ray and MLflow once, and run the graph."""
     phase = Phase(
         name="rlaif",
-        summary="rlaif: the whole RLAIF pipeline (prepare, sft, preferences, reward, ppo, grpo, evaluate) as one resumable graph.",
+        summary="rlaif: the whole RLAIF pipeline (prepare, sft, preferences, reward, ppo, grpo, dpo, evaluate) as one resumable graph.",
         description=DESCRIPTION,
         section="rlaif",
         section_model=RlaifConfig,

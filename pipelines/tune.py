@@ -1,14 +1,16 @@
-"""``tune``: a Ray Tune sweep of one phase (``ppo``, ``grpo`` or ``selfplay``) over keys of its section.
+"""``tune``: a Ray Tune sweep of one phase (``ppo``, ``grpo``, ``dpo`` or ``selfplay``) over keys of its section.
 
     chess-rl tune --config tiny --phase grpo --space grpo.beta=0,0.04,0.1 --set grpo.iterations=40
     chess-rl tune --phase selfplay --search random --samples 8 --space 'selfplay.mcts_cpuct={uniform: [0.5, 4]}'
     chess-rl tune --phase ppo --space ppo.kl_coef=0.01,0.1 ppo.learning_rate=1e-5,3e-5 --scheduler fifo
+    chess-rl tune --phase dpo --space dpo.beta=0.03,0.1,0.3 --set dpo.max_steps=100
     chess-rl ppo --config runs/demo/tune/sweep/best.yaml      # the best trial's config, as a preset
 
 Each trial is a real run of the phase: the same code as ``chess-rl <phase>``, reading its inputs
 (the sft and reward models, the games) from the run like the phase itself, with its outputs
 under ``<storage>/<run>/tune/<name>/trials/<trial>/``. The learner's reports (every
-``checkpoint_interval`` iterations for ppo and grpo, every iteration for selfplay) reach Tune
+``checkpoint_interval`` iterations for ppo and grpo, every iteration for selfplay, every
+``eval_every`` steps for dpo, whose ``iteration`` is its optimizer step) reach Tune
 through Ray Train's ``TuneReportCallback``; ASHA stops the trials that trail the others at the
 same iteration. MLflow: the sweep is the ``tune`` run under this invocation's parent run, and each
 trial a run nested under it (``MLflowLoggerCallback`` with the ``mlflow.parentRunId`` tag), with
@@ -262,7 +264,7 @@ def run_tune(context: PhaseContext) -> PhaseResult:
     else:
         tuner = new_tuner(context, trainable, space, (storage_path, filesystem), metric, mode)
     results = tuner.fit()
-    iterations = int(getattr(config, cfg.phase).iterations)
+    iterations = phase_iterations(config, cfg.phase)
     rows = trial_rows(results, metric, iterations)
     sweep.write_text("trials.json", json.dumps(rows, indent=1, default=str))
     context.tracking.log_dict({"trials": rows}, "trials.json")
@@ -293,6 +295,17 @@ def run_tune(context: PhaseContext) -> PhaseResult:
     return PhaseResult(summary, lines=summary_lines(rows, best, metric, cfg.phase, sweep))
 
 
+def phase_iterations(config: ChessRLConfig, phase: str) -> int:
+    """How far a trial of ``phase`` runs, in the ``iteration`` its learner reports: learner
+    iterations (ppo, grpo, selfplay) or optimizer steps (dpo, a transformers Trainer).
+
+    >>> phase_iterations(ChessRLConfig(), "dpo"), phase_iterations(ChessRLConfig(), "ppo")
+    (200, 40)
+    """
+    section = getattr(config, phase)
+    return int(section.max_steps if phase == "dpo" else section.iterations)
+
+
 def new_tuner(
     context: PhaseContext, trainable: Any, space: dict[str, Any], storage: tuple[str, Any], metric: str, mode: str,
 ) -> Any:  # fmt: skip
@@ -305,7 +318,7 @@ def new_tuner(
     scheduler = None
     if cfg.scheduler == "asha":
         scheduler = ASHAScheduler(
-            time_attr="iteration", max_t=max(int(getattr(config, cfg.phase).iterations), 1),
+            time_attr="iteration", max_t=max(phase_iterations(config, cfg.phase), 1),
             grace_period=cfg.grace_period, reduction_factor=cfg.reduction_factor,
         )  # fmt: skip
     total = cfg.samples * (math.prod(len(v) for v in space.values()) if cfg.search == "grid" else 1)

@@ -36,6 +36,8 @@ MICRO = {
             "heldout_positions": 8, "time_limit_minutes": None},
     "grpo": {"text_format": "moves", "policy_share": 1.0, "iterations": 2, "prompts_per_iteration": 4,
              "group_size": 4, "stockfish_nodes": 200, "heldout_positions": 8, "time_limit_minutes": None},
+    "dpo": {"max_steps": 2, "batch_size": 4, "warmup_steps": 0, "eval_every": 2, "heldout_pairs": 20,
+            "heldout_positions": 8, "quality_nodes": 200},
     "evaluate": {"ladder": False, "suites": [], "quality_nodes": 0, "max_plies": 40, "random_plies": 4},
     "rlaif": {"compare_games": 2},
 }  # fmt: skip
@@ -101,13 +103,14 @@ def test_rlaif_killed_during_reward_resumes_and_skips_what_finished(micro_run):
     graph = json.loads(micro_run["graph"])
     states = {n["node"]: n["state"] for n in graph["nodes"]}
     assert states == {"prepare": "skipped", "sft": "skipped", "preferences": "skipped", "reward": "done",
-                      "ppo": "done", "grpo": "done", "evaluate": "done"}  # fmt: skip
+                      "ppo": "done", "grpo": "done", "dpo": "done", "evaluate": "done"}  # fmt: skip
     assert all((manifests / f"{n}.json").read_bytes() == b for n, b in finished.items())
     assert (run / "sft" / "model" / "model.safetensors").read_bytes() == micro_run["sft_model"]
     # the driver says what runs, and each learner's progress; no Ray worker line repeats it
-    assert "[rlaif] plan: 4 phase(s) to run: reward, ppo, grpo, evaluate" in rerun.stderr
+    assert "[rlaif] plan: 5 phase(s) to run: reward, ppo, grpo, dpo, evaluate" in rerun.stderr
     assert "[rlaif] plan: skipped (done with this config): prepare, sft, preferences" in rerun.stderr
-    for last in ("[reward] step 16/16 (100%)", "[ppo] iteration 2/2 (100%)", "[grpo] iteration 2/2 (100%)"):
+    for last in ("[reward] step 16/16 (100%)", "[ppo] iteration 2/2 (100%)", "[grpo] iteration 2/2 (100%)",
+                 "[dpo] step 2/2 (100%)"):
         assert last in rerun.stderr, last
     assert not re.findall(r"\((RayTrainWorker|TrainController) pid=\d+\).*(\] iteration \d|\] step \d|\{'loss')", out)
     assert "[reward] resuming from the checkpoint of step" in out
@@ -119,18 +122,18 @@ def test_rlaif_killed_during_reward_resumes_and_skips_what_finished(micro_run):
     assert 0 < reward["resumed_from_step"] < MICRO["reward"]["max_steps"]
     assert f"resumed from step {reward['resumed_from_step']}" in rerun.stdout
     assert "Stockfish scores every legal move" in first_log and "Stockfish scores every legal move" not in out
-    for name in ("reward", "ppo", "grpo"):
+    for name in ("reward", "ppo", "grpo", "dpo"):
         assert (run / name / "model" / "config.json").exists(), name
     assert json.loads((run / "grpo" / "model" / "config.json").read_text())["chessrl_text_format"] == "moves"
     results = json.loads((run / "evaluate" / "eval" / "results.json").read_text())
-    ppo, grpo = f"lm:{run / 'ppo' / 'model'},masked", f"lm:{run / 'grpo' / 'model'},masked"
-    assert results["players"] == [ppo, grpo, "sft,masked", "random"]  # masked, adjudicated at the cap
-    assert results["games"] == 6 * 2  # a round robin of 4 players, 2 games a pairing
+    ppo, grpo, dpo = (f"lm:{run / name / 'model'},masked" for name in ("ppo", "grpo", "dpo"))
+    assert results["players"] == [ppo, grpo, dpo, "sft,masked", "random"]  # masked, adjudicated at the cap
+    assert results["games"] == 10 * 2  # a round robin of 5 players, 2 games a pairing
     assert "evaluate summary" in rerun.stdout and "rlaif: graph state" in rerun.stdout
     assert "```mermaid" in (run / "rlaif" / "graph.md").read_text()
     table = (run / "rlaif" / "comparison.md").read_text()
     assert "ppo" in table and "grpo" in table and "(anchor)" in table and "row vs column" in table
-    assert "ppo paired quality" in table and "grpo paired quality" in table  # each against its start
+    assert all(f"{p} paired quality" in table for p in ("ppo", "grpo", "dpo"))  # each against its start
 
 
 @pytest.mark.slow
@@ -141,9 +144,9 @@ def test_a_changed_grpo_section_reruns_grpo_and_evaluate_only(micro_run):
     graph = json.loads((run / "rlaif" / "graph.json").read_text())
     states = {n["node"]: n["state"] for n in graph["nodes"]}
     assert states == {"prepare": "skipped", "sft": "skipped", "preferences": "skipped", "reward": "skipped",
-                      "ppo": "skipped", "grpo": "done", "evaluate": "done"}  # fmt: skip
+                      "ppo": "skipped", "grpo": "done", "dpo": "skipped", "evaluate": "done"}  # fmt: skip
     after = {p.name: p.read_bytes() for p in (run / "rlaif" / "manifests").glob("*.json")}
-    unchanged = {"prepare.json", "sft.json", "preferences.json", "reward.json", "ppo.json"}
+    unchanged = {"prepare.json", "sft.json", "preferences.json", "reward.json", "ppo.json", "dpo.json"}
     assert {n for n in unchanged if after[n] == before[n]} == unchanged
     assert after["grpo.json"] != before["grpo.json"] and after["evaluate.json"] != before["evaluate.json"]
     assert "its config or an input changed: clearing" in changed.stderr

@@ -43,7 +43,7 @@ servers = _load(HERE / "conftest.py", "_system_servers")
 MICRO: dict[str, Any] = _load(HERE.parent / "integration" / "test_rlaif.py", "_integration_rlaif").MICRO
 Cluster, RAY = servers.Cluster, servers.RAY
 
-PHASES = ("prepare", "sft", "preferences", "reward", "ppo", "grpo", "evaluate")
+PHASES = ("prepare", "sft", "preferences", "reward", "ppo", "grpo", "dpo", "evaluate")
 BUCKET = "rlaif-runs"
 JOB_DEADLINE_S = 480  # the job takes about 4 min on 2 loaded cores; each wait has its deadline
 
@@ -106,7 +106,7 @@ def test_rlaif_as_one_job_on_two_nodes_with_s3(
         manifest = json.loads(read(f"rlaif/manifests/{phase}.json"))
         assert manifest["key"] == graph["keys"][phase], (phase, manifest)
     assert not [k for k in keys if k.endswith(".started.json")], listing  # every phase finished
-    for phase in ("sft", "reward", "ppo", "grpo"):
+    for phase in ("sft", "reward", "ppo", "grpo", "dpo"):
         assert f"{phase}/model/config.json" in keys, (phase, listing)
     assert json.loads(read("grpo/model/config.json"))["chessrl_text_format"] == "moves"
 
@@ -126,8 +126,9 @@ def test_rlaif_as_one_job_on_two_nodes_with_s3(
 
     results = json.loads(read("evaluate/eval/results.json"))
     model = f"s3://{BUCKET}/{prefix}"
-    assert results["players"] == [f"lm:{model}/ppo/model,masked", f"lm:{model}/grpo/model,masked", "sft,masked", "random"]
-    assert results["games"] == 6 * config["rlaif"]["compare_games"]  # a round robin of 4 players
+    assert results["players"] == [f"lm:{model}/ppo/model,masked", f"lm:{model}/grpo/model,masked",
+                                  f"lm:{model}/dpo/model,masked", "sft,masked", "random"]  # fmt: skip
+    assert results["games"] == 10 * config["rlaif"]["compare_games"]  # a round robin of 5 players
 
     # The work ran on both nodes: where the state API says each task and actor of the job ran
     # (the job's own Ray job id, so not the job supervisor's actor).

@@ -27,6 +27,7 @@ def test_help_lists_the_phases(
         "reward",
         "ppo",
         "grpo",
+        "dpo",
         "selfplay",
         "rlaif",
         "tune",
@@ -60,5 +61,5 @@ def test_unknown_phase_exits_2_and_says_what_exists(capsys: pytest.CaptureFixtur
     assert captured.out == ""
     assert (
         captured.err
-        == "error: unknown phase 'prepar'; phases: prepare, sft, evaluate, preferences, reward, ppo, grpo, selfplay, rlaif, tune, uci (chess-rl --help)\n"
+        == "error: unknown phase 'prepar'; phases: prepare, sft, evaluate, preferences, reward, ppo, grpo, dpo, selfplay, rlaif, tune, uci (chess-rl --help)\n"
     )

@@ -114,12 +114,12 @@ def test_rlaif_runs_everything_once_then_skips_then_reruns_what_a_change_reaches
     phases = Phases(root)
     run = graph_run(tmp_path, phases)
     assert run.run()
-    order = ["prepare", "sft", "preferences", "reward", "ppo", "grpo", "evaluate"]
+    order = ["prepare", "sft", "preferences", "reward", "ppo", "grpo", "dpo", "evaluate"]
     assert phases.calls == order
     assert all(s.state == "done" for s in run.states.values())
     manifests = {n: (tmp_path / "r" / "rlaif" / "manifests" / f"{n}.json").read_text() for n in order}
     graph = json.loads((tmp_path / "r" / "rlaif" / "graph.json").read_text())
-    assert [n["state"] for n in graph["nodes"]] == ["done"] * 7
+    assert [n["state"] for n in graph["nodes"]] == ["done"] * 8
     assert "```mermaid" in (tmp_path / "r" / "rlaif" / "graph.md").read_text()
 
     phases.calls.clear()  # the same command again: nothing runs, manifests untouched
@@ -159,11 +159,11 @@ def test_a_failure_blocks_its_dependents_and_the_other_branch_goes_on(tmp_path):
     )
     run = graph_run(tmp_path, phases)
     assert not run.run()
-    assert phases.calls == ["prepare", "sft", "preferences", "reward", "grpo"]
+    assert phases.calls == ["prepare", "sft", "preferences", "reward", "grpo", "dpo"]
     st = run.states
     assert st["reward"].state == "failed" and "no preference pairs" in st["reward"].note
     assert st["ppo"].state == "blocked" and "reward" in st["ppo"].note
-    assert st["evaluate"].state == "blocked" and st["grpo"].state == "done"
+    assert st["evaluate"].state == "blocked" and st["grpo"].state == "done" and st["dpo"].state == "done"
     assert not (tmp_path / "r" / "rlaif" / "manifests" / "reward.json").exists()
 
     phases.calls.clear()  # a crash (not a user's mistake) is failed too, with its exception's first line
@@ -187,7 +187,7 @@ def test_only_a_phase_whose_inputs_are_not_done_is_blocked_with_the_reason(tmp_p
 
 
 def test_unknown_phase_names_are_one_config_error():
-    for key, value in (("only", ["ppo", "dpo"]), ("force", ["x"]), ("start", "y")):
+    for key, value in (("only", ["ppo", "xpo"]), ("force", ["x"]), ("start", "y")):
         with pytest.raises(ConfigError, match=f"rlaif.{key}.*unknown phase"):
             load_config(ChessRLConfig, path=None, overrides={f"rlaif.{key}": (value, f"--{key}")})
 
@@ -200,7 +200,7 @@ def test_a_rookworld_grpo_gets_its_own_rookworld_sft_node(tmp_path):
     run = GraphRun(config, phases.root, lambda _: None, phases)
     assert run.graph.nodes["grpo"].needs == ("prepare", "sft-rookworld")
     assert run.run() and phases.calls == ["prepare", "sft", "preferences", "reward", "ppo", "sft-rookworld", "grpo",
-                                          "evaluate"]  # fmt: skip
+                                          "dpo", "evaluate"]  # fmt: skip
     assert node_config(config, "sft-rookworld", phases.root).sft.text_format == "rookworld"
     assert node_config(config, "sft", phases.root).sft.text_format == "moves"
     assert run.keys["sft-rookworld"] != run.keys["sft"]
@@ -220,12 +220,12 @@ def test_an_interrupted_phase_resumes_its_own_work_and_an_upstream_rerun_invalid
     phases.found.clear()
     root.child("reward").write_text("out.txt", "half")  # what reward had written before the kill
     assert graph_run(tmp_path, phases).run()
-    assert phases.calls == ["reward", "ppo", "grpo", "evaluate"] and phases.found["reward"] is True  # resumed
+    assert phases.calls == ["reward", "ppo", "grpo", "dpo", "evaluate"] and phases.found["reward"] is True  # resumed
 
     phases.calls.clear()  # only sft, forced: everything built from the old sft is no longer done
     assert graph_run(tmp_path, phases, only=["sft"], force=["sft"]).run() and phases.calls == ["sft"]
     assert graph_run(tmp_path, phases).run()
-    assert phases.calls == ["sft", "preferences", "reward", "ppo", "grpo", "evaluate"]
+    assert phases.calls == ["sft", "preferences", "reward", "ppo", "grpo", "dpo", "evaluate"]
 
 
 def test_force_of_a_phase_not_in_the_graph_and_a_rookworld_sft_are_config_errors(tmp_path):
@@ -254,7 +254,7 @@ def test_a_board_grpo_gets_its_own_board_sft_node_and_plays_in_the_comparison(tm
     assert "sft-board" in run.graph.nodes["evaluate"].needs  # grpo's start plays in the comparison
     assert node_config(config, "sft-board", phases.root).sft.text_format == "board"
     players = node_config(config, "evaluate", phases.root).evaluate
-    assert players.players[1].endswith("grpo/model,masked") and players.players[3].endswith("sft-board/model,masked")
+    assert players.players[1].endswith("grpo/model,masked") and players.players[4].endswith("sft-board/model,masked")
     assert players.adjudicate_cp == config.rlaif.compare_adjudicate_cp and all(
         p.endswith(",masked") for p in players.players if p != "random"
     )

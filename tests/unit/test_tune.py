@@ -77,7 +77,8 @@ def test_the_command_reports_a_bad_space_in_one_line_before_ray_starts(tmp_path,
         (["--space", "ppo.kl=0.1,0.2"], "did you mean ppo.kl_coef?"),
         (["--phase", "grpo", "--space", "selfplay.mcts_cpuct=1,2"], "a grpo sweep varies keys of its own section"),
         (["--space", "ppo.kl_coef={uniform: [0, 1]}"], "use search: random"),
-        (["--phase", "dpo"], "tune.phase"),
+        (["--phase", "xpo"], "tune.phase"),
+        (["--phase", "dpo"], "no model at"),  # a dpo sweep checks dpo's inputs: no sft model here
     ]
     for args, expected in cases:
         assert tune.main([*common, *args]) == EXIT_USER_ERROR
