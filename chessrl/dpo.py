@@ -46,15 +46,18 @@ class PairIds:
     rejected: list[int]
 
 
-def position_of(prompt: str, fen: str | None) -> tuple[chess.Board, list[str]] | None:
+def position_of(prompt: str, fen: str | None) -> tuple[chess.Board, list[str] | None] | None:
     """The board a pair asks about and the moves that led there: the prompt's UCI moves replayed
-    from the start (the preference table's ``prompt``), else ``fen`` with no history; None when
-    neither gives a legal position.
+    from the start (the preference table's ``prompt``) when they reach ``fen`` (or there is no
+    fen), else ``fen`` with no history (None: a moves-format prompt cannot be written); None
+    when neither gives a legal position.
 
     >>> board, history = position_of("e2e4 e7e5", None)
     >>> history, board.fen().split()[0]
     (['e2e4', 'e7e5'], 'rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR')
     >>> position_of("e2e4 e2e4", None) is None
+    True
+    >>> position_of("", "4k3/8/8/8/8/8/8/4K2R w K - 0 1")[1] is None
     True
     """
     board = chess.Board()
@@ -62,16 +65,20 @@ def position_of(prompt: str, fen: str | None) -> tuple[chess.Board, list[str]] |
     try:
         for uci in moves:
             board.push_uci(uci)
-        return board, moves
+        replayed: chess.Board | None = board
     except ValueError:
-        pass
+        replayed = None
     if not fen:
-        return None
+        return (replayed, moves) if replayed is not None else None
     try:
-        board = chess.Board(fen)
+        given = chess.Board(fen)
     except ValueError:
+        given = None
+    if replayed is not None and (given is None or replayed.fen().split()[:4] == given.fen().split()[:4]):
+        return replayed, moves
+    if given is None or not given.is_valid():
         return None
-    return (board, []) if board.is_valid() else None
+    return given, None
 
 
 def pair_ids(
@@ -79,15 +86,18 @@ def pair_ids(
 ) -> PairIds | None:
     """A preference row's ids in ``fmt``: the prompt that asks for the move (the moves so far, or
     the position in a board/RookWorld format) and each move's answer text (``" e2e4"``; a game's
-    first move has no space in the moves format). None when the position cannot be rebuilt or
-    a completion is empty."""
+    first move has no space in the moves format). None when the position cannot be rebuilt (for
+    the moves format: from the prompt's moves), or a completion is empty."""
     from chessrl.models import prompt_ids
 
     found = position_of(prompt, fen)
     if found is None:
         return None
     board, history = found
-    if not isinstance(fmt, MovesFormat):
+    if isinstance(fmt, MovesFormat):
+        if history is None:
+            return None  # a position without the moves that reach it: no moves-format prompt
+    else:
         history = []
     ask = fmt.prompt_for(board, history)
     start = prompt_ids(tokenizer, ask)

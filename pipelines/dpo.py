@@ -144,10 +144,9 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             state.log_history.append({"resumed_from_step": state.global_step})
             self.first_step = state.global_step
             if rank == 0 and heldout:
+                # the reference's figure; the start's too unless --reference is another model
                 self.reference = logps(reference)
-                start = choice_accuracy(*self.reference)
-                state.log_history.append({"start_heldout_choice_accuracy": start})
-                self.start_accuracy = start
+                self.start_accuracy = choice_accuracy(*self.reference)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             step = state.global_step
@@ -160,7 +159,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
                 metrics = {
                     "heldout_choice_accuracy": choice_accuracy(chosen, rejected) or 0.0,
                     "heldout_reward_accuracy": implicit_accuracy(chosen, rejected, *self.reference) or 0.0,
-                    "start_heldout_choice_accuracy": self.start_accuracy or 0.0,
+                    "reference_heldout_choice_accuracy": self.start_accuracy or 0.0,
                 }
             metrics["heldout_eval_s"] = time.perf_counter() - now
             done = max(1, step - self.first_step)
@@ -196,7 +195,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             if "heldout_choice_accuracy" in metrics:
                 figures.append(
                     f"held-out: Stockfish's move likelier {metrics['heldout_choice_accuracy']:.1%} "
-                    f"(start {metrics['start_heldout_choice_accuracy']:.1%}), "
+                    f"({cfg['reference_name']} {metrics['reference_heldout_choice_accuracy']:.1%}), "
                     f"reward accuracy {metrics['heldout_reward_accuracy']:.1%}"
                 )
             report_progress(
@@ -526,6 +525,7 @@ def run_dpo(context: PhaseContext) -> PhaseResult:
         {
             "policy": policy,
             "reference": reference,
+            "reference_name": "start" if reference == policy else "reference",
             "max_steps": cfg.max_steps,
             "batch_size": cfg.batch_size,
             "learning_rate": cfg.learning_rate,
@@ -595,7 +595,7 @@ def run_dpo(context: PhaseContext) -> PhaseResult:
         "train_reward_accuracy": metrics.get("rewards/accuracies"),
         "train_reward_margin": metrics.get("rewards/margins"),
         "heldout_choice_accuracy": metrics.get("heldout_choice_accuracy"),
-        "start_heldout_choice_accuracy": metrics.get("start_heldout_choice_accuracy"),
+        "reference_heldout_choice_accuracy": metrics.get("reference_heldout_choice_accuracy"),
         "heldout_reward_accuracy": metrics.get("heldout_reward_accuracy"),
         "train_pairs_per_s": metrics.get("train_pairs_per_s"),
         "quality": quality,
@@ -622,8 +622,9 @@ def summary_lines(summary: dict[str, Any], cfg: DPOConfig) -> list[str]:
         f"{summary['beta']:g}; loss {float(summary['loss'] if summary['loss'] is not None else 'nan'):.3f}, "
         f"training reward accuracy {pct('train_reward_accuracy')})"
         + (f", resumed from step {summary['resumed_from_step']}" if summary["resumed_from_step"] else ""),
-        f"  held-out      Stockfish's move the likelier {pct('start_heldout_choice_accuracy')} -> "
-        f"{pct('heldout_choice_accuracy')} of pairs; implicit reward accuracy {pct('heldout_reward_accuracy')}",
+        f"  held-out      Stockfish's move the likelier on {pct('heldout_choice_accuracy')} of pairs "
+        f"({'start' if summary['reference'] == summary['policy'] else 'reference'}: "
+        f"{pct('reference_heldout_choice_accuracy')}); implicit reward accuracy {pct('heldout_reward_accuracy')}",
         *(
             [
                 f"  paired        {quality_line(summary['quality'])} (masked argmax, Stockfish {cfg.quality_nodes} nodes)"
