@@ -31,6 +31,7 @@ import json
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,9 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     from cluster.progress import report_progress
     from cluster.tracking import RunMetricsLogger
 
+    # TRL asks the model is_gradient_checkpointing, which transformers 5 renamed: one
+    # FutureWarning per step otherwise
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     model, tokenizer = load_pretrained(cfg["policy"])
     reference, _ = load_pretrained(cfg["reference"])
     shard = ray.train.get_dataset_shard("train")
