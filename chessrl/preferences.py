@@ -34,7 +34,7 @@ from typing import Any, Literal
 import chess
 import pyarrow as pa
 
-from chessrl.formats import MovesFormat, parse_move
+from chessrl.formats import MovesFormat, TextFormat, parse_move
 from chessrl.suites import CP_CAP
 
 GamePhase = Literal["opening", "middlegame", "endgame"]
@@ -93,6 +93,18 @@ class PrefPosition:
     def completion(self, move: str) -> str:
         """The text after the prompt for ``move`` (its leading space when moves came before)."""
         return MovesFormat().completion(self.moves_before, move)
+
+    def asked(self, fmt: TextFormat) -> str:
+        """The prompt that asks a policy of text format ``fmt`` for the move here: the moves so
+        far (:attr:`prompt`), or the position itself in a board or RookWorld format. The table's
+        ``prompt`` stays the moves so far either way (with ``fen``, any format rebuilds it).
+
+        >>> from chessrl.formats import BoardFormat
+        >>> p = position_from_moves("g", 1, ["e2e4"], source="train")
+        >>> p.asked(MovesFormat()), p.asked(BoardFormat())[-11:]
+        ('e2e4', 'b KQkq - M:')
+        """
+        return fmt.prompt_for(chess.Board(self.fen), self.moves_before)
 
 
 def position_from_moves(game_id: str, ply: int, moves: Sequence[str], *, source: str) -> PrefPosition:

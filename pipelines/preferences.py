@@ -7,7 +7,9 @@
 Positions come from the games table, training pairs from the training games and held-out pairs
 from the held-out games (sft's split, by game id; a held-out board also seen in training is left
 out). For each shard of positions, :class:`actors.policy_sampler.PolicySampler` actors propose
-``k`` moves a position in batched ``generate`` calls while the :class:`actors.engine_pool.EnginePool`
+``k`` moves a position in batched ``generate`` calls, each position asked in the policy's own
+text format (the moves so far, or the board for a ``board``/RookWorld policy: its
+``chessrl_text_format``; the table's ``prompt`` is the moves so far either way), while the :class:`actors.engine_pool.EnginePool`
 finds Stockfish's move at ``nodes``; then the pool scores every distinct legal proposal (the
 position after it, batched) and :func:`chessrl.preferences.make_pairs` keeps a pair where the
 proposal is ``margin_cp`` or more below Stockfish's move, or is no legal move at all (their share
@@ -30,6 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from chessrl.engine import SearchLimit
+from chessrl.formats import get_format
 from chessrl.lm_data import split_games
 from chessrl.preferences import (
     PREFERENCE_SCHEMA,
@@ -62,6 +65,15 @@ def policy_location(config: ChessRLConfig, inputs: Inputs) -> str:
         config.preferences.policy, inputs.folder("sft").child("model"), "preferences.policy (--policy)", "sft",
         produced=inputs.will_write("sft"),
     )  # fmt: skip
+
+
+def policy_text_format(policy: str) -> str:
+    """The text format the proposing policy was trained on (``chessrl_text_format`` in its
+    config, as sft writes it; moves without): its proposals are asked in that format."""
+    from chessrl.models import local_checkpoint
+
+    config = json.loads((local_checkpoint(policy) / "config.json").read_text())
+    return str(config.get("chessrl_text_format") or "moves")
 
 
 def check_preferences(config: ChessRLConfig, inputs: Inputs) -> tuple[str, Storage]:
@@ -190,6 +202,8 @@ def run_preferences(context: PhaseContext) -> PhaseResult:
     log = context.log
     seed = context.config.run.seed
     policy, source = check_preferences(context.config, Inputs.of_context(context))
+    text_format = policy_text_format(policy)
+    fmt = get_format(text_format)
     rows = read_games(source)
     rule = PairRule(margin_cp=cfg.margin_cp, ranked=cfg.ranked_pairs)
     train, held = plan_positions(rows, cfg, context.config.sft.heldout_fraction, seed)
@@ -208,7 +222,7 @@ def run_preferences(context: PhaseContext) -> PhaseResult:
     log(
         f"{len(train):,} training and {len(held):,} held-out positions from {len(rows):,} games at {source.uri}; "
         f"{len(shards)} shards ({len(shards) - len(pending)} already written, {len(pending)} to make); "
-        f"policy {policy}, k={cfg.k}, Stockfish at {cfg.nodes:,} nodes"
+        f"policy {policy} (asked in its {text_format} format), k={cfg.k}, Stockfish at {cfg.nodes:,} nodes"
     )
     totals: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
@@ -241,7 +255,7 @@ def run_preferences(context: PhaseContext) -> PhaseResult:
                 ]
                 return [
                     samplers[j % len(samplers)].propose.remote(
-                        [p.prompt for p in chunk], cfg.k, cfg.temperature, seed * 1_000_003 + index * 1009 + j
+                        [p.asked(fmt) for p in chunk], cfg.k, cfg.temperature, seed * 1_000_003 + index * 1009 + j
                     )
                     for j, chunk in enumerate(chunks)
                 ]
@@ -297,6 +311,7 @@ def run_preferences(context: PhaseContext) -> PhaseResult:
         "phase": "preferences",
         "games": source.uri,
         "policy": policy,
+        "text_format": text_format,
         "positions": {"train": len(train), "heldout": len(held)},
         "pairs": {"train": counts.get("train", 0), "heldout": counts.get("heldout", 0)},
         "made_now": made,
