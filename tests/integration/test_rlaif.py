@@ -215,7 +215,7 @@ def test_rlaif_bad_input_is_one_line_before_any_work(tmp_path, capsys):
 
     common = ["--storage", str(tmp_path), "--run-name", "bad", "--no-tracking"]
     cases = [
-        (["--only", "dpo"], "rlaif.only"),
+        (["--only", "xpo"], "rlaif.only"),
         (["--from", "nowhere"], "--from"),
         (["--force", "sft", "x"], "rlaif.force"),
         (["--compare-games", "1"], "rlaif.compare_games"),
