@@ -483,23 +483,13 @@ def run_dpo(context: PhaseContext) -> PhaseResult:
         ]
     else:
         train = kept
-        held_rows = []
-        for row in read_heldout(source, held_files, cfg.heldout_pairs * 2, seed):
-            if str(row.get("kind") or "worse") not in cfg.kinds:
-                continue
-            ids = pair_ids(
-                tokenizer,
-                get_format(text_format),
-                str(row["prompt"]),
-                row.get("fen"),
-                str(row["chosen"]),
-                str(row["rejected"]),
-            )
-            if ids is not None and len(ids.prompt) + max(len(ids.chosen), len(ids.rejected)) <= max_length:
-                held_rows.append(
-                    {"prompt_ids": ids.prompt, "chosen_ids": ids.chosen, "rejected_ids": ids.rejected}
-                )
-        held_rows = held_rows[: cfg.heldout_pairs]
+        # the training pairs' rules (kinds, rebuildable, fits), applied by the same stage
+        rows = read_heldout(source, held_files, cfg.heldout_pairs * 2, seed)
+        batch = {c: [r.get(c) for r in rows] for c in columns}
+        ids = tokenize_pairs(batch, **{**stage, "holdout": False}) if rows else {"keep": []}
+        held_rows = [
+            {k: ids[k][i].tolist() for k in ID_COLUMNS} for i, keep in enumerate(ids["keep"]) if keep
+        ][: cfg.heldout_pairs]
     # materialized here: the trainer's workers may take every CPU, leaving none for Ray Data tasks
     train = train.select_columns(list(ID_COLUMNS)).materialize()
     train_pairs = train.count()

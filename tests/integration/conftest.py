@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,3 +64,44 @@ def _registered_checkpoints(phase: Path) -> int:
 def registered_checkpoints():
     """:func:`_registered_checkpoints`, for the tests that kill a driver after a checkpoint."""
     return _registered_checkpoints
+
+
+def _preference_pair_rows(games: list[list[str]], source: str, rng: Any) -> list[dict[str, Any]]:
+    """Preference rows in the table's schema from real games: every third ply of a game's first
+    40, the move played chosen over another legal move (what reward and dpo train on in their
+    tests; the judging itself is test_preferences_phase's)."""
+    import chess
+
+    from chessrl.formats import MovesFormat
+
+    fmt = MovesFormat()
+    rows = []
+    for g, moves in enumerate(games):
+        board = chess.Board()
+        for ply, move in enumerate(moves[:40]):
+            others = sorted(m.uci() for m in board.legal_moves if m.uci() != move)
+            if others and ply % 3 == 0:
+                before = moves[:ply]
+                rows.append(
+                    {
+                        "prompt": fmt.prompt(before),
+                        "chosen": fmt.completion(before, move),
+                        "rejected": fmt.completion(before, rng.choice(others)),
+                        "chosen_score": 0,
+                        "rejected_score": -100,
+                        "fen": board.fen(),
+                        "source": source,
+                        "game_id": f"{source}-{g}",
+                        "ply": ply,
+                        "phase": "opening",
+                        "kind": "worse",
+                    }
+                )
+            board.push_uci(move)
+    return rows
+
+
+@pytest.fixture(scope="session")
+def preference_pair_rows():
+    """:func:`_preference_pair_rows`, for the tests that build a preference table."""
+    return _preference_pair_rows

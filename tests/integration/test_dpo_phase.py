@@ -21,12 +21,10 @@ import textwrap
 import time
 from pathlib import Path
 
-import chess
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from chessrl.formats import MovesFormat
 from chessrl.pgn import decode_game, iter_raw_games, parse_game
 from chessrl.preferences import PREFERENCE_SCHEMA
 from pipelines import dpo
@@ -36,37 +34,8 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def pair_rows(games: list[list[str]], source: str, rng: random.Random) -> list[dict]:
-    """Every third ply of a game's first 40: the move played over another legal move."""
-    fmt = MovesFormat()
-    rows = []
-    for g, moves in enumerate(games):
-        board = chess.Board()
-        for ply, move in enumerate(moves[:40]):
-            others = sorted(m.uci() for m in board.legal_moves if m.uci() != move)
-            if others and ply % 3 == 0:
-                before = moves[:ply]
-                rows.append(
-                    {
-                        "prompt": fmt.prompt(before),
-                        "chosen": fmt.completion(before, move),
-                        "rejected": fmt.completion(before, rng.choice(others)),
-                        "chosen_score": 0,
-                        "rejected_score": -100,
-                        "fen": board.fen(),
-                        "source": source,
-                        "game_id": f"{source}-{g}",
-                        "ply": ply,
-                        "phase": "opening",
-                        "kind": "worse",
-                    }
-                )
-            board.push_uci(move)
-    return rows
-
-
 @pytest.fixture(scope="module")
-def prefs(tmp_path_factory, pgn_dir) -> Path:
+def prefs(tmp_path_factory, pgn_dir, preference_pair_rows) -> Path:
     """A preference table of 8 real games: 6 to train on (~80 pairs), 2 held out."""
     games = []
     with open(pgn_dir / "lichess-2021-10-sample.pgn", "rb") as handle:
@@ -81,7 +50,7 @@ def prefs(tmp_path_factory, pgn_dir) -> Path:
     folder = tmp_path_factory.mktemp("dpo-prefs") / "preferences"
     for name, part in (("train", games[:6]), ("heldout", games[6:])):
         (folder / name).mkdir(parents=True)
-        table = pa.Table.from_pylist(pair_rows(part, name, rng), schema=PREFERENCE_SCHEMA)
+        table = pa.Table.from_pylist(preference_pair_rows(part, name, rng), schema=PREFERENCE_SCHEMA)
         pq.write_table(table, folder / name / "shard-00000.parquet")
     return folder
 
@@ -116,7 +85,7 @@ def test_dpo_killed_after_a_checkpoint_resumes_and_saves_a_transformers_model(
     command = [
         sys.executable, "-m", "pipelines.dpo", "--config", "tiny", "--storage", str(tmp_path), "--run-name", "r",
         "--no-tracking", "--no-dashboard", "--preferences", str(prefs), "--policy", str(tiny_lm_dir),
-        "--batch-size", "4", "--max-steps", "6", "--eval-every", "2", "--heldout-positions", "0",
+        "--batch-size", "4", "--max-steps", "12", "--eval-every", "2", "--heldout-positions", "0",
     ]  # fmt: skip
     log = (tmp_path / "first.log").open("w")
     proc = subprocess.Popen(command, cwd=ROOT, env=env(), stdout=log, stderr=subprocess.STDOUT,
@@ -140,7 +109,7 @@ def test_dpo_killed_after_a_checkpoint_resumes_and_saves_a_transformers_model(
     rerun = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-3000:]
     summary = json.loads((phase / "summary.json").read_text())
-    assert summary["steps"] == 6 and summary["resumed_from_step"] >= 2, summary
+    assert summary["steps"] == 12 and summary["resumed_from_step"] >= 2, summary
     assert summary["text_format"] == "moves" and summary["kinds"] == ["worse", "ranked", "random", "illegal"]
     assert summary["train_pairs"] > 24 and summary["heldout_pairs"] > 0 and summary["quality"] == {}
     assert 0.0 <= summary["heldout_choice_accuracy"] <= 1.0

@@ -17,12 +17,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-import chess
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from chessrl.formats import MovesFormat
 from chessrl.pgn import decode_game, iter_raw_games, parse_game
 from chessrl.preferences import PREFERENCE_SCHEMA
 from pipelines import reward
@@ -32,36 +30,8 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def pair_rows(games: list[list[str]], source: str, rng: random.Random) -> list[dict]:
-    fmt = MovesFormat()
-    rows = []
-    for g, moves in enumerate(games):
-        board = chess.Board()
-        for ply, move in enumerate(moves[:40]):
-            others = sorted(m.uci() for m in board.legal_moves if m.uci() != move)
-            if others and ply % 3 == 0:
-                before = moves[:ply]
-                rows.append(
-                    {
-                        "prompt": fmt.prompt(before),
-                        "chosen": fmt.completion(before, move),
-                        "rejected": fmt.completion(before, rng.choice(others)),
-                        "chosen_score": 0,
-                        "rejected_score": -100,
-                        "fen": board.fen(),
-                        "source": source,
-                        "game_id": f"{source}-{g}",
-                        "ply": ply,
-                        "phase": "opening",
-                        "kind": "worse",
-                    }
-                )
-            board.push_uci(move)
-    return rows
-
-
 @pytest.fixture(scope="module")
-def prefs(tmp_path_factory, pgn_dir) -> Path:
+def prefs(tmp_path_factory, pgn_dir, preference_pair_rows) -> Path:
     games = []
     for path in sorted(pgn_dir.glob("*.pgn")):
         with open(path, "rb") as handle:
@@ -73,7 +43,7 @@ def prefs(tmp_path_factory, pgn_dir) -> Path:
     rng = random.Random(0)
     folder = tmp_path_factory.mktemp("prefs") / "preferences"
     for name, part in (("train", games[:-3]), ("heldout", games[-3:])):
-        rows = pair_rows(part, name, rng)
+        rows = preference_pair_rows(part, name, rng)
         (folder / name).mkdir(parents=True)
         pq.write_table(
             pa.Table.from_pylist(rows, schema=PREFERENCE_SCHEMA), folder / name / "shard-00000.parquet"
