@@ -46,7 +46,13 @@ from cluster.errors import ConfigError, InputDataError, StorageError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
 from pipelines.config import ChessRLConfig, DPOConfig
-from pipelines.learner import default_cpus_per_worker, export_hf_checkpoint, resume_folder, torch_trainer
+from pipelines.learner import (
+    default_cpus_per_worker,
+    export_hf_checkpoint,
+    resume_folder,
+    torch_trainer,
+    training_finished,
+)
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, model_location, run_phase
 from pipelines.sft import TEXT_FORMAT_KEY
 
@@ -252,7 +258,9 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     trainer.add_callback(HeldoutEval())
     trainer.add_callback(RayTrainReportCallback())
     trainer = prepare_trainer(trainer)
-    trainer.train(resume_from_checkpoint=resume_folder("dpo"))
+    resume = resume_folder("dpo")
+    if not training_finished(resume):  # a run killed after its last checkpoint: nothing to train
+        trainer.train(resume_from_checkpoint=resume)
 
 
 def model_facts(path: str, key: str) -> dict[str, Any]:

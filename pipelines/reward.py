@@ -43,7 +43,13 @@ from cluster.errors import ConfigError, InputDataError, StorageError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
 from pipelines.config import ChessRLConfig, RewardConfig
-from pipelines.learner import default_cpus_per_worker, export_hf_checkpoint, resume_folder, torch_trainer
+from pipelines.learner import (
+    default_cpus_per_worker,
+    export_hf_checkpoint,
+    resume_folder,
+    torch_trainer,
+    training_finished,
+)
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, run_phase
 
 
@@ -209,7 +215,9 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     trainer.add_callback(HeldoutEval())
     trainer.add_callback(RayTrainReportCallback())
     trainer = prepare_trainer(trainer)
-    trainer.train(resume_from_checkpoint=resume_folder("reward"))
+    resume = resume_folder("reward")
+    if not training_finished(resume):  # a run killed after its last checkpoint: nothing to train
+        trainer.train(resume_from_checkpoint=resume)
 
 
 def reward_model_from_backbone(path: str) -> tuple[Any, Any]:

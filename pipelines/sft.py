@@ -33,7 +33,13 @@ from cluster.errors import ConfigError, StorageError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
 from pipelines.config import ChessRLConfig, SftConfig
-from pipelines.learner import default_cpus_per_worker, export_hf_checkpoint, resume_folder, torch_trainer
+from pipelines.learner import (
+    default_cpus_per_worker,
+    export_hf_checkpoint,
+    resume_folder,
+    torch_trainer,
+    training_finished,
+)
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, run_phase
 
 
@@ -208,7 +214,9 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     trainer.add_callback(HeldoutEval())
     trainer.add_callback(RayTrainReportCallback())
     trainer = prepare_trainer(trainer)
-    trainer.train(resume_from_checkpoint=resume_folder("sft"))
+    resume = resume_folder("sft")
+    if not training_finished(resume):  # a run killed after its last checkpoint: nothing to train
+        trainer.train(resume_from_checkpoint=resume)
 
 
 def own_loss_sft_trainer_class(legal_weight: float = 0.0, compile_loss: bool = False) -> type:

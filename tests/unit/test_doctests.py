@@ -43,6 +43,9 @@ MODULES = [
     "chessrl.eval_report",
     "cluster.progress",
     "pipelines.matches",
+    "pipelines.learner",
+    "chessrl.dpo",
+    "chessrl.masked",
 ]
 
 
