@@ -39,12 +39,13 @@ class RewardServer:
     ) -> None:  # fmt: skip
         import torch
 
-        from chessrl.reward import Normalizer, load_reward_model
+        from chessrl.reward import Normalizer, load_reward_model, reward_format
 
         if threads:
             torch.set_num_threads(threads)
         self.model, self.tokenizer = load_reward_model(model_path)
         self.normalizer = Normalizer.from_config(self.model.config)
+        self.text_format = reward_format(self.model.config)  # what it reads: the moves, or the board
         self.pad = (
             self.tokenizer.pad_token_id
             if self.tokenizer.pad_token_id is not None
@@ -78,7 +79,7 @@ class RewardServer:
         q.validate()  # an InvalidQueryError goes back to this caller only
         future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         queue = self._queue()
-        await queue.put((query_ids(self.tokenizer, q), future, time.perf_counter()))
+        await queue.put((query_ids(self.tokenizer, q, self.text_format), future, time.perf_counter()))
         self._depth.set(queue.qsize(), tags=self._tags)
         raw = await future
         return self.normalizer.apply(raw) if normalized else raw
@@ -98,7 +99,7 @@ class RewardServer:
         futures: list[asyncio.Future[float]] = []
         for q in qs:
             future: asyncio.Future[float] = loop.create_future()
-            await queue.put((query_ids(self.tokenizer, q), future, time.perf_counter()))
+            await queue.put((query_ids(self.tokenizer, q, self.text_format), future, time.perf_counter()))
             futures.append(future)
         self._depth.set(queue.qsize(), tags=self._tags)
         raw = await asyncio.gather(*futures)

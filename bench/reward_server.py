@@ -48,7 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from actors.reward_server import RewardClient
-    from chessrl.reward import build_reward_model, example_queries, load_reward_model, query_ids, score_ids
+    from chessrl.reward import (
+        build_reward_model,
+        example_queries,
+        load_reward_model,
+        query_ids,
+        reward_format,
+        score_ids,
+    )
     from cluster.config import RaySection
     from cluster.runtime import ray_session
 
@@ -94,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             for run in range(args.runs):
                 started = time.perf_counter()
                 for q in queries:
-                    score_ids(model, [query_ids(tok, q)], tok.pad_token_id)
+                    score_ids(model, [query_ids(tok, q, reward_format(model.config))], tok.pad_token_id)
                 plain.append(len(queries) / (time.perf_counter() - started))
                 parts = [queries[i :: args.callers] for i in range(args.callers)]
                 started = time.perf_counter()

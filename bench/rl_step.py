@@ -201,7 +201,7 @@ def baseline_run(
         random_opponent,
         start_positions,
     )
-    from chessrl.reward import Normalizer, RewardQuery, load_reward_model, query_ids, score_ids
+    from chessrl.reward import Normalizer, RewardQuery, load_reward_model, query_ids, reward_format, score_ids
     from pipelines.ppo import ppo_settings
 
     torch.set_num_threads(threads)
@@ -232,7 +232,8 @@ def baseline_run(
             raise SystemExit(f"rl_step: opponent {name!r} is not benched (self and random are)")
 
     def score(queries: list[tuple[list[str], str]]) -> list[float]:
-        rows = [query_ids(reward_tokenizer, RewardQuery(tuple(moves), move)) for moves, move in queries]
+        reads = reward_format(scorer.config)  # as the RewardServer asks it
+        rows = [query_ids(reward_tokenizer, RewardQuery(tuple(moves), move), reads) for moves, move in queries]
         return [normalizer.apply(s) for s in score_ids(scorer, rows, reward_pad)]
 
     rows = [{"moves": " ".join(m)} for m in pool]

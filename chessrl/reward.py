@@ -1,14 +1,19 @@
 """What the reward model reads and how its score is used, Ray-free: the query (a position and a
 move), its text and token ids, batched scoring, and the normalisation PPO applies.
 
-A query is the game so far (UCI moves from the start, or from ``fen``) and the move to judge. The
-reward model reads ``<bos> moves so far + " " + move <eos>``: the ``moves`` text of the preference
-pairs, with the EOS that TRL's ``RewardTrainer`` appends, so a score through :func:`score_ids`
-equals one through ``transformers`` alone.
+A query is the game so far (UCI moves from the start, or from ``fen``) and the move to judge. What
+the reward model reads is its text format, named in its config (``chessrl_text_format``, as a
+policy's): ``moves``, ``<bos> moves so far + " " + move <eos>`` (the preference pairs' text), or
+``board``, the position before the move one character a square (:class:`chessrl.formats.BoardFormat`)
+and ``M: move``: a judge that sees the board. The EOS is the one TRL's ``RewardTrainer``
+appends, so a score through :func:`score_ids` equals one through ``transformers`` alone.
 
 >>> q = RewardQuery(moves=("e2e4", "e7e5"), move="g1f3")
 >>> q.text()
 'e2e4 e7e5 g1f3'
+>>> from chessrl.formats import BoardFormat
+>>> q.text(BoardFormat()).endswith("M: g1f3")
+True
 >>> RewardQuery(moves=("e2e4",), move="e2e4").validate()
 Traceback (most recent call last):
 ...
@@ -25,8 +30,12 @@ from typing import Any
 
 import chess
 
-from chessrl.formats import MovesFormat
+from chessrl.formats import MovesFormat, TextFormat, get_format
 from cluster.errors import UserError
+
+#: The key of a reward model's config that names what it reads (``moves`` or ``board``); a model
+#: without it reads moves.
+TEXT_FORMAT_KEY = "chessrl_text_format"
 
 
 class InvalidQueryError(UserError, ValueError):
@@ -70,19 +79,61 @@ class RewardQuery:
             raise InvalidQueryError(f"illegal move {self.move!r} after {after} ({board.fen()})")
         return board
 
-    def text(self) -> str:
-        """The ``moves`` text of the game up to and including the move."""
-        fmt = MovesFormat()
-        return fmt.prompt(self.moves) + fmt.completion(self.moves, self.move)
+    def text(self, fmt: TextFormat | None = None) -> str:
+        """The text the reward model reads in ``fmt`` (default moves): the game up to and
+        including the move, or the position before it and the move."""
+        fmt = fmt or MovesFormat()
+        if isinstance(fmt, MovesFormat):
+            return fmt.prompt(self.moves) + fmt.completion(self.moves, self.move)
+        return fmt.prompt_for(self.board(), []) + fmt.policy_completion(self.move)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RewardQuery:
         return cls(tuple(data.get("moves", ())), str(data["move"]), data.get("fen"))
 
 
-def query_ids(tokenizer: Any, query: RewardQuery) -> list[int]:
-    """The token ids the reward model scores: the prompt ids (``<bos>`` first) and EOS last."""
-    return text_ids(tokenizer, query.text())
+def query_ids(tokenizer: Any, query: RewardQuery, fmt: TextFormat | None = None) -> list[int]:
+    """The token ids the reward model scores: the query's text in ``fmt`` (default moves; a
+    model's own: :func:`reward_format`) with ``<bos>`` first and EOS last."""
+    return text_ids(tokenizer, query.text(fmt))
+
+
+def reward_format(config: Any) -> TextFormat:
+    """What a reward model reads: the text format its config names (a ``PretrainedConfig`` or its
+    dict), moves without one.
+
+    >>> reward_format({"chessrl_text_format": "board"}).name, reward_format({}).name
+    ('board', 'moves')
+    """
+    name = config.get(TEXT_FORMAT_KEY) if isinstance(config, dict) else getattr(config, TEXT_FORMAT_KEY, None)
+    return get_format(str(name or "moves"))
+
+
+def pair_texts(
+    fmt: TextFormat, prompt: str, fen: str | None, chosen: str, rejected: str
+) -> tuple[str, str] | None:
+    """A preference row's two texts in ``fmt``: ``prompt + move`` for moves (the table's own
+    text), else the position (rebuilt from the prompt's moves or ``fen``) and each move; None when
+    a board format cannot rebuild the position.
+
+    >>> from chessrl.formats import BoardFormat
+    >>> pair_texts(MovesFormat(), "e2e4", None, " e7e5", " a7a6")
+    ('e2e4 e7e5', 'e2e4 a7a6')
+    >>> c, r = pair_texts(BoardFormat(), "e2e4", None, " e7e5", " a7a6")
+    >>> c.split("M:")[0] == r.split("M:")[0], c.endswith("M: e7e5"), r.endswith("M: a7a6")
+    (True, True, True)
+    >>> pair_texts(BoardFormat(), "e2e4 e2e4", None, " e7e5", " a7a6") is None
+    True
+    """
+    if isinstance(fmt, MovesFormat):
+        return prompt + chosen, prompt + rejected
+    from chessrl.dpo import position_of
+
+    found = position_of(prompt, fen)
+    if found is None:
+        return None
+    ask = fmt.prompt_for(found[0], [])
+    return ask + fmt.policy_completion(chosen.strip()), ask + fmt.policy_completion(rejected.strip())
 
 
 def text_ids(tokenizer: Any, text: str) -> list[int]:
@@ -120,7 +171,8 @@ def evaluate_reward_model(
 
     - ``heldout_accuracy``: :func:`pairwise_accuracy` over ``pairs`` (``chosen_ids``,
       ``rejected_ids``, ``kind``), and ``heldout_accuracy_legal`` over those whose rejected move
-      is legal (``legal_kinds``);
+      is legal (``legal_kinds``), and ``heldout_accuracy_<kind>`` for each kind (``random``:
+      Stockfish's move against a random legal move);
     - ``heldout_spearman``: :func:`mean_spearman` over ``positions`` (``ids``: one row a legal
       move, ``cp``: Stockfish's scores of them), and how many positions counted.
     """
@@ -134,6 +186,11 @@ def evaluate_reward_model(
             )
             chosen, rejected = scores[: len(pairs)], scores[len(pairs) :]
             metrics["heldout_accuracy"] = pairwise_accuracy(chosen, rejected) or 0.0
+            for kind in sorted({str(p["kind"]) for p in pairs}):  # e.g. Stockfish's move against a random one
+                of_kind = [i for i, p in enumerate(pairs) if p["kind"] == kind]
+                metrics[f"heldout_accuracy_{kind}"] = (
+                    pairwise_accuracy([chosen[i] for i in of_kind], [rejected[i] for i in of_kind]) or 0.0
+                )
             legal = [i for i, p in enumerate(pairs) if p["kind"] in legal_kinds]
             if legal:
                 metrics["heldout_accuracy_legal"] = (

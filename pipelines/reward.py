@@ -36,9 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chessrl.formats import get_format
 from chessrl.models import ModelLoadError, context_length, load_tokenizer, local_checkpoint
 from chessrl.preferences import LEGAL_KINDS, REQUIRED_COLUMNS, mover_cp_after
-from chessrl.reward import heldout_board, text_ids
+from chessrl.reward import TEXT_FORMAT_KEY, heldout_board, pair_texts, query_ids, reward_format, text_ids
 from cluster.errors import ConfigError, InputDataError, StorageError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
@@ -177,7 +178,11 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
                 if key in metrics:
                     figures.append(text.format(metrics[key]))
             report_progress(
-                cfg["progress"], state.global_step, ", ".join(figures), start=self.first_step, show=bool(metrics)
+                cfg["progress"],
+                state.global_step,
+                ", ".join(figures),
+                start=self.first_step,
+                show=bool(metrics),
             )
 
     use_gpu = bool(cfg["use_gpu"]) and torch.cuda.is_available()
@@ -336,9 +341,27 @@ def preference_table(source: Storage) -> tuple[Storage, list[str], list[str], se
     return source, train, held, common or set()
 
 
-def tokenize_pairs(batch: dict[str, Any], tokenizer: Any, max_length: int, holdout: bool) -> dict[str, Any]:
-    """Ray Data stage: pairs -> ``chosen_ids`` / ``rejected_ids`` (:func:`chessrl.reward.text_ids`),
-    whether the pair fits ``max_length`` (``fits``), whether it is held out (``held``: in a table
+def pair_ids(tokenizer: Any, text_format: str, row: dict[str, Any]) -> tuple[list[int], list[int]] | None:
+    """A preference row's ``chosen_ids`` / ``rejected_ids`` in the reward model's text format
+    (:func:`chessrl.reward.pair_texts`, then :func:`chessrl.reward.text_ids`); None when the
+    format needs a position the row cannot rebuild."""
+    texts = pair_texts(
+        get_format(text_format),
+        str(row["prompt"]),
+        row.get("fen") or None,
+        str(row["chosen"]),
+        str(row["rejected"]),
+    )
+    if texts is None:
+        return None
+    return text_ids(tokenizer, texts[0]), text_ids(tokenizer, texts[1])
+
+
+def tokenize_pairs(
+    batch: dict[str, Any], tokenizer: Any, max_length: int, holdout: bool, text_format: str = "moves"
+) -> dict[str, Any]:
+    """Ray Data stage: pairs -> ``chosen_ids`` / ``rejected_ids`` in ``text_format`` (:func:`pair_ids`),
+    whether the pair fits ``max_length`` and its position could be rebuilt (``fits``), whether it is held out (``held``: in a table
     with no train/held-out split, one board in twenty by :func:`chessrl.reward.heldout_board`), and
     its ``kind`` ("worse" where the table has none)."""
     import numpy as np
@@ -348,11 +371,11 @@ def tokenize_pairs(batch: dict[str, Any], tokenizer: Any, max_length: int, holdo
     kinds = [str(k) for k in batch["kind"]] if "kind" in batch else ["worse"] * len(prompts)
     out_c, out_r, fits, held = [], [], [], []
     for prompt, c, r, fen in zip(prompts, chosen, rejected, fens, strict=True):
-        c_ids = text_ids(tokenizer, str(prompt) + str(c))
-        r_ids = text_ids(tokenizer, str(prompt) + str(r))
+        ids = pair_ids(tokenizer, text_format, {"prompt": prompt, "chosen": c, "rejected": r, "fen": fen})
+        c_ids, r_ids = ids or ([], [])
         out_c.append(np.asarray(c_ids, dtype=np.int32))
         out_r.append(np.asarray(r_ids, dtype=np.int32))
-        fits.append(max(len(c_ids), len(r_ids)) <= max_length)
+        fits.append(ids is not None and max(len(c_ids), len(r_ids)) <= max_length)
         held.append(bool(holdout and heldout_board(str(fen) if fen else str(prompt))))
     objects = []
     for values in (out_c, out_r):
@@ -385,7 +408,7 @@ def read_heldout(source: Storage, files: list[str], limit: int, seed: int) -> li
 
 
 def spearman_positions(
-    context: PhaseContext, pairs: Sequence[dict[str, Any]], tokenizer: Any
+    context: PhaseContext, pairs: Sequence[dict[str, Any]], tokenizer: Any, text_format: str = "moves"
 ) -> list[dict[str, Any]]:
     """Held-out positions with Stockfish's score (mover's view, centipawns, mates capped) of every
     legal move at ``spearman_nodes``; computed once (EnginePool) and kept under the phase's
@@ -443,11 +466,12 @@ def spearman_positions(
             entry["scores"][move] = mover_cp_after(analysis.score)
         cached = {"key": key, "positions": list(positions.values())}
         out.write_text("spearman_positions.json", json.dumps(cached))
-    from chessrl.reward import RewardQuery, query_ids
+    from chessrl.reward import RewardQuery
 
+    fmt = get_format(text_format)
     return [
         {
-            "ids": [query_ids(tokenizer, RewardQuery(tuple(p["moves"]), move)) for move in p["scores"]],
+            "ids": [query_ids(tokenizer, RewardQuery(tuple(p["moves"]), move), fmt) for move in p["scores"]],
             "cp": list(p["scores"].values()),
         }
         for p in cached["positions"]
@@ -481,6 +505,8 @@ def run_reward(context: PhaseContext) -> PhaseResult:
     assert local is not None and found.preferences is not None  # nothing is taken as given here
     tokenizer = load_tokenizer(str(local))
     max_length = context_length(None, str(local))
+    # what the judge reads: the configured format, else the backbone's own
+    text_format = cfg.text_format or reward_format(json.loads((local / "config.json").read_text())).name
     source, train_files, held_files, present = found.preferences
     data_context = ray.data.DataContext.get_current()
     data_context.enable_progress_bars = sys.stderr.isatty()
@@ -493,7 +519,12 @@ def run_reward(context: PhaseContext) -> PhaseResult:
         .select_columns(columns)
         .map_batches(
             tokenize_pairs,
-            fn_kwargs={"tokenizer": tokenizer, "max_length": max_length, "holdout": split_by_board},
+            fn_kwargs={
+                "tokenizer": tokenizer,
+                "max_length": max_length,
+                "holdout": split_by_board,
+                "text_format": text_format,
+            },  # fmt: skip
             batch_size=512,
             batch_format="numpy",
         )
@@ -512,12 +543,9 @@ def run_reward(context: PhaseContext) -> PhaseResult:
         train = fitting
         held_pairs = read_heldout(source, held_files, cfg.heldout_pairs, seed)
         held_rows = [
-            {
-                "chosen_ids": text_ids(tokenizer, str(p["prompt"]) + str(p["chosen"])),
-                "rejected_ids": text_ids(tokenizer, str(p["prompt"]) + str(p["rejected"])),
-                "kind": str(p.get("kind") or "worse"),
-            }
+            {"chosen_ids": ids[0], "rejected_ids": ids[1], "kind": str(p.get("kind") or "worse")}
             for p in held_pairs
+            if (ids := pair_ids(tokenizer, text_format, p)) is not None
         ]
         held_rows = [r for r in held_rows if max(len(r["chosen_ids"]), len(r["rejected_ids"])) <= max_length]
     # materialized here: the trainer's workers may take every CPU, leaving none for Ray Data tasks
@@ -531,7 +559,9 @@ def run_reward(context: PhaseContext) -> PhaseResult:
             "`chess-rl preferences --positions N`, or lower --batch-size"
         )
     spearman = (
-        spearman_positions(context, held_pairs, tokenizer) if held_pairs and cfg.spearman_positions else []
+        spearman_positions(context, held_pairs, tokenizer, text_format)
+        if held_pairs and cfg.spearman_positions
+        else []
     )
     sample = [
         {"chosen_ids": list(r["chosen_ids"]), "rejected_ids": list(r["rejected_ids"])}
@@ -542,7 +572,7 @@ def run_reward(context: PhaseContext) -> PhaseResult:
         f"{train_pairs:,} training pairs, {len(held_rows):,} held-out pairs and {len(spearman)} held-out "
         f"positions for the rank correlation, from {source.uri}"
         + (f" ({too_long:,} pairs longer than the model's {max_length} tokens left out)" if too_long else "")
-        + f"; backbone {base}; {cfg.num_workers} worker(s) x {cpus_per_worker} CPU"
+        + f"; backbone {base}, reading the {text_format} text; {cfg.num_workers} worker(s) x {cpus_per_worker} CPU"
         + (" + 1 GPU" if cfg.use_gpu else "")
     )
     trainer = torch_trainer(
@@ -582,12 +612,15 @@ def run_reward(context: PhaseContext) -> PhaseResult:
     from ray.train.huggingface.transformers import RayTrainReportCallback
 
     name = RayTrainReportCallback.CHECKPOINT_NAME
-    log(f"trained in {seconds:.0f} s; scoring {len(sample):,} training pairs for the reward's mean and std (its normalisation)")
+    log(
+        f"trained in {seconds:.0f} s; scoring {len(sample):,} training pairs for the reward's mean and std (its normalisation)"
+    )
     mean, std = ray.get(ray.remote(num_cpus=1)(normalizer_stats).remote(result.checkpoint, sample, name))
 
     def add_normalizer(folder: Path) -> None:
         config = json.loads((folder / "config.json").read_text())
         config.update(chessrl_reward_mean=mean, chessrl_reward_std=std)
+        config[TEXT_FORMAT_KEY] = text_format  # what it reads: the RewardServer asks in it
         (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
 
     model_out = context.phase_storage("reward").child("model")
@@ -598,6 +631,7 @@ def run_reward(context: PhaseContext) -> PhaseResult:
         "phase": "reward",
         "preferences": source.uri,
         "base_model": base,
+        "text_format": text_format,
         "train_pairs": train_pairs,
         "heldout_pairs": len(held_rows),
         "too_long_pairs": too_long,
@@ -608,6 +642,7 @@ def run_reward(context: PhaseContext) -> PhaseResult:
         "train_accuracy": metrics.get("accuracy"),
         "heldout_accuracy": metrics.get("heldout_accuracy"),
         "heldout_accuracy_legal": metrics.get("heldout_accuracy_legal"),
+        "heldout_accuracy_random": metrics.get("heldout_accuracy_random"),
         "heldout_spearman": metrics.get("heldout_spearman"),
         "train_pairs_per_s": metrics.get("train_pairs_per_s"),
         "reward_mean": mean,
@@ -622,13 +657,14 @@ def run_reward(context: PhaseContext) -> PhaseResult:
 
     lines = [
         "reward summary",
-        f"  pairs         {train_pairs:,} training, {len(held_rows):,} held out"
-        + (f" ({too_long:,} too long, left out)" if too_long else ""),
+        f"  pairs         {train_pairs:,} training, {len(held_rows):,} held out, read as {text_format} text"
+        + (f" ({too_long:,} too long or without a position, left out)" if too_long else ""),
         f"  steps         {summary['steps']} in {seconds:.0f} s (loss {float(summary['loss'] or 'nan'):.3f}, "
         f"training accuracy {pct('train_accuracy')})"
         + (f", resumed from step {summary['resumed_from_step']}" if summary["resumed_from_step"] else ""),
         f"  held-out      pairwise accuracy {pct('heldout_accuracy')} "
-        f"(on pairs of legal moves {pct('heldout_accuracy_legal')}); "
+        f"(on pairs of legal moves {pct('heldout_accuracy_legal')}; Stockfish's move above a random "
+        f"legal one {pct('heldout_accuracy_random')}); "
         + (
             f"Spearman {float(summary['heldout_spearman']):.3f} with Stockfish over the legal moves of "
             f"{len(spearman)} positions"

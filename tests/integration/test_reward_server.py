@@ -100,3 +100,28 @@ def test_a_server_killed_mid_batch_restarts_and_no_caller_hangs(reward_dir, loca
         assert isinstance(client.score(qs[:3])[0], float)
     finally:
         client.shutdown()
+
+
+def test_a_board_reading_model_is_asked_in_its_own_text(reward_dir, local_ray, tmp_path):
+    """A reward model whose config says it reads the board (``chessrl_text_format: board``, as
+    the reward phase writes it) is asked the position before the move, not the moves."""
+    import json
+    import shutil
+
+    from chessrl.formats import BoardFormat
+
+    folder = tmp_path / "board-rm"
+    shutil.copytree(reward_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "chessrl_text_format": "board"}))
+    client = RewardClient.create(str(folder), replicas=1, run="rs-board", max_batch=16, max_wait_ms=5, num_cpus=0.5)
+    try:
+        qs = example_queries(12)
+        got = client.score(qs, normalized=False)
+        model, tok = load_reward_model(str(folder))
+        board = score_ids(model, [query_ids(tok, q, BoardFormat()) for q in qs], tok.pad_token_id)
+        moves = score_ids(model, [query_ids(tok, q) for q in qs], tok.pad_token_id)
+        assert got == pytest.approx(board, abs=1e-4)
+        assert got != pytest.approx(moves, abs=1e-4)  # another text: other scores
+    finally:
+        client.shutdown()

@@ -109,7 +109,45 @@ def test_evaluate_reward_model_is_accuracy_and_spearman_of_its_scores():
     assert model.training  # left as it was
     assert metrics["heldout_accuracy"] == pairwise_accuracy([scores[0], scores[2]], [scores[1], scores[3]])
     assert metrics["heldout_accuracy_legal"] == pairwise_accuracy([scores[0]], [scores[1]])
+    # by kind: Stockfish's move against a worse one, against an illegal one
+    assert metrics["heldout_accuracy_worse"] == pairwise_accuracy([scores[0]], [scores[1]])
+    assert metrics["heldout_accuracy_illegal"] == pairwise_accuracy([scores[2]], [scores[3]])
     assert metrics["heldout_spearman"] == spearman(scores, [30, 20, 10, 0])
     assert metrics["heldout_spearman_positions"] == 1.0
     # score_ids in chunks equals one pass
     assert score_ids(model.eval(), rows, tok.pad_token_id, batch_size=3) == pytest.approx(scores, abs=1e-5)
+
+
+def test_a_board_reading_pair_is_trained_on_the_ids_its_query_is_scored_on():
+    """A reward model that reads the board: a preference row (prompt moves, or a FEN alone) gives
+    the ids the RewardServer asks it (:func:`query_ids` in the board format), and a row whose
+    position cannot be rebuilt is left out of the training stage, not mis-read."""
+    import chess
+
+    from chessrl.formats import BoardFormat
+    from chessrl.reward import reward_format
+    from pipelines.reward import pair_ids, tokenize_pairs
+
+    tok = build_chess_tokenizer()
+    board = BoardFormat()
+    row = {"prompt": "e2e4 e7e5", "chosen": " g1f3", "rejected": " f1a6", "fen": None}
+    chosen, rejected = pair_ids(tok, "board", row)
+    assert chosen == query_ids(tok, RewardQuery(("e2e4", "e7e5"), "g1f3"), board)
+    assert rejected == query_ids(tok, RewardQuery(("e2e4", "e7e5"), "f1a6"), board)
+    assert chosen != query_ids(tok, RewardQuery(("e2e4", "e7e5"), "g1f3"))  # not the moves text
+    # the same position from a FEN alone (no moves that reach it): the same ids
+    after = chess.Board()
+    for uci in ("e2e4", "e7e5"):
+        after.push_uci(uci)
+    assert pair_ids(tok, "board", {**row, "prompt": "", "fen": after.fen()})[0] == chosen
+    # moves: the table's own text, as before
+    assert pair_ids(tok, "moves", row)[0] == text_ids(tok, "e2e4 e7e5 g1f3")
+    batch = {
+        "prompt": ["e2e4 e7e5", "e2e4 e2e4"], "chosen": [" g1f3", " g1f3"], "rejected": [" f1a6", " a2a3"],
+        "fen": [None, None], "kind": ["worse", "random"],
+    }  # fmt: skip
+    out = tokenize_pairs(batch, tok, max_length=512, holdout=False, text_format="board")
+    assert out["fits"].tolist() == [True, False]  # the second position cannot be rebuilt
+    assert list(out["chosen_ids"][0]) == chosen
+    assert reward_format({"chessrl_text_format": "board"}).name == "board"
+    assert reward_format({}).name == "moves"
