@@ -259,7 +259,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     trainer.add_callback(RayTrainReportCallback())
     trainer = prepare_trainer(trainer)
     resume = resume_folder("dpo")
-    if not training_finished(resume):  # a run killed after its last checkpoint: nothing to train
+    if not training_finished(resume, cfg["max_steps"], "dpo"):  # a run killed after its last checkpoint: nothing to train
         trainer.train(resume_from_checkpoint=resume)
 
 

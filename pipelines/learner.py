@@ -131,33 +131,34 @@ def resume_folder(phase: str, subfolder: str = "checkpoint") -> str | None:
         resume = str(Path(tempfile.mkdtemp(prefix=f"{phase}-resume-")) / subfolder)
         shutil.copytree(Path(folder) / subfolder, resume)
     state = json.loads(Path(resume, "trainer_state.json").read_text())
-    if training_finished(resume):
-        print(
-            f"[{phase}] the checkpoint of step {state['global_step']} is the last one (of {state['max_steps']}): "
-            "nothing left to train",
-            flush=True,
-        )
-    else:
-        print(f"[{phase}] resuming from the checkpoint of step {state['global_step']}", flush=True)
+    print(f"[{phase}] resuming from the checkpoint of step {state['global_step']}", flush=True)
     return resume
 
 
-def training_finished(resume: str | None) -> bool:
-    """Whether the transformers checkpoint at ``resume`` (:func:`resume_folder`) holds a finished
-    run: its ``global_step`` has reached its ``max_steps``. A run killed after its last checkpoint
-    and before its summary finds one; ``Trainer.train`` would otherwise train a step past the end,
-    so the learner loops skip it and the driver exports that checkpoint as it is.
+def training_finished(resume: str | None, max_steps: int, phase: str | None = None) -> bool:
+    """Whether the transformers checkpoint at ``resume`` (:func:`resume_folder`) has already
+    reached this run's ``max_steps``. A run killed after its last checkpoint and before its
+    summary finds one; ``Trainer.train`` would otherwise train a step past the end, so the learner
+    loops skip it (saying so as ``phase``) and the driver exports that checkpoint as it is. (The same command with more
+    steps goes on training: the comparison is with the steps asked now, not the checkpoint's own.)
 
     >>> import json, tempfile
     >>> folder = tempfile.mkdtemp()
     >>> _ = Path(folder, "trainer_state.json").write_text(json.dumps({"global_step": 6, "max_steps": 6}))
-    >>> training_finished(folder), training_finished(None)
-    (True, False)
+    >>> training_finished(folder, 6), training_finished(folder, 9), training_finished(None, 6)
+    (True, False, False)
     """
     if resume is None:
         return False
     state = json.loads(Path(resume, "trainer_state.json").read_text())
-    return int(state.get("max_steps") or 0) > 0 and int(state["global_step"]) >= int(state["max_steps"])
+    if int(state["global_step"]) < max_steps:
+        return False
+    if phase:
+        print(
+            f"[{phase}] the checkpoint of step {state['global_step']} is the last one: nothing left to train",
+            flush=True,
+        )
+    return True
 
 
 class LearnerLog:

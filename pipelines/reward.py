@@ -221,7 +221,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     trainer.add_callback(RayTrainReportCallback())
     trainer = prepare_trainer(trainer)
     resume = resume_folder("reward")
-    if not training_finished(resume):  # a run killed after its last checkpoint: nothing to train
+    if not training_finished(resume, cfg["max_steps"], "reward"):  # a run killed after its last checkpoint: nothing to train
         trainer.train(resume_from_checkpoint=resume)
 
 
