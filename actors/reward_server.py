@@ -76,10 +76,10 @@ class RewardServer:
         from chessrl.reward import query_ids
 
         q = query if isinstance(query, RewardQuery) else RewardQuery.from_dict(query)
-        q.validate()  # an InvalidQueryError goes back to this caller only
+        board = q.validate()  # an InvalidQueryError goes back to this caller only
         future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         queue = self._queue()
-        await queue.put((query_ids(self.tokenizer, q, self.text_format), future, time.perf_counter()))
+        await queue.put((query_ids(self.tokenizer, q, self.text_format, board), future, time.perf_counter()))
         self._depth.set(queue.qsize(), tags=self._tags)
         raw = await future
         return self.normalizer.apply(raw) if normalized else raw
@@ -92,14 +92,15 @@ class RewardServer:
         from chessrl.reward import query_ids
 
         qs = [q if isinstance(q, RewardQuery) else RewardQuery.from_dict(q) for q in queries]
-        for q in qs:
-            q.validate()
+        boards = [q.validate() for q in qs]
         loop = asyncio.get_running_loop()
         queue = self._queue()
         futures: list[asyncio.Future[float]] = []
-        for q in qs:
+        for q, board in zip(qs, boards, strict=True):
             future: asyncio.Future[float] = loop.create_future()
-            await queue.put((query_ids(self.tokenizer, q, self.text_format), future, time.perf_counter()))
+            await queue.put(
+                (query_ids(self.tokenizer, q, self.text_format, board), future, time.perf_counter())
+            )
             futures.append(future)
         self._depth.set(queue.qsize(), tags=self._tags)
         raw = await asyncio.gather(*futures)

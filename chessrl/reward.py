@@ -79,23 +79,29 @@ class RewardQuery:
             raise InvalidQueryError(f"illegal move {self.move!r} after {after} ({board.fen()})")
         return board
 
-    def text(self, fmt: TextFormat | None = None) -> str:
+    def text(self, fmt: TextFormat | None = None, board: chess.Board | None = None) -> str:
         """The text the reward model reads in ``fmt`` (default moves): the game up to and
-        including the move, or the position before it and the move."""
+        including the move, or the position before it and the move (``board``, when the caller
+        already has it from :meth:`validate`, is not rebuilt)."""
         fmt = fmt or MovesFormat()
         if isinstance(fmt, MovesFormat):
             return fmt.prompt(self.moves) + fmt.completion(self.moves, self.move)
-        return fmt.prompt_for(self.board(), []) + fmt.policy_completion(self.move)
+        return fmt.prompt_for(board if board is not None else self.board(), []) + fmt.policy_completion(
+            self.move
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RewardQuery:
         return cls(tuple(data.get("moves", ())), str(data["move"]), data.get("fen"))
 
 
-def query_ids(tokenizer: Any, query: RewardQuery, fmt: TextFormat | None = None) -> list[int]:
+def query_ids(
+    tokenizer: Any, query: RewardQuery, fmt: TextFormat | None = None, board: chess.Board | None = None
+) -> list[int]:
     """The token ids the reward model scores: the query's text in ``fmt`` (default moves; a
-    model's own: :func:`reward_format`) with ``<bos>`` first and EOS last."""
-    return text_ids(tokenizer, query.text(fmt))
+    model's own: :func:`reward_format`) with ``<bos>`` first and EOS last; ``board``: the
+    position before the move, if the caller has it."""
+    return text_ids(tokenizer, query.text(fmt, board))
 
 
 def reward_format(config: Any) -> TextFormat:
