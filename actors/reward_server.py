@@ -4,6 +4,7 @@ that spreads requests over several replicas and returns the answers in order.
 
     client = RewardClient.create("runs/demo/reward/model", replicas=2, run="demo")
     client.score([RewardQuery(("e2e4", "e7e5"), "g1f3"), {"moves": [], "move": "e2e4"}])  # [0.41, -0.2]
+    client.score_many([RewardQuery((), "e2e4"), RewardQuery((), "e2e5")])  # [0.3, InvalidQueryError(...)]
 
 Each request waits in the queue until ``max_batch`` requests are there or ``max_wait_ms`` passed
 since the first one; then one forward pass scores them all (in a thread, so the actor keeps
@@ -13,6 +14,10 @@ is named ``<run>/reward-server-<i>``, restarts after a crash (``max_restarts``; 
 is retried, so a caller gets its answer late, or one clear error once the retries are spent), and
 exports Ray metrics: requests, batch sizes, queue depth, latency. The text and the
 normalisation are :mod:`chessrl.reward`'s.
+
+A rollout collector sends its whole step in one :meth:`RewardServer.score_many` call: the items
+are validated and tokenised in a worker thread (off the event loop), queued one by one beside
+every other caller's, and each comes back as its score or its own error.
 """
 
 from __future__ import annotations
@@ -21,12 +26,13 @@ import asyncio
 import itertools
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import ray
 from ray.util import metrics
 
-from chessrl.reward import RewardQuery
+from chessrl.reward import InvalidQueryError, RewardQuery
 
 
 @ray.remote(num_cpus=1, max_restarts=4, max_task_retries=4)
@@ -39,7 +45,7 @@ class RewardServer:
     ) -> None:  # fmt: skip
         import torch
 
-        from chessrl.reward import Normalizer, load_reward_model, reward_format
+        from chessrl.reward import Normalizer, PositionCache, load_reward_model, reward_format
 
         if threads:
             torch.set_num_threads(threads)
@@ -53,7 +59,14 @@ class RewardServer:
         )
         self.max_batch, self.max_wait_s = max_batch, max_wait_ms / 1000
         self.queue: asyncio.Queue[tuple[list[int], asyncio.Future[float], float]] | None = None
-        self.batches = 0
+        self.batches, self.forward_s, self.prepare_s = 0, 0.0, 0.0
+        self.positions = PositionCache()  # a collector's games, step after step: only new moves replayed
+        self._preparer = ThreadPoolExecutor(1, thread_name_prefix="prepare")  # one thread: the cache is not shared
+        # OpenMP's thread count is per calling thread: a worker thread would start from Ray's
+        # OMP_NUM_THREADS=1 and run the forward pass on one core whatever was asked here
+        self._forward = ThreadPoolExecutor(
+            1, thread_name_prefix="forward", initializer=torch.set_num_threads, initargs=(torch.get_num_threads(),)
+        )
         tags = ("server",)
         self._tags = {"server": name}
         self._requests = metrics.Counter("chessrl_reward_requests", "Moves scored", tag_keys=tags)
@@ -72,39 +85,82 @@ class RewardServer:
         return self.queue
 
     async def score(self, query: dict[str, Any] | RewardQuery, normalized: bool = True) -> float:
-        """The reward model's score of one move (normalised by the mean and std saved with it)."""
-        from chessrl.reward import query_ids
+        """The reward model's score of one move (normalised by the mean and std saved with it);
+        an invalid query raises its :class:`InvalidQueryError` to this caller only."""
+        [out] = await self.score_many([query], normalized)
+        if isinstance(out, InvalidQueryError):
+            raise out
+        return out
 
-        q = query if isinstance(query, RewardQuery) else RewardQuery.from_dict(query)
-        board = q.validate()  # an InvalidQueryError goes back to this caller only
-        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        queue = self._queue()
-        await queue.put((query_ids(self.tokenizer, q, self.text_format, board), future, time.perf_counter()))
+    def _prepare(self, queries: Sequence[dict[str, Any] | RewardQuery]) -> list[list[int] | InvalidQueryError]:
+        from chessrl.reward import prepare_queries
+
+        return prepare_queries(self.tokenizer, self.text_format, self.positions, queries)
+
+    async def score_many(
+        self, queries: Sequence[dict[str, Any] | RewardQuery], normalized: bool = True
+    ) -> list[float | InvalidQueryError]:
+        """Many moves in one call (a rollout step's moves): each item's score, in order, or its own
+        :class:`InvalidQueryError` in its place (the rest are scored). Validation and
+        tokenisation run in a worker thread, so the event loop keeps taking calls; the items share
+        the queue with every other caller's, so they may be scored together."""
+        started = time.perf_counter()
+        prepared = await asyncio.get_running_loop().run_in_executor(self._preparer, self._prepare, queries)
+        self.prepare_s += time.perf_counter() - started
+        return await self._scored(prepared, normalized)
+
+    async def score_ids_many(
+        self, rows: Sequence[Sequence[int]], normalized: bool = True
+    ) -> list[float | InvalidQueryError]:
+        """:meth:`score_many` for callers that did the preparation themselves (the ids of
+        :func:`~chessrl.reward.query_ids` in the model's :meth:`reader`): nothing but the forward
+        pass is left to the server. A row that is not this model's ids gets its own error."""
+        config = self.model.config
+        vocab = config.vocab_size
+        longest = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None) or 1 << 20
+        prepared: list[list[int] | InvalidQueryError] = []
+        for i, row in enumerate(rows):
+            ids = list(row)
+            if not ids or len(ids) > longest or min(ids) < 0 or max(ids) >= vocab:
+                prepared.append(InvalidQueryError(
+                    f"row {i}: not token ids of this reward model (1 to {longest} ids in [0, {vocab}); got {len(ids)})"
+                ))  # fmt: skip
+            else:
+                prepared.append(ids)
+        return await self._scored(prepared, normalized)
+
+    def reader(self) -> tuple[Any, str]:
+        """What a caller needs to prepare queries itself: the tokenizer and the text format's name."""
+        return self.tokenizer, self.text_format.name
+
+    async def _scored(
+        self, prepared: list[list[int] | InvalidQueryError], normalized: bool
+    ) -> list[float | InvalidQueryError]:
+        loop, queue, now = asyncio.get_running_loop(), self._queue(), time.perf_counter()
+        futures: list[asyncio.Future[float]] = []
+        for item in prepared:
+            if not isinstance(item, InvalidQueryError):
+                futures.append(loop.create_future())
+                queue.put_nowait((item, futures[-1], now))
         self._depth.set(queue.qsize(), tags=self._tags)
-        raw = await future
-        return self.normalizer.apply(raw) if normalized else raw
+        raw = iter(await asyncio.gather(*futures))
+        return [
+            item if isinstance(item, InvalidQueryError) else self._normalize(next(raw), normalized)
+            for item in prepared
+        ]
 
     async def score_batch(
         self, queries: Sequence[dict[str, Any] | RewardQuery], normalized: bool = True
     ) -> list[float]:
-        """Many moves in one call (one round trip for a rollout step); they share the queue with
-        single calls, so they may be scored together. An invalid query fails the whole call."""
-        from chessrl.reward import query_ids
+        """:meth:`score_many`, but the first invalid query fails the whole call (its error)."""
+        out = await self.score_many(queries, normalized)
+        for item in out:
+            if isinstance(item, InvalidQueryError):
+                raise item
+        return out  # type: ignore[return-value]
 
-        qs = [q if isinstance(q, RewardQuery) else RewardQuery.from_dict(q) for q in queries]
-        boards = [q.validate() for q in qs]
-        loop = asyncio.get_running_loop()
-        queue = self._queue()
-        futures: list[asyncio.Future[float]] = []
-        for q, board in zip(qs, boards, strict=True):
-            future: asyncio.Future[float] = loop.create_future()
-            await queue.put(
-                (query_ids(self.tokenizer, q, self.text_format, board), future, time.perf_counter())
-            )
-            futures.append(future)
-        self._depth.set(queue.qsize(), tags=self._tags)
-        raw = await asyncio.gather(*futures)
-        return [self.normalizer.apply(r) if normalized else r for r in raw]
+    def _normalize(self, raw: float, normalized: bool) -> float:
+        return self.normalizer.apply(raw) if normalized else raw
 
     async def _serve(self) -> None:
         from chessrl.reward import score_ids
@@ -114,6 +170,9 @@ class RewardServer:
             batch = [await queue.get()]
             deadline = time.perf_counter() + self.max_wait_s
             while len(batch) < self.max_batch:
+                if not queue.empty():  # what is already there, without a timed wait per item
+                    batch.append(queue.get_nowait())
+                    continue
                 left = deadline - time.perf_counter()
                 if left <= 0:
                     break
@@ -122,9 +181,11 @@ class RewardServer:
                 except TimeoutError:
                     break
             try:
-                scores = await asyncio.to_thread(
-                    score_ids, self.model, [ids for ids, _, _ in batch], self.pad
+                started = time.perf_counter()
+                scores = await asyncio.get_running_loop().run_in_executor(
+                    self._forward, score_ids, self.model, [ids for ids, _, _ in batch], self.pad
                 )
+                self.forward_s += time.perf_counter() - started
             except Exception as exc:  # the model failed: every caller in the batch hears it
                 for _, future, _ in batch:
                     if not future.done():
@@ -145,19 +206,30 @@ class RewardServer:
 
         return {
             "batches": self.batches,
+            "forward_s": self.forward_s,
+            "prepare_s": self.prepare_s,
+            "threads": __import__("torch").get_num_threads(),
             "queued": self.queue.qsize() if self.queue else 0,
             "pid": os.getpid(),
         }
 
 
 class RewardClient:
-    """Requests spread over replicas round-robin; answers in the order of the queries."""
+    """Requests spread over replicas round-robin; answers in the order of the queries.
 
-    def __init__(self, actors: Sequence[Any]) -> None:
+    ``prepare_here``: :meth:`score_many` checks and tokenises the queries in the caller's process
+    (the server's tokenizer and text format, fetched once; a cache of the caller's games) and
+    sends token ids, so the shared server does nothing but forward passes. A rollout collector
+    does this: it has a CPU of its own and asks about the same games step after step.
+    """
+
+    def __init__(self, actors: Sequence[Any], prepare_here: bool = False) -> None:
         if not actors:
             raise ValueError("a reward client needs at least one RewardServer")
         self.actors = list(actors)
         self._next = itertools.cycle(range(len(self.actors)))
+        self.prepare_here = prepare_here
+        self._reader: tuple[Any, Any, Any] | None = None  # tokenizer, format, position cache
 
     @classmethod
     def create(
@@ -188,23 +260,49 @@ class RewardClient:
                 raise exc.cause from None
         return out
 
-    def score_batch(
+    def score_many(
         self, queries: Sequence[RewardQuery | dict[str, Any]], normalized: bool = True
-    ) -> list[float]:
-        """The scores, in order, from one call per replica (the queries split evenly among them)."""
+    ) -> list[float | InvalidQueryError]:
+        """Each query's score, or its own :class:`~chessrl.reward.InvalidQueryError` in its place,
+        in order, from one call per replica (the queries split evenly among them). A server that
+        dies mid-call is restarted and the call retried; once the retries are spent the caller
+        gets Ray's error, never a hang."""
         if not queries:
             return []
-        n = len(self.actors)
-        size = -(-len(queries) // n)
-        chunks = [list(queries[i : i + size]) for i in range(0, len(queries), size)]
-        refs = [self.actors[next(self._next)].score_batch.remote(c, normalized) for c in chunks]
-        out: list[float] = []
+        if not self.prepare_here:
+            return self._spread("score_many", list(queries), normalized)
+        from chessrl.formats import get_format
+        from chessrl.reward import PositionCache, prepare_queries
+
+        if self._reader is None:
+            tokenizer, fmt = ray.get(self.actors[0].reader.remote())
+            self._reader = (tokenizer, get_format(fmt), PositionCache())
+        prepared = prepare_queries(*self._reader, queries)
+        rows = [p for p in prepared if not isinstance(p, InvalidQueryError)]
+        scores = iter(self._spread("score_ids_many", rows, normalized) if rows else [])
+        return [p if isinstance(p, InvalidQueryError) else next(scores) for p in prepared]
+
+    def _spread(self, method: str, items: list[Any], normalized: bool) -> list[Any]:
+        size = -(-len(items) // len(self.actors))
+        chunks = [items[i : i + size] for i in range(0, len(items), size)]
+        refs = [getattr(self.actors[next(self._next)], method).remote(c, normalized) for c in chunks]
+        out: list[Any] = []
         for ref in refs:
             try:
                 out += ray.get(ref)
             except ray.exceptions.RayTaskError as exc:
                 raise exc.cause from None
         return out
+
+    def score_batch(
+        self, queries: Sequence[RewardQuery | dict[str, Any]], normalized: bool = True
+    ) -> list[float]:
+        """:meth:`score_many`, raising the first invalid query's error."""
+        out = self.score_many(queries, normalized)
+        for item in out:
+            if isinstance(item, InvalidQueryError):
+                raise item
+        return out  # type: ignore[return-value]
 
     def shutdown(self) -> None:
         for actor in self.actors:

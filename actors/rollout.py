@@ -1,6 +1,7 @@
 """RolloutCollectors: many games at once, the policy's moves for all of them in one forward pass,
-rewards from the RewardServer, finished episodes written as rollout Parquet shards (PPO now;
-GRPO's group rollouts reuse the shard layout and the weight pulls).
+rewards from the RewardServer (a step's moves in one call, checked and tokenised by the
+collector), finished episodes written as rollout Parquet shards (PPO now; GRPO's group rollouts
+reuse the shard layout and the weight pulls).
 
     spec = RolloutSpec(run="demo", rollout_uri=".../ppo/rollouts", ..., server_name="demo/parameter-server")
     collectors = [RolloutCollector.options(name=f"demo/rollout-collector-{i}").remote(spec, i)
@@ -190,7 +191,11 @@ class RolloutCollector:
         spec = self.spec
         torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
         server = ray.get_actor(spec.server_name, namespace=spec.namespace)
-        reward = RewardClient([ray.get_actor(n, namespace=spec.namespace) for n in spec.reward_servers])
+        # a step's moves checked and tokenised here (this collector's CPU, its games cached), so the
+        # shared server does only forward passes
+        reward = RewardClient(
+            [ray.get_actor(n, namespace=spec.namespace) for n in spec.reward_servers], prepare_here=True
+        )
         policy, tokenizer = load_pretrained(spec.policy_path)
         policy.eval()
         moves_table = MoveTokens(tokenizer)

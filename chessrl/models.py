@@ -83,6 +83,27 @@ _DROPOUT_KEYS = (
 )  # fmt: skip
 
 
+def fuse_gelu(model: torch.nn.Module) -> int:
+    """Swap GPT-2's ``gelu_new`` (five element-wise kernels in Python) for PyTorch's one-kernel
+    tanh GELU, the same function to ~5e-7: ~8x faster on a batch's activations, which makes it
+    ~30% of a small model's batched forward pass instead of ~40%. Returns how many were swapped;
+    the saved config is untouched (``transformers`` alone loads the model as before).
+
+    >>> model, _ = build_model("tiny")
+    >>> fuse_gelu(model), fuse_gelu(model)
+    (4, 0)
+    """
+    from transformers.activations import GELUTanh, NewGELUActivation
+
+    swapped = 0
+    for module in model.modules():
+        for name, child in module.named_children():
+            if type(child) is NewGELUActivation:
+                setattr(module, name, GELUTanh())
+                swapped += 1
+    return swapped
+
+
 def set_dropout(model: torch.nn.Module, p: float) -> int:
     """Set every dropout of ``model`` to ``p``: its ``nn.Dropout`` modules now, and its config's
     dropout keys so a saved copy keeps it. Works for any architecture; returns the modules set.

@@ -24,6 +24,7 @@ chessrl.reward.InvalidQueryError: illegal move 'e2e4' after e2e4 (rnbqkbnr/ppppp
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -67,9 +68,10 @@ class RewardQuery:
                 ) from None
         return board
 
-    def validate(self) -> chess.Board:
-        """The position before the move, checked: the move must be legal there."""
-        board = self.board()
+    def validate(self, board: chess.Board | None = None) -> chess.Board:
+        """The position before the move, checked: the move must be legal there (``board``: that
+        position, when the caller has already built it)."""
+        board = self.board() if board is None else board
         try:
             move = chess.Move.from_uci(self.move)
         except ValueError:
@@ -95,6 +97,62 @@ class RewardQuery:
         return cls(tuple(data.get("moves", ())), str(data["move"]), data.get("fen"))
 
 
+class PositionCache:
+    """Checks queries as :meth:`RewardQuery.validate` does, but remembers the positions it built,
+    so a query whose game it saw a few moves earlier costs only the new moves: a rollout
+    collector asks about the same games step after step (replaying a 60-move game with legality
+    checks costs ~1 ms; two more moves ~30 us). The boards it returns are shared: read them, never
+    push onto them.
+
+    >>> cache = PositionCache(size=8)
+    >>> cache.validate(RewardQuery(("e2e4", "e7e5"), "g1f3")).fen()
+    'rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - 0 2'
+    >>> cache.validate(RewardQuery(("e2e4", "e7e5", "g1f3", "b8c6"), "f1b5")).fullmove_number, cache.hits
+    (3, 1)
+    >>> cache.validate(RewardQuery(("e2e4", "e7e5"), "e1e3"))
+    Traceback (most recent call last):
+    ...
+    chessrl.reward.InvalidQueryError: illegal move 'e1e3' after e2e4 e7e5 (rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - 0 2)
+    """
+
+    def __init__(self, size: int = 4096, lookback: int = 8) -> None:
+        self.size, self.lookback = size, lookback
+        self.boards: OrderedDict[tuple[str | None, tuple[str, ...]], chess.Board] = OrderedDict()
+        self.hits = 0
+
+    def board(self, query: RewardQuery) -> chess.Board:
+        """The position before the query's move (shared; do not modify)."""
+        key = (query.fen, query.moves)
+        found = self.boards.get(key)
+        if found is not None:
+            self.boards.move_to_end(key)
+            self.hits += 1
+            return found
+        for k in range(len(query.moves) - 1, max(-1, len(query.moves) - 1 - self.lookback), -1):
+            base = self.boards.get((query.fen, query.moves[:k]))
+            if base is not None:
+                self.hits += 1
+                board = base.copy(stack=False)
+                for i in range(k, len(query.moves)):
+                    try:
+                        board.push_uci(query.moves[i])
+                    except ValueError:
+                        raise InvalidQueryError(
+                            f"move {i + 1} of the game ({query.moves[i]!r}) is not legal in {board.fen()}"
+                        ) from None
+                break
+        else:
+            board = query.board()
+        self.boards[key] = board
+        if len(self.boards) > self.size:
+            self.boards.popitem(last=False)
+        return board
+
+    def validate(self, query: RewardQuery) -> chess.Board:
+        """:meth:`RewardQuery.validate` through the cache (the same errors)."""
+        return query.validate(self.board(query))
+
+
 def query_ids(
     tokenizer: Any, query: RewardQuery, fmt: TextFormat | None = None, board: chess.Board | None = None
 ) -> list[int]:
@@ -102,6 +160,30 @@ def query_ids(
     model's own: :func:`reward_format`) with ``<bos>`` first and EOS last; ``board``: the
     position before the move, if the caller has it."""
     return text_ids(tokenizer, query.text(fmt, board))
+
+
+def prepare_queries(
+    tokenizer: Any, fmt: TextFormat, cache: PositionCache, queries: Sequence[RewardQuery | dict[str, Any]]
+) -> list[list[int] | InvalidQueryError]:
+    """Each query's :func:`query_ids` in ``fmt``, checked through ``cache``, or its own
+    :class:`InvalidQueryError` in its place (a dict with no ``move``, an illegal move, a bad FEN):
+    what the RewardServer does before its forward pass, and a caller may do for it.
+
+    >>> tok = build_reward_model("tiny")[1]
+    >>> out = prepare_queries(tok, MovesFormat(), PositionCache(), [RewardQuery((), "e2e4"), {"moves": []}])
+    >>> isinstance(out[0], list), type(out[1]).__name__
+    (True, 'InvalidQueryError')
+    """
+    out: list[list[int] | InvalidQueryError] = []
+    for query in queries:
+        try:
+            q = query if isinstance(query, RewardQuery) else RewardQuery.from_dict(query)
+            out.append(query_ids(tokenizer, q, fmt, cache.validate(q)))
+        except InvalidQueryError as exc:
+            out.append(exc)
+        except (KeyError, TypeError, ValueError) as exc:  # a malformed dict
+            out.append(InvalidQueryError(f"not a reward query ({type(exc).__name__}: {exc}): {query!r}"))
+    return out
 
 
 def reward_format(config: Any) -> TextFormat:
@@ -310,10 +392,11 @@ def heldout_board(fen: str, share: int = 20) -> bool:
 
 def load_reward_model(path: str) -> tuple[Any, Any]:
     """``(model, tokenizer)`` of a saved reward model (``AutoModelForSequenceClassification``,
-    one label) from a folder or an ``s3://`` prefix; in eval mode."""
+    one label) from a folder or an ``s3://`` prefix; in eval mode, its GELUs fused
+    (:func:`chessrl.models.fuse_gelu`: it is scored in batches)."""
     from transformers import AutoModelForSequenceClassification
 
-    from chessrl.models import ModelLoadError, load_tokenizer, local_checkpoint
+    from chessrl.models import ModelLoadError, fuse_gelu, load_tokenizer, local_checkpoint
 
     local = local_checkpoint(path)
     try:
@@ -325,6 +408,7 @@ def load_reward_model(path: str) -> tuple[Any, Any]:
     tokenizer = load_tokenizer(str(local))
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
+    fuse_gelu(model)
     return model.eval(), tokenizer
 
 

@@ -1,6 +1,8 @@
 """The RewardServer on the local Ray: 1,000 concurrent requests from several tasks all answered
-in order and equal to scoring each alone; a bad request fails for its caller only; a server
-killed with SIGKILL mid-batch restarts and every caller gets an answer or one clear error."""
+in order and equal to scoring each alone; a bad request fails for its caller only; many items in
+one call keep their order, a bad one answered with its own error; a server killed with SIGKILL
+mid-batch restarts and every caller (one move or a whole step) gets an answer or one clear
+error."""
 
 from __future__ import annotations
 
@@ -75,6 +77,29 @@ def test_a_thousand_concurrent_requests_are_answered_in_order(reward_dir, local_
         client.shutdown()
 
 
+def test_many_items_in_one_call_keep_their_order_and_their_own_errors(reward_dir, local_ray):
+    """``score_many``: a rollout step in one call per replica; a bad item is answered with its
+    own error in its place, and the rest are scored as if asked alone."""
+    client = RewardClient.create(str(reward_dir), replicas=2, run="rs-many", max_batch=16, max_wait_ms=5, num_cpus=0.5)
+    try:
+        qs = example_queries(40)
+        bad = [RewardQuery(("e2e4",), "e2e4"), {"moves": [], "move": "e2e4", "fen": "not a fen"}, {"moves": []}]
+        mixed = qs[:10] + bad[:1] + qs[10:25] + bad[1:] + qs[25:]
+        got = client.score_many(mixed, normalized=False)
+        model, tok = load_reward_model(str(reward_dir))
+        alone = score_ids(model, [query_ids(tok, q) for q in qs], tok.pad_token_id)
+        assert len(got) == len(mixed)
+        errors = [g for g in got if isinstance(g, InvalidQueryError)]
+        assert [str(e).split(" ")[0] for e in errors] == ["illegal", "bad", "not"]
+        assert [g for g in got if not isinstance(g, InvalidQueryError)] == pytest.approx(alone, abs=1e-4)
+        assert [got.index(e) for e in errors] == [10, 26, 27]  # each in its own place
+        with pytest.raises(InvalidQueryError, match="illegal move 'e2e4'"):
+            client.score_batch(mixed)  # the all-or-nothing form raises the first
+        assert client.score_many([]) == []
+    finally:
+        client.shutdown()
+
+
 def test_a_server_killed_mid_batch_restarts_and_no_caller_hangs(reward_dir, local_ray):
     client = RewardClient.create(
         str(reward_dir), replicas=1, run="rs-kill", max_batch=32, max_wait_ms=20, num_cpus=0.5
@@ -83,6 +108,7 @@ def test_a_server_killed_mid_batch_restarts_and_no_caller_hangs(reward_dir, loca
         qs = example_queries(3000)
         pid = ray.get(client.actors[0].stats.remote())["pid"]
         refs = client.submit(qs, normalized=False)
+        many = [client.actors[0].score_many.remote(qs[i : i + 200], False) for i in range(0, 1000, 200)]
         ray.get(refs[:64], timeout=120)  # it is serving
         os.kill(pid, signal.SIGKILL)
         answered = failed = 0
@@ -95,6 +121,12 @@ def test_a_server_killed_mid_batch_restarts_and_no_caller_hangs(reward_dir, loca
             except ray.exceptions.RayActorError:
                 failed += 1  # one clear error: the actor died under this call
         assert answered + failed == len(qs) and answered >= 64
+        for ref in many:  # a step in flight: answered whole (retried on the restarted server) or one error
+            try:
+                got = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
+                assert len(got) == 200 and all(isinstance(v, float) for v in got)
+            except ray.exceptions.RayActorError:
+                pass
         new_pid = ray.get(client.actors[0].stats.remote(), timeout=120)["pid"]
         assert new_pid != pid  # restarted, and serving again
         assert isinstance(client.score(qs[:3])[0], float)

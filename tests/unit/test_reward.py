@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import random
 
+import chess
 import pytest
 from scipy.stats import spearmanr
 
 from chessrl.reward import (
+    InvalidQueryError,
     RewardQuery,
     heldout_board,
     mean_spearman,
@@ -151,3 +153,38 @@ def test_a_board_reading_pair_is_trained_on_the_ids_its_query_is_scored_on():
     assert list(out["chosen_ids"][0]) == chosen
     assert reward_format({"chessrl_text_format": "board"}).name == "board"
     assert reward_format({}).name == "moves"
+
+
+def test_the_position_cache_checks_queries_as_replaying_them_does():
+    """Step-by-step queries of several random games (a collector's shape): the cache's boards
+    equal a full replay, its errors are the same, it replays only new moves, and it stays bounded."""
+    import random
+
+    from chessrl.reward import PositionCache
+
+    rng = random.Random(3)
+    games = []
+    for _ in range(4):
+        board, moves = chess.Board(), []
+        while len(moves) < 40 and not board.is_game_over():
+            moves.append(rng.choice(list(board.legal_moves)).uci())
+            board.push_uci(moves[-1])
+        games.append(moves)
+    cache = PositionCache(size=16, lookback=4)
+    for ply in range(0, 40, 2):  # every other ply, as a collector sees its games
+        for moves in games:
+            if ply < len(moves):
+                q = RewardQuery(tuple(moves[:ply]), moves[ply])
+                assert cache.validate(q).fen() == q.validate().fen()
+    assert cache.hits >= 70 and len(cache.boards) == 16
+    bad = [
+        RewardQuery(tuple(games[0][:10]), "a1a1"),
+        RewardQuery(tuple(games[0][:10]) + ("e1e8",), games[0][11]),  # an illegal move in the game
+        RewardQuery((), "e2e4", fen="not a fen"),
+    ]
+    for q in bad:
+        with pytest.raises(InvalidQueryError) as replayed:
+            q.validate()
+        with pytest.raises(InvalidQueryError) as cached:
+            cache.validate(q)
+        assert str(cached.value) == str(replayed.value)
