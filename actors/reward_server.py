@@ -62,8 +62,7 @@ class RewardServer:
         self.batches, self.forward_s, self.prepare_s = 0, 0.0, 0.0
         self.positions = PositionCache()  # a collector's games, step after step: only new moves replayed
         self._preparer = ThreadPoolExecutor(1, thread_name_prefix="prepare")  # one thread: the cache is not shared
-        # OpenMP's thread count is per calling thread: a worker thread would start from Ray's
-        # OMP_NUM_THREADS=1 and run the forward pass on one core whatever was asked here
+        # forward passes one at a time, in a thread of their own (the event loop keeps taking calls)
         self._forward = ThreadPoolExecutor(
             1, thread_name_prefix="forward", initializer=torch.set_num_threads, initargs=(torch.get_num_threads(),)
         )
