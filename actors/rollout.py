@@ -126,6 +126,13 @@ class RolloutCollector:
         record.update(fields)
         self.status.write_text(f"collector-{self.index:02d}.json", json.dumps(record))
 
+    @staticmethod
+    def _split(spent: dict[str, float]) -> dict[str, float]:
+        """Cumulative seconds by kind; ``sample``: the rounds less scoring, opponents and weight pulls."""
+        sample = spent["round"] - spent["score"] - spent["opponents"] - spent["weights"]
+        out = {"sample": sample, **{k: v for k, v in spent.items() if k != "round"}}
+        return {k: round(v, 3) for k, v in out.items()}
+
     def pid(self) -> int:
         return os.getpid()
 
@@ -225,8 +232,24 @@ class RolloutCollector:
             load(newer)
             return policy, state["version"]
 
+        # where this collector's time goes (seconds, cumulative; in its status file and the bench's table)
+        spent = dict.fromkeys(("round", "score", "opponents", "weights", "write", "idle"), 0.0)
+
+        def timed(key: str, fn: Any) -> Any:
+            def call(*args: Any) -> Any:
+                began = time.perf_counter()
+                try:
+                    return fn(*args)
+                finally:
+                    spent[key] += time.perf_counter() - began
+
+            return call
+
         def score(queries: list[tuple[list[str], str]]) -> list[float]:
             return reward.score_batch([RewardQuery(tuple(moves), move) for moves, move in queries])
+
+        score, refresh = timed("score", score), timed("weights", refresh)
+        opponents = [timed("opponents", o) for o in opponents]
 
         rounds = episodes = actions_written = 0
         self._write_status(state="running")
@@ -239,12 +262,14 @@ class RolloutCollector:
                 load(newer)
             if state["version"] < 0 or state["rounds_at_version"] >= spec.rounds_per_version:
                 time.sleep(0.05)  # nothing published yet, or this version's share is played
+                spent["idle"] += 0.05
                 continue
             n = self.next_shard
             starts = start_positions(
                 pool, spec.concurrent_games, seed=seed * 100_003 + n, max_ply=10**6,
                 prefix=f"c{self.index}-{n:06d}",
             )  # fmt: skip
+            began = time.perf_counter()
             try:
                 actions = play_episodes(
                     policy, tokenizer, moves_table, starts, opponents, spec.settings, spec.max_actions,
@@ -252,8 +277,11 @@ class RolloutCollector:
                 )  # fmt: skip
             except _Stopped:
                 break
+            spent["round"] += time.perf_counter() - began
+            began = time.perf_counter()
             table = rollout_table(actions)
             write_shard(self.rollouts, rollout_shard_name(self.index, n), table)
+            spent["write"] += time.perf_counter() - began
             self.next_shard += 1
             rounds += 1
             state["rounds_at_version"] += 1
@@ -262,8 +290,8 @@ class RolloutCollector:
             self._episodes.inc(len(starts))
             self._actions.inc(table.num_rows)
             self._legal.set(sum(a.legal for a in actions) / max(1, len(actions)))
-            self._write_status(state="running", last_shard=rollout_shard_name(self.index, n))
-        self._write_status(state="stopped")
+            self._write_status(state="running", last_shard=rollout_shard_name(self.index, n), seconds=self._split(spent))
+        self._write_status(state="stopped", seconds=self._split(spent))
         return {
             "collector": self.index, "rounds": rounds, "episodes": episodes, "actions": actions_written,
             "seconds": time.perf_counter() - started, "starts": self.starts,

@@ -36,7 +36,11 @@ trained policy and reward model measure the steady state. Runs alternate baselin
 baseline, ... so machine noise hits both; before each run the bench waits (``--wait-quiet``
 seconds at most) for other processes to leave the CPUs, and each run prints how many cores they
 kept busy meanwhile (``other load``; above 0.3 the run is flagged: a 2-thread baseline sharing
-its 2 CPUs with a busy process runs many times slower). The last line is
+its 2 CPUs with a busy process runs many times slower). Before the ratio, a
+table of where each side's seconds went: the baseline's sampling, scoring and learning; the
+phase learner's wait for rollouts, learning, weight publishing, checkpoints and logging (its
+``metrics.jsonl``), and its collectors' sampling, scoring, opponents, weight pulls, shard
+writes and idle time (their status files). The last line is
 ``rl_step ratio (...): X.XX (target >= 1.2)``, X = median(phase samples/s) / median(baseline
 samples/s); a JSON record goes to ``--json``. With the defaults a run takes about 5 minutes on 2
 quiet CPUs; with the demo's trained models about 5 minutes a repeat at ``--iterations 4``.
@@ -231,10 +235,15 @@ def baseline_run(
         else:
             raise SystemExit(f"rl_step: opponent {name!r} is not benched (self and random are)")
 
+    scoring = {"s": 0.0}
+
     def score(queries: list[tuple[list[str], str]]) -> list[float]:
+        began = time.perf_counter()
         reads = reward_format(scorer.config)  # as the RewardServer asks it
         rows = [query_ids(reward_tokenizer, RewardQuery(tuple(moves), move), reads) for moves, move in queries]
-        return [normalizer.apply(s) for s in score_ids(scorer, rows, reward_pad)]
+        out = [normalizer.apply(s) for s in score_ids(scorer, rows, reward_pad)]
+        scoring["s"] += time.perf_counter() - began
+        return out
 
     rows = [{"moves": " ".join(m)} for m in pool]
     rounds = math.ceil(cfg.episodes_per_iteration / cfg.concurrent_games)
@@ -244,6 +253,7 @@ def baseline_run(
     for it in range(iterations + 1):
         if it == 1:  # the warm-up iteration is over
             started, actions, episodes, play_s, learn_s = time.perf_counter(), 0, 0, 0.0, 0.0
+            scoring["s"] = 0.0
         starts = [
             start_positions(rows, cfg.concurrent_games, seed=seed * 100_003 + it * 1000 + r, max_ply=10**6,
                             prefix=f"b{it}-{r}")
@@ -275,6 +285,7 @@ def baseline_run(
     return {
         "samples_per_s": actions / seconds, "actions": actions, "episodes": episodes, "seconds": seconds,
         "play_s": play_s, "learn_s": learn_s, "episode_length": actions / max(1, episodes),
+        "score_s": scoring["s"], "sample_s": play_s - scoring["s"],
     }  # fmt: skip
 
 
@@ -325,6 +336,11 @@ def phase_run(
         tail = "".join(log_path.read_text().splitlines(keepends=True)[-40:])
         raise SystemExit(f"rl_step: the ppo phase failed ({code}, {len(rows)} iterations logged):\n{tail}")
     timed = rows[1:]
+    collectors = sorted((storage / "bench" / "ppo" / "collectors").glob("collector-*.json"))
+    spent: dict[str, float] = {}
+    for path in collectors:  # cumulative over the whole run, warm-up included
+        for key, value in json.loads(path.read_text()).get("seconds", {}).items():
+            spent[key] = spent.get(key, 0.0) + value
     actions = int(sum(r["actions"] for r in timed))
     episodes = int(sum(r["episodes"] for r in timed))
     seconds = rows[-1]["elapsed_s"] - rows[0]["elapsed_s"]
@@ -332,9 +348,35 @@ def phase_run(
         "samples_per_s": actions / seconds, "actions": actions, "episodes": episodes, "seconds": seconds,
         "iterations": len(timed), "learn_s": sum(r["learner_step_s"] for r in timed),
         "wait_s": sum(r["wait_s"] for r in timed), "stale_dropped": int(rows[-1].get("stale_dropped", 0)),
+        "publish_s": sum(r.get("publish_s", 0.0) for r in timed), "checkpoint_s": sum(r.get("report_s", 0.0) for r in timed),
+        "log_s": sum(r.get("log_s", 0.0) for r in timed), "collectors_s": spent,
         "episode_length": actions / max(1, episodes), "phase_seconds": wall, "startup_s": rows[0]["elapsed_s"],
         "exit": code,
     }  # fmt: skip
+
+
+def print_time_table(baseline: list[dict[str, Any]], phase: list[dict[str, Any]]) -> None:
+    """Where each side's timed seconds go (medians over runs): the learner's split in the phase,
+    each collector's (summed over collectors, whole run) beside it."""
+
+    def med(rows: list[dict[str, Any]], key: str, sub: str | None = None) -> float:
+        values = [(r[key].get(sub, 0.0) if sub else r[key]) for r in rows if key in r]
+        return statistics.median(values) if values else float("nan")
+
+    print("where the time goes (s, median of runs):")
+    print(f"  baseline: {med(baseline, 'seconds'):.1f} = sample {med(baseline, 'sample_s'):.1f} + "
+          f"score {med(baseline, 'score_s'):.1f} + learn {med(baseline, 'learn_s'):.1f}")  # fmt: skip
+    other = [
+        med(phase, "seconds") - sum(med(phase, k) for k in ("learn_s", "wait_s", "publish_s", "checkpoint_s", "log_s"))
+    ]
+    print(
+        f"  phase learner: {med(phase, 'seconds'):.1f} = wait for rollouts {med(phase, 'wait_s'):.1f} + learn "
+        f"{med(phase, 'learn_s'):.1f} + publish weights {med(phase, 'publish_s'):.1f} + checkpoints "
+        f"{med(phase, 'checkpoint_s'):.1f} + logging {med(phase, 'log_s'):.1f} + other {other[0]:.1f}"
+    )
+    kinds = ("sample", "score", "opponents", "weights", "write", "idle")
+    print("  phase collectors (whole run, warm-up included): "
+          + ", ".join(f"{k} {med(phase, 'collectors_s', k):.1f}" for k in kinds))  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -457,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
                 ),
                 flush=True,
             )
+    print_time_table(baseline, phase)
     base_med = statistics.median(r["samples_per_s"] for r in baseline)
     phase_med = statistics.median(r["samples_per_s"] for r in phase)
     ratio = phase_med / base_med if base_med else 0.0

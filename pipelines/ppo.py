@@ -352,7 +352,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
 
     publish()
     metrics: dict[str, Any] = {}
-    report_s = 0.0
+    report_s = log_s = 0.0
     while state["iteration"] < cfg["iterations"]:
         if time_limit is not None and time.perf_counter() - started > time_limit:
             break
@@ -392,8 +392,9 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             "stale_dropped": state["stale_dropped"],
             "episodes_per_s": len(episodes) / max(wait_s + learn_s, 1e-9),
             "learner_step_s": learn_s, "wait_s": wait_s, "publish_s": publish_s, "report_s": report_s,
-            "elapsed_s": state["seconds"],
+            "log_s": log_s, "elapsed_s": state["seconds"],
         }  # fmt: skip
+        log_started = time.perf_counter()
         log.write(metrics, state["iteration"])
         mlflow.log(metrics, step=state["iteration"])
         report_progress(
@@ -404,6 +405,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             f"{len(episodes)} episodes (lag <= {metrics['version_lag_max']}), learn {learn_s:.1f} s, wait {wait_s:.1f} s",
             start=first_iteration, show=True,
         )  # fmt: skip
+        log_s = time.perf_counter() - log_started  # logged with the next iteration
         # Ray Train hears from the learner at checkpoints only: a report is a barrier with the
         # controller that took ~1.2 s (Ray 2.60, 2 CPUs), more than a tiny model's whole step;
         # the metrics of every iteration go to MLflow, metrics.jsonl and the console above

@@ -127,6 +127,10 @@ def check_outputs(phase: Path, iterations: int, out: str) -> None:
     assert first == list(range(1, len(first) + 1)), logged  # the killed run, from iteration 1
     assert resumed == list(range(resumed[0], iterations + 1)), logged  # the same command, to the end
     assert all(0 <= m["version_lag_max"] <= 1 for m in metrics)
+    # where the time went: the learner's split every iteration, each collector's in its status file
+    assert all(m["learner_step_s"] > 0 and m["log_s"] >= 0 and m["report_s"] >= 0 for m in metrics)
+    spent = json.loads((phase / "collectors" / "collector-00.json").read_text())["seconds"]
+    assert set(spent) == {"sample", "score", "opponents", "weights", "write", "idle"} and spent["score"] > 0
     assert metrics[0]["critic_warmup"] == 1 and "clipfrac" in metrics[-1]
     # nothing read twice; nothing lost but what a collector may play after the learner's last read
     assert len(learner["read"]) == len(set(learner["read"])) == summary["shards_read"]
