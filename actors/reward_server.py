@@ -201,13 +201,13 @@ class RewardServer:
             self._depth.set(queue.qsize(), tags=self._tags)
 
     async def stats(self) -> dict[str, Any]:
+        """Forward passes so far, seconds spent in them and in checking/tokenising, queue, pid."""
         import os
 
         return {
             "batches": self.batches,
             "forward_s": self.forward_s,
             "prepare_s": self.prepare_s,
-            "threads": __import__("torch").get_num_threads(),
             "queued": self.queue.qsize() if self.queue else 0,
             "pid": os.getpid(),
         }
