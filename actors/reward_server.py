@@ -15,9 +15,11 @@ is retried, so a caller gets its answer late, or one clear error once the retrie
 exports Ray metrics: requests, batch sizes, queue depth, latency. The text and the
 normalisation are :mod:`chessrl.reward`'s.
 
-A rollout collector sends its whole step in one :meth:`RewardServer.score_many` call: the items
-are validated and tokenised in a worker thread (off the event loop), queued one by one beside
-every other caller's, and each comes back as its score or its own error.
+Many moves go in one call, each answered with its score or its own error:
+:meth:`RewardServer.score_many` checks and tokenises them in a worker thread (off the event
+loop); a rollout collector does that itself and sends ids (:meth:`RewardServer.score_ids_many`,
+``RewardClient(..., prepare_here=True)``). Either way the items are queued one by one beside
+every other caller's.
 """
 
 from __future__ import annotations
@@ -63,9 +65,7 @@ class RewardServer:
         self.positions = PositionCache()  # a collector's games, step after step: only new moves replayed
         self._preparer = ThreadPoolExecutor(1, thread_name_prefix="prepare")  # one thread: the cache is not shared
         # forward passes one at a time, in a thread of their own (the event loop keeps taking calls)
-        self._forward = ThreadPoolExecutor(
-            1, thread_name_prefix="forward", initializer=torch.set_num_threads, initargs=(torch.get_num_threads(),)
-        )
+        self._forward = ThreadPoolExecutor(1, thread_name_prefix="forward")
         tags = ("server",)
         self._tags = {"server": name}
         self._requests = metrics.Counter("chessrl_reward_requests", "Moves scored", tag_keys=tags)
@@ -147,16 +147,6 @@ class RewardServer:
             item if isinstance(item, InvalidQueryError) else self._normalize(next(raw), normalized)
             for item in prepared
         ]
-
-    async def score_batch(
-        self, queries: Sequence[dict[str, Any] | RewardQuery], normalized: bool = True
-    ) -> list[float]:
-        """:meth:`score_many`, but the first invalid query fails the whole call (its error)."""
-        out = await self.score_many(queries, normalized)
-        for item in out:
-            if isinstance(item, InvalidQueryError):
-                raise item
-        return out  # type: ignore[return-value]
 
     def _normalize(self, raw: float, normalized: bool) -> float:
         return self.normalizer.apply(raw) if normalized else raw

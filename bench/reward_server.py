@@ -160,14 +160,14 @@ def main(argv: list[str] | None = None) -> int:
             tokenizer, fmt = ray.get(client.actors[0].reader.remote())
             reader = (tokenizer, get_format(fmt))
             pool = ThreadPoolExecutor(args.callers)
-            caches = [PositionCache() for _ in parts]
+            caches = [PositionCache()]
             ray.get(call(client.actors[0], 0, queries[:64]))  # warm up
-            caches = [PositionCache() for _ in parts]
             for run in range(args.runs):
                 started = time.perf_counter()
                 for q in queries:
                     score_ids(model, [query_ids(tok, q, reward_format(model.config))], tok.pad_token_id)
                 plain.append(len(queries) / (time.perf_counter() - started))
+                caches = [PositionCache() for _ in parts]  # each run starts its games unseen
                 before = ray.get(client.actors[0].stats.remote())
                 started = time.perf_counter()
                 if args.callers_as == "threads":
@@ -185,7 +185,6 @@ def main(argv: list[str] | None = None) -> int:
                     f"checking/tokenising on the server {after['prepare_s'] - before['prepare_s']:.2f} s), "
                     f"plain loop {plain[-1]:.0f} moves/s"
                 )
-                caches = [PositionCache() for _ in parts]  # each run starts its games unseen
         finally:
             client.shutdown()
     ratio = statistics.median(served) / statistics.median(plain)

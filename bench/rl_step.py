@@ -366,13 +366,13 @@ def print_time_table(baseline: list[dict[str, Any]], phase: list[dict[str, Any]]
     print("where the time goes (s, median of runs):")
     print(f"  baseline: {med(baseline, 'seconds'):.1f} = sample {med(baseline, 'sample_s'):.1f} + "
           f"score {med(baseline, 'score_s'):.1f} + learn {med(baseline, 'learn_s'):.1f}")  # fmt: skip
-    other = [
-        med(phase, "seconds") - sum(med(phase, k) for k in ("learn_s", "wait_s", "publish_s", "checkpoint_s", "log_s"))
-    ]
+    other = med(phase, "seconds") - sum(
+        med(phase, k) for k in ("learn_s", "wait_s", "publish_s", "checkpoint_s", "log_s")
+    )
     print(
         f"  phase learner: {med(phase, 'seconds'):.1f} = wait for rollouts {med(phase, 'wait_s'):.1f} + learn "
         f"{med(phase, 'learn_s'):.1f} + publish weights {med(phase, 'publish_s'):.1f} + checkpoints "
-        f"{med(phase, 'checkpoint_s'):.1f} + logging {med(phase, 'log_s'):.1f} + other {other[0]:.1f}"
+        f"{med(phase, 'checkpoint_s'):.1f} + logging {med(phase, 'log_s'):.1f} + other {other:.1f}"
     )
     kinds = ("sample", "score", "opponents", "weights", "write", "idle")
     print("  phase collectors (whole run, warm-up included): "

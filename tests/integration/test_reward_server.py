@@ -38,56 +38,62 @@ def reward_dir(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def two_replicas(reward_dir, local_ray):
+    """Two replicas of the saved model, shared by the tests that only call them."""
+    client = RewardClient.create(
+        str(reward_dir), replicas=2, run="rs-test", max_batch=64, max_wait_ms=5, num_cpus=0.5
+    )
+    yield client
+    client.shutdown()
+
+
 @ray.remote(num_cpus=0)
 def caller(actors: list, qs: list[RewardQuery]) -> list[float]:
     return RewardClient(actors).score(qs, normalized=False)
 
 
-def test_a_thousand_concurrent_requests_are_answered_in_order(reward_dir, local_ray):
-    client = RewardClient.create(
-        str(reward_dir), replicas=2, run="rs-test", max_batch=64, max_wait_ms=5, num_cpus=0.5
+def test_a_thousand_concurrent_requests_are_answered_in_order(reward_dir, two_replicas):
+    client = two_replicas
+    before = sum(s["batches"] for s in ray.get([a.stats.remote() for a in client.actors]))
+    qs = example_queries(1000)
+    parts = [qs[i::4] for i in range(4)]  # four tasks at once, interleaved
+    answers = ray.get([caller.remote(client.actors, part) for part in parts], timeout=300)
+    model, tok = load_reward_model(str(reward_dir))
+    alone = {q: score_ids(model, [query_ids(tok, q)], tok.pad_token_id)[0] for q in set(qs)}
+    for part, got in zip(parts, answers, strict=True):
+        assert len(got) == len(part)
+        for q, score in zip(part, got, strict=True):
+            assert score == pytest.approx(alone[q], abs=1e-4)
+    batches = sum(s["batches"] for s in ray.get([a.stats.remote() for a in client.actors])) - before
+    assert batches < 1000 / 4  # requests were gathered into batches
+    # normalised by the mean and std saved with the model
+    [q] = qs[:1]
+    assert client.score([q])[0] == pytest.approx((alone[q] - 0.25) / 2.0, abs=1e-4)
+    # a bad request fails for its caller only
+    refs = client.submit(
+        [qs[0], RewardQuery(("e2e4",), "e2e4"), {"moves": [], "move": "e2e4", "fen": "not a fen"}, qs[1]]
     )
-    try:
-        qs = example_queries(1000)
-        parts = [qs[i::4] for i in range(4)]  # four tasks at once, interleaved
-        answers = ray.get([caller.remote(client.actors, part) for part in parts], timeout=300)
-        model, tok = load_reward_model(str(reward_dir))
-        alone = {q: score_ids(model, [query_ids(tok, q)], tok.pad_token_id)[0] for q in set(qs)}
-        for part, got in zip(parts, answers, strict=True):
-            assert len(got) == len(part)
-            for q, score in zip(part, got, strict=True):
-                assert score == pytest.approx(alone[q], abs=1e-4)
-        batches = sum(s["batches"] for s in ray.get([a.stats.remote() for a in client.actors]))
-        assert batches < 1000 / 4  # requests were gathered into batches
-        # normalised by the mean and std saved with the model
-        [q] = qs[:1]
-        assert client.score([q])[0] == pytest.approx((alone[q] - 0.25) / 2.0, abs=1e-4)
-        # a bad request fails for its caller only
-        refs = client.submit(
-            [qs[0], RewardQuery(("e2e4",), "e2e4"), {"moves": [], "move": "e2e4", "fen": "not a fen"}, qs[1]]
-        )
-        assert ray.get(refs[0]) == pytest.approx(client.score([qs[0]])[0]) and isinstance(
-            ray.get(refs[3]), float
-        )
-        for ref, message in ((refs[1], "illegal move 'e2e4'"), (refs[2], "bad FEN")):
-            with pytest.raises(ray.exceptions.RayTaskError) as info:
-                ray.get(ref)
-            assert isinstance(info.value.cause, InvalidQueryError) and message in str(info.value.cause)
-    finally:
-        client.shutdown()
+    assert ray.get(refs[0]) == pytest.approx(client.score([qs[0]])[0]) and isinstance(
+        ray.get(refs[3]), float
+    )
+    for ref, message in ((refs[1], "illegal move 'e2e4'"), (refs[2], "bad FEN")):
+        with pytest.raises(ray.exceptions.RayTaskError) as info:
+            ray.get(ref)
+        assert isinstance(info.value.cause, InvalidQueryError) and message in str(info.value.cause)
 
 
-def test_many_items_in_one_call_keep_their_order_and_their_own_errors(reward_dir, local_ray):
+def test_many_items_in_one_call_keep_their_order_and_their_own_errors(reward_dir, two_replicas):
     """``score_many``: a rollout step in one call per replica; a bad item is answered with its
-    own error in its place, and the rest are scored as if asked alone."""
-    client = RewardClient.create(str(reward_dir), replicas=2, run="rs-many", max_batch=16, max_wait_ms=5, num_cpus=0.5)
-    try:
-        qs = example_queries(40)
-        bad = [RewardQuery(("e2e4",), "e2e4"), {"moves": [], "move": "e2e4", "fen": "not a fen"}, {"moves": []}]
-        mixed = qs[:10] + bad[:1] + qs[10:25] + bad[1:] + qs[25:]
+    own error in its place, and the rest are scored as if asked alone, whether the server or the
+    caller (``prepare_here``, as collectors do) checks and tokenises them."""
+    qs = example_queries(40)
+    bad = [RewardQuery(("e2e4",), "e2e4"), {"moves": [], "move": "e2e4", "fen": "not a fen"}, {"moves": []}]
+    mixed = qs[:10] + bad[:1] + qs[10:25] + bad[1:] + qs[25:]
+    model, tok = load_reward_model(str(reward_dir))
+    alone = score_ids(model, [query_ids(tok, q) for q in qs], tok.pad_token_id)
+    for client in (two_replicas, RewardClient(two_replicas.actors, prepare_here=True)):
         got = client.score_many(mixed, normalized=False)
-        model, tok = load_reward_model(str(reward_dir))
-        alone = score_ids(model, [query_ids(tok, q) for q in qs], tok.pad_token_id)
         assert len(got) == len(mixed)
         errors = [g for g in got if isinstance(g, InvalidQueryError)]
         assert [str(e).split(" ")[0] for e in errors] == ["illegal", "bad", "not"]
@@ -96,8 +102,6 @@ def test_many_items_in_one_call_keep_their_order_and_their_own_errors(reward_dir
         with pytest.raises(InvalidQueryError, match="illegal move 'e2e4'"):
             client.score_batch(mixed)  # the all-or-nothing form raises the first
         assert client.score_many([]) == []
-    finally:
-        client.shutdown()
 
 
 def test_a_server_killed_mid_batch_restarts_and_no_caller_hangs(reward_dir, local_ray):
