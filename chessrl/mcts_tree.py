@@ -309,7 +309,8 @@ def puct_pick(tree: ArrayTree, nodes: np.ndarray, c_puct: float, fpu_reduction: 
     visits = tree.visits[nodes]
     q = tree.Q[idx]
     if fpu_reduction is not None:
-        wsum = np.where(valid, tree.W[idx], 0.0).sum(axis=1)
+        # summed left to right (cumsum), not pairwise: the same sum whatever the batch's width
+        wsum = np.where(valid, tree.W[idx], 0.0).cumsum(axis=1)[:, -1]
         mean = np.where(visits > 0, wsum / np.maximum(visits, 1), tree.value[nodes])
         q = np.where(n > 0, q, (mean - fpu_reduction)[:, None])
     sq = np.sqrt(np.maximum(visits, 1))
@@ -331,7 +332,7 @@ def puct_pick_one(tree: ArrayTree, node: int, c_puct: float, fpu_reduction: floa
     visits = int(tree.visits[node])
     q = tree.Q[edges]
     if fpu_reduction is not None:
-        mean = float(tree.W[edges].sum()) / visits if visits > 0 else float(tree.value[node])
+        mean = float(tree.W[edges].cumsum()[-1]) / visits if visits > 0 else float(tree.value[node])
         q = np.where(n > 0, q, mean - fpu_reduction)
     u = (c_puct * tree.Psel[edges]) * (math.sqrt(max(visits, 1)) / (1.0 + n))
     return f + int((q + u).argmax())
