@@ -44,8 +44,9 @@ import torch  # noqa: E402
 from machine_load import fmt_load, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
 from record import write_record  # noqa: E402
 
+from chessrl import mcts_leaves  # noqa: E402
 from chessrl.board_encoding import encode_boards  # noqa: E402
-from chessrl.mcts import MCTSConfig, NetworkEvaluator  # noqa: E402
+from chessrl.mcts import BatchedMCTS, MCTSConfig, NetworkEvaluator  # noqa: E402
 from chessrl.network import NetConfig, PolicyValueNet  # noqa: E402
 from chessrl.selfplay import SelfPlay, SelfPlaySettings  # noqa: E402
 
@@ -72,7 +73,13 @@ class TimedNet:
 
 
 def collector_run(
-    net: PolicyValueNet, games: int, simulations: int, seconds: float, seed: int, search: str = "puct"
+    net: PolicyValueNet,
+    games: int,
+    simulations: int,
+    seconds: float,
+    seed: int,
+    search: str = "puct",
+    on_start: Any = None,
 ) -> dict[str, Any]:
     """The collector's loop for ``seconds``: simulations/s, tree work per simulation, network
     calls and leaves per call."""
@@ -93,6 +100,8 @@ def collector_run(
     play.step()  # warm-up: the first move's root expansions, caches
     sims, calls, positions = play.search.simulations_run, evaluator.calls, evaluator.positions
     timed_net.seconds = 0.0
+    if on_start is not None:
+        on_start()
     started = time.perf_counter()
     while time.perf_counter() - started < seconds:
         play.step()
@@ -109,6 +118,66 @@ def collector_run(
         "moves": play.moves_played,
         "seconds": elapsed,
     }
+
+
+#: Where the split of a simulation's time looks: (module, function, bucket). The board work is
+#: listing moves, making children and the end-of-game test (native or python-chess), the
+#: encoding is the network's input planes; the network is ``predict``; the tree is the rest.
+SPLIT_POINTS = [
+    ("chessrl.mcts_native", "new_root", "board"),
+    ("chessrl.mcts_native", "make_child", "board"),
+    ("chessrl.mcts_native", "list_edges", "board"),
+    ("chessrl.mcts_leaves", "legal_indices", "board"),
+    ("chessrl.mcts_leaves", "child_board", "board"),
+    ("chessrl.mcts_leaves", "leaf_terminal", "board"),
+    ("chessrl.mcts_leaves", "terminal_value", "board"),
+    ("chessrl.mcts_native", "planes", "encoding"),
+    ("chessrl.mcts", "encode_boards", "encoding"),
+]
+
+
+def split_run(
+    net: PolicyValueNet, games: int, simulations: int, seconds: float, seed: int, search: str = "puct"
+) -> dict[str, float]:
+    """:func:`collector_run` with the time spent at :data:`SPLIT_POINTS` added up: microseconds
+    per simulation of board work, encoding, network and the tree's own work (the rest)."""
+    import importlib  # noqa: PLC0415
+
+    spent = {"board": 0.0, "encoding": 0.0}
+    saved = []
+
+    def timer(fn: Any, bucket: str) -> Any:
+        def timed_fn(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[bucket] += time.perf_counter() - started
+
+        return timed_fn
+
+    for module_name, name, bucket in SPLIT_POINTS:
+        module = importlib.import_module(module_name)
+        saved.append((module, name, getattr(module, name)))
+        setattr(module, name, timer(getattr(module, name), bucket))
+    try:
+        run = collector_run(
+            net,
+            games,
+            simulations,
+            seconds,
+            seed,
+            search,
+            on_start=lambda: spent.update(board=0.0, encoding=0.0),
+        )
+    finally:
+        for module, name, fn in saved:
+            setattr(module, name, fn)
+    sims = max(run["simulations"], 1)
+    split = {k: v / sims * 1e6 for k, v in spent.items()}
+    split["network"] = run["network_seconds"] / sims * 1e6
+    split["tree"] = run["tree_us_per_simulation"] - split["board"] - split["encoding"]
+    return split
 
 
 def network_run(net: PolicyValueNet, planes: np.ndarray, batch: int, seconds: float) -> dict[str, Any]:
@@ -154,8 +223,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="seconds per timed run")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--device", default="cpu", help="where the network runs: cpu, cuda, cuda:1, ...")
+    parser.add_argument(
+        "--boards",
+        choices=["native", "python"],
+        default="native",
+        help="the search's boards: native (rust_chess, the default) or python-chess (the reference, as before)",
+    )
+    parser.add_argument(
+        "--tree",
+        choices=["compiled", "numpy"],
+        default="compiled",
+        help="the PUCT walk and backup: compiled (numba, the default) or NumPy array operations (the reference)",
+    )
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "mcts.json"))
     args = parser.parse_args(argv)
+    mcts_leaves.NATIVE_BOARDS = args.boards == "native"
+    BatchedMCTS.compiled = args.tree == "compiled"
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error(f"--device {args.device}: this torch build sees no CUDA device")
@@ -168,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"network: {args.blocks} blocks x {args.channels} channels, history {args.history}; batch {args.games} "
         f"games{f' (and {large})' if large else ''}, {args.simulations} simulations per move, {args.search} "
-        f"search; network on {args.device}, 1 torch thread; {args.seconds:g} s per run"
+        f"search, {args.boards} boards, {args.tree} tree; network on {args.device}, 1 torch thread; {args.seconds:g} s per run"
     )
     raw: list[dict[str, Any]] = []
     batched: list[dict[str, Any]] = []
@@ -206,6 +289,11 @@ def main(argv: list[str] | None = None) -> int:
         f"simulations/s; one leaf per call {single_med:,.0f} simulations/s"
         + (f"; {large} games {large_med:,.0f} simulations/s" if large_med is not None else "")
     )
+    split = split_run(net, args.games, args.simulations, args.seconds, 99, args.search)
+    print(
+        "split of a simulation (us, one more run with timers): "
+        + " | ".join(f"{k} {split[k]:.1f}" for k in ("board", "encoding", "tree", "network"))
+    )
     ratios: dict[str, float] = {"mcts": mcts_ratio, "mcts_batching": batching_ratio}
     if large_ratio is not None:
         ratios[f"mcts_batching_{large}"] = large_ratio
@@ -220,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
         "network": {"blocks": args.blocks, "channels": args.channels, "history": args.history},
         "device": args.device,
         "search": args.search,
+        "boards": args.boards,
+        "tree": args.tree,
+        "split_us_per_simulation": split,
         "games": args.games,
         "games_large": large,
         "simulations": args.simulations,

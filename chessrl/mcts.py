@@ -49,7 +49,7 @@ from typing import Literal, Protocol, TypeAlias
 import chess
 import numpy as np
 
-from chessrl import gumbel
+from chessrl import gumbel, mcts_compiled, mcts_native, native_board
 from chessrl.board_encoding import NUM_ACTIONS, copy_board, encode_boards, legal_indices, legal_mask
 from chessrl.mcts_leaves import (
     ensure_edges,
@@ -204,7 +204,7 @@ class Node:
     @property
     def board(self) -> chess.Board:
         """The position, with its move stack (the tree's own copy)."""
-        return self._tree.boards[self._id]
+        return self._tree.board(self._id)
 
     @property
     def moves(self) -> list[chess.Move]:
@@ -212,7 +212,7 @@ class Node:
         tree = self._tree
         if not tree.ready[self._id]:
             ensure_edges(tree, np.array([self._id]))
-        return tree.moves[self._id]  # type: ignore[return-value]
+        return tree.move_list(self._id)
 
     @property
     def actions(self) -> np.ndarray:
@@ -482,11 +482,16 @@ class NetworkEvaluator:
         """The network's raw policy logits ``(len(boards), NUM_ACTIONS)`` and values, in one
         call: :class:`BatchedMCTS` takes the softmax over a position's legal moves only when its
         search first walks through it."""
+        return self.evaluate_planes(encode_boards(boards, self.history))
+
+    def evaluate_planes(self, planes: np.ndarray) -> tuple[np.ndarray, list[float]]:
+        """:meth:`evaluate_logits` of positions already encoded (``encode_boards``' planes, with
+        this evaluator's history): :class:`BatchedMCTS` encodes its native nodes itself."""
         self.calls += 1
-        self.positions += len(boards)
-        if not boards:
+        self.positions += len(planes)
+        if not len(planes):
             return np.zeros((0, NUM_ACTIONS), dtype=np.float32), []
-        logits, values = self.net.predict(encode_boards(boards, self.history))  # (B, 4672), (B,)
+        logits, values = self.net.predict(planes)  # (B, 4672), (B,)
         return logits, values.astype(np.float64).tolist()
 
 
@@ -506,6 +511,9 @@ class BatchedMCTS:
     COMPACT_NODES = 1 << 11
     #: Search one root alone in scalar steps (:meth:`_simulate_alone`); False: the batch rounds.
     scalar_alone = True
+    #: PUCT rounds walk and back up in compiled code (:mod:`chessrl.mcts_compiled`); False: the
+    #: NumPy array operations per tree level (the reference, bit for bit the same).
+    compiled = True
 
     def __init__(self, evaluator: Evaluator, config: MCTSConfig | None = None, seed: int = 0) -> None:
         self.evaluator = evaluator
@@ -577,10 +585,14 @@ class BatchedMCTS:
         if len(nodes) == 1 and not virtual and self.scalar_alone:  # no batch to build for one leaf
             self._simulate_alone(int(ids[0]), sims)
             remaining[:] = 0
+        compiled = self.compiled and cfg.search == "puct"
         while remaining.any():
             k = np.minimum(cfg.leaves_per_game, remaining)
             remaining -= k
-            passes = [self._descend(np.flatnonzero(k > j), ids, virtual) for j in range(int(k.max()))]
+            if compiled:  # each game's walk in one compiled call: the same edges, bit for bit
+                passes = [self._descend_compiled(ids[k > j], virtual) for j in range(int(k.max()))]
+            else:
+                passes = [self._descend(np.flatnonzero(k > j), ids, virtual) for j in range(int(k.max()))]
             leaves = np.concatenate([p[0] for p in passes])
             tree = self.tree
             fresh = leaves[np.isnan(tree.value[leaves]) & np.isnan(tree.terminal[leaves])]
@@ -588,7 +600,10 @@ class BatchedMCTS:
                 _, first = np.unique(fresh, return_index=True)
                 self._expand(fresh[np.sort(first)])
             for p in passes:
-                self._backup(*p, virtual)
+                if compiled:
+                    mcts_compiled.backup_tree(self.tree, p[1], virtual, cfg.virtual_loss)
+                else:
+                    self._backup(*p, virtual)
         self.simulations_run += sims * len(nodes)
         if gumbel_search:
             return [self._finish_gumbel(node) for node in nodes]
@@ -624,6 +639,8 @@ class BatchedMCTS:
         root._tree.child[root._edges] = -1  # let the siblings go
         child.noisy_priors = None
         root._tree.chosen[child._id] = -1
+        if child._tree.native[child._id] is not None and not native_board.supported(child.board):
+            return Node(copy_board(child.board))  # past what the native board's counters hold: python-chess on
         return child
 
     # --- the rounds ----------------------------------------------------------------------------
@@ -713,6 +730,14 @@ class BatchedMCTS:
             depth += 1
         return cur, rows_by_depth, nodes_by_depth, edges_by_depth
 
+    def _descend_compiled(self, roots: np.ndarray, virtual: bool) -> tuple[np.ndarray, mcts_compiled.Paths]:
+        """:meth:`_descend` as compiled walks (:mod:`chessrl.mcts_compiled`), one per root."""
+        cfg = self.config
+        paths = mcts_compiled.descend_tree(
+            self.tree, roots, cfg.c_puct, cfg.fpu_reduction, virtual, cfg.virtual_loss
+        )
+        return paths.leaves, paths
+
     def _backup(
         self,
         leaves: np.ndarray,
@@ -791,9 +816,12 @@ class BatchedMCTS:
         if evaluate_logits is None:
             ensure_edges(tree, ids)
         id_list = ids.tolist()
-        boards = [tree.boards[i] for i in id_list]
+        evaluate_planes = getattr(self.evaluator, "evaluate_planes", None)
+        if evaluate_logits is not None and evaluate_planes is not None:  # planes from the native boards
+            logits, values = evaluate_planes(mcts_native.planes(tree, ids, self.evaluator.history))  # type: ignore[attr-defined]
+        elif evaluate_logits is not None:
+            logits, values = evaluate_logits([tree.board(i) for i in id_list])
         if evaluate_logits is not None:
-            logits, values = evaluate_logits(boards)
             if len(logits) != len(ids) or len(values) != len(ids):
                 raise ValueError(
                     f"evaluator returned {len(logits)} logits and {len(values)} values for {len(ids)} boards"
@@ -812,6 +840,7 @@ class BatchedMCTS:
             tree.walk[later] = np.isnan(tree.terminal[later])
             n_priors = len(ids)
         else:
+            boards = [tree.board(i) for i in id_list]
             actions = [tree.action[tree.edges(i)] for i in id_list]
             evaluate_legal = getattr(self.evaluator, "evaluate_legal", None)
             if evaluate_legal is not None:  # priors per legal move: no scatter into the action space
@@ -820,7 +849,7 @@ class BatchedMCTS:
             else:
                 priors, values = self.evaluator.evaluate(boards)
                 per_move = [
-                    _normalised(p, tree.moves[i], a)  # type: ignore[arg-type]
+                    _normalised(p, tree.move_list(i), a)
                     for p, i, a in zip(priors, id_list, actions, strict=False)
                 ]
             n_priors = len(priors)

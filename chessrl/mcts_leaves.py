@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import chess
 import numpy as np
 
+from chessrl import mcts_native
 from chessrl.board_encoding import legal_indices
 from chessrl.mcts_tree import ArrayTree, edge_ranges
 from chessrl.search_board import child_board, leaf_terminal, terminal_value
@@ -36,9 +37,18 @@ def nan_or(value: float | None) -> float:
     return math.nan if value is None else value
 
 
+#: Search standard games on native boards (:mod:`chessrl.mcts_native`); False: python-chess
+#: boards throughout (the reference; chess960 and variants always take it).
+NATIVE_BOARDS = True
+
+
 def new_node(tree: ArrayTree, board: chess.Board) -> int:
     """Add ``board`` (the tree's own copy) to ``tree`` with its legal moves and action indices,
-    and its exact value when the game is over there."""
+    and its exact value when the game is over there (a native node when it can be)."""
+    if NATIVE_BOARDS:
+        i = mcts_native.new_root(tree, board)
+        if i is not None:
+            return i
     moves, actions = legal_indices(board, cache=False)  # a tree meets few transpositions
     return tree.add_node(board, moves, actions, nan_or(terminal_value(board, len(moves))))
 
@@ -49,6 +59,8 @@ def make_child(tree: ArrayTree, node: int, i: int) -> int:
     checkmated makes ``i`` the node's mate."""
     e = int(tree.first[node]) + i
     c = int(tree.child[e])
+    if c < 0 and tree.native[node] is not None:
+        return mcts_native.make_child(tree, node, i)
     if c < 0:
         board = child_board(tree.boards[node], tree.moves[node][i])  # type: ignore[index]
         c = tree.add_node(board, None, None, nan_or(leaf_terminal(board)))
@@ -98,8 +110,11 @@ def finite_priors(flat: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 def ensure_edges_one(tree: ArrayTree, node: int) -> None:
     """:func:`ensure_edges` for one node whose moves are not listed yet."""
-    moves, actions = legal_indices(tree.boards[node], cache=False)
-    tree.add_edges(node, moves, actions)
+    if tree.native[node] is not None:
+        [actions] = mcts_native.list_edges(tree, [node])
+    else:
+        moves, actions = legal_indices(tree.boards[node], cache=False)
+        tree.add_edges(node, moves, actions)
     logits = tree.take_logits(node)
     if logits is None:
         return
@@ -113,11 +128,20 @@ def ensure_edges(tree: ArrayTree, nodes: np.ndarray) -> None:
     if ready.all():
         return
     todo = np.unique(nodes[~ready]).tolist()
-    listed = [legal_indices(tree.boards[i], cache=False) for i in todo]
-    tree.add_edges_many(todo, [m for m, _ in listed], [a for _, a in listed])
+    native = [i for i in todo if tree.native[i] is not None]
+    if len(native) < len(todo):
+        todo = [i for i in todo if tree.native[i] is None]
+        listed = [legal_indices(tree.boards[i], cache=False) for i in todo]
+        tree.add_edges_many(todo, [m for m, _ in listed], [a for _, a in listed])
+        all_actions = [a for _, a in listed]
+    else:
+        todo, all_actions = [], []
+    if native:
+        all_actions += mcts_native.list_edges(tree, native)
+        todo += native
     with_logits: list[int] = []
     gathered: list[np.ndarray] = []
-    for i, (_, actions) in zip(todo, listed, strict=True):
+    for i, actions in zip(todo, all_actions, strict=True):
         logits = tree.take_logits(i)
         if logits is not None:
             with_logits.append(i)

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from chessrl.board_encoding import _MOVE_OF_CODE, copy_board
+
 __all__ = ["ArrayTree", "edge_ranges", "padded_edges", "puct_pick", "puct_pick_one"]
 
 _NODE_FIELDS = {
@@ -40,6 +42,10 @@ _NODE_FIELDS = {
     "ready": (np.bool_, False),  # the legal moves and edges exist
     "walk": (np.bool_, False),  # expanded and not finished: a search walks on through it
     "lrow": (np.int64, -1),  # the row of ``logits`` an evaluated node without listed moves keeps
+    "parent": (np.int64, -1),  # a native node's parent (-1: a root, whose board is kept)
+    "pcode": (np.int64, -1),  # the code of the move from the parent (board_encoding's codes)
+    "clock": (np.int64, 0),  # a native node's half-move clock
+    "rep": (np.int64, 0),  # earlier occurrences of a native node's position in its game
 }
 _EDGE_FIELDS = {
     "P": (np.float64, 0.0),
@@ -51,6 +57,7 @@ _EDGE_FIELDS = {
     "action": (np.int64, 0),
     "N0": (np.int64, 0),  # N at the start of the current search (a root's, for Gumbel)
     "score": (np.float64, 0.0),  # a Gumbel root's g + logits
+    "code": (np.int64, -1),  # a native node's move, as a board_encoding code
 }
 
 
@@ -60,6 +67,13 @@ class ArrayTree:
     Python-side per node: ``boards[i]`` (python-chess) and ``moves[i]`` (its legal moves, in
     python-chess's order, aligned with the edge range). ``handles`` maps node ids to the live
     :class:`chessrl.mcts.Node` objects that view them (weakly).
+
+    A *native* node (:mod:`chessrl.mcts_native`) keeps a ``rust_chess`` board in ``native[i]``
+    instead: its moves are the edges' ``code`` (in python-chess's order all the same), its
+    python-chess board and move list are made only when asked (:meth:`board`, :meth:`move_list`,
+    replaying the moves from the nearest node that has one), and its repetitions are counted
+    with ``keys[i]`` along ``parent`` links, then a root's ``hist[i]`` (the keys of its game's
+    earlier positions, newest first). A native root always has its python-chess board.
     """
 
     def __init__(self, node_capacity: int = 16, edge_capacity: int = 512) -> None:
@@ -73,6 +87,10 @@ class ArrayTree:
         self.n_edges = 0
         self.boards: list[Any] = []
         self.moves: list[list[Any] | None] = []
+        self.native: list[Any] = []
+        self.keys: list[int | None] = []
+        self.words: list[tuple[int, ...] | None] = []  # a native node's piece bitboards, once encoded
+        self.hist: dict[int, tuple[int, ...]] = {}
         #: The network logits of nodes evaluated before their moves were listed (``lrow``), one
         #: row each, in one buffer that doubles when full and is reused by compaction (a taken
         #: row stays until then): no batch array stays referenced by the few leaves it left
@@ -101,10 +119,17 @@ class ArrayTree:
             self.edge_capacity = cap
 
     def add_node(
-        self, board: Any, moves: list[Any] | None, actions: np.ndarray | None, terminal: float
+        self,
+        board: Any,
+        moves: list[Any] | None,
+        actions: np.ndarray | None,
+        terminal: float,
+        native: Any = None,
+        key: int | None = None,
     ) -> int:
         """A new node (not expanded) with one edge per legal move (none yet when ``moves`` is
-        None: :meth:`add_edges` later); returns its id."""
+        None: :meth:`add_edges` later); returns its id. ``native`` and ``key``: a native node's
+        board and repetition key (the caller sets ``parent``, ``pcode``, ``clock``, ``rep``)."""
         n = 0 if actions is None else len(actions)
         if self.n_nodes + 1 > self.node_capacity or self.n_edges + n > self.edge_capacity:
             self._grow(1, n)
@@ -113,12 +138,16 @@ class ArrayTree:
         self.n_nodes = i + 1
         self.boards.append(board)
         self.moves.append(None)
+        self.native.append(native)
+        self.keys.append(key)
+        self.words.append(None)
         if moves is not None:
             self.add_edges(i, moves, actions)  # type: ignore[arg-type]
         return i
 
-    def add_edges(self, node: int, moves: list[Any], actions: np.ndarray) -> None:
-        """Give ``node`` its legal moves: one new edge each."""
+    def add_edges(self, node: int, moves: list[Any] | None, actions: np.ndarray, codes: Any = None) -> None:
+        """Give ``node`` its legal moves: one new edge each (a native node: ``moves`` None and
+        their ``codes``)."""
         n = len(actions)
         if self.n_edges + n > self.edge_capacity:
             self._grow(0, n)
@@ -127,12 +156,20 @@ class ArrayTree:
         self.count[node] = n
         if n:
             self.action[e : e + n] = actions
+            if codes is not None:
+                self.code[e : e + n] = codes
         self.n_edges = e + n
         self.moves[node] = moves
         self.ready[node] = True
 
-    def add_edges_many(self, nodes: list[int], moves: list[list[Any]], actions: list[np.ndarray]) -> None:
-        """:meth:`add_edges` for many nodes at once."""
+    def add_edges_many(
+        self,
+        nodes: list[int],
+        moves: list[list[Any]] | None,
+        actions: list[np.ndarray],
+        codes: list[Any] | None = None,
+    ) -> None:
+        """:meth:`add_edges` for many nodes at once (native nodes: ``moves`` None, ``codes``)."""
         counts = np.array([len(a) for a in actions], dtype=np.int64)
         total = int(counts.sum())
         if self.n_edges + total > self.edge_capacity:
@@ -143,9 +180,65 @@ class ArrayTree:
         self.ready[ids] = True
         if total:
             self.action[self.n_edges : self.n_edges + total] = np.concatenate(actions)
+            if codes is not None:
+                self.code[self.n_edges : self.n_edges + total] = np.concatenate(codes)
         self.n_edges += total
-        for i, m in zip(nodes, moves, strict=True):
-            self.moves[i] = m
+        if moves is not None:
+            for i, m in zip(nodes, moves, strict=True):
+                self.moves[i] = m
+
+    # --- native nodes ---------------------------------------------------------------------------
+
+    def move_list(self, node: int) -> list[Any]:
+        """``node``'s legal moves as python-chess moves, aligned with its edges (a native node's
+        are made from its codes on first use)."""
+        moves = self.moves[node]
+        if moves is None:
+            table = _MOVE_OF_CODE
+            moves = [table[c] for c in self.code[self.edges(node)].tolist()]
+            self.moves[node] = moves
+        return moves
+
+    def board(self, node: int) -> Any:
+        """``node``'s python-chess board, with its game's moves (a native node's is replayed from
+        its nearest ancestor that has one, and kept)."""
+        board = self.boards[node]
+        if board is not None:
+            return board
+        codes = []
+        top = node
+        while self.boards[top] is None:
+            codes.append(int(self.pcode[top]))
+            top = int(self.parent[top])
+        board = copy_board(self.boards[top])
+        table = _MOVE_OF_CODE
+        for c in reversed(codes):
+            board.push(table[c])
+        self.boards[node] = board
+        return board
+
+    def earlier_keys(self, node: int, plies: int) -> list[int]:
+        """The repetition keys of the (up to) ``plies`` positions of ``node``'s game before it,
+        newest first: its ancestors', then the top one's ``hist``."""
+        keys: list[int] = []
+        i = node
+        while len(keys) < plies:
+            parent = int(self.parent[i])
+            if parent < 0:
+                keys += self.hist.get(i, ())[: plies - len(keys)]
+                break
+            keys.append(self.keys[parent])  # type: ignore[arg-type]
+            i = parent
+        return keys
+
+    def detach(self, node: int) -> None:
+        """Make a native ``node`` a root: its board and its game's earlier keys kept on it, so
+        that its ancestors may go."""
+        if self.parent[node] < 0:
+            return
+        self.board(node)
+        self.hist[node] = tuple(self.earlier_keys(node, int(self.clock[node])))
+        self.parent[node] = -1
 
     def keep_logits(self, nodes: np.ndarray, logits: np.ndarray) -> None:
         """Keep ``logits[k]`` (a row of network logits) for ``nodes[k]`` until its moves are
@@ -221,8 +314,18 @@ class ArrayTree:
         node_vals = {name: getattr(other, name)[nodes].copy() for name in _NODE_FIELDS}
         edge_vals = {name: getattr(other, name)[old_idx].copy() for name in _EDGE_FIELDS}
         node_list = nodes.tolist()
+        inside = np.zeros(other.n_nodes, dtype=bool)
+        inside[nodes] = True
+        parents = node_vals["parent"]
+        for top in np.flatnonzero((parents >= 0) & ~inside[np.maximum(parents, 0)]).tolist():
+            other.detach(node_list[top])  # its ancestors stay behind: keep its board and keys
+            parents[top] = -1
         boards = [other.boards[i] for i in node_list]
         moves = [other.moves[i] for i in node_list]
+        natives = [other.native[i] for i in node_list]
+        keys = [other.keys[i] for i in node_list]
+        words = [other.words[i] for i in node_list]
+        hist = {row: other.hist[i] for row, i in enumerate(node_list) if i in other.hist}
         lrows = node_vals["lrow"]
         kept = np.flatnonzero(lrows >= 0)
         if len(kept):
@@ -236,6 +339,7 @@ class ArrayTree:
         node_vals["first"] = firsts
         child = edge_vals["child"]
         edge_vals["child"] = np.where(child >= 0, remap[np.maximum(child, 0)], -1)
+        node_vals["parent"] = np.where(parents >= 0, remap[np.maximum(parents, 0)], -1)
         for name, vals in node_vals.items():
             getattr(self, name)[self.n_nodes : self.n_nodes + k] = vals
         for name, vals in edge_vals.items():
@@ -244,6 +348,10 @@ class ArrayTree:
         self.n_edges += len(old_idx)
         self.boards += boards
         self.moves += moves
+        self.native += natives
+        self.keys += keys
+        self.words += words
+        self.hist.update({int(new_ids[row]): h for row, h in hist.items()})
         self.lrow[new_ids] = -1
         self.keep_logits(new_ids[kept], kept_logits)
         return new_ids

@@ -1,0 +1,141 @@
+"""The search on native boards gives python-chess's answers: planes, end-of-game values, moves and
+boards of every node of real trees (with repetitions in the game and along the tree), across
+advances and compactions; chess960 and the switch fall back to python-chess."""
+
+from __future__ import annotations
+
+import math
+
+import chess
+import numpy as np
+import pytest
+import torch
+
+from chessrl import mcts_leaves, mcts_native
+from chessrl.board_encoding import encode_boards, move_to_index
+from chessrl.mcts import BatchedMCTS, MCTSConfig, NetworkEvaluator, Node, UniformEvaluator
+from chessrl.network import NetConfig, PolicyValueNet
+from chessrl.search_board import terminal_value
+
+SHUFFLE = ["g1f3", "g8f6", "f3g1", "f6g8"]
+
+
+def _board(fen: str | None = None, moves: list[str] = ()) -> chess.Board:  # type: ignore[assignment]
+    board = chess.Board(fen) if fen else chess.Board()
+    for uci in moves:
+        board.push_uci(uci)
+    return board
+
+
+STARTS = [
+    _board(),
+    _board(moves=SHUFFLE),  # the start position seen before: twice more ends the game
+    _board(moves=["e2e4", "g8f6", "e4e5", "d7d5"]),  # en passant on d6
+    _board("r3k2r/pppq1ppp/2n2n2/3pp3/1b1PP3/2N2N2/PPPQ1PPP/R3K2R w KQkq - 4 8", ["e1g1", "e8c8"]),
+    _board("8/P5k1/8/8/8/8/6Kp/8 w - - 0 60", ["a7a8q", "h2h1n"]),  # promotions
+    _board("7k/5Q2/8/8/8/8/8/K7 w - - 96 120", ["f7f6", "h8h7"]),  # clock 98: children claim fifty moves
+]
+
+
+@pytest.fixture(scope="module")
+def net() -> PolicyValueNet:
+    torch.manual_seed(0)
+    return PolicyValueNet(NetConfig(blocks=1, channels=8, history=4, value_hidden=8)).eval()
+
+
+def _check(tree) -> int:  # noqa: ANN001
+    """Every native node of ``tree`` against python-chess; returns how many are finished games."""
+    ids = np.array([i for i in range(tree.n_nodes) if tree.native[i] is not None])
+    assert len(ids) > 100
+    boards = [tree.board(i) for i in ids.tolist()]
+    for history in (1, 2, 4):
+        assert np.array_equal(mcts_native.planes(tree, ids, history), encode_boards(boards, history))
+    finished = 0
+    for i, board in zip(ids.tolist(), boards, strict=True):
+        expected = terminal_value(board)
+        got = None if math.isnan(tree.terminal[i]) else float(tree.terminal[i])
+        assert got == expected, board.fen()
+        finished += got is not None
+        if tree.ready[i]:
+            moves = tree.move_list(i)
+            assert set(moves) == set(board.legal_moves)
+            assert tree.action[tree.edges(i)].tolist() == [move_to_index(board, m) for m in moves]
+    return finished
+
+
+def test_native_nodes_give_python_chess_planes_values_and_moves(net: PolicyValueNet) -> None:
+    mcts = BatchedMCTS(NetworkEvaluator(net), MCTSConfig(simulations=48, leaves_per_game=2), seed=3)
+    roots = [Node(b.copy()) for b in STARTS]
+    mcts.search(roots)
+    assert _check(mcts.tree) >= 10  # repetitions, mates and the fifty-move claim were met
+    for _ in range(2):  # advance and search on: the subtree is kept, the old root let go
+        roots = [BatchedMCTS.advance(r, r.best_move()) for r in roots]
+        roots = [r for r in roots if r.terminal is None]
+        mcts.search(roots)
+    mcts.tree.compact()
+    _check(mcts.tree)
+
+
+def test_roots_boards_follow_the_game_across_advances_and_compaction() -> None:
+    mcts = BatchedMCTS(UniformEvaluator(), MCTSConfig(simulations=12), seed=0)
+    start = _board(moves=SHUFFLE)
+    root = Node(start.copy())
+    game = start.copy()
+    for _ in range(6):
+        mcts.search([root])
+        move = root.best_move()
+        game.push(move)
+        root = BatchedMCTS.advance(root, move)
+        mcts.tree.compact()
+        assert root.board.move_stack == game.move_stack and root.board.fen() == game.fen()
+        assert root.terminal == terminal_value(game)
+        if root.terminal is not None:
+            break
+
+
+def test_the_switch_and_chess960_take_python_chess(monkeypatch: pytest.MonkeyPatch) -> None:
+    board960 = chess.Board.from_chess960_pos(100)
+    node = Node(board960)
+    assert node._tree.native[node._id] is None
+    monkeypatch.setattr(mcts_leaves, "NATIVE_BOARDS", False)
+    mcts = BatchedMCTS(UniformEvaluator(), MCTSConfig(simulations=16), seed=0)
+    roots = [Node(chess.Board()), Node(board960)]
+    mcts.search(roots)
+    assert all(x is None for x in mcts.tree.native)
+    assert roots[0].visits == 16
+
+
+def test_a_game_past_the_native_counters_goes_on_in_python_chess() -> None:
+    mcts = BatchedMCTS(UniformEvaluator(), MCTSConfig(simulations=8), seed=0)
+    root = Node(chess.Board("4k3/8/8/8/8/8/8/R3K3 w - - 0 205"))  # the full-move number near 255
+    natives = []
+    for _ in range(3):
+        natives.append(root._tree.native[root._id] is not None)
+        mcts.search([root])
+        root = BatchedMCTS.advance(root, root.best_move())
+    assert natives[0] and not natives[-1]
+    assert root.board.fullmove_number == 206 and root.terminal == terminal_value(root.board)
+
+
+@pytest.mark.parametrize(
+    "config", [MCTSConfig(simulations=40), MCTSConfig(simulations=40, leaves_per_game=3, fpu_reduction=0.2)]
+)
+def test_a_search_on_native_boards_is_the_python_chess_search_bit_for_bit(
+    config: MCTSConfig, net: PolicyValueNet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def run(native: bool) -> list[np.ndarray]:
+        monkeypatch.setattr(mcts_leaves, "NATIVE_BOARDS", native)
+        mcts = BatchedMCTS(NetworkEvaluator(net), config, seed=5)
+        roots = [Node(b.copy()) for b in STARTS]
+        stats = []
+        for _ in range(3):
+            mcts.search(roots)
+            stats += [a.copy() for r in roots for a in (r.N, r.W, r.Q, r.priors)]
+            roots = [BatchedMCTS.advance(r, mcts.choose_move(r, 0)) for r in roots]
+            roots = [r for r in roots if r.terminal is None]
+        return stats
+
+    native, python = run(True), run(False)
+    assert len(native) == len(python) and all(
+        np.array_equal(a, b) for a, b in zip(native, python, strict=True)
+    )
