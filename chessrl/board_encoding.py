@@ -550,9 +550,9 @@ def encode_boards(boards: Sequence[chess.Board], history: int = 8) -> np.ndarray
 
 
 def planes_from_words(
-    words: list[int],
+    words: list[int] | np.ndarray,
     repeats: np.ndarray,
-    constants: list[tuple[float, ...]],
+    constants: list[tuple[float, ...]] | np.ndarray,
     history: int,
     out: np.ndarray | None = None,
 ) -> np.ndarray:

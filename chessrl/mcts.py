@@ -375,7 +375,10 @@ class Node:
         >>> node.moves[node.find_mate()].uci()
         'd1d8'
         """
-        if self.mate_index is None:
+        if self.mate_index is None and self._tree.native[self._id] is not None:
+            self._edges  # noqa: B018  (lists the moves)
+            self.mate_index = mcts_native.first_mate(self._tree, self._id)
+        elif self.mate_index is None:
             board = self.board
             for i, move in enumerate(self.moves):
                 if may_check(board, move) and board.gives_check(move):

@@ -27,14 +27,21 @@ from __future__ import annotations
 import math
 
 import chess
+import numba
 import numpy as np
 
 from chessrl import native_board as nb
-from chessrl.board_encoding import _ACTION_OF_CODE, encode_boards, planes_from_words
+from chessrl.board_encoding import (
+    _ACTION_OF_CODE,
+    MOVE_COUNT_SCALE,
+    NO_PROGRESS_SCALE,
+    encode_boards,
+    input_channels,
+)
 from chessrl.mcts_tree import ArrayTree
 from chessrl.search_board import terminal_value
 
-__all__ = ["list_edges", "make_child", "new_root", "planes"]
+__all__ = ["first_mate", "list_edges", "make_child", "new_root", "planes"]
 
 
 def _nan_or(value: float | None) -> float:
@@ -57,6 +64,8 @@ def new_root(tree: ArrayTree, board: chess.Board) -> int | None:
     i = tree.add_node(board, None, None, terminal, native=rb, key=nb.repetition_key(rb))
     tree.add_edges(i, None, _actions(rb, codes), codes)
     tree.clock[i] = board.halfmove_clock
+    tree.stacked[i] = bool(board.move_stack)
+    _parts(tree, i, rb)
     hist = tuple(reversed(nb.history_keys(board)[:-1]))  # the game's earlier positions, newest first
     tree.hist[i] = hist
     tree.rep[i] = hist[1::2].count(tree.keys[i])
@@ -87,47 +96,99 @@ def make_child(tree: ArrayTree, node: int, i: int) -> int:
     tree.pcode[c] = code
     tree.clock[c] = clock
     tree.rep[c] = rep
+    _parts(tree, c, rb)
     tree.child[e] = c
     if tree.terminal[c] < 0:
         tree.mate[node] = i
     return c
 
 
-def _words(tree: ArrayTree, i: int) -> tuple[int, ...]:
-    words = tree.words[i]
-    if words is None:
-        words = nb.piece_words(tree.native[i])
-        tree.words[i] = words
-    return words
+def first_mate(tree: ArrayTree, node: int) -> int | None:
+    """The first of native ``node``'s moves (edges listed) that checkmates at once, or None."""
+    rb = tree.native[node]
+    for i, code in enumerate(tree.code[tree.edges(node)].tolist()):
+        after = nb.child(rb, code)
+        if after.is_check() and nb.terminal_value(after, 0) == -1.0:
+            return i
+    return None
+
+
+def _parts(tree: ArrayTree, i: int, rb: object) -> None:
+    """Keep node ``i``'s input-plane parts: its piece bitboards and constant planes' values."""
+    tree.pieces[i] = nb.piece_words(rb)
+    white, fullmove, ok, oq, tk, tq, clock = nb.constant_fields(rb)
+    tree.consts[i] = (
+        1.0 if white else 0.0,
+        fullmove / MOVE_COUNT_SCALE,
+        ok,
+        oq,
+        tk,
+        tq,
+        clock / NO_PROGRESS_SCALE,
+    )
 
 
 def planes(tree: ArrayTree, ids: np.ndarray, history: int) -> np.ndarray:
     """The input planes of nodes ``ids`` (native or not), equal to ``encode_boards`` of their
-    python-chess boards: a native node's history steps are its ancestors' bitboards; one whose
-    history reaches above its root into the game is encoded from its python-chess board."""
-    words: list[int] = []
-    repeats = np.zeros((len(ids), history, 2), dtype=np.float32)
-    constants: list[tuple[float, ...]] = []
-    fallback: list[int] = []
-    for row, i in enumerate(ids.tolist()):
-        chain = [i]
-        if tree.native[i] is not None:
-            while len(chain) < history and tree.parent[chain[-1]] >= 0:
-                chain.append(int(tree.parent[chain[-1]]))
-        if tree.native[i] is None or (len(chain) < history and tree.board(chain[-1]).move_stack):
-            fallback.append(row)
-            words += [0] * (12 * history)
-            constants.append((1.0,) + (0.0,) * 6)
-            continue
-        for step, j in enumerate(chain):
-            w = _words(tree, j)  # ours and theirs as seen by j's side to move: one ply back, swapped
-            words += w[6:] + w[:6] if step % 2 else w
-            rep = int(tree.rep[j])
-            repeats[row, step] = (rep >= 1, rep >= 2)
-        words += [0] * (12 * (history - len(chain)))
-        white, fullmove, ok, oq, tk, tq, clock = nb.constant_fields(tree.native[i])
-        constants.append((1.0 if white else 0.0, fullmove / 100.0, ok, oq, tk, tq, clock / 100.0))
-    out = planes_from_words(words, repeats, constants, history)
-    if fallback:
-        out[fallback] = encode_boards([tree.board(int(ids[r])) for r in fallback], history)
+    python-chess boards: a native node's history steps are its ancestors' bitboards (written by
+    one compiled call for all of them); one whose history reaches above its root into the game
+    before it, or a python-chess node, is encoded from its python-chess board."""
+    n = len(ids)
+    out = np.zeros((n, input_channels(history), 8, 8), dtype=np.float32)
+    if n == 0:
+        return out
+    native = np.fromiter((tree.native[i] is not None for i in ids.tolist()), dtype=bool, count=n)
+    fallback = _fill_planes(
+        out, ids, native, tree.parent, tree.pieces, tree.rep, tree.consts, tree.stacked, history
+    )
+    rows = np.flatnonzero(fallback)
+    if len(rows):
+        out[rows] = encode_boards([tree.board(int(ids[r])) for r in rows], history)
     return out
+
+
+@numba.njit(cache=True)
+def _fill_planes(
+    out: np.ndarray,
+    ids: np.ndarray,
+    native: np.ndarray,
+    parent: np.ndarray,
+    pieces: np.ndarray,
+    rep: np.ndarray,
+    consts: np.ndarray,
+    stacked: np.ndarray,
+    history: int,
+) -> np.ndarray:
+    """Write the planes of the native ``ids`` into ``out`` (zeros), as ``encode_boards`` lays them
+    out; returns the rows left to python-chess (not native, or history above a stacked root)."""
+    fallback = ~native
+    one = np.uint64(1)
+    for r in range(len(ids)):
+        if fallback[r]:
+            continue
+        node = ids[r]
+        black = consts[node, 0] == 0.0
+        j = node
+        top = node
+        for step in range(history):
+            if j < 0:
+                fallback[r] = stacked[top]  # the game before the root: python-chess has it
+                break
+            base = step * 14
+            for p in range(12):
+                w = pieces[j, p if step % 2 == 0 else (p + 6) % 12]  # a ply back: theirs and ours swap
+                if w == 0:
+                    continue
+                for sq in range(64):
+                    if (w >> np.uint64(sq)) & one:
+                        rank = 7 - (sq >> 3) if black else sq >> 3
+                        out[r, base + p, rank, sq & 7] = 1.0
+            if rep[j] >= 1:
+                out[r, base + 12] = 1.0
+            if rep[j] >= 2:
+                out[r, base + 13] = 1.0
+            top = j
+            j = parent[j]
+        for c in range(7):
+            out[r, 14 * history + c] = consts[node, c]
+    return fallback

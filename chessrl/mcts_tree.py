@@ -46,6 +46,11 @@ _NODE_FIELDS = {
     "pcode": (np.int64, -1),  # the code of the move from the parent (board_encoding's codes)
     "clock": (np.int64, 0),  # a native node's half-move clock
     "rep": (np.int64, 0),  # earlier occurrences of a native node's position in its game
+    "stacked": (np.bool_, False),  # a native root whose game goes back before it (planes need it)
+    # a native node's input planes' parts: its 12 piece bitboards (ours, then theirs) and the
+    # 7 constant planes' values (board_encoding.planes_from_words' layout)
+    "pieces": (np.uint64, 0, 12),
+    "consts": (np.float32, 0.0, 7),
 }
 _EDGE_FIELDS = {
     "P": (np.float64, 0.0),
@@ -79,8 +84,8 @@ class ArrayTree:
     def __init__(self, node_capacity: int = 16, edge_capacity: int = 512) -> None:
         self.node_capacity = max(node_capacity, 1)
         self.edge_capacity = max(edge_capacity, 1)
-        for name, (dtype, fill) in _NODE_FIELDS.items():
-            setattr(self, name, np.full(self.node_capacity, fill, dtype=dtype))
+        for name, (dtype, fill, *width) in _NODE_FIELDS.items():
+            setattr(self, name, np.full((self.node_capacity, *width), fill, dtype=dtype))
         for name, (dtype, fill) in _EDGE_FIELDS.items():
             setattr(self, name, np.full(self.edge_capacity, fill, dtype=dtype))
         self.n_nodes = 0
@@ -89,7 +94,6 @@ class ArrayTree:
         self.moves: list[list[Any] | None] = []
         self.native: list[Any] = []
         self.keys: list[int | None] = []
-        self.words: list[tuple[int, ...] | None] = []  # a native node's piece bitboards, once encoded
         self.hist: dict[int, tuple[int, ...]] = {}
         #: The network logits of nodes evaluated before their moves were listed (``lrow``), one
         #: row each, in one buffer that doubles when full and is reused by compaction (a taken
@@ -105,8 +109,8 @@ class ArrayTree:
     def _grow(self, nodes: int, edges: int) -> None:
         if self.n_nodes + nodes > self.node_capacity:
             cap = max(2 * self.node_capacity, self.n_nodes + nodes)
-            for name, (dtype, fill) in _NODE_FIELDS.items():
-                new = np.full(cap, fill, dtype=dtype)
+            for name, (dtype, fill, *width) in _NODE_FIELDS.items():
+                new = np.full((cap, *width), fill, dtype=dtype)
                 new[: self.n_nodes] = getattr(self, name)[: self.n_nodes]
                 setattr(self, name, new)
             self.node_capacity = cap
@@ -140,7 +144,6 @@ class ArrayTree:
         self.moves.append(None)
         self.native.append(native)
         self.keys.append(key)
-        self.words.append(None)
         if moves is not None:
             self.add_edges(i, moves, actions)  # type: ignore[arg-type]
         return i
@@ -239,6 +242,7 @@ class ArrayTree:
         self.board(node)
         self.hist[node] = tuple(self.earlier_keys(node, int(self.clock[node])))
         self.parent[node] = -1
+        self.stacked[node] = True
 
     def keep_logits(self, nodes: np.ndarray, logits: np.ndarray) -> None:
         """Keep ``logits[k]`` (a row of network logits) for ``nodes[k]`` until its moves are
@@ -311,20 +315,19 @@ class ArrayTree:
         k = len(nodes)
         counts = other.count[nodes]
         old_idx, _ = edge_ranges(other.first[nodes], counts)
-        node_vals = {name: getattr(other, name)[nodes].copy() for name in _NODE_FIELDS}
-        edge_vals = {name: getattr(other, name)[old_idx].copy() for name in _EDGE_FIELDS}
         node_list = nodes.tolist()
         inside = np.zeros(other.n_nodes, dtype=bool)
         inside[nodes] = True
-        parents = node_vals["parent"]
+        parents = other.parent[nodes]
         for top in np.flatnonzero((parents >= 0) & ~inside[np.maximum(parents, 0)]).tolist():
             other.detach(node_list[top])  # its ancestors stay behind: keep its board and keys
-            parents[top] = -1
+        node_vals = {name: getattr(other, name)[nodes].copy() for name in _NODE_FIELDS}
+        edge_vals = {name: getattr(other, name)[old_idx].copy() for name in _EDGE_FIELDS}
+        parents = node_vals["parent"]
         boards = [other.boards[i] for i in node_list]
         moves = [other.moves[i] for i in node_list]
         natives = [other.native[i] for i in node_list]
         keys = [other.keys[i] for i in node_list]
-        words = [other.words[i] for i in node_list]
         hist = {row: other.hist[i] for row, i in enumerate(node_list) if i in other.hist}
         lrows = node_vals["lrow"]
         kept = np.flatnonzero(lrows >= 0)
@@ -350,7 +353,6 @@ class ArrayTree:
         self.moves += moves
         self.native += natives
         self.keys += keys
-        self.words += words
         self.hist.update({int(new_ids[row]): h for row, h in hist.items()})
         self.lrow[new_ids] = -1
         self.keep_logits(new_ids[kept], kept_logits)

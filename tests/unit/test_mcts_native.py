@@ -139,3 +139,21 @@ def test_a_search_on_native_boards_is_the_python_chess_search_bit_for_bit(
     assert len(native) == len(python) and all(
         np.array_equal(a, b) for a, b in zip(native, python, strict=True)
     )
+
+
+def test_the_first_mate_in_one_is_python_chess_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    fens = [
+        "6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1",  # Rd8#
+        "6k1/5ppp/8/8/8/8/1q3PPP/3R2K1 b - - 0 1",  # both sides one move from mate
+        "k7/8/1K6/8/8/8/8/7Q w - - 0 1",  # several queen mates
+        "4k3/8/4K3/8/8/8/8/R7 w - - 0 1",  # Ra8#
+        "rnbqkbnr/pppp1ppp/8/4p3/6P1/5P2/PPPPP2P/RNBQKBNR b KQkq - 0 2",  # Qh4#
+        "7k/8/8/8/8/8/8/K7 w - - 0 1",  # none
+    ]
+    for fen in fens:
+        native = Node(chess.Board(fen)).find_mate()
+        monkeypatch.setattr(mcts_leaves, "NATIVE_BOARDS", False)
+        python = Node(chess.Board(fen)).find_mate()
+        monkeypatch.setattr(mcts_leaves, "NATIVE_BOARDS", True)
+        assert native == python, fen
+    assert Node(chess.Board(fens[0])).find_mate() is not None and Node(chess.Board(fens[-1])).find_mate() is None
