@@ -5,6 +5,7 @@ tree itself costs per simulation, and what batching the leaves of many games buy
     python bench/mcts.py --games 32 --simulations 64 --blocks 4 --channels 64 --runs 5
     python bench/mcts.py --search gumbel               # Gumbel root search instead of PUCT
     python bench/mcts.py --device cuda                 # the network on a GPU (the tree stays on the CPU)
+    python bench/mcts.py --boards python --tree numpy  # the reference search, for a before/after
 
 All figures come from one process, one torch thread, the same network (the ``tiny`` preset's
 2 blocks x 32 channels, history 2, seeded weights) and runs that alternate, so machine noise
@@ -19,6 +20,12 @@ hits every side; each is the median of ``--runs`` runs:
   priors, move choice). Target <= 30.
 * ``mcts_batching``: that collector's simulations/s / the same loop with one game at a time, so
   every network call evaluates one leaf; also at ``--games-large`` games. Target >= 5.
+
+One more run of the collector, with timers, splits a simulation's time: ``board`` (listing
+moves, making children, end-of-game tests), ``encoding`` (the input planes), ``network``
+(``predict``) and ``tree`` (the rest: walks, backups, priors, kept logits, the collector's own
+loop). ``--boards python --tree numpy`` runs the reference search (python-chess boards, NumPy
+walks: the code before native boards), for a before/after on the same machine.
 
 Each run plays moves for ``--seconds`` seconds from the start position (new games as games end).
 The last lines are ``tree work: X.X us per simulation (target <= 30)``,
