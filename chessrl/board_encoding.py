@@ -61,7 +61,6 @@ __all__ = [
     "legal_mask",
     "legal_moves",
     "move_to_index",
-    "planes_from_words",
 ]
 
 #: Move planes per square: 56 queen-like, 8 knight, 9 under-promotion.
@@ -546,27 +545,6 @@ def encode_boards(boards: Sequence[chess.Board], history: int = 8) -> np.ndarray
                 board.halfmove_clock / NO_PROGRESS_SCALE,
             )
         )
-    return planes_from_words(words, repeats, constants, history, out)
-
-
-def planes_from_words(
-    words: list[int] | np.ndarray,
-    repeats: np.ndarray,
-    constants: list[tuple[float, ...]] | np.ndarray,
-    history: int,
-    out: np.ndarray | None = None,
-) -> np.ndarray:
-    """The planes of ``n`` positions from their parts, as :func:`encode_boards` lays them out:
-    ``words`` the ``n * history * 12`` piece bitboards (per position and history step: ours
-    P N B R Q K, then theirs, python-chess squares, zeros before a game's start), ``repeats``
-    ``(n, history, 2)`` (seen once / twice before), ``constants`` per position (colour, move
-    number / 100, the four castling rights, the no-progress counter / 100). Black's boards are
-    flipped here."""
-    n = len(constants)
-    if out is None:
-        out = np.zeros((n, input_channels(history), 8, 8), dtype=np.float32)
-    if n == 0:
-        return out
     constant_planes = np.array(constants, dtype=np.float32)
     bits = np.unpackbits(np.array(words, dtype="<u8").view(np.uint8), bitorder="little")
     pieces = bits.reshape(n, history, 12, 8, 8)

@@ -6,10 +6,12 @@ root to a leaf (``leaves_per_game`` leaves per game, spread by virtual loss), se
 positions are scored exactly and never sent to the evaluator. After a move,
 :meth:`BatchedMCTS.advance` keeps the subtree.
 
-The trees live in flat arrays (:class:`chessrl.mcts_tree.ArrayTree`): selection and backup are a
-few array operations per tree level for all games at once, and :class:`Node` is a handle on a row.
-A leaf's legal moves are listed (python-chess's, in its order) only when a search first walks
-through it; until then it keeps its row of the network's logits (a leaf's end of game is found
+The trees live in flat arrays (:class:`chessrl.mcts_tree.ArrayTree`): a PUCT round walks every
+game to a leaf and backs it up in compiled code (:mod:`chessrl.mcts_compiled`; the NumPy
+version, a few array operations per tree level for all games, is the reference and Gumbel's),
+and :class:`Node` is a handle on a row. A standard game's nodes keep native boards
+(:mod:`chessrl.mcts_native`: the same moves, in python-chess's order, and the same answers).
+A leaf's legal moves are listed only when a search first walks through it; until then it keeps its row of the network's logits (a leaf's end of game is found
 without listing its moves). ``MCTSConfig(search="gumbel")`` is Gumbel root search
 (:mod:`chessrl.gumbel`).
 
@@ -143,6 +145,16 @@ class MCTSConfig:
             raise ValueError(f"MCTSConfig.dirichlet_eps must be in [0, 1], got {self.dirichlet_eps!r}")
         if self.virtual_loss < 0 or self.temperature_moves < 0 or self.c_visit < 0:
             raise ValueError("MCTSConfig.virtual_loss, temperature_moves and c_visit must not be negative")
+
+
+def _planes_follow_logits(cls: type) -> bool:
+    """Whether ``cls.evaluate_planes`` comes from where ``cls.evaluate_logits`` does, or below:
+    then encoding the planes itself and calling ``evaluate_planes`` is ``evaluate_logits``."""
+
+    def owner(name: str) -> type:
+        return next(c for c in cls.__mro__ if name in c.__dict__)
+
+    return issubclass(owner("evaluate_planes"), owner("evaluate_logits"))
 
 
 def _or_none(value: float) -> float | None:
@@ -501,7 +513,7 @@ class NetworkEvaluator:
 class BatchedMCTS:
     """PUCT (or Gumbel) search over many games' trees, with one evaluator call per round of
     leaves. The trees live in one :class:`~chessrl.mcts_tree.ArrayTree` (``self.tree``): each
-    round walks every game's tree at once, a few array operations per level.
+    round walks every game's tree at once (compiled walks, or a few array operations per level).
 
     ``seed`` drives the Dirichlet (or Gumbel) noise and move sampling unless a search or a choice
     is given its own seeds or generator.
@@ -550,6 +562,8 @@ class BatchedMCTS:
         for node in nodes:
             if node.terminal is not None:
                 raise ValueError(f"cannot search a finished game: {node.board.fen()!r}")
+        if len({id(node) for node in nodes}) < len(nodes):
+            raise ValueError("a root is given twice: search each game's root once")
         if seeds is not None and len(seeds) != len(nodes):
             raise ValueError(f"got {len(seeds)} seeds for {len(nodes)} roots")
         sims = cfg.simulations if simulations is None else simulations
@@ -633,7 +647,9 @@ class BatchedMCTS:
     @staticmethod
     def advance(root: Node, move: chess.Move) -> Node:
         """The subtree after ``move`` (its visit counts kept), to search from next; a fresh node
-        when the search never went there."""
+        when the search never went there, or when a native game passes what the native board's
+        counters hold (:func:`chessrl.native_board.supported`: past move 205) and goes on in
+        python-chess."""
         try:
             i = root.moves.index(move)
         except ValueError:
@@ -820,6 +836,8 @@ class BatchedMCTS:
             ensure_edges(tree, ids)
         id_list = ids.tolist()
         evaluate_planes = getattr(self.evaluator, "evaluate_planes", None)
+        if evaluate_planes is not None and not _planes_follow_logits(type(self.evaluator)):
+            evaluate_planes = None  # a subclass changed evaluate_logits alone: it must see the boards
         if evaluate_logits is not None and evaluate_planes is not None:  # planes from the native boards
             logits, values = evaluate_planes(mcts_native.planes(tree, ids, self.evaluator.history))  # type: ignore[attr-defined]
         elif evaluate_logits is not None:

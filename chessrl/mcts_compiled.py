@@ -42,9 +42,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
+from chessrl.compiled import jit
 from chessrl.mcts_leaves import ensure_edges, make_child
 from chessrl.mcts_tree import ArrayTree
 
@@ -69,7 +69,7 @@ LEAF, NEEDS_EDGES, NEEDS_CHILD, NEEDS_ROOM = 0, 1, 2, 3
 _Arr = np.ndarray  # the kernels' arrays: int64, float64 or bool, one-dimensional unless said
 
 
-@numba.njit(cache=True)
+@jit
 def _pick(
     first: _Arr, count: _Arr, N: _Arr, W: _Arr, Q: _Arr, Psel: _Arr, visits: _Arr, value: _Arr,
     mate: _Arr, node: int, c_puct: float, fpu: float,
@@ -112,7 +112,7 @@ def _pick(
     return f + pick
 
 
-@numba.njit(cache=True)
+@jit
 def puct_pick_nodes(
     first: _Arr, count: _Arr, N: _Arr, W: _Arr, Q: _Arr, Psel: _Arr, visits: _Arr, value: _Arr,
     mate: _Arr, nodes: _Arr, c_puct: float, fpu: float,
@@ -125,7 +125,7 @@ def puct_pick_nodes(
     return out
 
 
-@numba.njit(cache=True)
+@jit
 def descend(
     first: _Arr, count: _Arr, N: _Arr, W: _Arr, Q: _Arr, Psel: _Arr, visits: _Arr, value: _Arr,
     mate: _Arr, child: _Arr, walk: _Arr, ready: _Arr,
@@ -171,7 +171,7 @@ def descend(
         status[g] = st
 
 
-@numba.njit(cache=True)
+@jit
 def backup(
     N: _Arr, W: _Arr, Q: _Arr, visits: _Arr, value: _Arr, terminal: _Arr,
     leaves: _Arr, path_nodes: _Arr, path_edges: _Arr, depth: _Arr, walkers: _Arr, virtual: bool, loss: float,

@@ -4,9 +4,9 @@ A node of a standard game (:func:`chessrl.native_board.supported`) keeps a ``rus
 (``tree.native[i]``): listing its moves (:func:`list_edges`, as board_encoding codes in python-chess's
 order, mapped to action indices in one array lookup), making a child (:func:`make_child`), the end-of-game test
 and the repetition count (keys along the tree path, then the root's game: :meth:`ArrayTree.
-earlier_keys`) and the input planes (:func:`planes`, from the nodes' bitboards and their
-ancestors', as :func:`chessrl.board_encoding.encode_boards` computes them from python-chess
-boards) all run in the native library. Its python-chess board is made only when something asks
+earlier_keys`) run in the native library, and the input planes (:func:`planes`, from the nodes'
+bitboards and their ancestors', as :func:`chessrl.board_encoding.encode_boards` computes them
+from python-chess boards) in one compiled call. Its python-chess board is made only when something asks
 for it (:meth:`ArrayTree.board`). Everything here gives python-chess's answer; the unit tests
 compare the two on random games.
 
@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 
 import chess
-import numba
 import numpy as np
 
 from chessrl import native_board as nb
@@ -38,6 +37,7 @@ from chessrl.board_encoding import (
     encode_boards,
     input_channels,
 )
+from chessrl.compiled import jit
 from chessrl.mcts_tree import ArrayTree
 from chessrl.search_board import terminal_value
 
@@ -58,7 +58,11 @@ def new_root(tree: ArrayTree, board: chess.Board) -> int | None:
     Its game's earlier positions (since the last irreversible move) give their keys to ``hist``."""
     if not nb.supported(board):
         return None
-    rb = nb.from_board(board)
+    try:  # an earlier position python-chess plays through may be one rust_chess refuses
+        hist = tuple(reversed(nb.history_keys(board)[:-1]))  # the game's earlier positions, newest first
+        rb = nb.from_board(board)
+    except ValueError:
+        return None
     codes = nb.legal_codes(rb)
     terminal = _nan_or(terminal_value(board, len(codes)))
     i = tree.add_node(board, None, None, terminal, native=rb, key=nb.repetition_key(rb))
@@ -66,7 +70,6 @@ def new_root(tree: ArrayTree, board: chess.Board) -> int | None:
     tree.clock[i] = board.halfmove_clock
     tree.stacked[i] = bool(board.move_stack)
     _parts(tree, i, rb)
-    hist = tuple(reversed(nb.history_keys(board)[:-1]))  # the game's earlier positions, newest first
     tree.hist[i] = hist
     tree.rep[i] = hist[1::2].count(tree.keys[i])
     return i
@@ -147,7 +150,7 @@ def planes(tree: ArrayTree, ids: np.ndarray, history: int) -> np.ndarray:
     return out
 
 
-@numba.njit(cache=True)
+@jit
 def _fill_planes(
     out: np.ndarray,
     ids: np.ndarray,

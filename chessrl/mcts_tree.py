@@ -48,7 +48,7 @@ _NODE_FIELDS = {
     "rep": (np.int64, 0),  # earlier occurrences of a native node's position in its game
     "stacked": (np.bool_, False),  # a native root whose game goes back before it (planes need it)
     # a native node's input planes' parts: its 12 piece bitboards (ours, then theirs) and the
-    # 7 constant planes' values (board_encoding.planes_from_words' layout)
+    # 7 constant planes' values (colour, move number / 100, castling ours K Q theirs K Q, clock / 100)
     "pieces": (np.uint64, 0, 12),
     "consts": (np.float32, 0.0, 7),
 }
@@ -213,6 +213,7 @@ class ArrayTree:
         while self.boards[top] is None:
             codes.append(int(self.pcode[top]))
             top = int(self.parent[top])
+            assert top >= 0, "a native root keeps its python-chess board"
         board = copy_board(self.boards[top])
         table = _MOVE_OF_CODE
         for c in reversed(codes):

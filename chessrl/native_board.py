@@ -67,9 +67,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import chess
-import numba
 import numpy as np
 import rust_chess
+
+from chessrl.compiled import jit
 
 __all__ = [
     "MAX_PLIES",
@@ -132,20 +133,29 @@ def supported(board: chess.Board) -> bool:
     up to :data:`MAX_PLIES` plies below it: a standard ``chess.Board`` (not a subclass, not
     Chess960) that python-chess calls valid (one king per side, no pawn on a back rank, sound
     castling rights and en passant square, the side not to move not in check, no impossible
-    check) with clocks rust_chess can hold.
+    check) with clocks rust_chess can hold, and no null move among the moves since the last
+    capture or pawn move (:func:`history_keys` replays those: a null move is no move for
+    rust_chess, and one from an empty square aborts the interpreter).
 
     >>> supported(chess.Board()), supported(chess.Board(chess960=True))
     (True, False)
     >>> supported(chess.Board("4k3/8/8/8/8/8/8/4K3 w - - 200 1"))   # the clock would overflow
     False
+    >>> board = chess.Board()
+    >>> board.push(chess.Move.null())
+    >>> supported(board)
+    False
     """
-    return (
+    if not (
         type(board) is chess.Board
         and not board.chess960
         and board.halfmove_clock + MAX_PLIES <= _MAX_COUNTER
         and board.fullmove_number + MAX_PLIES // 2 <= _MAX_COUNTER
         and board.is_valid()
-    )
+    ):
+        return False
+    back = min(board.halfmove_clock, len(board.move_stack))
+    return all(board.move_stack[-back:]) if back else True
 
 
 def from_board(board: chess.Board) -> rust_chess.Board:
@@ -183,7 +193,7 @@ def legal_codes(rb: rust_chess.Board) -> np.ndarray:
     )
 
 
-@numba.njit(cache=True)
+@jit
 def _python_chess_order(codes: np.ndarray, pawns: np.uint64, king: int, in_check: bool, ep: int) -> np.ndarray:
     """``codes`` sorted as python-chess generates them: in check, the king's moves first; then
     the other pieces' (the king's too when not in check) from the highest square down, each one's
@@ -233,7 +243,8 @@ def _rc_move(code: int) -> rust_chess.Move:
 
 def child(rb: rust_chess.Board, code: int) -> rust_chess.Board:
     """A new board: ``rb`` after the legal move ``code`` (``rb`` is unchanged). Legality is not
-    checked again: an illegal code gives a meaningless board (rust_chess does not abort)."""
+    checked again: pass a legal move only (a move from an empty square makes rust_chess abort
+    the interpreter; other illegal codes give a meaningless board)."""
     return rb.make_move_new(_rc_move(code), False)
 
 

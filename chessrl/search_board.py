@@ -1,6 +1,8 @@
 """Exact python-chess board operations for the search's inner loop, in fewer Python steps.
 
-Every node of a :class:`chessrl.mcts.BatchedMCTS` tree is a ``chess.Board``: the search copies its
+A python-chess node of a :class:`chessrl.mcts.BatchedMCTS` tree (Chess960, other board classes,
+or with ``mcts_leaves.NATIVE_BOARDS`` off: a standard game's nodes are native,
+:mod:`chessrl.mcts_native`) is a ``chess.Board``: the search copies its
 parent's board and plays one move on it (:func:`child_board`), asks whether the game is over
 there without listing its moves (:func:`leaf_terminal`), and at a root looks for a mate in one
 among the moves that may give check (:func:`may_check`). Each gives python-chess's own answer,

@@ -28,6 +28,7 @@ MODULES = [
     "chessrl.mcts_tree",
     "chessrl.mcts_native",
     "chessrl.mcts_compiled",
+    "chessrl.compiled",
     "chessrl.native_board",
     "chessrl.search_board",
     "chessrl.preferences",

@@ -156,4 +156,58 @@ def test_the_first_mate_in_one_is_python_chess_s(monkeypatch: pytest.MonkeyPatch
         python = Node(chess.Board(fen)).find_mate()
         monkeypatch.setattr(mcts_leaves, "NATIVE_BOARDS", True)
         assert native == python, fen
-    assert Node(chess.Board(fens[0])).find_mate() is not None and Node(chess.Board(fens[-1])).find_mate() is None
+    assert (
+        Node(chess.Board(fens[0])).find_mate() is not None and Node(chess.Board(fens[-1])).find_mate() is None
+    )
+
+
+def test_games_the_native_board_cannot_replay_take_python_chess() -> None:
+    nulls = chess.Board()
+    nulls.push(chess.Move.null())
+    nulls.push(chess.Move.null())  # a null move from an empty square would abort rust_chess
+    refused = chess.Board("4k3/8/8/8/8/8/8/4R1K1 w - - 0 1")  # black in check, white to move
+    refused.push_uci("e1a1")  # valid now; the position before it rust_chess refuses
+    for board in (nulls, refused):
+        node = Node(board)
+        assert node._tree.native[node._id] is None
+        BatchedMCTS(UniformEvaluator(), MCTSConfig(simulations=8)).search([node])
+        assert node.visits == 8
+
+
+def test_an_evaluator_that_changes_evaluate_logits_sees_the_boards(net: PolicyValueNet) -> None:
+    seen: list[chess.Board] = []
+
+    class Logged(NetworkEvaluator):
+        def evaluate_logits(self, boards):  # type: ignore[no-untyped-def]
+            seen.extend(boards)
+            return super().evaluate_logits(boards)
+
+    BatchedMCTS(Logged(net), MCTSConfig(simulations=8)).search([Node(chess.Board())])
+    assert len(seen) == 9 and all(isinstance(b, chess.Board) for b in seen)  # the root and 8 leaves
+
+
+def test_a_root_given_twice_is_refused() -> None:
+    root = Node(chess.Board())
+    with pytest.raises(ValueError, match="twice"):
+        BatchedMCTS(UniformEvaluator(), MCTSConfig(simulations=4)).search([root, root])
+
+
+def test_kernels_compile_without_a_cache_where_none_can_be_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numba
+
+    from chessrl import compiled
+
+    real = numba.njit
+
+    def no_cache(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if kwargs.get("cache"):
+            raise RuntimeError("cannot cache function 'f': no locator available for file 'x.py'")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(numba, "njit", no_cache)
+
+    @compiled.jit
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    assert add(2, 3) == 5
