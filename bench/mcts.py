@@ -216,7 +216,34 @@ def sample_planes(net: PolicyValueNet, games: int, count: int, seed: int) -> np.
     return encode_boards(boards[:count], net.config.history)
 
 
-def main(argv: list[str] | None = None) -> int:
+def ratio_definitions(games: int) -> dict[str, str]:
+    """What the record's ratios are."""
+    return {
+        "mcts": f"collector simulations/s ({games} games, one network call per round of leaves) / "
+        f"bare network positions/s at batch {games}",
+        "mcts_batching": "collector simulations/s / the same loop with one game (one leaf per call)",
+        "tree_us_per_simulation": "(collector wall time - time inside PolicyValueNet.predict) / simulations",
+    }
+
+
+def print_verdict(
+    tree_med: float,
+    batching_ratio: float,
+    large: int,
+    large_ratio: float | None,
+    mcts_ratio: float,
+    runs: int,
+) -> None:
+    """The last lines: each figure against its target."""
+    print(f"tree work: {tree_med:.1f} us per simulation, median of {runs} (target <= {TARGET_TREE_US:g})")
+    print(f"mcts_batching ratio: {batching_ratio:.2f} (target >= {TARGET_BATCHING:g})")
+    if large_ratio is not None:
+        print(f"mcts_batching ratio at {large} games: {large_ratio:.2f}")
+    print(f"mcts ratio: {mcts_ratio:.2f}, median of {runs} (target >= {TARGET_MCTS:g})")
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.ArgumentParser]:
+    """The bench's flags."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--games", type=int, default=16, help="games at once = the collector's batch size")
     parser.add_argument(
@@ -243,7 +270,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the PUCT walk and backup: compiled (numba, the default) or NumPy array operations (the reference)",
     )
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "mcts.json"))
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv), parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, parser = parse_args(argv)
     mcts_leaves.NATIVE_BOARDS = args.boards == "native"
     BatchedMCTS.compiled = args.tree == "compiled"
 
@@ -306,12 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         ratios[f"mcts_batching_{large}"] = large_ratio
     record = {
         "bench": "mcts",
-        "ratio_definitions": {
-            "mcts": f"collector simulations/s ({args.games} games, one network call per round of leaves) / "
-            f"bare network positions/s at batch {args.games}",
-            "mcts_batching": "collector simulations/s / the same loop with one game (one leaf per call)",
-            "tree_us_per_simulation": "(collector wall time - time inside PolicyValueNet.predict) / simulations",
-        },
+        "ratio_definitions": ratio_definitions(args.games),
         "network": {"blocks": args.blocks, "channels": args.channels, "history": args.history},
         "device": args.device,
         "search": args.search,
@@ -341,13 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
     }
     write_record(args.json, record)
-    print(
-        f"tree work: {tree_med:.1f} us per simulation, median of {args.runs} (target <= {TARGET_TREE_US:g})"
-    )
-    print(f"mcts_batching ratio: {batching_ratio:.2f} (target >= {TARGET_BATCHING:g})")
-    if large_ratio is not None:
-        print(f"mcts_batching ratio at {large} games: {large_ratio:.2f}")
-    print(f"mcts ratio: {mcts_ratio:.2f}, median of {args.runs} (target >= {TARGET_MCTS:g})")
+    print_verdict(tree_med, batching_ratio, large, large_ratio, mcts_ratio, args.runs)
     return 0
 
 

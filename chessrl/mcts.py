@@ -43,6 +43,7 @@ draw 0 (``board.outcome(claim_draw=False)``, plus a threefold repetition or a fi
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -147,6 +148,7 @@ class MCTSConfig:
             raise ValueError("MCTSConfig.virtual_loss, temperature_moves and c_visit must not be negative")
 
 
+@functools.cache
 def _planes_follow_logits(cls: type) -> bool:
     """Whether ``cls.evaluate_planes`` comes from where ``cls.evaluate_logits`` does, or below:
     then encoding the planes itself and calling ``evaluate_planes`` is ``evaluate_logits``."""
@@ -570,8 +572,21 @@ class BatchedMCTS:
         if sims < 0:
             raise ValueError(f"simulations must not be negative, got {sims}")
         self._adopt(nodes)
-        tree = self.tree
         ids = np.array([node._id for node in nodes], dtype=np.int64)
+        self._prepare_roots(nodes, ids, add_noise, seeds, sims)
+        self._rounds(ids, sims)
+        self.simulations_run += sims * len(nodes)
+        if cfg.search == "gumbel":
+            return [self._finish_gumbel(node) for node in nodes]
+        return [node.visit_distribution() for node in nodes]
+
+    def _prepare_roots(
+        self, nodes: list[Node], ids: np.ndarray, add_noise: bool, seeds: Sequence[int] | None, sims: int
+    ) -> None:
+        """The roots' moves, evaluation, mate-in-one scan and root noise (Dirichlet, or Gumbel's
+        scores and halving schedule)."""
+        cfg = self.config
+        tree = self.tree
         ensure_edges(tree, ids)
         self._expand(ids[np.isnan(tree.value[ids])])
         for node in nodes:
@@ -597,11 +612,16 @@ class BatchedMCTS:
                 i: gumbel.considered_visit_sequence(min(cfg.gumbel_actions, c), sims)
                 for i, c in zip(ids.tolist(), tree.count[ids].tolist(), strict=True)
             }
-        remaining = np.full(len(nodes), sims, dtype=np.int64)
+
+    def _rounds(self, ids: np.ndarray, sims: int) -> None:
+        """``sims`` simulations from each root ``ids``: rounds of walks (``leaves_per_game`` per
+        game, spread by virtual loss), one evaluator call for the round's fresh leaves, backups."""
+        cfg = self.config
+        remaining = np.full(len(ids), sims, dtype=np.int64)
         virtual = cfg.leaves_per_game > 1
-        if len(nodes) == 1 and not virtual and self.scalar_alone:  # no batch to build for one leaf
+        if len(ids) == 1 and not virtual and self.scalar_alone:  # no batch to build for one leaf
             self._simulate_alone(int(ids[0]), sims)
-            remaining[:] = 0
+            return
         compiled = self.compiled and cfg.search == "puct"
         while remaining.any():
             k = np.minimum(cfg.leaves_per_game, remaining)
@@ -621,10 +641,6 @@ class BatchedMCTS:
                     mcts_compiled.backup_tree(self.tree, p[1], virtual, cfg.virtual_loss)
                 else:
                     self._backup(*p, virtual)
-        self.simulations_run += sims * len(nodes)
-        if gumbel_search:
-            return [self._finish_gumbel(node) for node in nodes]
-        return [node.visit_distribution() for node in nodes]
 
     def choose_move(self, root: Node, move_number: int, rng: np.random.Generator | None = None) -> chess.Move:
         """The move to play from a searched root at ply ``move_number`` (0 = the game's first):

@@ -129,16 +129,12 @@ def ensure_edges(tree: ArrayTree, nodes: np.ndarray) -> None:
         return
     todo = np.unique(nodes[~ready]).tolist()
     native = [i for i in todo if tree.native[i] is not None]
-    if len(native) < len(todo):
-        todo = [i for i in todo if tree.native[i] is None]
-        listed = [legal_indices(tree.boards[i], cache=False) for i in todo]
-        tree.add_edges_many(todo, [m for m, _ in listed], [a for _, a in listed])
-        all_actions = [a for _, a in listed]
-    else:
-        todo, all_actions = [], []
-    if native:
-        all_actions += mcts_native.list_edges(tree, native)
-        todo += native
+    plain = [i for i in todo if tree.native[i] is None]
+    listed = [legal_indices(tree.boards[i], cache=False) for i in plain]
+    if plain:
+        tree.add_edges_many(plain, [m for m, _ in listed], [a for _, a in listed])
+    todo = plain + native
+    all_actions = [a for _, a in listed] + (mcts_native.list_edges(tree, native) if native else [])
     with_logits: list[int] = []
     gathered: list[np.ndarray] = []
     for i, actions in zip(todo, all_actions, strict=True):
