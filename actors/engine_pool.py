@@ -6,7 +6,7 @@
     pool.play(fen, Strength(elo=1500), SearchLimit(nodes=5_000))
     pool.shutdown()
 
-Each ``EnginePoolActor`` is a thin shell around :class:`chessrl.engine.EngineGroup` (one
+Each ``EnginePoolActor`` is a thin shell around :class:`chessrl.engine.client.EngineGroup` (one
 Stockfish per CPU it holds, a watchdog on every search, an LRU cache, a bounded queue): it adds
 resources, a name (``<run>/engine-pool-<i>``), restarts and Ray metrics. :class:`EnginePool` is a
 plain class, not an actor: it splits a batch into chunks, spreads them over the actors with a
@@ -26,7 +26,7 @@ import chess
 import ray
 from ray.util import metrics
 
-from chessrl.engine import (
+from chessrl.engine.client import (
     Analysis,
     EngineGroup,
     EngineNotFoundError,

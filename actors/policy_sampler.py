@@ -4,7 +4,7 @@ positions in one batched ``generate`` call (preferences now; rollouts reuse the 
     sampler = PolicySampler.options(name="demo/policy-sampler-0").remote("runs/demo/sft/model")
     ray.get(sampler.propose.remote(["e2e4 e7e5", ""], 4, 1.0, 7))   # 4 completions a prompt
 
-A thin shell around :func:`chessrl.models.propose_moves_batch`; the model loads once, from a folder
+A thin shell around :func:`chessrl.lm.models.propose_moves_batch`; the model loads once, from a folder
 or an ``s3://`` prefix. ``max_restarts``: a killed sampler comes back and its call is retried.
 """
 
@@ -24,7 +24,7 @@ class PolicySampler:
     def __init__(self, model_path: str, name: str = "policy-sampler", threads: int | None = None) -> None:
         import torch
 
-        from chessrl.models import load_pretrained
+        from chessrl.lm.models import load_pretrained
 
         if threads:
             torch.set_num_threads(threads)
@@ -43,7 +43,7 @@ class PolicySampler:
         """``n`` completions for each prompt (seeded: the same call gives the same answers)."""
         import torch
 
-        from chessrl.models import propose_moves_batch
+        from chessrl.lm.models import propose_moves_batch
 
         torch.manual_seed(seed)
         started = time.perf_counter()

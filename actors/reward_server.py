@@ -9,11 +9,11 @@ that spreads requests over several replicas and returns the answers in order.
 Each request waits in the queue until ``max_batch`` requests are there or ``max_wait_ms`` passed
 since the first one; then one forward pass scores them all (in a thread, so the actor keeps
 taking requests). A request for an illegal move or a bad FEN fails for that caller only (an
-:class:`~chessrl.reward.InvalidQueryError`); the others in its batch get their scores. The actor
+:class:`~chessrl.rl.reward.InvalidQueryError`); the others in its batch get their scores. The actor
 is named ``<run>/reward-server-<i>``, restarts after a crash (``max_restarts``; a call in flight
 is retried, so a caller gets its answer late, or one clear error once the retries are spent), and
 exports Ray metrics: requests, batch sizes, queue depth, latency. The text and the
-normalisation are :mod:`chessrl.reward`'s.
+normalisation are :mod:`chessrl.rl.reward`'s.
 
 Many moves go in one call, each answered with its score or its own error:
 :meth:`RewardServer.score_many` checks and tokenises them in a worker thread (off the event
@@ -34,7 +34,7 @@ from typing import Any
 import ray
 from ray.util import metrics
 
-from chessrl.reward import InvalidQueryError, RewardQuery
+from chessrl.rl.reward import InvalidQueryError, RewardQuery
 
 
 @ray.remote(num_cpus=1, max_restarts=4, max_task_retries=4)
@@ -47,7 +47,7 @@ class RewardServer:
     ) -> None:  # fmt: skip
         import torch
 
-        from chessrl.reward import Normalizer, PositionCache, load_reward_model, reward_format
+        from chessrl.rl.reward import Normalizer, PositionCache, load_reward_model, reward_format
 
         if threads:
             torch.set_num_threads(threads)
@@ -92,7 +92,7 @@ class RewardServer:
         return out
 
     def _prepare(self, queries: Sequence[dict[str, Any] | RewardQuery]) -> list[list[int] | InvalidQueryError]:
-        from chessrl.reward import prepare_queries
+        from chessrl.rl.reward import prepare_queries
 
         return prepare_queries(self.tokenizer, self.text_format, self.positions, queries)
 
@@ -112,7 +112,7 @@ class RewardServer:
         self, rows: Sequence[Sequence[int]], normalized: bool = True
     ) -> list[float | InvalidQueryError]:
         """:meth:`score_many` for callers that did the preparation themselves (the ids of
-        :func:`~chessrl.reward.query_ids` in the model's :meth:`reader`): nothing but the forward
+        :func:`~chessrl.rl.reward.query_ids` in the model's :meth:`reader`): nothing but the forward
         pass is left to the server. A row that is not this model's ids gets its own error."""
         config = self.model.config
         vocab = config.vocab_size
@@ -152,7 +152,7 @@ class RewardServer:
         return self.normalizer.apply(raw) if normalized else raw
 
     async def _serve(self) -> None:
-        from chessrl.reward import score_ids
+        from chessrl.rl.reward import score_ids
 
         queue = self._queue()
         while True:
@@ -252,7 +252,7 @@ class RewardClient:
     def score_many(
         self, queries: Sequence[RewardQuery | dict[str, Any]], normalized: bool = True
     ) -> list[float | InvalidQueryError]:
-        """Each query's score, or its own :class:`~chessrl.reward.InvalidQueryError` in its place,
+        """Each query's score, or its own :class:`~chessrl.rl.reward.InvalidQueryError` in its place,
         in order, from one call per replica (the queries split evenly among them). A server that
         dies mid-call is restarted and the call retried; once the retries are spent the caller
         gets Ray's error, never a hang."""
@@ -260,8 +260,8 @@ class RewardClient:
             return []
         if not self.prepare_here:
             return self._spread("score_many", list(queries), normalized)
-        from chessrl.formats import get_format
-        from chessrl.reward import PositionCache, prepare_queries
+        from chessrl.lm.formats import get_format
+        from chessrl.rl.reward import PositionCache, prepare_queries
 
         if self._reader is None:
             tokenizer, fmt = ray.get(self.actors[0].reader.remote())

@@ -8,7 +8,7 @@ reuse the shard layout and the weight pulls).
                   for i in range(2)]
     runs = [c.run.remote() for c in collectors]          # until the ParameterServer says stop
 
-A collector is a thin shell around :func:`chessrl.ppo.play_episodes`. Between moves it asks the
+A collector is a thin shell around :func:`chessrl.rl.ppo.play_episodes`. Between moves it asks the
 ParameterServer for newer weights (each action records the version that chose it). It plays
 at most ``rounds_per_version`` rounds of ``concurrent_games`` episodes with one version, then
 waits for the learner's next one: that is the backpressure, and it bounds how stale a sample
@@ -32,7 +32,7 @@ from typing import Any
 import ray
 from ray.util import metrics
 
-from chessrl.ppo import PPOSettings
+from chessrl.rl.ppo import PPOSettings
 
 _SHARD = re.compile(r"^shard-(\d+)-(\d+)\.parquet$")
 
@@ -149,7 +149,7 @@ class RolloutCollector:
             raise
 
     def _opponents(self, policy: Any, tokenizer: Any, moves_table: Any, generator: Any) -> list[Any]:
-        from chessrl.ppo import parse_opponent, policy_opponent, random_opponent
+        from chessrl.rl.ppo import parse_opponent, policy_opponent, random_opponent
 
         out = []
         for k, text in enumerate(self.spec.opponents):
@@ -189,11 +189,11 @@ class RolloutCollector:
         import torch
 
         from actors.reward_server import RewardClient
-        from chessrl.legality import MoveTokens
-        from chessrl.models import load_pretrained
-        from chessrl.ppo import play_episodes, rollout_table, start_positions
-        from chessrl.replay import write_shard
-        from chessrl.reward import RewardQuery
+        from chessrl.lm.legality import MoveTokens
+        from chessrl.lm.models import load_pretrained
+        from chessrl.rl.ppo import play_episodes, rollout_table, start_positions
+        from chessrl.rl.reward import RewardQuery
+        from chessrl.search.replay import write_shard
 
         spec = self.spec
         torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))

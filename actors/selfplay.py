@@ -7,8 +7,8 @@
                   for i in range(2)]
     runs = [c.run.remote() for c in collectors]        # until server.stop() is called
 
-The collector is a thin shell: the games are :class:`chessrl.selfplay.SelfPlay`, the shards
-:mod:`chessrl.replay`. A collector asks the server for "weights newer than v" between moves,
+The collector is a thin shell: the games are :class:`chessrl.search.selfplay.SelfPlay`, the shards
+:mod:`chessrl.search.replay`. A collector asks the server for "weights newer than v" between moves,
 and, after each shard, puts a note of it on the learner's bounded queue (it waits there when
 the learner is behind: backpressure). A killed collector is restarted by Ray (``max_restarts``)
 and its ``run`` call retried (``max_task_retries``): it resumes its shard numbering from what is
@@ -29,9 +29,9 @@ import pyarrow as pa
 import ray
 from ray.util import metrics
 
-from chessrl.mcts import MCTSConfig
-from chessrl.network import NetConfig
-from chessrl.selfplay import SelfPlaySettings
+from chessrl.search.mcts import MCTSConfig
+from chessrl.search.network import NetConfig
+from chessrl.search.selfplay import SelfPlaySettings
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class SelfPlayCollector:
     """B games at once with batched MCTS; finished games go to fixed-size replay shards."""
 
     def __init__(self, spec: CollectorSpec, index: int, queue: Any) -> None:
-        from chessrl.replay import list_shards
+        from chessrl.search.replay import list_shards
         from cluster.storage import Storage
 
         self.spec, self.index, self.queue = spec, index, queue
@@ -135,10 +135,10 @@ class SelfPlayCollector:
     def _run(self, max_games: int | None) -> dict[str, Any]:
         import torch
 
-        from chessrl.mcts import NetworkEvaluator
-        from chessrl.network import PolicyValueNet
-        from chessrl.replay import positions_table, shard_path, write_shard
-        from chessrl.selfplay import SelfPlay
+        from chessrl.search.mcts import NetworkEvaluator
+        from chessrl.search.network import PolicyValueNet
+        from chessrl.search.replay import positions_table, shard_path, write_shard
+        from chessrl.search.selfplay import SelfPlay
 
         spec = self.spec
         torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))

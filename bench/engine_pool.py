@@ -107,7 +107,7 @@ def baseline_run(engine: chess.engine.SimpleEngine, fens: list[str], nodes: int)
 
 
 def measured_run(pool: Any, fens: list[str], nodes: int) -> dict[str, Any]:
-    from chessrl.engine import SearchLimit
+    from chessrl.engine.client import SearchLimit
 
     limit = SearchLimit(nodes=nodes)
     started = time.perf_counter()
@@ -134,7 +134,7 @@ def create_pool(cache_size: int, run: str) -> tuple[Any, float]:
 
 def cache_run(fens: list[str], nodes: int) -> dict[str, Any]:
     """One pool, cache on: the same positions twice; speed-up = first pass / second pass."""
-    from chessrl.engine import SearchLimit
+    from chessrl.engine.client import SearchLimit
 
     pool, startup_s = create_pool(cache_size=100_000, run="bench-engine-pool-cache")
     try:
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.pop("RAY_ADDRESS", None)  # always the bench's own embedded Ray
-    from chessrl.engine import find_stockfish
+    from chessrl.engine.client import find_stockfish
 
     stockfish = find_stockfish()
     # one slice per throughput run, one more for the cache run: no position is searched twice

@@ -28,8 +28,8 @@ configured phase mix, ``policy_share`` policy tasks ``P: <FEN> M:``, the rest en
   token mean), a frozen reference. The reward function is TRL's plain Python kind: the policy
   task's move parsed and scored by ONE ``chess.engine.SimpleEngine`` (Stockfish at
   ``stockfish_nodes``, the side to move's expected score of the root and of the position after the
-  move, as the phase's :func:`chessrl.grpo.score_samples`; a position analysed once per call), the
-  environment task's answer checked by :func:`chessrl.grpo.env_reward`. Samples/s: completions of
+  move, as the phase's :func:`chessrl.rl.grpo.score_samples`; a position analysed once per call), the
+  environment task's answer checked by :func:`chessrl.rl.grpo.env_reward`. Samples/s: completions of
   steps 2..N+1 over the time from the end of step 1 to the end of the last (a ``TrainerCallback``).
 - Phase: ``python -m pipelines.grpo --num-cpus 2 --no-tracking --heldout-positions 0`` in a fresh
   process and temporary storage per run, the same policy, games, seed and settings. Samples/s from
@@ -83,7 +83,7 @@ from bench.rl_step import (  # noqa: E402
 
 TARGET = 1.0
 STOCKFISH = "/usr/games/stockfish"
-#: The phase's engine options (``chessrl.engine.UCIEngine``: one thread, 16 MB hash, WDL scores).
+#: The phase's engine options (``chessrl.engine.client.UCIEngine``: one thread, 16 MB hash, WDL scores).
 ENGINE_OPTIONS = {"Threads": 1, "Hash": 16, "UCI_ShowWDL": True}
 #: Config fields a flag of this bench overrides (``--group-size`` -> ``group_size``), passed on
 #: to the phase as the same flags.
@@ -98,7 +98,7 @@ def tiny_policy(folder: Path) -> str:
     """An untrained tiny policy, marked as trained on the rookworld format, saved under ``folder``."""
     from transformers.utils import logging as hf_logging
 
-    from chessrl.models import build_model
+    from chessrl.lm.models import build_model
 
     hf_logging.disable_progress_bar()
     model, tokenizer = build_model("tiny")
@@ -116,7 +116,7 @@ def sample_games(folder: Path) -> str:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from chessrl.pgn import read_pgn_file
+    from chessrl.data.pgn import read_pgn_file
 
     with open(ROOT / "tests" / "data" / "pgn" / "lichess-2021-10-sample.pgn", "rb") as handle:
         records, _ = read_pgn_file(handle, "lichess")
@@ -141,7 +141,7 @@ def plan(config: Any, cfg: Any, games: str, seed: int) -> tuple[list[dict[str, A
 
 def task_limits(cfg: Any, policy: str) -> dict[str, int]:
     """New tokens per task, as the phase sets them (:func:`pipelines.grpo.max_new_tokens`)."""
-    from chessrl.models import load_tokenizer, move_tokens
+    from chessrl.lm.models import load_tokenizer, move_tokens
     from pipelines.grpo import max_new_tokens
 
     return max_new_tokens(cfg, move_tokens(load_tokenizer(policy)))
@@ -152,7 +152,7 @@ def expected_scorer(engine: Any, nodes: int) -> Any:
     ``nodes``, as the phase's EnginePool answers (a finished game: 0 mated, 0.5 drawn)."""
     import chess.engine
 
-    from chessrl.engine import Score
+    from chessrl.engine.client import Score
 
     limit = chess.engine.Limit(nodes=nodes)
 
@@ -168,10 +168,10 @@ def expected_scorer(engine: Any, nodes: int) -> Any:
 
 def reward_function(engine: Any, cfg: Any, stats: dict[str, float]) -> Any:
     """A TRL reward function (``prompts``, ``completions``, the dataset's columns as lists):
-    the phase's rewards (:func:`chessrl.grpo.score_samples`), Stockfish through ``engine``."""
+    the phase's rewards (:func:`chessrl.rl.grpo.score_samples`), Stockfish through ``engine``."""
     import chess
 
-    from chessrl.grpo import env_reward, parse_policy_completion, policy_reward
+    from chessrl.rl.grpo import env_reward, parse_policy_completion, policy_reward
     from pipelines.grpo import grpo_settings
 
     settings = grpo_settings(cfg)
@@ -286,7 +286,7 @@ def baseline_run(
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
     from trl import GRPOTrainer
 
-    from chessrl.models import prompt_ids
+    from chessrl.lm.models import prompt_ids
 
     torch.set_num_threads(threads)
     transformers.logging.set_verbosity_error()
@@ -297,8 +297,8 @@ def baseline_run(
         tokenizer.pad_token = tokenizer.eos_token
     # TRL encodes a prompt with ``tokenizer(text)`` and pads it itself (on the left for generate,
     # whatever the tokenizer's padding side). A saved chess tokenizer puts the start token (BOS)
-    # first and drops trailing whitespace by itself (chessrl.tokenizer.add_prompt_start), so TRL's
-    # prompt ids are the phase's (chessrl.models.prompt_ids): checked here, not assumed.
+    # first and drops trailing whitespace by itself (chessrl.lm.tokenizer.add_prompt_start), so TRL's
+    # prompt ids are the phase's (chessrl.lm.models.prompt_ids): checked here, not assumed.
     for p in prompts[: cfg.prompts_per_iteration]:
         if tokenizer(p["text"])["input_ids"] != prompt_ids(tokenizer, p["text"]):
             raise SystemExit(

@@ -11,7 +11,7 @@ All figures come from one process, one torch thread, the same network (the ``tin
 2 blocks x 32 channels, history 2, seeded weights) and runs that alternate, so machine noise
 hits every side; each is the median of ``--runs`` runs:
 
-* ``mcts``: simulations/s of the collector's loop (:class:`chessrl.selfplay.SelfPlay` with
+* ``mcts``: simulations/s of the collector's loop (:class:`chessrl.search.selfplay.SelfPlay` with
   ``--games`` games at once: one network call per round of leaves across the games, move choice,
   replay planes) / positions/s of the bare network (``PolicyValueNet.predict``) on batches of
   ``--games`` already-encoded positions from the same games. Target >= 0.7.
@@ -51,11 +51,11 @@ import torch  # noqa: E402
 from machine_load import fmt_load, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
 from record import write_record  # noqa: E402
 
-from chessrl import mcts_leaves  # noqa: E402
-from chessrl.board_encoding import encode_boards  # noqa: E402
-from chessrl.mcts import BatchedMCTS, MCTSConfig, NetworkEvaluator  # noqa: E402
-from chessrl.network import NetConfig, PolicyValueNet  # noqa: E402
-from chessrl.selfplay import SelfPlay, SelfPlaySettings  # noqa: E402
+from chessrl.search import mcts_leaves  # noqa: E402
+from chessrl.search.board_encoding import encode_boards  # noqa: E402
+from chessrl.search.mcts import BatchedMCTS, MCTSConfig, NetworkEvaluator  # noqa: E402
+from chessrl.search.network import NetConfig, PolicyValueNet  # noqa: E402
+from chessrl.search.selfplay import SelfPlay, SelfPlaySettings  # noqa: E402
 
 TARGET_MCTS = 0.7
 TARGET_BATCHING = 5.0
@@ -131,15 +131,15 @@ def collector_run(
 #: listing moves, making children and the end-of-game test (native or python-chess), the
 #: encoding is the network's input planes; the network is ``predict``; the tree is the rest.
 SPLIT_POINTS = [
-    ("chessrl.mcts_native", "new_root", "board"),
-    ("chessrl.mcts_native", "make_child", "board"),
-    ("chessrl.mcts_native", "list_edges", "board"),
-    ("chessrl.mcts_leaves", "legal_indices", "board"),
-    ("chessrl.mcts_leaves", "child_board", "board"),
-    ("chessrl.mcts_leaves", "leaf_terminal", "board"),
-    ("chessrl.mcts_leaves", "terminal_value", "board"),
-    ("chessrl.mcts_native", "planes", "encoding"),
-    ("chessrl.mcts", "encode_boards", "encoding"),
+    ("chessrl.search.mcts_native", "new_root", "board"),
+    ("chessrl.search.mcts_native", "make_child", "board"),
+    ("chessrl.search.mcts_native", "list_edges", "board"),
+    ("chessrl.search.mcts_leaves", "legal_indices", "board"),
+    ("chessrl.search.mcts_leaves", "child_board", "board"),
+    ("chessrl.search.mcts_leaves", "leaf_terminal", "board"),
+    ("chessrl.search.mcts_leaves", "terminal_value", "board"),
+    ("chessrl.search.mcts_native", "planes", "encoding"),
+    ("chessrl.search.mcts", "encode_boards", "encoding"),
 ]
 
 

@@ -7,7 +7,7 @@ k, temperature and node limit. Median of ``--runs`` runs of each side, the ratio
 
 The baseline does what the phase does, one position at a time, as a user would write it: the
 policy proposes ``k`` moves (one ``model.generate`` call with ``num_return_sequences=k``,
-:func:`chessrl.models.propose_moves`), Stockfish finds its move from an empty
+:func:`chessrl.lm.models.propose_moves`), Stockfish finds its move from an empty
 hash, each distinct legal proposal is scored by a search of the position after it, and the same
 pair rule and invalid-share cap apply. Both sides make the same pairs.
 """
@@ -47,10 +47,10 @@ def plain_loop(
     import chess.engine
     import torch
 
-    from chessrl.engine import find_stockfish
-    from chessrl.models import propose_moves
-    from chessrl.preferences import PairRule, cap_invalid_share, make_pairs
-    from chessrl.suites import score_cp
+    from chessrl.arena.suites import score_cp
+    from chessrl.engine.client import find_stockfish
+    from chessrl.lm.models import propose_moves
+    from chessrl.rl.preferences import PairRule, cap_invalid_share, make_pairs
 
     rule = PairRule(margin_cp=margin)
     started = time.perf_counter()
@@ -92,7 +92,7 @@ def plain_loop(
 
 
 def _score(pov, turn):  # type: ignore[no-untyped-def]
-    from chessrl.engine import Score
+    from chessrl.engine.client import Score
 
     return Score.from_pov(pov, None, turn)
 
@@ -120,13 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.pop("RAY_ADDRESS", None)
 
-    from chessrl.models import load_pretrained
+    from chessrl.lm.models import load_pretrained
     from cluster.config import RaySection
     from cluster.runtime import ray_session
     from cluster.storage import Storage
     from pipelines import preferences, prepare
     from pipelines.config import ChessRLConfig
-    from pipelines.preferences import plan_positions, read_games
+    from pipelines.artifacts import read_games
+    from pipelines.preferences import plan_positions
 
     work = Path(tempfile.mkdtemp(prefix="bench-preferences-"))
     with ray_session(RaySection(object_store_gb=1)):
@@ -197,7 +198,7 @@ def train_tiny(games: Path, folder: Path) -> Path:
     """A tiny GPT-2 trained for 80 steps on the games (so proposals are sometimes legal)."""
     import pyarrow.dataset as pads
 
-    from chessrl.models import quick_policy
+    from chessrl.lm.models import quick_policy
 
     texts = [
         r["moves"] for r in pads.dataset(str(games), format="parquet").to_table(columns=["moves"]).to_pylist()

@@ -38,7 +38,7 @@ def collector_steps(callers: int, per_call: int, requests: int, seed: int = 0) -
     finished game replaced by a new one; ``requests`` queries in all, as steps per caller."""
     import chess
 
-    from chessrl.reward import RewardQuery
+    from chessrl.rl.reward import RewardQuery
 
     rng = random.Random(seed)
 
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from actors.reward_server import RewardClient
-    from chessrl.reward import (
+    from chessrl.rl.reward import (
         PositionCache,
         build_reward_model,
         load_reward_model,
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
-    from chessrl.formats import get_format
+    from chessrl.lm.formats import get_format
 
     def call(actor: Any, c: int, step: list) -> Any:  # type: ignore[type-arg]
         """One collector's step: its moves prepared where asked, one call."""

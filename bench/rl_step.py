@@ -15,10 +15,10 @@ policy) and ``--iterations`` + 1 iterations; the first is a warm-up and is not t
 - Baseline: this process, ``torch.set_num_threads(--baseline-threads)`` (2: the CPUs the phase
   gets), no Ray. Each iteration plays ``episodes_per_iteration`` episodes in rounds of
   ``concurrent_games`` (as a collector plays them: one batched forward pass a move for all games
-  of a round) with :func:`chessrl.ppo.play_episodes`, the reward model scoring each step's legal
+  of a round) with :func:`chessrl.rl.ppo.play_episodes`, the reward model scoring each step's legal
   moves in process (``score_ids`` on ``query_ids`` rows, normalised as the RewardServer does),
-  then :func:`chessrl.ppo.make_batch` and :func:`chessrl.ppo.ppo_update` on all of them, the
-  steps of :func:`chessrl.ppo.ppo_iteration` (which it is, when an iteration is one round). The
+  then :func:`chessrl.rl.ppo.make_batch` and :func:`chessrl.rl.ppo.ppo_update` on all of them, the
+  steps of :func:`chessrl.rl.ppo.ppo_iteration` (which it is, when an iteration is one round). The
   same opponent pool (``self``: the policy being trained, ``random``), the same optimisers and
   learning rates, the reference a frozen copy of the policy, the critic a copy of the reward model.
   Samples/s: actions of iterations 2..N+1 / their wall time.
@@ -163,8 +163,8 @@ def fmt_load(cores: float | None) -> str:
 
 def tiny_models(folder: Path) -> tuple[str, str]:
     """An untrained tiny policy and reward model (one tokenizer), saved under ``folder``."""
-    from chessrl.models import build_model
-    from chessrl.reward import build_reward_model
+    from chessrl.lm.models import build_model
+    from chessrl.rl.reward import build_reward_model
 
     model, tokenizer = build_model("tiny")
     policy = folder / "policy"
@@ -194,9 +194,9 @@ def baseline_run(
     """``iterations`` + 1 PPO iterations in this process; samples/s of all but the first."""
     import torch
 
-    from chessrl.legality import MoveTokens
-    from chessrl.models import load_pretrained
-    from chessrl.ppo import (
+    from chessrl.lm.legality import MoveTokens
+    from chessrl.lm.models import load_pretrained
+    from chessrl.rl.ppo import (
         make_batch,
         play_episodes,
         policy_opponent,
@@ -205,7 +205,14 @@ def baseline_run(
         random_opponent,
         start_positions,
     )
-    from chessrl.reward import Normalizer, RewardQuery, load_reward_model, query_ids, reward_format, score_ids
+    from chessrl.rl.reward import (
+        Normalizer,
+        RewardQuery,
+        load_reward_model,
+        query_ids,
+        reward_format,
+        score_ids,
+    )
     from pipelines.ppo import ppo_settings
 
     torch.set_num_threads(threads)

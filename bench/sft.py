@@ -44,9 +44,9 @@ import torch  # noqa: E402
 from machine_load import fmt_load, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
 from record import write_record  # noqa: E402
 
-from chessrl.legality import MoveTokens, lm_and_legal_loss, pad_legal_targets  # noqa: E402
-from chessrl.lm_data import split_games, training_text  # noqa: E402
-from chessrl.models import build_model, resolve_bf16  # noqa: E402
+from chessrl.lm.legality import MoveTokens, lm_and_legal_loss, pad_legal_targets  # noqa: E402
+from chessrl.lm.lm_data import split_games, training_text  # noqa: E402
+from chessrl.lm.models import build_model, resolve_bf16  # noqa: E402
 from cluster.config import RaySection  # noqa: E402
 from cluster.runtime import ray_session  # noqa: E402
 from pipelines.sft import tokenize_and_pack  # noqa: E402

@@ -7,7 +7,7 @@ sequence length), so the next run with the same three skips the probes.
     size = auto_batch_size("preset:tiny", length=256, log=print)          # the cached answer
 
 The pure parts (the probe step, the pick, the table, the cache file) are
-:mod:`chessrl.batch_size`.
+:mod:`chessrl.lm.batch_size`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from chessrl.batch_size import (
+from chessrl.lm.batch_size import (
     PROBE_SIZES,
     ProbeResult,
     cache_key,
@@ -34,8 +34,8 @@ def _probe_in_fresh_process(model_ref: str, batch_size: int, length: int, device
     """A Ray task body: build or load the model, probe it, report the result and the device."""
     import torch
 
-    from chessrl.batch_size import device_memory_bytes, device_name, probe
-    from chessrl.models import build_model, load_pretrained
+    from chessrl.lm.batch_size import device_memory_bytes, device_name, probe
+    from chessrl.lm.models import build_model, load_pretrained
 
     torch.manual_seed(0)
     if model_ref.startswith("preset:"):
@@ -63,7 +63,7 @@ def auto_batch_size(
     ConfigError."""
     import ray
 
-    from chessrl.batch_size import device_name
+    from chessrl.lm.batch_size import device_name
 
     device = "cuda" if use_gpu else "cpu"
     # the key names the device the probes run on: on a GPU the probe reports it; on CPUs this

@@ -15,8 +15,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
-from chessrl.ladder import DEFAULT_RUNGS
-from chessrl.pgn import TimeControlCategory
+from chessrl.arena.ladder import DEFAULT_RUNGS
+from chessrl.data.pgn import TimeControlCategory
 from cluster.config import RaySection, RunSection, Section, TrackingSection
 
 

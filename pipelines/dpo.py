@@ -7,7 +7,7 @@ DPOTrainer inside Ray Train.
 
 Each pair of the preference Parquet (``chess-rl preferences``: a position, Stockfish's move and
 a worse one) becomes the prompt that asks the policy for a move there, in the policy's own text
-format (the moves so far, or the board; :func:`chessrl.dpo.pair_ids`), and two completions, the
+format (the moves so far, or the board; :func:`chessrl.rl.dpo.pair_ids`), and two completions, the
 answer text of each move. Ray Data reads and tokenizes the pairs, keeps the kinds asked for
 (``kinds``) and what fits the model's context; each Ray Train worker streams its own shard into
 TRL's ``DPOTrainer`` (the sigmoid loss or another ``loss_type``, ``beta``, an optional NLL term on
@@ -20,7 +20,7 @@ resumes there).
 
 The final policy, at ``<storage>/<run>/dpo/model``, loads with ``AutoModelForCausalLM``. The
 summary gives the start and final policies' paired move quality on positions of held-out games
-(:mod:`chessrl.move_quality`: the masked argmax of each scored by Stockfish, the mean difference
+(:mod:`chessrl.arena.move_quality`: the masked argmax of each scored by Stockfish, the mean difference
 with its 95% interval). Measure play with ``evaluate --mode sprt --players lm:<dpo>,masked
 lm:<sft>,masked``.
 """
@@ -37,14 +37,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chessrl.dpo import pair_ids
-from chessrl.formats import get_format
-from chessrl.models import ModelLoadError, context_length, load_tokenizer, local_checkpoint
-from chessrl.preferences import REQUIRED_COLUMNS
-from chessrl.reward import heldout_board
+from chessrl.lm.formats import get_format
+from chessrl.lm.models import ModelLoadError, context_length, load_tokenizer, local_checkpoint
+from chessrl.rl.dpo import pair_ids
+from chessrl.rl.preferences import REQUIRED_COLUMNS
+from chessrl.rl.reward import heldout_board
 from cluster.errors import ConfigError, InputDataError, StorageError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
+from pipelines.artifacts import TEXT_FORMAT_KEY
 from pipelines.config import ChessRLConfig, DPOConfig
 from pipelines.learner import (
     default_cpus_per_worker,
@@ -54,7 +55,6 @@ from pipelines.learner import (
     training_finished,
 )
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, model_location, run_phase
-from pipelines.sft import TEXT_FORMAT_KEY
 
 #: The columns of a tokenized pair, as TRL's DPOTrainer reads them.
 ID_COLUMNS: tuple[str, ...] = ("prompt_ids", "chosen_ids", "rejected_ids")
@@ -74,8 +74,8 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     from trl import DPOConfig as TrlDPOConfig
     from trl import DPOTrainer
 
-    from chessrl.dpo import choice_accuracy, completion_logps, implicit_accuracy
-    from chessrl.models import load_pretrained, resolve_bf16
+    from chessrl.lm.models import load_pretrained, resolve_bf16
+    from chessrl.rl.dpo import choice_accuracy, completion_logps, implicit_accuracy
     from cluster.progress import report_progress
     from cluster.tracking import RunMetricsLogger
 
@@ -118,7 +118,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     train = datasets.IterableDataset(ExamplesIterable(rows, {}), info=datasets.DatasetInfo(features=features))
 
     class ShardDPOTrainer(DPOTrainer):  # type: ignore[misc]
-        """TRL's DPOTrainer on pairs tokenized by the driver (:func:`chessrl.dpo.pair_ids`), read
+        """TRL's DPOTrainer on pairs tokenized by the driver (:func:`chessrl.rl.dpo.pair_ids`), read
         from this worker's own shard as is (accelerate would otherwise keep every
         num_workers-th batch of it)."""
 
@@ -323,7 +323,7 @@ def check_dpo(config: ChessRLConfig, inputs: Inputs) -> DPOInputs:
     (the same architecture), the preference pairs (Parquet with the needed columns and at least
     one pair of the kinds asked for), the games table for the paired measure, and Stockfish for
     it; each unless an earlier phase of the same graph run writes it."""
-    from pipelines.reward import preference_table
+    from pipelines.artifacts import preference_table
 
     cfg = config.dpo
     produced = inputs.will_write("sft") and not cfg.policy
@@ -357,11 +357,11 @@ def check_dpo(config: ChessRLConfig, inputs: Inputs) -> DPOInputs:
             )
     source = Storage.from_uri(cfg.games or inputs.folder("prepare").uri_of("games"))
     if cfg.games or (not inputs.will_write("prepare") and source.exists()):
-        from pipelines.preferences import games_table
+        from pipelines.artifacts import games_table
 
         games_table(source)
     if cfg.quality_nodes > 0 and cfg.heldout_positions > 0:
-        from chessrl.engine import find_stockfish
+        from chessrl.engine.client import find_stockfish
 
         find_stockfish()  # the paired move quality at the end needs it: said before any work
     return DPOInputs(policy, reference, text_format, pairs, kinds)
@@ -392,7 +392,7 @@ def tokenize_pairs(
     holdout: bool,
 ) -> dict[str, Any]:
     """Ray Data stage: preference rows -> ``prompt_ids`` / ``chosen_ids`` / ``rejected_ids`` in the
-    policy's format (:func:`chessrl.dpo.pair_ids`), whether the row is kept (``keep``: a kind
+    policy's format (:func:`chessrl.rl.dpo.pair_ids`), whether the row is kept (``keep``: a kind
     asked for, a rebuildable position, within ``max_length``) and held out (``held``: in a table
     without a train/held-out split, one board in twenty)."""
     import numpy as np
@@ -430,12 +430,12 @@ def heldout_quality(
     context: PhaseContext, cfg: DPOConfig, models: dict[str, str], text_format: str
 ) -> dict[str, Any]:
     """The start and final policies' paired move quality on ``heldout_positions`` positions of the
-    held-out games (:func:`chessrl.move_quality.paired_move_quality`, Stockfish at
+    held-out games (:func:`chessrl.arena.move_quality.paired_move_quality`, Stockfish at
     ``quality_nodes``), asked in the policy's text format; empty without a games table."""
-    from chessrl.lm_data import split_games
-    from chessrl.models import load_pretrained
-    from chessrl.move_quality import heldout_positions, paired_move_quality, stockfish_expected
-    from pipelines.preferences import read_games
+    from chessrl.arena.move_quality import heldout_positions, paired_move_quality, stockfish_expected
+    from chessrl.lm.lm_data import split_games
+    from chessrl.lm.models import load_pretrained
+    from pipelines.artifacts import read_games
 
     source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
     if cfg.heldout_positions == 0 or cfg.quality_nodes == 0 or (not cfg.games and not source.exists()):
@@ -456,7 +456,7 @@ def run_dpo(context: PhaseContext) -> PhaseResult:
     import ray.data
     from ray.data.expressions import col
 
-    from pipelines.reward import read_heldout
+    from pipelines.artifacts import read_heldout
 
     cfg = context.config.dpo
     log = context.log
@@ -610,7 +610,7 @@ def run_dpo(context: PhaseContext) -> PhaseResult:
 
 def summary_lines(summary: dict[str, Any], cfg: DPOConfig) -> list[str]:
     """The phase's closing lines."""
-    from chessrl.move_quality import quality_line
+    from chessrl.arena.move_quality import quality_line
 
     def pct(key: str) -> str:
         return "n/a" if summary.get(key) is None else f"{float(summary[key]):.1%}"

@@ -9,7 +9,7 @@ A/B matches, EPD suites, move quality, a PGN of every game and a markdown report
 The first player is the candidate. ``gauntlet`` plays it against each other player;
 ``round_robin`` plays every pair. Each opening (seeded random plies, or a book) is played from
 both sides. With ``--ladder`` (the default) the candidate is also rated on the low Elo ladder
-(:mod:`chessrl.ladder`): rungs below Stockfish's weakest ``UCI_Elo``, rated once per storage and
+(:mod:`chessrl.arena.ladder`): rungs below Stockfish's weakest ``UCI_Elo``, rated once per storage and
 Stockfish build under ``<storage>/ladder/<key>/`` and reused, then a placement match and more
 games against the informative rungs, so even a weak model gets a finite Elo with an interval.
 
@@ -36,9 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chessrl.arena import ArenaGame, Opening, book_openings, game_pgn, random_openings
-from chessrl.engine import SearchLimit, find_stockfish
-from chessrl.eval_report import (
+from chessrl.arena.eval_report import (
     fmt_estimate,
     plot,
     report_markdown,
@@ -47,7 +45,8 @@ from chessrl.eval_report import (
     sprt_summary_lines,
     summary_lines,
 )
-from chessrl.ladder import (
+from chessrl.arena.game import ArenaGame, Opening, book_openings, game_pgn, random_openings
+from chessrl.arena.ladder import (
     Ladder,
     LadderSettings,
     describe,
@@ -57,11 +56,11 @@ from chessrl.ladder import (
     ladder_record,
     stockfish_build,
 )
-from chessrl.players import (
+from chessrl.arena.players import (
     PlayerSpec,
     parse_player_spec,
 )
-from chessrl.rating import (
+from chessrl.arena.rating import (
     match_elo,
     pair_counts,
     pentanomial_elo,
@@ -69,7 +68,8 @@ from chessrl.rating import (
     rate_players,
     sprt_pentanomial,
 )
-from chessrl.suites import SuitePosition, move_quality, read_epd_suite, score_cp
+from chessrl.arena.suites import SuitePosition, move_quality, read_epd_suite, score_cp
+from chessrl.engine.client import SearchLimit, find_stockfish
 from cluster.errors import ConfigError, InputDataError, StorageError, UserError
 from cluster.storage import Storage, split_uri
 from pipelines.config import ChessRLConfig, EvaluateConfig
@@ -174,8 +174,8 @@ def check_evaluate(config: ChessRLConfig, inputs: Inputs) -> EvaluateInputs:
             and str(path) not in written
             and not (s.kind == "sft" and inputs.will_write("sft"))
         ):
-            from chessrl.masked import check_maskable
-            from chessrl.models import load_tokenizer
+            from chessrl.lm.masked import check_maskable
+            from chessrl.lm.models import load_tokenizer
 
             check_maskable(load_tokenizer(str(path)), f"evaluate.players (--players): player {s.label!r}")
         if s.kind == "uci" and not Path(str(s.path)).is_file():

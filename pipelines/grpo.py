@@ -8,7 +8,7 @@ Train learner and the EnginePool.
 ``--text-format rookworld`` (RookWorld's tasks, from ``sft --text-format rookworld``) or ``moves``
 (the game's moves so far → the next move, from the plain ``sft`` model; policy tasks only).
 
-How the pieces fit (the formulas are :mod:`chessrl.grpo` and :mod:`chessrl.policy_gradient`):
+How the pieces fit (the formulas are :mod:`chessrl.rl.grpo` and :mod:`chessrl.rl.policy_gradient`):
 
 1. The driver checks its inputs (the policy, Stockfish, the games table, the config), cuts
    positions from the training games in the configured phase mix (20% openings, 60%
@@ -29,10 +29,10 @@ How the pieces fit (the formulas are :mod:`chessrl.grpo` and :mod:`chessrl.polic
    held-out games (sft's split).
 
 With ``--masked`` (the presets') policy-task moves are drawn from the legal moves only and scored
-with the same masked log-probs by the learner and the reference (:mod:`chessrl.masked`), a
+with the same masked log-probs by the learner and the reference (:mod:`chessrl.lm.masked`), a
 legality term beside; ``--own-positions`` mixes in positions of the policy's own games. The
 summary gives the start and final policies' paired move quality on the held-out positions
-(:mod:`chessrl.move_quality`). Measure play with ``evaluate --mode sprt --players
+(:mod:`chessrl.arena.move_quality`). Measure play with ``evaluate --mode sprt --players
 lm:<run>/grpo/model,masked lm:<start>,masked --adjudicate-cp 300``.
 """
 
@@ -49,14 +49,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chessrl.grpo import GRPOSettings, Prompt
+from chessrl.rl.grpo import GRPOSettings, Prompt
 from cluster.errors import ConfigError, StorageError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
+from pipelines.artifacts import sft_folder
 from pipelines.config import ChessRLConfig, GRPOConfig
 from pipelines.learner import LearnerLog, largest_node_cpus, torch_trainer
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, run_phase
-from pipelines.sft import sft_folder
 
 
 def grpo_settings(cfg: GRPOConfig) -> GRPOSettings:
@@ -73,8 +73,8 @@ def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bo
     """Load-free checks of the policy: a GPT-2-style LM whose tokenizer loads. A policy not
     trained on ``text_format`` (``chessrl_text_format`` in its config, written by sft) is a
     warning in the log, not an error: its rewards start low until it learns the format."""
-    from chessrl.models import load_tokenizer, local_checkpoint, move_tokens
-    from pipelines.sft import TEXT_FORMAT_KEY
+    from chessrl.lm.models import load_tokenizer, local_checkpoint, move_tokens
+    from pipelines.artifacts import TEXT_FORMAT_KEY
 
     try:
         config = json.loads((local_checkpoint(path) / "config.json").read_text())
@@ -89,7 +89,7 @@ def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bo
         )
     tokenizer = load_tokenizer(path)
     if masked:
-        from chessrl.masked import check_maskable
+        from chessrl.lm.masked import check_maskable
 
         check_maskable(tokenizer, f"grpo.masked (--masked): the policy {path}")
     trained = config.get(TEXT_FORMAT_KEY)
@@ -114,7 +114,7 @@ def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bo
 
 def check_prompt_settings(cfg: GRPOConfig) -> dict[str, float]:
     """The position mix (checked), and a policy share the text format can give."""
-    from chessrl.positions import check_mix
+    from chessrl.data.positions import check_mix
 
     try:
         mix: dict[str, float] = check_mix(cfg.position_mix.model_dump())
@@ -152,8 +152,8 @@ def check_grpo(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: No
     """Every input of ``grpo``, before Ray starts: its settings, the policy (a saved GPT-2 LM;
     by default the sft model of its text format), Stockfish, the prompts' settings and the games
     table, each unless an earlier phase of the same graph run writes it."""
-    from chessrl.engine import find_stockfish
-    from pipelines.preferences import games_table
+    from chessrl.engine.client import find_stockfish
+    from pipelines.artifacts import games_table
 
     cfg = config.grpo
     try:
@@ -180,10 +180,10 @@ def plan_prompts(
     context: PhaseContext, cfg: GRPOConfig
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     """Every iteration's prompts and the held-out prompts (as dicts), and the mix drawn."""
-    from chessrl.grpo import task_prompts
-    from chessrl.lm_data import split_games
-    from chessrl.positions import PositionSampler, phase_counts
-    from pipelines.preferences import read_games
+    from chessrl.data.positions import PositionSampler, phase_counts
+    from chessrl.lm.lm_data import split_games
+    from chessrl.rl.grpo import task_prompts
+    from pipelines.artifacts import read_games
 
     mix = check_prompt_settings(cfg)
     seed = context.config.run.seed
@@ -239,9 +239,9 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     import torch
     from ray.train import Checkpoint
 
-    from chessrl.engine import SearchLimit
-    from chessrl.grpo import OwnGames, batch_metrics, grpo_update, sample_groups, score_samples
-    from chessrl.models import load_pretrained
+    from chessrl.engine.client import SearchLimit
+    from chessrl.lm.models import load_pretrained
+    from chessrl.rl.grpo import OwnGames, batch_metrics, grpo_update, sample_groups, score_samples
     from cluster.progress import report_progress
     from cluster.tracking import RunMetricsLogger
 
@@ -351,7 +351,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         )  # fmt: skip
         if state["iteration"] % cfg["checkpoint_interval"] == 0 and state["iteration"] < cfg["iterations"]:
             save_checkpoint(metrics)
-    from pipelines.sft import mark_text_format
+    from pipelines.artifacts import mark_text_format
 
     model_dir = tempfile.mkdtemp(prefix="grpo-model-")
     policy.save_pretrained(model_dir)
@@ -376,8 +376,8 @@ def heldout_scores(
 ) -> dict[str, dict[str, float]]:
     """Each model's greedy legal-move rate and environment accuracy on the held-out prompts and,
     with ``expected`` (Stockfish's expected scores), the policy reward of its greedy moves."""
-    from chessrl.grpo import evaluate_tasks
-    from chessrl.models import load_pretrained
+    from chessrl.lm.models import load_pretrained
+    from chessrl.rl.grpo import evaluate_tasks
 
     if not prompts:
         return {}
@@ -393,9 +393,9 @@ def heldout_quality(
     prompts: list[dict[str, Any]], models: dict[str, str], text_format: str, expected: Any
 ) -> dict[str, Any]:
     """The start and final policies' paired move quality on the held-out policy prompts
-    (:func:`chessrl.move_quality.paired_move_quality`); empty without any."""
-    from chessrl.models import load_pretrained
-    from chessrl.move_quality import paired_move_quality
+    (:func:`chessrl.arena.move_quality.paired_move_quality`); empty without any."""
+    from chessrl.arena.move_quality import paired_move_quality
+    from chessrl.lm.models import load_pretrained
 
     positions = [
         (p["fen"], p["text"].split() if text_format == "moves" else [])
@@ -432,7 +432,7 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
     learner_cpus = cfg.cpus_per_worker or max(0.5, min(cpus - cfg.engines * engine_cpus, largest_node_cpus()))
     batch_size = cfg.batch_size
     if batch_size == "auto":
-        from chessrl.models import load_tokenizer, prompt_ids
+        from chessrl.lm.models import load_tokenizer, prompt_ids
         from pipelines.batch_size import auto_batch_size
 
         tokenizer = load_tokenizer(policy_path)
@@ -480,7 +480,7 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
             result = trainer.fit()
         seconds = time.perf_counter() - started
         if phase.exists("model/config.json"):
-            from chessrl.engine import SearchLimit
+            from chessrl.engine.client import SearchLimit
 
             final_path = model_location(None, phase.child("model"), "grpo", "grpo")
             limit = SearchLimit(nodes=cfg.stockfish_nodes)
@@ -514,7 +514,7 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
 
     lines = summary_lines(summary, scores, cfg.stockfish_nodes, policy_path)
     if quality:
-        from chessrl.move_quality import quality_line
+        from chessrl.arena.move_quality import quality_line
 
         lines.insert(
             -2,

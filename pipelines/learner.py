@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from chessrl.models import make_tokenizer_config_generic
+from chessrl.lm.models import make_tokenizer_config_generic
 from cluster.errors import ConfigError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
@@ -102,7 +102,7 @@ def export_hf_checkpoint(
     """Copy the model files of a Ray Train checkpoint written by ``RayTrainReportCallback`` (a
     transformers checkpoint in ``subfolder``) to ``out``, without the optimizer and scheduler
     state; the tokenizer config points at the generic fast class (see
-    :func:`chessrl.models.make_tokenizer_config_generic`). ``edit(folder)`` may change the files
+    :func:`chessrl.lm.models.make_tokenizer_config_generic`). ``edit(folder)`` may change the files
     first (e.g. add fields to ``config.json``)."""
     with checkpoint.as_directory() as folder:
         hf = Path(folder) / subfolder

@@ -16,9 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chessrl.arena import ArenaGame, Opening, play_game
-from chessrl.engine import SearchLimit
-from chessrl.players import (
+from chessrl.arena.game import ArenaGame, Opening, play_game
+from chessrl.arena.players import (
     LMPlayer,
     MCTSPlayer,
     Player,
@@ -27,7 +26,8 @@ from chessrl.players import (
     StockfishPlayer,
     UCIPlayer,
 )
-from chessrl.suites import SuitePosition, run_suite, score_cp
+from chessrl.arena.suites import SuitePosition, run_suite, score_cp
+from chessrl.engine.client import SearchLimit
 from cluster.errors import UserError
 from cluster.progress import progress_line
 from cluster.storage import Storage
@@ -84,7 +84,7 @@ def build_player(spec: PlayerSpec, settings: Settings, pool: Any) -> Player:
     if spec.kind == "random":
         return RandomPlayer(spec.label)
     if spec.kind in ("sft", "lm"):
-        from chessrl.models import load_pretrained
+        from chessrl.lm.models import load_pretrained
 
         path = settings.sft_model if spec.kind == "sft" else spec.path
         assert path is not None
@@ -97,7 +97,7 @@ def build_player(spec: PlayerSpec, settings: Settings, pool: Any) -> Player:
             text_format=getattr(model.config, "chessrl_text_format", None) or "moves", masked=spec.masked,
         )  # fmt: skip
     if spec.kind == "mcts":
-        from chessrl.network import load_network
+        from chessrl.search.network import load_network
 
         path = spec.path or settings.selfplay_best
         assert path is not None
@@ -157,7 +157,7 @@ def suite_task(
     engines: int,
 ) -> list[dict[str, Any]]:
     """A Ray task: the candidate on every EPD suite, ``(name, positions)`` as the driver read
-    them (:func:`chessrl.suites.read_epd_suite`, before any game)."""
+    them (:func:`chessrl.arena.suites.read_epd_suite`, before any game)."""
     player = build_player(spec, settings, _pool(pool_actors, engines))
     try:
         out = []

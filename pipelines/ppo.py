@@ -5,7 +5,7 @@ parameter server, a RewardServer and a Ray Train learner.
     chess-rl ppo --kl-coef 0.05 --clip 0.2 --ppo-epochs 2 --collectors 2 --opponents self random stockfish:skill=0
     chess-rl ppo --policy runs/a/sft/model --reward-model runs/a/reward/model --iterations 200
 
-How the pieces fit (the formulas are :mod:`chessrl.ppo` and :mod:`chessrl.policy_gradient`):
+How the pieces fit (the formulas are :mod:`chessrl.rl.ppo` and :mod:`chessrl.rl.policy_gradient`):
 
 1. The driver checks its inputs (the policy, the reward model and their tokenizers, the opponent
    pool, the context length an episode needs), samples the episodes' start positions from the
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chessrl.ppo import PPOSettings
+from chessrl.rl.ppo import PPOSettings
 from cluster.errors import ConfigError, StorageError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
@@ -110,8 +110,8 @@ def learner_threads(cpus: float, reserved: float) -> int:
 def check_models(policy_path: str, reward_path: str, max_tokens: int) -> dict[str, Any]:
     """Load-free checks of the policy and reward model: both GPT-2-style, one tokenizer, a
     token per move, a context long enough for an episode. Returns facts for the log."""
-    from chessrl.legality import MoveTokens
-    from chessrl.models import load_tokenizer, local_checkpoint
+    from chessrl.lm.legality import MoveTokens
+    from chessrl.lm.models import load_tokenizer, local_checkpoint
 
     configs = {}
     for key, path in (
@@ -168,8 +168,8 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
     (saved folders; then :func:`check_models` on both) and the games table the episodes start
     from (when given, or when one is there), each unless an earlier phase of the same graph run
     writes it."""
-    from chessrl.ppo import parse_opponent
-    from pipelines.preferences import games_table
+    from chessrl.rl.ppo import parse_opponent
+    from pipelines.artifacts import games_table
 
     cfg = config.ppo
     opponents = [parse_opponent(o) for o in cfg.opponents]
@@ -188,7 +188,7 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
     if cfg.games or (not inputs.will_write("prepare") and source.exists()):
         games_table(source)
     if cfg.quality_nodes > 0 and cfg.heldout_positions > 0:
-        from chessrl.engine import find_stockfish
+        from chessrl.engine.client import find_stockfish
 
         find_stockfish()  # the paired move quality at the end needs it: said before any work
     return PPOInputs(opponents, policy_path, reward_path, facts)
@@ -199,7 +199,7 @@ def start_pool(context: PhaseContext, cfg: PPOConfig, limit: int = 4096) -> list
     after ``max_start_ply + 1`` moves; only the start position when there is no table."""
     import random
 
-    from pipelines.preferences import read_games
+    from pipelines.artifacts import read_games
 
     source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
     if not cfg.games and not source.exists():
@@ -215,10 +215,10 @@ def heldout_legal_rates(
 ) -> dict[str, dict[str, float]]:
     """The greedy legal-move rate and top-1 agreement of each model on ``cfg.heldout_positions``
     positions of the held-out games (the split sft used); empty without a games table."""
-    from chessrl.lm_data import split_games
-    from chessrl.lm_eval import evaluate_moves, sample_positions
-    from chessrl.models import load_pretrained
-    from pipelines.preferences import read_games
+    from chessrl.lm.lm_data import split_games
+    from chessrl.lm.lm_eval import evaluate_moves, sample_positions
+    from chessrl.lm.models import load_pretrained
+    from pipelines.artifacts import read_games
 
     source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
     if cfg.heldout_positions == 0 or (not cfg.games and not source.exists()):
@@ -236,12 +236,12 @@ def heldout_legal_rates(
 
 def heldout_quality(context: PhaseContext, cfg: PPOConfig, models: dict[str, str]) -> dict[str, Any]:
     """The start and final policies' paired move quality on ``heldout_positions`` positions of the
-    held-out games (:func:`chessrl.move_quality.paired_move_quality`, Stockfish at
+    held-out games (:func:`chessrl.arena.move_quality.paired_move_quality`, Stockfish at
     ``quality_nodes``); logged to MLflow; empty without a games table or with quality_nodes 0."""
-    from chessrl.lm_data import split_games
-    from chessrl.models import load_pretrained
-    from chessrl.move_quality import heldout_positions, paired_move_quality, stockfish_expected
-    from pipelines.preferences import read_games
+    from chessrl.arena.move_quality import heldout_positions, paired_move_quality, stockfish_expected
+    from chessrl.lm.lm_data import split_games
+    from chessrl.lm.models import load_pretrained
+    from pipelines.artifacts import read_games
 
     source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
     if cfg.heldout_positions == 0 or cfg.quality_nodes == 0 or (not cfg.games and not source.exists()):
@@ -267,10 +267,10 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     import torch
     from ray.train import Checkpoint
 
-    from chessrl.legality import MoveTokens
-    from chessrl.models import load_pretrained
-    from chessrl.ppo import actions_from_rows, make_batch, ppo_update, stale_episodes
-    from chessrl.reward import load_reward_model
+    from chessrl.lm.legality import MoveTokens
+    from chessrl.lm.models import load_pretrained
+    from chessrl.rl.ppo import actions_from_rows, make_batch, ppo_update, stale_episodes
+    from chessrl.rl.reward import load_reward_model
     from cluster.progress import report_progress
     from cluster.tracking import RunMetricsLogger
 
@@ -424,7 +424,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
 
 def export_models(policy: Any, critic: Any, tokenizer: Any, phase: Storage) -> None:
     """The policy (``model/``) and critic (``critic/``) as Hugging Face folders with the tokenizer."""
-    from chessrl.models import make_tokenizer_config_generic
+    from chessrl.lm.models import make_tokenizer_config_generic
 
     for name, model in (("model", policy), ("critic", critic)):
         folder = Path(tempfile.mkdtemp(prefix=f"ppo-{name}-"))
@@ -591,7 +591,7 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     }  # fmt: skip
     phase.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))
 
-    from chessrl.move_quality import quality_line
+    from chessrl.arena.move_quality import quality_line
 
     def curve(key: str, fmt: str) -> str:
         return f"{format(first.get(key, float('nan')), fmt)} -> {format(last.get(key, float('nan')), fmt)}"

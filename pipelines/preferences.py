@@ -11,12 +11,12 @@ out). For each shard of positions, :class:`actors.policy_sampler.PolicySampler` 
 text format (the moves so far, or the board for a ``board``/RookWorld policy: its
 ``chessrl_text_format``; the table's ``prompt`` is the moves so far either way), while the :class:`actors.engine_pool.EnginePool`
 finds Stockfish's move at ``nodes``; then the pool scores every distinct legal proposal (the
-position after it, batched) and :func:`chessrl.preferences.make_pairs` keeps a pair where the
+position after it, batched) and :func:`chessrl.rl.preferences.make_pairs` keeps a pair where the
 proposal is ``margin_cp`` or more below Stockfish's move, or is no legal move at all (their share
 capped by ``max_invalid_share``).
 
 Each shard is written whole (``<storage>/<run>/preferences/{train,heldout}/shard-NNNNN.parquet``,
-the schema :data:`chessrl.preferences.PREFERENCE_SCHEMA`), so after a kill the same command keeps
+the schema :data:`chessrl.rl.preferences.PREFERENCE_SCHEMA`), so after a kill the same command keeps
 the finished shards and does only the rest. ``summary.json``: pairs, skipped proposals by reason,
 pair kinds and phases, the centipawn-gap histogram, pairs/s and engine restarts.
 """
@@ -31,10 +31,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from chessrl.engine import SearchLimit
-from chessrl.formats import get_format
-from chessrl.lm_data import split_games
-from chessrl.preferences import (
+from chessrl.arena.suites import score_cp
+from chessrl.engine.client import SearchLimit
+from chessrl.lm.formats import get_format
+from chessrl.lm.lm_data import split_games
+from chessrl.rl.preferences import (
     PREFERENCE_SCHEMA,
     PairRule,
     PrefPosition,
@@ -45,9 +46,8 @@ from chessrl.preferences import (
     sample_positions,
     unique_positions,
 )
-from chessrl.suites import score_cp
-from cluster.errors import InputDataError, StorageError
 from cluster.storage import Storage
+from pipelines.artifacts import games_table, read_games
 from pipelines.config import ChessRLConfig, PreferencesConfig
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, run_phase
 
@@ -70,7 +70,7 @@ def policy_location(config: ChessRLConfig, inputs: Inputs) -> str:
 def policy_text_format(policy: str) -> str:
     """The text format the proposing policy was trained on (``chessrl_text_format`` in its
     config, as sft writes it; moves without): its proposals are asked in that format."""
-    from chessrl.models import local_checkpoint
+    from chessrl.lm.models import local_checkpoint
 
     config = json.loads((local_checkpoint(policy) / "config.json").read_text())
     return str(config.get("chessrl_text_format") or "moves")
@@ -85,37 +85,6 @@ def check_preferences(config: ChessRLConfig, inputs: Inputs) -> tuple[str, Stora
         games_table(source)
     return policy, source
 
-
-def games_table(source: Storage, columns: Sequence[str] = ("game_id", "moves")) -> Any:
-    """The games table at ``source`` as a pyarrow dataset, checked without reading its rows: it
-    exists, is Parquet, has ``columns`` and at least one game; else one clear error (every phase
-    that reads games checks them with this before Ray starts)."""
-    import pyarrow.dataset as pads
-
-    if not source.exists() or not [f for f in source.list_files() if f.endswith(".parquet")]:
-        raise StorageError(f"no games at {source.uri}: run `chess-rl prepare` first, or pass --games")
-    try:
-        dataset = pads.dataset(source.path(), filesystem=source.fs, format="parquet")
-        missing = [c for c in columns if c not in dataset.schema.names]
-        rows = 0 if missing else dataset.count_rows()
-    except Exception as exc:  # pyarrow raises several types for unreadable files
-        raise InputDataError(f"{source.uri} is not a readable Parquet games table: {exc}") from None
-    if missing:
-        raise InputDataError(
-            f"{source.uri} is not a games table: no column {', '.join(missing)} "
-            f"(it has {', '.join(dataset.schema.names)}); write one with `chess-rl prepare`"
-        )
-    if not rows:
-        raise InputDataError(
-            f"{source.uri} holds no games: run `chess-rl prepare` with some PGN or --generate N"
-        )
-    return dataset
-
-
-def read_games(source: Storage) -> list[dict[str, Any]]:
-    """``game_id`` and ``moves`` of every game; an empty or wrong-schema table is one clear error."""
-    rows: list[dict[str, Any]] = games_table(source).to_table(columns=["game_id", "moves"]).to_pylist()
-    return rows
 
 
 def plan_positions(

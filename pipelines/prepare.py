@@ -6,7 +6,7 @@ Stockfish through the EnginePool -> the games Parquet table.
     chess-rl prepare --inputs --generate 500 --seed 3
 
 With ``--generate N`` an EnginePool (one Stockfish per CPU) plays N reproducible games first
-(:mod:`chessrl.engine_games`); they are written as shards of the same table (source
+(:mod:`chessrl.engine.engine_games`); they are written as shards of the same table (source
 ``stockfish``) and as ``<run>/prepare/generated.pgn``.
 
 The Ray Data graph, streaming end to end (a 30 GB dump is never held in memory)::
@@ -16,7 +16,7 @@ The Ray Data graph, streaming end to end (a 30 GB dump is never held in memory):
           one stats row per shard --> the driver adds the counts up and prints the summary
 
 Each shard is written whole and then renamed (local) or uploaded in one go (S3), so a reader
-never sees half a file. Bad games are skipped and counted by reason (``chessrl.pgn.SKIP_REASONS``);
+never sees half a file. Bad games are skipped and counted by reason (``chessrl.data.pgn.SKIP_REASONS``);
 a file that cannot be read to its end (truncated or corrupt ``.zst``, a vanished object) keeps
 the games before the damage and is listed under ``file_errors``.
 """
@@ -38,10 +38,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from chessrl.engine import find_stockfish
-from chessrl.engine_games import GeneratorSettings, generate_games
-from chessrl.games import GameRecord, records_to_table
-from chessrl.pgn import (
+from chessrl.data.games import GameRecord, records_to_table
+from chessrl.data.pgn import (
     GameFilter,
     NotPGNError,
     PGNStreamError,
@@ -51,6 +49,8 @@ from chessrl.pgn import (
     iter_raw_games,
     open_pgn,
 )
+from chessrl.engine.client import find_stockfish
+from chessrl.engine.engine_games import GeneratorSettings, generate_games
 from cluster.errors import InputDataError, StorageError
 from cluster.storage import Storage, resolve_inputs, split_uri
 from pipelines.config import ChessRLConfig, PrepareConfig
@@ -187,7 +187,7 @@ def pgn_inputs(cfg: PrepareConfig) -> list[tuple[str, str]]:
 
 
 def check_pgn_file(uri: str, display: str) -> None:
-    """Open a PGN input and look at its start (:func:`chessrl.pgn.check_pgn_start`): a file that
+    """Open a PGN input and look at its start (:func:`chessrl.data.pgn.check_pgn_start`): a file that
     cannot be opened or read, or is not PGN, is one UserError naming the key and the file."""
     try:
         storage, name = split_uri(uri)

@@ -7,7 +7,7 @@
 The model is ``GPT2ForSequenceClassification`` with one label: the transformer of the SFT model
 (or ``--base-model``, any GPT-2-style checkpoint) under a new score head. Pairs are read from
 the preference Parquet with Ray Data and tokenized there, ``<bos> prompt + move <eos>`` (the ids
-TRL's trainer expects, built by :func:`chessrl.reward.text_ids`, the same ids the RewardServer
+TRL's trainer expects, built by :func:`chessrl.rl.reward.text_ids`, the same ids the RewardServer
 scores), and each Ray Train worker streams its own shard, with equal rows per worker so no
 worker waits on another. Every ``eval_every`` steps rank 0 measures, on held-out data:
 
@@ -21,13 +21,12 @@ and a checkpoint is kept under ``<storage>/<run>/reward/ray`` (the same command 
 The final model, at ``<storage>/<run>/reward/model``, loads with
 ``AutoModelForSequenceClassification``; its config carries ``chessrl_reward_mean`` and
 ``chessrl_reward_std`` (scores of ``normalize_pairs`` training pairs, chosen and rejected) that
-:class:`chessrl.reward.Normalizer` applies for PPO.
+:class:`chessrl.rl.reward.Normalizer` applies for PPO.
 """
 
 from __future__ import annotations
 
 import json
-import random
 import sys
 import tempfile
 import time
@@ -36,13 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chessrl.formats import get_format
-from chessrl.models import ModelLoadError, context_length, load_tokenizer, local_checkpoint
-from chessrl.preferences import LEGAL_KINDS, REQUIRED_COLUMNS, mover_cp_after
-from chessrl.reward import TEXT_FORMAT_KEY, heldout_board, pair_texts, query_ids, reward_format, text_ids
+from chessrl.lm.formats import get_format
+from chessrl.lm.models import ModelLoadError, context_length, load_tokenizer, local_checkpoint
+from chessrl.rl.preferences import LEGAL_KINDS, REQUIRED_COLUMNS, mover_cp_after
+from chessrl.rl.reward import TEXT_FORMAT_KEY, heldout_board, pair_texts, query_ids, reward_format, text_ids
 from cluster.errors import ConfigError, InputDataError, StorageError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
+from pipelines.artifacts import preference_table, read_heldout
 from pipelines.config import ChessRLConfig, RewardConfig
 from pipelines.learner import (
     default_cpus_per_worker,
@@ -68,8 +68,8 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     from trl import RewardConfig as TrlRewardConfig
     from trl import RewardTrainer
 
-    from chessrl.models import resolve_bf16
-    from chessrl.reward import evaluate_reward_model
+    from chessrl.lm.models import resolve_bf16
+    from chessrl.rl.reward import evaluate_reward_model
     from cluster.progress import report_progress
     from cluster.tracking import RunMetricsLogger
 
@@ -306,44 +306,10 @@ def preference_files(config: ChessRLConfig, inputs: Inputs) -> tuple[Storage, li
     return preference_table(Storage.from_uri(cfg.preferences or inputs.folder("preferences").uri))
 
 
-def preference_table(source: Storage) -> tuple[Storage, list[str], list[str], set[str]]:
-    """The training and held-out Parquet files (relative names) of the preference table at
-    ``source`` and the columns every file has; a missing, empty or wrong-schema table is one
-    clear error (``reward`` and ``dpo`` read the pairs this way)."""
-    import pyarrow.parquet as pq
-
-    files = sorted(f for f in source.list_files() if f.endswith(".parquet")) if source.exists() else []
-    if not files:
-        raise StorageError(
-            f"no preference pairs at {source.uri}: run `chess-rl preferences` first, or pass --preferences"
-        )
-    common: set[str] | None = None
-    for name in files:
-        try:
-            with source.fs.open_input_file(source.path(name)) as handle:
-                names = pq.read_schema(handle).names
-        except Exception as exc:  # pyarrow raises several types for unreadable files
-            raise InputDataError(f"{source.uri}/{name} is not a readable Parquet file: {exc}") from None
-        missing = [c for c in REQUIRED_COLUMNS if c not in names]
-        if missing:
-            raise InputDataError(
-                f"{source.uri}/{name} is not a preference table: no column {', '.join(missing)} "
-                f"(it has {', '.join(names)}); the columns {', '.join(REQUIRED_COLUMNS)} are needed, "
-                "as `chess-rl preferences` writes them"
-            )
-        common = set(names) if common is None else common & set(names)
-    train = [f for f in files if f.startswith("train/")]
-    held = [f for f in files if f.startswith("heldout/")]
-    if held and not train:
-        raise InputDataError(f"{source.uri} has held-out pairs but no train/ shards to train on")
-    if not train and not held:  # a table without the split: every file is read and split by board
-        return source, files, [], common or set()
-    return source, train, held, common or set()
-
 
 def pair_ids(tokenizer: Any, text_format: str, row: dict[str, Any]) -> tuple[list[int], list[int]] | None:
     """A preference row's ``chosen_ids`` / ``rejected_ids`` in the reward model's text format
-    (:func:`chessrl.reward.pair_texts`, then :func:`chessrl.reward.text_ids`); None when the
+    (:func:`chessrl.rl.reward.pair_texts`, then :func:`chessrl.rl.reward.text_ids`); None when the
     format needs a position the row cannot rebuild."""
     texts = pair_texts(
         get_format(text_format),
@@ -362,7 +328,7 @@ def tokenize_pairs(
 ) -> dict[str, Any]:
     """Ray Data stage: pairs -> ``chosen_ids`` / ``rejected_ids`` in ``text_format`` (:func:`pair_ids`),
     whether the pair fits ``max_length`` and its position could be rebuilt (``fits``), whether it is held out (``held``: in a table
-    with no train/held-out split, one board in twenty by :func:`chessrl.reward.heldout_board`), and
+    with no train/held-out split, one board in twenty by :func:`chessrl.rl.reward.heldout_board`), and
     its ``kind`` ("worse" where the table has none)."""
     import numpy as np
 
@@ -391,21 +357,6 @@ def tokenize_pairs(
     }
 
 
-def read_heldout(source: Storage, files: list[str], limit: int, seed: int) -> list[dict[str, Any]]:
-    """Up to ``limit`` held-out pairs (a seeded sample), as rows of the table."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    tables = []
-    for name in files:
-        with source.fs.open_input_file(source.path(name)) as handle:
-            tables.append(pq.read_table(handle))
-    if not tables:
-        return []
-    rows = pa.concat_tables(tables, promote_options="default").to_pylist()
-    random.Random(seed).shuffle(rows)
-    return rows[:limit]
-
 
 def spearman_positions(
     context: PhaseContext, pairs: Sequence[dict[str, Any]], tokenizer: Any, text_format: str = "moves"
@@ -415,7 +366,7 @@ def spearman_positions(
     storage, then turned into the ids the model scores."""
     import chess
 
-    from chessrl.engine import SearchLimit
+    from chessrl.engine.client import SearchLimit
 
     cfg = context.config.reward
     out = context.phase_storage("reward")
@@ -466,7 +417,7 @@ def spearman_positions(
             entry["scores"][move] = mover_cp_after(analysis.score)
         cached = {"key": key, "positions": list(positions.values())}
         out.write_text("spearman_positions.json", json.dumps(cached))
-    from chessrl.reward import RewardQuery
+    from chessrl.rl.reward import RewardQuery
 
     fmt = get_format(text_format)
     return [
@@ -482,7 +433,7 @@ def normalizer_stats(checkpoint: Any, sample: list[dict[str, Any]], name: str) -
     """Ray task: mean and std of the trained model's scores on training pairs (chosen and rejected)."""
     import statistics
 
-    from chessrl.reward import score_ids
+    from chessrl.rl.reward import score_ids
 
     with checkpoint.as_directory() as folder:
         model, tokenizer = reward_model_from_backbone(str(Path(folder) / name))

@@ -380,13 +380,13 @@ def check_inputs(graph_run: GraphRun) -> None:
 
 def comparison(config: ChessRLConfig, run_storage: Storage) -> list[str]:
     """The head-to-head table of the last evaluate (ppo, grpo, dpo, sft, random), from its games."""
-    from chessrl.arena import ArenaGame
-    from chessrl.eval_report import comparison_lines
+    from chessrl.arena.eval_report import comparison_lines
+    from chessrl.arena.game import ArenaGame
 
     players = node_config(config, "evaluate", run_storage).evaluate.players
     games_dir = run_storage.child(output_folder(config, "evaluate")).child("games")
     games = [ArenaGame.from_dict(json.loads(games_dir.read_text(p))) for p in games_dir.glob("*.json")]
-    from chessrl.move_quality import quality_line
+    from chessrl.arena.move_quality import quality_line
 
     labels = {players[0]: "ppo", players[1]: "grpo", players[2]: "dpo", "sft,masked": "sft"}
     labels.update({p: "sft-board" for p in players if BOARD_SFT in p})

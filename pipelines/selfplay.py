@@ -45,9 +45,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from chessrl.mcts import MCTSConfig
-from chessrl.network import NetConfig
-from chessrl.selfplay import SelfPlaySettings
+from chessrl.search.mcts import MCTSConfig
+from chessrl.search.network import NetConfig
+from chessrl.search.selfplay import SelfPlaySettings
 from cluster.progress import ProgressBoard
 from cluster.runtime import release_actor_name
 from cluster.storage import Storage
@@ -178,11 +178,11 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     import torch
     from ray.train import Checkpoint
 
-    from chessrl.arena import random_openings
-    from chessrl.batched_arena import SearchSide, match_record, play_batched_match
-    from chessrl.mcts import NetworkEvaluator
-    from chessrl.network import PolicyValueNet, alphazero_loss
-    from chessrl.replay import (
+    from chessrl.arena.batched_arena import SearchSide, match_record, play_batched_match
+    from chessrl.arena.game import random_openings
+    from chessrl.search.mcts import NetworkEvaluator
+    from chessrl.search.network import PolicyValueNet, alphazero_loss
+    from chessrl.search.replay import (
         TRAINING_COLUMNS,
         decode_rows,
         list_shards,
@@ -190,7 +190,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         shard_path,
         write_shard,
     )
-    from chessrl.selfplay import SelfPlay
+    from chessrl.search.selfplay import SelfPlay
     from cluster.progress import report_progress
     from cluster.tracking import RunMetricsLogger
 
@@ -513,9 +513,9 @@ def evaluate_chunk(
     """A Ray task: the best network (MCTS, no noise) against ``random`` or ``gen0`` from ``openings``."""
     import torch
 
-    from chessrl.batched_arena import SearchSide, play_batched_match
-    from chessrl.mcts import NetworkEvaluator
-    from chessrl.network import PolicyValueNet
+    from chessrl.arena.batched_arena import SearchSide, play_batched_match
+    from chessrl.search.mcts import NetworkEvaluator
+    from chessrl.search.network import PolicyValueNet
 
     torch.set_num_threads(1)
     config = NetConfig(**net)
@@ -541,9 +541,9 @@ def run_selfplay(context: PhaseContext) -> PhaseResult:
 
     from actors.parameter_server import ParameterServer
     from actors.selfplay import CollectorSpec, SelfPlayCollector
-    from chessrl.arena import ArenaGame, game_pgn, random_openings
-    from chessrl.network import PolicyValueNet, count_parameters
-    from chessrl.rating import match_elo
+    from chessrl.arena.game import ArenaGame, game_pgn, random_openings
+    from chessrl.arena.rating import match_elo
+    from chessrl.search.network import PolicyValueNet, count_parameters
 
     cfg = context.config.selfplay
     run = context.config.run

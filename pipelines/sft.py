@@ -23,15 +23,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chessrl.formats import BoardFormat
-from chessrl.legality import MoveTokens, legal_move_targets
-from chessrl.lm_data import pack_games, rookworld_texts, split_games, training_text
-from chessrl.lm_eval import sample_positions
-from chessrl.models import ModelLoadError, context_length, load_tokenizer, local_checkpoint
-from chessrl.tokenizer import build_chess_tokenizer
+from chessrl.lm.formats import BoardFormat
+from chessrl.lm.legality import MoveTokens, legal_move_targets
+from chessrl.lm.lm_data import pack_games, rookworld_texts, split_games, training_text
+from chessrl.lm.lm_eval import sample_positions
+from chessrl.lm.models import ModelLoadError, context_length, load_tokenizer, local_checkpoint
+from chessrl.lm.tokenizer import build_chess_tokenizer
 from cluster.errors import ConfigError, StorageError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
+from pipelines.artifacts import mark_text_format, sft_folder
 from pipelines.config import ChessRLConfig, SftConfig
 from pipelines.learner import (
     default_cpus_per_worker,
@@ -55,8 +56,8 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     from transformers.trainer_callback import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
-    from chessrl.lm_eval import HeldoutPosition, evaluate_moves
-    from chessrl.models import build_model, load_pretrained, resolve_bf16, resolve_compile, set_dropout
+    from chessrl.lm.lm_eval import HeldoutPosition, evaluate_moves
+    from chessrl.lm.models import build_model, load_pretrained, resolve_bf16, resolve_compile, set_dropout
     from cluster.progress import report_progress
     from cluster.tracking import RunMetricsLogger
 
@@ -222,7 +223,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
 def own_loss_sft_trainer_class(legal_weight: float = 0.0, compile_loss: bool = False) -> type:
     """TRL's SFTTrainer with the model's own cross-entropy in ``compute_loss`` (for CPU training)
     plus, when ``legal_weight`` > 0, that weight times the legal-move loss, in one pass over the
-    vocabulary (:func:`chessrl.legality.lm_and_legal_loss`; ``compile_loss``: torch.compile'd,
+    vocabulary (:func:`chessrl.lm.legality.lm_and_legal_loss`; ``compile_loss``: torch.compile'd,
     which cut its cost from +27% to +5% of a tiny CPU step).
 
     TRL computes the loss through its fused LM head (log-probabilities in tiles, plus entropy and
@@ -237,7 +238,7 @@ def own_loss_sft_trainer_class(legal_weight: float = 0.0, compile_loss: bool = F
     from transformers import Trainer
     from trl import SFTTrainer
 
-    from chessrl.legality import lm_and_legal_loss, pad_legal_targets
+    from chessrl.lm.legality import lm_and_legal_loss, pad_legal_targets
 
     loss_fn = torch.compile(lm_and_legal_loss, dynamic=False) if compile_loss else lm_and_legal_loss
 
@@ -425,31 +426,6 @@ def legal_move_tokens(cfg: SftConfig, tokenizer: Any, log: Any) -> tuple[MoveTok
     return moves, 1.0 if cfg.legal_loss_weight is None else cfg.legal_loss_weight
 
 
-def sft_folder(text_format: str) -> str:
-    """The run's folder an sft of this text format writes (checkpoints, model, summary): ``sft``
-    for the moves format (ppo's start), ``sft-rookworld`` for rookworld (grpo's start), so one run
-    can hold both.
-
-    >>> sft_folder("moves"), sft_folder("rookworld")
-    ('sft', 'sft-rookworld')
-    """
-    return "sft" if text_format == "moves" else f"sft-{text_format}"
-
-
-#: The key in a saved model's ``config.json`` that names the text format it was trained on.
-TEXT_FORMAT_KEY = "chessrl_text_format"
-
-
-def mark_text_format(folder: Any, text_format: str) -> None:
-    """Record the text format in the model's ``config.json`` (``grpo`` reads it to warn about a
-    policy that never saw the rookworld tasks); transformers keeps unknown keys as attributes."""
-    from pathlib import Path
-
-    path = Path(folder) / "config.json"
-    config = json.loads(path.read_text())
-    config[TEXT_FORMAT_KEY] = text_format
-    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-
 
 @dataclass(frozen=True)
 class SftInputs:
@@ -468,7 +444,7 @@ def check_sft(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: Non
     loads), ``max_length`` against its context, the text format's options, the legal-move loss
     for its tokenizer, and the games table (``game_id``, ``moves``, ``result``, a game at least),
     unless an earlier phase of the same graph run writes it."""
-    from pipelines.preferences import games_table
+    from pipelines.artifacts import games_table
 
     cfg = config.sft
     if cfg.base_model:

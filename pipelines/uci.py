@@ -4,7 +4,7 @@
     python -m pipelines.uci --model s3://chess-runs/demo/sft/model --temperature 0.3
 
 The model (a folder saved with ``save_pretrained``, or an ``s3://`` prefix holding one) is loaded
-before the engine reads its first command; then the protocol runs (:mod:`chessrl.uci_server`):
+before the engine reads its first command; then the protocol runs (:mod:`chessrl.engine.uci_server`):
 ``uci``, ``isready``, ``position``, ``go``, ``stop``, ``setoption name Temperature value 0.3``,
 ``quit``. A bad ``--model`` is one line ``error: ...`` on stderr and exit code 2. Stdout carries
 protocol lines only: logging, warnings and stray prints go to stderr.
@@ -17,7 +17,7 @@ as ``--key=value``, so give it a small wrapper script as the engine::
     exec /path/to/chess-rl/.venv/bin/chess-rl uci --model /path/to/model "$@"
 
 How it plays: the ``moves`` format model is prompted with the game's UCI moves and its answer is
-checked (:func:`chessrl.models.lm_move`): greedy first, then ``--retries`` samples, then a random
+checked (:func:`chessrl.lm.models.lm_move`): greedy first, then ``--retries`` samples, then a random
 legal move (reported with ``info string``). It answers at once and ignores the clock, ``nodes``
 and ``depth``; ``go infinite`` / ``go ponder`` hold the ``bestmove`` back until ``stop``.
 
@@ -40,7 +40,7 @@ from typing import Any
 
 import chess
 
-from chessrl.uci_server import SearchRequest, UCIServer, serve
+from chessrl.engine.uci_server import SearchRequest, UCIServer, serve
 
 #: Room kept in the context for the completion (``propose_moves`` reads at most 8 new tokens).
 MAX_NEW_TOKENS = 8
@@ -75,7 +75,7 @@ class LMPolicy:
         self.warned_context = False
 
     def __call__(self, board: chess.Board, request: SearchRequest) -> str:
-        from chessrl.models import lm_move
+        from chessrl.lm.models import lm_move
 
         if not self.warned_fen and board.root().fen() != chess.STARTING_FEN:
             self.warned_fen = True
@@ -101,8 +101,8 @@ class LMPolicy:
 
     def fit(self, moves: list[str]) -> list[str]:
         """The latest moves whose prompt leaves room for a move in the model's context."""
-        from chessrl.formats import MovesFormat
-        from chessrl.models import prompt_ids
+        from chessrl.lm.formats import MovesFormat
+        from chessrl.lm.models import prompt_ids
 
         fmt = MovesFormat()
         while moves:
@@ -178,7 +178,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     try:
         quiet_libraries()
         from chessrl import __version__
-        from chessrl.models import load_pretrained
+        from chessrl.lm.models import load_pretrained
         from cluster.errors import UserError
 
         try:

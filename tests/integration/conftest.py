@@ -39,7 +39,7 @@ def local_ray() -> Iterator[RayInfo]:
 @pytest.fixture(scope="session")
 def tiny_lm_dir(tmp_path_factory) -> Path:
     """An untrained tiny GPT-2 and the chess tokenizer, saved with ``save_pretrained``."""
-    from chessrl.models import build_model
+    from chessrl.lm.models import build_model
 
     folder = tmp_path_factory.mktemp("lm")
     model, tokenizer = build_model("tiny")
@@ -72,7 +72,7 @@ def _preference_pair_rows(games: list[list[str]], source: str, rng: Any) -> list
     tests; the judging itself is test_preferences_phase's)."""
     import chess
 
-    from chessrl.formats import MovesFormat
+    from chessrl.lm.formats import MovesFormat
 
     fmt = MovesFormat()
     rows = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from chessrl.batch_size import read_cache
+from chessrl.lm.batch_size import read_cache
 from pipelines.batch_size import auto_batch_size
 
 

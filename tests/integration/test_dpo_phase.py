@@ -25,8 +25,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from chessrl.pgn import decode_game, iter_raw_games, parse_game
-from chessrl.preferences import PREFERENCE_SCHEMA
+from chessrl.data.pgn import decode_game, iter_raw_games, parse_game
+from chessrl.rl.preferences import PREFERENCE_SCHEMA
 from pipelines import dpo
 from pipelines.phase import EXIT_USER_ERROR
 

@@ -21,7 +21,7 @@ import pytest
 import ray
 
 from actors.engine_pool import EnginePool, PoolSettings
-from chessrl.engine import (
+from chessrl.engine.client import (
     UCI_ELO_RANGE,
     EngineGroup,
     InvalidPositionError,

@@ -151,7 +151,7 @@ def test_bad_input_is_one_clear_message(tmp_path, local_ray, capsys, extra, mess
 def test_a_selfplay_network_plays_in_the_arena(tmp_path, local_ray, capsys, monkeypatch):
     import torch
 
-    from chessrl.network import NetConfig, PolicyValueNet
+    from chessrl.search.network import NetConfig, PolicyValueNet
 
     monkeypatch.chdir(ROOT)
     net = NetConfig(blocks=1, channels=8, history=2, value_hidden=8)

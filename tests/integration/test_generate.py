@@ -11,7 +11,7 @@ import chess.pgn
 import pyarrow.dataset as pads
 import pytest
 
-from chessrl.games import GAMES_SCHEMA
+from chessrl.data.games import GAMES_SCHEMA
 from pipelines import prepare
 from pipelines.phase import EXIT_OK
 

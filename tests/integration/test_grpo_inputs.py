@@ -89,7 +89,7 @@ def test_masked_with_a_tokenizer_that_splits_moves_is_one_line(tmp_path, capsys)
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from chessrl.models import build_model
+    from chessrl.lm.models import build_model
     from pipelines import evaluate
 
     core = Tokenizer(models.BPE(unk_token=None))

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from chessrl.pgn import read_pgn_file
+from chessrl.data.pgn import read_pgn_file
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +51,7 @@ def test_rookworld_grpo_killed_and_resumed(tmp_path, games, registered_checkpoin
     """grpo from the rookworld sft's default place: an untrained tiny model marked rookworld, as
     ``sft --text-format rookworld`` writes it (test_sft trains one; 12 steps of it taught the
     policy nothing the test could see, for 25 s)."""
-    from chessrl.models import build_model
+    from chessrl.lm.models import build_model
     from pipelines.sft import mark_text_format
 
     common = ["--config", "tiny", "--storage", str(tmp_path), "--run-name", "g", "--no-tracking"]

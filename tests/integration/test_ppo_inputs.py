@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chessrl.models import load_tokenizer
-from chessrl.reward import build_reward_model
+from chessrl.lm.models import load_tokenizer
+from chessrl.rl.reward import build_reward_model
 from pipelines import ppo
 from pipelines.phase import EXIT_USER_ERROR
 

@@ -25,8 +25,8 @@ SMALL = ["--iterations", "3", "--episodes-per-iteration", "16", "--concurrent-ga
 @pytest.fixture(scope="module")
 def reward_dir(tmp_path_factory, tiny_lm_dir) -> Path:
     """A tiny untrained reward model on the tiny policy's tokenizer."""
-    from chessrl.models import load_tokenizer
-    from chessrl.reward import build_reward_model
+    from chessrl.lm.models import load_tokenizer
+    from chessrl.rl.reward import build_reward_model
 
     folder = tmp_path_factory.mktemp("rm")
     model, tokenizer = build_reward_model("tiny", load_tokenizer(str(tiny_lm_dir)))

@@ -21,9 +21,9 @@ import chess.engine
 import pyarrow.parquet as pq
 import pytest
 
-from chessrl.engine import find_stockfish
-from chessrl.lm_data import split_games
-from chessrl.preferences import PREFERENCE_SCHEMA
+from chessrl.engine.client import find_stockfish
+from chessrl.lm.lm_data import split_games
+from chessrl.rl.preferences import PREFERENCE_SCHEMA
 from pipelines import preferences, prepare
 from pipelines.phase import EXIT_OK, EXIT_USER_ERROR
 
@@ -49,7 +49,7 @@ def policy(tmp_path_factory, games) -> Path:
     of the time (an untrained one almost never does), so "worse" pairs exist."""
     import pyarrow.dataset as pads
 
-    from chessrl.models import quick_policy
+    from chessrl.lm.models import quick_policy
 
     texts = [
         r["moves"] for r in pads.dataset(str(games), format="parquet").to_table(columns=["moves"]).to_pylist()

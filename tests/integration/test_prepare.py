@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from chessrl.games import GAMES_SCHEMA
+from chessrl.data.games import GAMES_SCHEMA
 from pipelines import prepare
 from pipelines.phase import EXIT_EMPTY, EXIT_OK, EXIT_USER_ERROR
 

@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from chessrl.pgn import decode_game, iter_raw_games, parse_game
-from chessrl.preferences import PREFERENCE_SCHEMA
+from chessrl.data.pgn import decode_game, iter_raw_games, parse_game
+from chessrl.rl.preferences import PREFERENCE_SCHEMA
 from pipelines import reward
 from pipelines.phase import EXIT_OK, EXIT_USER_ERROR
 
@@ -84,7 +84,7 @@ def test_two_workers_finish_and_the_model_scores_the_same_through_transformers_a
     tmp_path, prefs, tiny_lm_dir, local_ray, capsys
 ):
     from actors.reward_server import RewardClient
-    from chessrl.reward import RewardQuery
+    from chessrl.rl.reward import RewardQuery
 
     code = reward.main(
         reward_args(tmp_path, prefs, tiny_lm_dir, "--num-workers", "2", "--cpus-per-worker", "1",

@@ -15,7 +15,7 @@ import pytest
 import ray
 
 from actors.reward_server import RewardClient
-from chessrl.reward import (
+from chessrl.rl.reward import (
     InvalidQueryError,
     RewardQuery,
     build_reward_model,
@@ -144,7 +144,7 @@ def test_a_board_reading_model_is_asked_in_its_own_text(reward_dir, local_ray, t
     import json
     import shutil
 
-    from chessrl.formats import BoardFormat
+    from chessrl.lm.formats import BoardFormat
 
     folder = tmp_path / "board-rm"
     shutil.copytree(reward_dir, folder)

@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from chessrl.network import NetConfig, PolicyValueNet
-from chessrl.replay import REPLAY_SCHEMA
+from chessrl.search.network import NetConfig, PolicyValueNet
+from chessrl.search.replay import REPLAY_SCHEMA
 from pipelines import selfplay
 from pipelines.phase import EXIT_OK, EXIT_USER_ERROR
 

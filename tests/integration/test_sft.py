@@ -18,7 +18,7 @@ from safetensors import safe_open
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-from chessrl.models import build_model, play_game
+from chessrl.lm.models import build_model, play_game
 from pipelines import prepare, sft
 from pipelines.phase import EXIT_OK, EXIT_USER_ERROR
 
@@ -233,7 +233,7 @@ def test_rookworld_format_from_a_rookworld_lm_style_checkpoint(storage, tmp_path
     environment tasks, writes ``sft-rookworld/`` and marks the model's format."""
     import random
 
-    from chessrl.lm_data import rookworld_texts
+    from chessrl.lm.lm_data import rookworld_texts
 
     texts = rookworld_texts(
         ["e2e4", "e7e5", "g1f3", "b8c6", "f1b5", "a7a6", "b5a4", "g8f6"],

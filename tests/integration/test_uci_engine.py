@@ -13,7 +13,7 @@ import chess
 import chess.engine
 import pytest
 
-from chessrl.engine import find_stockfish
+from chessrl.engine.client import find_stockfish
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,7 @@ STARTUP_S = 120.0
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from chessrl.models import build_model
+    from chessrl.lm.models import build_model
 
     model, tokenizer = build_model("tiny")  # untrained: its illegal proposals exercise the fallback
     path = tmp_path_factory.mktemp("uci") / "tiny-model"

@@ -14,7 +14,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from chessrl.games import GAMES_SCHEMA
+from chessrl.data.games import GAMES_SCHEMA
 
 pytestmark = pytest.mark.system
 
@@ -208,7 +208,7 @@ def test_a_model_saved_to_s3_loads_back_through_base_model_paths(s3, moto_s3, tm
     """--base-model s3://...: a checkpoint uploaded to the S3 endpoint loads like a local one."""
     import torch
 
-    from chessrl.models import build_model, count_parameters, load_pretrained
+    from chessrl.lm.models import build_model, count_parameters, load_pretrained
     from cluster.storage import Storage
 
     for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"):

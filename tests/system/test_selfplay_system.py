@@ -11,7 +11,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from chessrl.replay import REPLAY_SCHEMA
+from chessrl.search.replay import REPLAY_SCHEMA
 
 pytestmark = pytest.mark.system
 

@@ -13,8 +13,8 @@ import chess
 import chess.pgn
 import pytest
 
-from chessrl.arena import ArenaGame, Opening, book_openings, game_pgn, play_game, random_openings
-from chessrl.players import MoveChoice, RandomPlayer
+from chessrl.arena.game import ArenaGame, Opening, book_openings, game_pgn, play_game, random_openings
+from chessrl.arena.players import MoveChoice, RandomPlayer
 from cluster.errors import InputDataError
 
 BRATKO_KOPEC = Path(__file__).resolve().parents[1] / "data" / "epd" / "bratko-kopec.epd"

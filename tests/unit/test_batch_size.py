@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from chessrl.batch_size import (
+from chessrl.lm.batch_size import (
     ProbeResult,
     cache_key,
     format_table,
@@ -15,7 +15,7 @@ from chessrl.batch_size import (
     read_cache,
     write_cache,
 )
-from chessrl.models import build_model
+from chessrl.lm.models import build_model
 
 
 def test_probe_runs_steps_and_reports_peak():

@@ -8,7 +8,7 @@ import chess
 import numpy as np
 import pytest
 
-from chessrl.board_encoding import (
+from chessrl.search.board_encoding import (
     NUM_ACTIONS,
     PLANES_PER_STEP,
     copy_board,

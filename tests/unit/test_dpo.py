@@ -9,9 +9,9 @@ import chess
 import pytest
 import torch
 
-from chessrl.dpo import choice_accuracy, completion_logps, implicit_accuracy, pair_ids, position_of
-from chessrl.formats import BoardFormat, MovesFormat
-from chessrl.models import build_model, prompt_ids
+from chessrl.lm.formats import BoardFormat, MovesFormat
+from chessrl.lm.models import build_model, prompt_ids
+from chessrl.rl.dpo import choice_accuracy, completion_logps, implicit_accuracy, pair_ids, position_of
 
 
 @pytest.fixture(scope="module")

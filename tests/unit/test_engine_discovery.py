@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
-from chessrl import engine
-from chessrl.engine import EngineNotFoundError, SearchLimit, Strength, find_stockfish
+from chessrl.engine import client as engine
+from chessrl.engine.client import EngineNotFoundError, SearchLimit, Strength, find_stockfish
 
 
 def fake_binary(path) -> str:

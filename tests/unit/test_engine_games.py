@@ -8,8 +8,8 @@ import random
 import chess
 import pytest
 
-from chessrl.engine import Analysis, Line, Score, SearchLimit
-from chessrl.engine_games import EngineGame, GeneratorSettings, choose_move, generate_games
+from chessrl.engine.client import Analysis, Line, Score, SearchLimit
+from chessrl.engine.engine_games import EngineGame, GeneratorSettings, choose_move, generate_games
 
 
 def lines(*pairs: tuple[str, int]) -> Analysis:

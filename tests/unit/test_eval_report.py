@@ -1,4 +1,4 @@
-"""chessrl.eval_report: the head-to-head table rlaif ends with, and no report, plot or line with a
+"""chessrl.arena.eval_report: the head-to-head table rlaif ends with, and no report, plot or line with a
 zero-width interval."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from chessrl.arena import ArenaGame
-from chessrl.eval_report import comparison_lines
+from chessrl.arena.eval_report import comparison_lines
+from chessrl.arena.game import ArenaGame
 
 
 def game(white: str, black: str, result: str) -> ArenaGame:
@@ -56,7 +56,7 @@ def assert_no_zero_width(text: str) -> None:
 def arena_results(draws: int = 10) -> dict:
     """An arena's results as evaluate's ``summarize`` builds them: ten draws against random, ten
     losses against Stockfish, the candidate rated with a UCI_Elo anchor and two ladder rungs fixed."""
-    from chessrl.rating import match_elo, rate_players
+    from chessrl.arena.rating import match_elo, rate_players
 
     pairings = {}
     for opp, (w, d, lost) in {"random": (0, draws, 0), "stockfish:elo=1350": (0, 1, 9)}.items():
@@ -82,7 +82,7 @@ def arena_results(draws: int = 10) -> dict:
 
 
 def test_the_arena_summary_and_report_show_ten_draws_with_width() -> None:
-    from chessrl.eval_report import report_markdown, summary_lines
+    from chessrl.arena.eval_report import report_markdown, summary_lines
 
     results = arena_results()
     lines = summary_lines(results, "report.md", "games.pgn")
@@ -101,8 +101,8 @@ def test_the_arena_summary_and_report_show_ten_draws_with_width() -> None:
 def test_the_score_plot_draws_the_one_interval(tmp_path, monkeypatch) -> None:
     import matplotlib.axes
 
-    from chessrl.eval_report import plot
-    from chessrl.rating import score_interval
+    from chessrl.arena.eval_report import plot
+    from chessrl.arena.rating import score_interval
 
     bars = []
     real = matplotlib.axes.Axes.errorbar
@@ -126,8 +126,8 @@ def test_the_score_plot_draws_the_one_interval(tmp_path, monkeypatch) -> None:
 
 
 def test_the_sprt_report_of_even_pairs_has_width() -> None:
-    from chessrl.eval_report import sprt_markdown, sprt_summary_lines
-    from chessrl.rating import pentanomial_elo, sprt_pentanomial
+    from chessrl.arena.eval_report import sprt_markdown, sprt_summary_lines
+    from chessrl.arena.rating import pentanomial_elo, sprt_pentanomial
 
     counts = (0, 0, 10, 0, 0)  # ten pairs, each 1-1
     est, test = pentanomial_elo(counts), sprt_pentanomial(counts, 0, 20)
@@ -153,6 +153,6 @@ def test_the_sprt_report_of_even_pairs_has_width() -> None:
     ],
 )
 def test_fmt_estimate_never_prints_a_zero_width_interval(elo, low, high, text) -> None:
-    from chessrl.eval_report import fmt_estimate
+    from chessrl.arena.eval_report import fmt_estimate
 
     assert fmt_estimate(elo, low, high) == text

@@ -8,9 +8,9 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from chessrl.formats import MoveCounts, MovesFormat, RookWorldFormat, get_format, parse_move
-from chessrl.pgn import read_pgn_file
-from chessrl.tokenizer import build_chess_tokenizer
+from chessrl.data.pgn import read_pgn_file
+from chessrl.lm.formats import MoveCounts, MovesFormat, RookWorldFormat, get_format, parse_move
+from chessrl.lm.tokenizer import build_chess_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""chessrl.games: stable game ids and the games table's Arrow round trip."""
+"""chessrl.data.games: stable game ids and the games table's Arrow round trip."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from chessrl.games import (
+from chessrl.data.games import (
     GAMES_SCHEMA,
     GameRecord,
     game_id_for,

@@ -10,8 +10,10 @@ import chess
 import pytest
 import torch
 
-from chessrl.engine import Score
-from chessrl.grpo import (
+from chessrl.data.pgn import read_pgn_file
+from chessrl.data.positions import PositionSampler, check_mix, phase_counts, phase_of, split_counts
+from chessrl.engine.client import Score
+from chessrl.rl.grpo import (
     ENV_FIELDS,
     ENV_WEIGHTS,
     GRPOSettings,
@@ -23,8 +25,6 @@ from chessrl.grpo import (
     policy_prompt,
     policy_reward,
 )
-from chessrl.pgn import read_pgn_file
-from chessrl.positions import PositionSampler, check_mix, phase_counts, phase_of, split_counts
 
 
 @pytest.fixture(scope="module")
@@ -247,7 +247,7 @@ def test_sampler_without_games_or_phase():
 
 @pytest.fixture(scope="module")
 def tiny_policy():
-    from chessrl.models import build_model
+    from chessrl.lm.models import build_model
 
     torch.manual_seed(0)
     model, tok = build_model("tiny")
@@ -255,7 +255,7 @@ def tiny_policy():
 
 
 def test_groups_sampled_scored_and_updated(tiny_policy):
-    from chessrl.grpo import batch_metrics, completion_logprobs, grpo_update, sample_groups, score_samples
+    from chessrl.rl.grpo import batch_metrics, completion_logprobs, grpo_update, sample_groups, score_samples
 
     model, tok = tiny_policy
     prompts = [policy_prompt(chess.STARTING_FEN), env_prompt(chess.STARTING_FEN, "e2e4")]
@@ -300,7 +300,7 @@ def test_own_games_against_an_opponent_ask_the_policy_side_only(tiny_policy, opp
     at its start), the opponent's replies are legal, and games go on between calls."""
     import chess
 
-    from chessrl.grpo import OwnGames
+    from chessrl.rl.grpo import OwnGames
 
     model, tok = tiny_policy
     games = OwnGames(
@@ -323,7 +323,7 @@ def test_own_games_against_an_opponent_ask_the_policy_side_only(tiny_policy, opp
 
 
 def test_evaluate_tasks_greedy(tiny_policy):
-    from chessrl.grpo import evaluate_tasks
+    from chessrl.rl.grpo import evaluate_tasks
 
     model, tok = tiny_policy
     prompts = [policy_prompt(chess.STARTING_FEN), env_prompt(chess.STARTING_FEN, "e2e4")] * 2
@@ -338,7 +338,7 @@ def test_evaluate_tasks_greedy(tiny_policy):
 def test_moves_prompts_ask_the_game_so_far_and_need_policy_share_one(games):
     import random
 
-    from chessrl.grpo import task_prompts
+    from chessrl.rl.grpo import task_prompts
 
     positions = PositionSampler(games, seed=3).sample(40)
     prompts = task_prompts(positions, 1.0, random.Random(0), "moves")
@@ -355,7 +355,7 @@ def test_one_token_completions_read_each_prompt_once_with_the_same_logprobs(tiny
     equal a full forward pass of every prompt + completion, and gradients flow."""
     import random
 
-    from chessrl.grpo import completion_logprobs, sample_groups, task_prompts
+    from chessrl.rl.grpo import completion_logprobs, sample_groups, task_prompts
 
     model, tok = tiny_policy
     prompts = task_prompts(PositionSampler(games, seed=4).sample(3), 1.0, random.Random(0), "moves")

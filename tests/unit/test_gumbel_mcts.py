@@ -11,9 +11,9 @@ import chess
 import numpy as np
 import pytest
 
-from chessrl import gumbel
-from chessrl.board_encoding import NUM_ACTIONS
-from chessrl.mcts import BatchedMCTS, MCTSConfig, Node, UniformEvaluator
+from chessrl.search import gumbel
+from chessrl.search.board_encoding import NUM_ACTIONS
+from chessrl.search.mcts import BatchedMCTS, MCTSConfig, Node, UniformEvaluator
 
 MATE = ("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1", "d1d8")
 MIDDLEGAME = "r1bqkb1r/pppp1ppp/2n2n2/4p3/2B1P3/5N2/PPPP1PPP/RNBQK2R w KQkq - 4 4"
@@ -208,7 +208,7 @@ def test_below_the_root_the_selection_is_deterministic() -> None:
 
 
 def test_gumbel_in_self_play_and_the_config_is_checked() -> None:
-    from chessrl.selfplay import SelfPlay, SelfPlaySettings
+    from chessrl.search.selfplay import SelfPlay, SelfPlaySettings
 
     sp = SelfPlay(
         UniformEvaluator(),

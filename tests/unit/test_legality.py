@@ -10,10 +10,10 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from chessrl.legality import MoveTokens, legal_move_loss, legal_move_targets, pad_legal_targets
-from chessrl.lm_data import pack_games, training_text
-from chessrl.pgn import read_pgn_file
-from chessrl.tokenizer import build_chess_tokenizer
+from chessrl.data.pgn import read_pgn_file
+from chessrl.lm.legality import MoveTokens, legal_move_loss, legal_move_targets, pad_legal_targets
+from chessrl.lm.lm_data import pack_games, training_text
+from chessrl.lm.tokenizer import build_chess_tokenizer
 
 
 @pytest.fixture(scope="module")

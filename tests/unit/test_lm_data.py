@@ -7,8 +7,8 @@ import hashlib
 
 import pytest
 
-from chessrl.lm_data import is_heldout, pack_games, result_prefix, split_games, training_text
-from chessrl.tokenizer import build_chess_tokenizer
+from chessrl.lm.lm_data import is_heldout, pack_games, result_prefix, split_games, training_text
+from chessrl.lm.tokenizer import build_chess_tokenizer
 
 
 def test_heldout_split_is_stable_and_near_the_fraction() -> None:
@@ -88,7 +88,7 @@ def test_board_texts_are_learnt_on_their_answers_alone() -> None:
     in every text of a packed block."""
     import chess
 
-    from chessrl.formats import BoardFormat
+    from chessrl.lm.formats import BoardFormat
     from pipelines.sft import answer_token, tokenize_and_pack
 
     tok = build_chess_tokenizer()

@@ -12,8 +12,20 @@ import chess
 import pytest
 import torch
 
-from chessrl.arena import play_game
-from chessrl.grpo import (
+from chessrl.arena.game import play_game
+from chessrl.arena.move_quality import move_losses, paired_interval
+from chessrl.arena.players import LMPlayer, RandomPlayer
+from chessrl.lm.masked import (
+    MaskedMoves,
+    MaskingError,
+    draw_claim_moves,
+    legal_nll,
+    masked_log_softmax,
+    masked_moves,
+    pad_ids,
+)
+from chessrl.lm.models import build_model, prompt_ids
+from chessrl.rl.grpo import (
     GRPOSettings,
     Prompt,
     Sample,
@@ -23,18 +35,6 @@ from chessrl.grpo import (
     sample_groups,
     score_samples,
 )
-from chessrl.masked import (
-    MaskedMoves,
-    MaskingError,
-    draw_claim_moves,
-    legal_nll,
-    masked_log_softmax,
-    masked_moves,
-    pad_ids,
-)
-from chessrl.models import build_model, prompt_ids
-from chessrl.move_quality import move_losses, paired_interval
-from chessrl.players import LMPlayer, RandomPlayer
 
 STOCKFISH = "/usr/games/stockfish"
 needs_stockfish = pytest.mark.skipif(not os.access(STOCKFISH, os.X_OK), reason=f"no {STOCKFISH}")
@@ -93,7 +93,7 @@ def _after(*moves: str) -> str:
 
 
 def test_a_masked_update_trains_legality_through_its_own_term(tiny) -> None:
-    from chessrl.grpo import grpo_update
+    from chessrl.rl.grpo import grpo_update
 
     model, tok = build_model("tiny")
     prompts = [Prompt("policy", "e2e4 e7e5 g1f3", _after("e2e4", "e7e5", "g1f3"))]
@@ -111,7 +111,7 @@ def test_a_masked_update_trains_legality_through_its_own_term(tiny) -> None:
 
 def test_noise_level_rewards_get_small_advantages_and_a_blunder_a_large_one() -> None:
     s = GRPOSettings(dead_zone=0.03, std_floor=0.1)
-    from chessrl.grpo import policy_reward
+    from chessrl.rl.grpo import policy_reward
 
     best = 0.70
     noisy = [policy_reward("legal", best=best, move=m, settings=s) for m in (0.70, 0.69, 0.675, 0.68)]
@@ -127,7 +127,7 @@ def test_noise_level_rewards_get_small_advantages_and_a_blunder_a_large_one() ->
 
 @needs_stockfish
 def test_the_graded_reward_orders_moves_as_stockfish_does() -> None:
-    from chessrl.engine import EngineGroup, SearchLimit
+    from chessrl.engine.client import EngineGroup, SearchLimit
 
     cases = {
         # a hanging queen: taking it is best, a king move leaves the material
@@ -218,9 +218,9 @@ def test_a_tokenizer_that_splits_moves_cannot_be_masked() -> None:
 
 
 def test_masked_ppo_plays_only_legal_moves_with_the_learners_log_probs(tiny) -> None:
-    from chessrl.legality import MoveTokens
-    from chessrl.ppo import PPOSettings, action_terms, make_batch, play_episodes, random_opponent
-    from chessrl.reward import build_reward_model
+    from chessrl.lm.legality import MoveTokens
+    from chessrl.rl.ppo import PPOSettings, action_terms, make_batch, play_episodes, random_opponent
+    from chessrl.rl.reward import build_reward_model
 
     model, tok = tiny
     critic, _ = build_reward_model("tiny", tok)

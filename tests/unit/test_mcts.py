@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from chessrl.board_encoding import NUM_ACTIONS, encode_boards, legal_indices, legal_mask
-from chessrl.mcts import (
+from chessrl.search.board_encoding import NUM_ACTIONS, encode_boards, legal_indices, legal_mask
+from chessrl.search.mcts import (
     BatchedMCTS,
     MCTSConfig,
     NetworkEvaluator,
@@ -22,7 +22,7 @@ from chessrl.mcts import (
     UniformEvaluator,
     terminal_value,
 )
-from chessrl.network import NetConfig, PolicyValueNet
+from chessrl.search.network import NetConfig, PolicyValueNet
 
 MATES_IN_ONE = [
     # back-rank mate, white and black

@@ -1,4 +1,4 @@
-"""The compiled PUCT selection and backup (:mod:`chessrl.mcts_compiled`) against the NumPy code they
+"""The compiled PUCT selection and backup (:mod:`chessrl.search.mcts_compiled`) against the NumPy code they
 replace, bit for bit: the same edges as ``puct_pick`` on real trees with random statistics and on
 ties built to within one rounding, and the same ``N``, ``W``, ``Q``, ``visits`` as
 ``BatchedMCTS._descend`` and ``_backup`` over rounds of one or several passes per game."""
@@ -16,10 +16,10 @@ import chess
 import numpy as np
 import pytest
 
-import chessrl.mcts_compiled as mc
-from chessrl.board_encoding import NUM_ACTIONS
-from chessrl.mcts import BatchedMCTS, MCTSConfig, Node
-from chessrl.mcts_compiled import (
+import chessrl.search.mcts_compiled as mc
+from chessrl.search.board_encoding import NUM_ACTIONS
+from chessrl.search.mcts import BatchedMCTS, MCTSConfig, Node
+from chessrl.search.mcts_compiled import (
     LEAF,
     NEEDS_CHILD,
     NEEDS_EDGES,
@@ -30,8 +30,8 @@ from chessrl.mcts_compiled import (
     descend_tree,
     puct_pick_nodes,
 )
-from chessrl.mcts_leaves import ensure_edges, make_child
-from chessrl.mcts_tree import ArrayTree, puct_pick, puct_pick_one
+from chessrl.search.mcts_leaves import ensure_edges, make_child
+from chessrl.search.mcts_tree import ArrayTree, puct_pick, puct_pick_one
 
 FENS = [
     chess.STARTING_FEN,

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from chessrl import mcts_leaves, mcts_native
-from chessrl.board_encoding import encode_boards, move_to_index
-from chessrl.mcts import BatchedMCTS, MCTSConfig, NetworkEvaluator, Node, UniformEvaluator
-from chessrl.network import NetConfig, PolicyValueNet
-from chessrl.search_board import terminal_value
+from chessrl.search import mcts_leaves, mcts_native
+from chessrl.search.board_encoding import encode_boards, move_to_index
+from chessrl.search.mcts import BatchedMCTS, MCTSConfig, NetworkEvaluator, Node, UniformEvaluator
+from chessrl.search.network import NetConfig, PolicyValueNet
+from chessrl.search.search_board import terminal_value
 
 SHUFFLE = ["g1f3", "g8f6", "f3g1", "f6g8"]
 
@@ -195,7 +195,7 @@ def test_a_root_given_twice_is_refused() -> None:
 def test_kernels_compile_without_a_cache_where_none_can_be_written(monkeypatch: pytest.MonkeyPatch) -> None:
     import numba
 
-    from chessrl import compiled
+    from chessrl.search import compiled
 
     real = numba.njit
 

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-import chessrl.gumbel
-import chessrl.mcts_tree
-from chessrl.board_encoding import legal_indices
-from chessrl.mcts import (
+import chessrl.search.gumbel
+import chessrl.search.mcts_tree
+from chessrl.search.board_encoding import legal_indices
+from chessrl.search.mcts import (
     BatchedMCTS,
     MCTSConfig,
     NetworkEvaluator,
@@ -25,9 +25,9 @@ from chessrl.mcts import (
     UniformEvaluator,
     terminal_value,
 )
-from chessrl.mcts_tree import ArrayTree, edge_ranges, padded_edges, puct_pick
-from chessrl.network import NetConfig, PolicyValueNet
-from chessrl.search_board import copy_fast, leaf_terminal, may_check, maybe_threefold
+from chessrl.search.mcts_tree import ArrayTree, edge_ranges, padded_edges, puct_pick
+from chessrl.search.network import NetConfig, PolicyValueNet
+from chessrl.search.search_board import copy_fast, leaf_terminal, may_check, maybe_threefold
 
 MIDDLEGAME = "r1bqkb1r/pppp1ppp/2n2n2/4p3/2B1P3/5N2/PPPP1PPP/RNBQK2R w KQkq - 4 4"
 ENDGAME = "8/8/4k3/8/2K5/8/4P3/8 w - - 0 1"
@@ -42,7 +42,7 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-@pytest.mark.parametrize("module", [chessrl.mcts_tree, chessrl.gumbel])
+@pytest.mark.parametrize("module", [chessrl.search.mcts_tree, chessrl.search.gumbel])
 def test_docstring_examples(module: object) -> None:
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)  # type: ignore[arg-type]
     assert result.attempted > 0 and result.failed == 0
@@ -170,7 +170,7 @@ def test_leaves_list_their_moves_only_when_walked_through() -> None:
     assert len(np.unique(tree.lrow[unlisted])) == len(unlisted) and tree.n_rows <= len(tree.logits)
     # asking for a leaf's moves lists them, with the softmax of the network's legal logits
     leaf = Node._of(tree, int(unlisted[0]))
-    logits, _ = net.predict(chessrl.mcts.encode_boards([leaf.board], 2))
+    logits, _ = net.predict(chessrl.search.mcts.encode_boards([leaf.board], 2))
     moves, actions = legal_indices(leaf.board)
     assert leaf.moves == moves
     expected = torch.softmax(torch.from_numpy(logits[0][actions]).double(), dim=0).numpy()

@@ -8,7 +8,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-from chessrl.models import (
+from chessrl.lm.models import (
     ModelLoadError,
     build_model,
     count_parameters,
@@ -119,7 +119,7 @@ def test_bf16_matmul_is_read_from_the_cpu_flags(tmp_path, flags, expected) -> No
 def test_batched_proposals_equal_one_prompt_at_a_time() -> None:
     """Left padding changes nothing: greedy completions of a batch of prompts of different
     lengths are those of each prompt alone; sampling gives n completions a prompt."""
-    from chessrl.models import propose_moves, propose_moves_batch
+    from chessrl.lm.models import propose_moves, propose_moves_batch
 
     model, tok = build_model("tiny")
     prompts = ["", "e2e4", "e2e4 e7e5 g1f3 b8c6 f1b5 a7a6 b5a4", "d2d4 d7d5 c2c4"]

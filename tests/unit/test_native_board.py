@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import rust_chess
 
-from chessrl import native_board as nb
-from chessrl.board_encoding import encode_boards
-from chessrl.search_board import terminal_value as reference_terminal_value
+from chessrl.search import native_board as nb
+from chessrl.search.board_encoding import encode_boards
+from chessrl.search.search_board import terminal_value as reference_terminal_value
 
 
 @dataclass
@@ -426,7 +426,7 @@ def test_rust_fen_writes_the_pawns_square() -> None:
 
 _NEVER_ABORTS = """
 import chess
-from chessrl import native_board as nb
+from chessrl.search import native_board as nb
 for fen in ["4k3/8/8/8/8/8/8/R3K3 w Q - 8 60", "4k3/8/8/8/8/8/8/R3K3 w Q - 45 60",
             "4k3/8/8/8/8/8/8/R3K3 w Q - 99 60", "4k3/8/8/8/8/8/8/R3K3 w Q - 150 60",
             "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 120 3"]:

@@ -1,4 +1,4 @@
-"""The residual policy/value network: shapes, the policy layout of chessrl.board_encoding, a loss
+"""The residual policy/value network: shapes, the policy layout of chessrl.search.board_encoding, a loss
 that goes down, and the loss against hand-worked numbers."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from chessrl.board_encoding import NUM_ACTIONS, encode_boards, index_to_move, legal_mask, move_to_index
-from chessrl.network import NetConfig, PolicyValueNet, alphazero_loss
+from chessrl.search.board_encoding import NUM_ACTIONS, encode_boards, index_to_move, legal_mask, move_to_index
+from chessrl.search.network import NetConfig, PolicyValueNet, alphazero_loss
 
 TINY = NetConfig(blocks=1, channels=16, history=2, value_hidden=16)
 

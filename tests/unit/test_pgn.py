@@ -1,4 +1,4 @@
-"""chessrl.pgn: splitting byte streams into games, .zst streaming, parsing, classification, counts.
+"""chessrl.data.pgn: splitting byte streams into games, .zst streaming, parsing, classification, counts.
 
 Everything is in memory and takes milliseconds, except the real-file checks at the bottom, which
 read each file at most once (module-scoped fixtures).
@@ -14,8 +14,8 @@ import chess
 import pytest
 import zstandard
 
-from chessrl.games import game_id_for
-from chessrl.pgn import (
+from chessrl.data.games import game_id_for
+from chessrl.data.pgn import (
     MAX_GAME_BYTES,
     SKIP_REASONS,
     TIME_CONTROL_CATEGORIES,

@@ -13,9 +13,7 @@ import chess
 import pytest
 import torch
 
-from chessrl.engine import EngineError, SearchLimit, Strength
-from chessrl.models import build_model
-from chessrl.players import (
+from chessrl.arena.players import (
     LMPlayer,
     MoveChoice,
     PlayerSpec,
@@ -24,7 +22,9 @@ from chessrl.players import (
     UCIPlayer,
     parse_player_spec,
 )
-from chessrl.tokenizer import build_chess_tokenizer
+from chessrl.engine.client import EngineError, SearchLimit, Strength
+from chessrl.lm.models import build_model
+from chessrl.lm.tokenizer import build_chess_tokenizer
 from cluster.errors import ConfigError
 
 STOCKFISH = "/usr/games/stockfish"
@@ -423,8 +423,8 @@ def test_uci_player_with_a_missing_engine_is_an_engine_error(tmp_path) -> None:
 
 
 def test_mcts_player_plays_legal_moves_and_mates_in_one() -> None:
-    from chessrl.network import NetConfig, PolicyValueNet
-    from chessrl.players import MCTSPlayer
+    from chessrl.arena.players import MCTSPlayer
+    from chessrl.search.network import NetConfig, PolicyValueNet
 
     player = MCTSPlayer(PolicyValueNet(NetConfig(blocks=0, channels=8, history=2)), simulations=4)
     board = chess.Board()
@@ -437,9 +437,9 @@ def test_mcts_player_plays_legal_moves_and_mates_in_one() -> None:
 
 
 def test_gumbel_mcts_player_plays_the_move_its_search_chose() -> None:
-    from chessrl.mcts import BatchedMCTS, MCTSConfig, NetworkEvaluator, Node
-    from chessrl.network import NetConfig, PolicyValueNet
-    from chessrl.players import MCTSPlayer
+    from chessrl.arena.players import MCTSPlayer
+    from chessrl.search.mcts import BatchedMCTS, MCTSConfig, NetworkEvaluator, Node
+    from chessrl.search.network import NetConfig, PolicyValueNet
 
     torch.manual_seed(0)
     net = PolicyValueNet(NetConfig(blocks=0, channels=8, history=2))

@@ -10,8 +10,8 @@ import random
 import pytest
 import torch
 
-import chessrl.policy_gradient as pg
-from chessrl.policy_gradient import (
+import chessrl.rl.policy_gradient as pg
+from chessrl.rl.policy_gradient import (
     agg_loss,
     compute_gae_advantage_return,
     compute_grpo_outcome_advantage,

@@ -9,10 +9,10 @@ import chess
 import pytest
 import torch
 
-from chessrl.formats import MovesFormat
-from chessrl.legality import MoveTokens
-from chessrl.models import build_model, prompt_ids
-from chessrl.ppo import (
+from chessrl.lm.formats import MovesFormat
+from chessrl.lm.legality import MoveTokens
+from chessrl.lm.models import build_model, prompt_ids
+from chessrl.rl.ppo import (
     Action,
     PPOSettings,
     action_logprobs,
@@ -24,7 +24,7 @@ from chessrl.ppo import (
     random_opponent,
     result_for,
 )
-from chessrl.reward import build_reward_model
+from chessrl.rl.reward import build_reward_model
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +199,7 @@ def test_critic_warm_up_leaves_the_policy_alone(tiny):
 def test_legal_move_loss_moves_probability_onto_the_legal_moves(tiny):
     """With the legal-move loss (and a zero advantage, so PPO itself does nothing), updates raise
     the probability mass on the legal moves of the actions' positions."""
-    from chessrl.ppo import Batch
+    from chessrl.rl.ppo import Batch
 
     policy, critic, tok = tiny
     table = MoveTokens(tok)

@@ -8,7 +8,8 @@ import chess
 import pyarrow as pa
 import pytest
 
-from chessrl.preferences import (
+from chessrl.arena.suites import CP_CAP
+from chessrl.rl.preferences import (
     PREFERENCE_SCHEMA,
     PairRule,
     cap_invalid_share,
@@ -18,7 +19,6 @@ from chessrl.preferences import (
     position_from_moves,
     sample_positions,
 )
-from chessrl.suites import CP_CAP
 
 OPENING = position_from_moves("g", 2, ("e2e4", "e7e5", "g1f3"), source="train")
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from chessrl.rating import (
+from chessrl.arena.rating import (
     PENTANOMIAL_EPSILON,
     EloEstimate,
     PlayerRating,
@@ -479,7 +479,7 @@ def test_sprt_rejects_bad_input() -> None:
 
 
 def test_rating_does_not_import_ray() -> None:
-    code = "import sys, chessrl.rating; assert 'ray' not in sys.modules and 'scipy' not in sys.modules"
+    code = "import sys, chessrl.arena.rating; assert 'ray' not in sys.modules and 'scipy' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

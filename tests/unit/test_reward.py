@@ -10,7 +10,8 @@ import chess
 import pytest
 from scipy.stats import spearmanr
 
-from chessrl.reward import (
+from chessrl.lm.tokenizer import build_chess_tokenizer
+from chessrl.rl.reward import (
     InvalidQueryError,
     RewardQuery,
     heldout_board,
@@ -21,7 +22,6 @@ from chessrl.reward import (
     spearman,
     text_ids,
 )
-from chessrl.tokenizer import build_chess_tokenizer
 
 
 def test_ranks_share_ties():
@@ -95,7 +95,7 @@ def test_a_pair_is_trained_on_the_ids_a_query_is_scored_on():
 def test_evaluate_reward_model_is_accuracy_and_spearman_of_its_scores():
     import torch
 
-    from chessrl.reward import build_reward_model, evaluate_reward_model, score_ids
+    from chessrl.rl.reward import build_reward_model, evaluate_reward_model, score_ids
 
     torch.manual_seed(0)
     model, tok = build_reward_model("tiny")
@@ -126,8 +126,8 @@ def test_a_board_reading_pair_is_trained_on_the_ids_its_query_is_scored_on():
     position cannot be rebuilt is left out of the training stage, not mis-read."""
     import chess
 
-    from chessrl.formats import BoardFormat
-    from chessrl.reward import reward_format
+    from chessrl.lm.formats import BoardFormat
+    from chessrl.rl.reward import reward_format
     from pipelines.reward import pair_ids, tokenize_pairs
 
     tok = build_chess_tokenizer()
@@ -160,7 +160,7 @@ def test_the_position_cache_checks_queries_as_replaying_them_does():
     equal a full replay, its errors are the same, it replays only new moves, and it stays bounded."""
     import random
 
-    from chessrl.reward import PositionCache
+    from chessrl.rl.reward import PositionCache
 
     rng = random.Random(3)
     games = []

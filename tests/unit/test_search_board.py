@@ -10,7 +10,7 @@ import chess
 import chess.variant
 import pytest
 
-from chessrl.search_board import child_board
+from chessrl.search.search_board import child_board
 
 STATE_FIELDS = (
     "pawns", "knights", "bishops", "rooks", "queens", "kings", "occupied_w", "occupied_b", "occupied",

@@ -9,13 +9,20 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from chessrl.arena import Opening, random_openings
-from chessrl.batched_arena import SearchSide, match_record, play_batched_match
-from chessrl.board_encoding import input_channels, move_to_index
-from chessrl.mcts import MCTSConfig, NetworkEvaluator, UniformEvaluator
-from chessrl.network import NetConfig, PolicyValueNet
-from chessrl.replay import REPLAY_SCHEMA, list_shards, positions_table, read_shards, shard_path, write_shard
-from chessrl.selfplay import SelfPlay, SelfPlaySettings, material_balance
+from chessrl.arena.batched_arena import SearchSide, match_record, play_batched_match
+from chessrl.arena.game import Opening, random_openings
+from chessrl.search.board_encoding import input_channels, move_to_index
+from chessrl.search.mcts import MCTSConfig, NetworkEvaluator, UniformEvaluator
+from chessrl.search.network import NetConfig, PolicyValueNet
+from chessrl.search.replay import (
+    REPLAY_SCHEMA,
+    list_shards,
+    positions_table,
+    read_shards,
+    shard_path,
+    write_shard,
+)
+from chessrl.search.selfplay import SelfPlay, SelfPlaySettings, material_balance
 from cluster.storage import Storage
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import chess
 import pytest
 
-from chessrl.players import MoveChoice, RandomPlayer
-from chessrl.suites import (
+from chessrl.arena.players import MoveChoice, RandomPlayer
+from chessrl.arena.suites import (
     CP_CAP,
     MoveQuality,
     SuitePosition,

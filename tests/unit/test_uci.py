@@ -5,7 +5,7 @@ from __future__ import annotations
 import chess
 import chess.engine
 
-from chessrl.uci import _parse_info, _parse_option
+from chessrl.engine.uci import _parse_info, _parse_option
 
 
 def test_spin_option_with_range() -> None:

@@ -1,4 +1,4 @@
-"""chessrl.uci_server: the UCI protocol layer, driven line by line with a scripted (fake) policy."""
+"""chessrl.engine.uci_server: the UCI protocol layer, driven line by line with a scripted (fake) policy."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 import chess
 import pytest
 
-from chessrl.uci_server import SearchRequest, UCIServer, serve
+from chessrl.engine.uci_server import SearchRequest, UCIServer, serve
 
 Seen = list[tuple[chess.Board, SearchRequest]]
 
@@ -333,7 +333,7 @@ def test_the_default_output_is_stdout(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_the_language_model_policy_plays_legal_moves_and_says_when_it_guesses() -> None:
-    from chessrl.models import build_model
+    from chessrl.lm.models import build_model
     from pipelines.uci import LMPolicy
 
     model, tokenizer = build_model("tiny")  # untrained: its proposals are mostly illegal
@@ -361,7 +361,7 @@ def test_the_language_model_policy_plays_legal_moves_and_says_when_it_guesses() 
 
 
 def test_the_language_model_policy_keeps_the_latest_moves_that_fit_its_context() -> None:
-    from chessrl.models import build_model
+    from chessrl.lm.models import build_model
     from pipelines.uci import MAX_NEW_TOKENS, LMPolicy
 
     model, tokenizer = build_model("tiny")

@@ -1,0 +1,364 @@
+"""What ``evaluate`` writes and prints: the markdown report, the plots and the summary lines, for
+arenas (gauntlet, round robin, the low Elo ladder) and for SPRT matches. Ray-free.
+
+No report, plot or line shows ``nan`` or ``inf``: an estimate with no finite value is written as
+its one-sided bound, and an interval with one open end says so.
+
+>>> fmt_estimate(-382.2, -math.inf, -11.6)
+'-382 (at most -12)'
+>>> fmt_estimate(-math.inf, -math.inf, 211.4, signed=False)
+'below 211 (one-sided 95%)'
+>>> fmt_estimate(12.0, -40.4, 61.0)
+'+12 (-40 .. +61)'
+
+No interval is printed with zero width either: the ends get as many decimals as keep them apart,
+and a rating held fixed (an anchor, ``low == high``) says so.
+
+>>> fmt_estimate(0.1, -0.2, 0.3)
+'+0.1 (-0.2 .. +0.3)'
+>>> fmt_estimate(1350.0, 1350.0, 1350.0, signed=False)
+'1350 (fixed)'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from chessrl.arena.rating import rate_players, score_interval
+
+if TYPE_CHECKING:
+    from chessrl.arena.game import ArenaGame
+
+
+def _num(value: float, signed: bool, digits: int = 0) -> str:
+    value = 0.0 if abs(value) < 0.5 * 10**-digits else value  # no "-0"
+    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+
+
+def _digits(low: float, high: float, signed: bool) -> int:
+    """The fewest decimals that print ``low < high`` as two numbers at least two units of the
+    last digit apart (0 for any interval 2 Elo wide or more)."""
+    return next(
+        (d for d in range(12) if 2 * 10**-d <= high - low and _num(low, signed, d) != _num(high, signed, d)),
+        12,
+    )
+
+
+def fmt_estimate(elo: float, low: float, high: float, *, signed: bool = True) -> str:
+    """An Elo (difference, when ``signed``) with its 95% interval, in words where an end is open;
+    never a zero-width interval: a fixed rating (``low == high``) is written "(fixed)"."""
+    if math.isfinite(elo) and low == high:
+        return f"{_num(elo, signed)} (fixed)"
+    if not math.isfinite(elo):
+        if math.isfinite(high):
+            return f"below {_num(high, signed)} (one-sided 95%)"
+        if math.isfinite(low):
+            return f"above {_num(low, signed)} (one-sided 95%)"
+        return "not estimated (no game against a rated player decides it)"
+    text = _num(elo, signed)
+    if math.isfinite(low) and math.isfinite(high):
+        d = _digits(low, high, signed)
+        return f"{_num(elo, signed, d)} ({_num(low, signed, d)} .. {_num(high, signed, d)})"
+    if math.isfinite(high):
+        return f"{text} (at most {_num(high, signed)})"
+    if math.isfinite(low):
+        return f"{text} (at least {_num(low, signed)})"
+    return text
+
+
+def _rating(r: dict[str, Any]) -> str:
+    if r.get("anchored"):
+        return f"{_num(r['elo'], False)} (fixed)"
+    return fmt_estimate(r["elo"], r["low"], r["high"], signed=False)
+
+
+def _rung(label: str, elo: float, low: float, high: float) -> str:
+    """A ladder rung's rating: the anchored rung is fixed; a rung that won or lost every
+    calibration game is stored at its one-sided bound (``low == high``), which has no interval."""
+    if low != high:
+        return fmt_estimate(elo, low, high, signed=False)
+    from chessrl.arena.players import parse_player_spec
+    from cluster.errors import ConfigError
+
+    try:
+        anchored = parse_player_spec(label).anchor_elo is not None
+    except ConfigError:  # a label that is not a spec is no anchor
+        anchored = False
+    return f"{_num(elo, False)} " + ("(fixed)" if anchored else "(a one-sided 95% bound; no interval)")
+
+
+# ---------------------------------------------------------------------------------------------
+# arenas (gauntlet, round robin, ladder)
+
+
+def report_markdown(results: dict[str, Any], mode: str, max_plies: int, openings: str) -> str:
+    """The arena report: scores per opponent, Elo, the ladder, the candidate's moves, suites."""
+    c = results["candidate"]
+    lines = [f"# Evaluation of `{c}`", "", f"{results['games']} games, {mode}; max {max_plies} plies; "
+             f"openings: {openings}.", "",
+             "## Score against each opponent", "", "| opponent | games | W | D | L | score | Elo difference (95% interval) |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for opp, p in results["pairings"].items():
+        lines.append(
+            f"| {opp} | {p['games']} | {p['wins']} | {p['draws']} | {p['losses']} | {p['score']:.1%} | "
+            f"{fmt_estimate(p['elo_diff'], p['elo_low'], p['elo_high'])} |"
+        )
+    ratings = results["ratings"]
+    if ratings and "error" not in ratings:
+        anchors = ", ".join(results["anchors"]) or "none"
+        lines += ["", f"## Elo (maximum likelihood over all games; fixed: {anchors})", "",
+                  "| player | Elo (95% interval) | games | score | fixed |", "|---|---|---|---|---|"]  # fmt: skip
+        for name, r in ratings.items():
+            lines.append(
+                f"| {name} | {_rating(r)} | {r['games']} | {r['score']:.1%} | {'yes' if r['anchored'] else ''} |"
+            )
+    elif ratings:
+        lines += ["", f"Elo: not estimated ({ratings['error']})."]
+    else:
+        lines += ["", "Elo: no anchored player was played (add stockfish:elo=1350, or keep --ladder on)."]
+    if results.get("ladder"):
+        lad = results["ladder"]
+        lines += ["", "## The low Elo ladder", "",
+                  f"Rungs rated once with {lad['stockfish']} from {lad['games']} games between neighbours "
+                  f"and reused (ratings fixed here); {lad['candidate_games']} of the candidate's games were "
+                  f"against rungs ({lad['placement_games']} placement, {lad['match_games']} more against "
+                  f"{', '.join(lad['informative']) or 'none'}).", "",
+                  "| rung | Elo (95% interval) |", "|---|---|"]  # fmt: skip
+        for label, (elo, low, high) in sorted(lad["ratings"].items(), key=lambda kv: kv[1][0]):
+            lines.append(f"| {label} | {_rung(label, elo, low, high)} |")
+    m = results["candidate_moves"]
+    lines += ["", "## The candidate's moves", "",
+              f"- moves: {m['moves']}; legal at the first attempt: {m['legal_rate']:.1%} (unmasked)",
+              f"- illegal or unparseable attempts: {m['illegal_attempts']}; random fallbacks: {m['fallbacks']}"]  # fmt: skip
+    if results["quality"]:
+        q = results["quality"]
+        lines.append(
+            f"- average centipawn loss {q['acpl']:.0f}, accuracy {q['accuracy']:.1f}% over {q['moves']} moves ({q.get('nodes')} nodes)"
+        )
+    if results["suites"]:
+        lines += ["", "## Test suites (bm/am, one move from the FEN)", "",
+                  "| suite | positions | solved | accuracy | legal |", "|---|---|---|---|---|"]  # fmt: skip
+        for s in results["suites"]:
+            lines.append(
+                f"| {s['name']} | {s['positions']} | {s['solved']} | {s['accuracy']:.1%} | {s['legal_first_attempt'] / max(1, s['positions']):.1%} |"
+            )
+    lines += ["", "![score](score.png)", "", "![elo](elo.png)", ""]
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, Any], folder: Path) -> list[Path]:
+    """``score.png`` (score per opponent) and ``elo.png`` (every rated player; an open interval
+    end is drawn as an arrow, an estimate with no finite value at its bound)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    opponents = list(results["pairings"])
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for i, opp in enumerate(opponents):
+        p = results["pairings"][opp]
+        score, low, high = score_interval(p["wins"], p["draws"], p["losses"])  # the Elo column's interval
+        ax.errorbar(i, score, yerr=[[score - low], [high - score]], fmt="o", capsize=4)
+    ax.set_xticks(range(len(opponents)), opponents, rotation=20, ha="right", fontsize=8)
+    ax.set_ylim(-0.05, 1.05)
+    ax.axhline(0.5, color="grey", lw=0.5)
+    ax.set_ylabel(f"score of {results['candidate']}")
+    ax.set_title("Score against each opponent (95% interval)")
+    fig.tight_layout()
+    paths.append(folder / "score.png")
+    fig.savefig(paths[-1], dpi=100)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    ratings = {k: v for k, v in results["ratings"].items() if k != "error"}
+    shown = []
+    for name, r in ratings.items():
+        finite = [x for x in (r["low"], r["elo"], r["high"]) if math.isfinite(x)]
+        if not finite:
+            continue
+        i = len(shown)
+        shown.append(name)
+        mid = r["elo"] if math.isfinite(r["elo"]) else finite[0]
+        lo = mid - r["low"] if math.isfinite(r["low"]) else 0.0
+        hi = r["high"] - mid if math.isfinite(r["high"]) else 0.0
+        if r["anchored"]:  # a fixed rating: a square, no interval
+            ax.plot(i, mid, "s")
+            continue
+        ax.errorbar(i, mid, yerr=[[lo], [hi]], fmt="o", capsize=4)
+        if not math.isfinite(r["low"]):
+            ax.annotate("", (i, mid - 150), (i, mid), arrowprops={"arrowstyle": "->"})
+        if not math.isfinite(r["high"]):
+            ax.annotate("", (i, mid + 150), (i, mid), arrowprops={"arrowstyle": "->"})
+    ax.set_xticks(range(len(shown)), shown, rotation=25, ha="right", fontsize=7)
+    ax.set_ylabel("Elo")
+    ax.set_title("Elo (squares: fixed; arrows: open-ended)" if shown else "Elo: no anchored player played")
+    fig.tight_layout()
+    paths.append(folder / "elo.png")
+    fig.savefig(paths[-1], dpi=100)
+    plt.close(fig)
+    return paths
+
+
+def summary_lines(results: dict[str, Any], report_uri: str, pgn_uri: str) -> list[str]:
+    """The arena's summary, as the driver prints it."""
+    c = results["candidate"]
+    lines = ["evaluate summary", f"  candidate     {c}, {results['games']} games"]
+    for opp, p in results["pairings"].items():
+        lines.append(
+            f"  vs {opp:<24} +{p['wins']} ={p['draws']} -{p['losses']}  score {p['score']:.1%}  "
+            f"Elo diff {fmt_estimate(p['elo_diff'], p['elo_low'], p['elo_high'])}"
+        )
+    if c in results["ratings"]:
+        rungs = set(results["ladder"]["ratings"]) if results.get("ladder") else set()
+        fixed = [a for a in results["anchors"] if a not in rungs]
+        fixed += [f"{len(rungs & set(results['anchors']))} ladder rungs"] if rungs else []
+        lines.append(f"  Elo           {_rating(results['ratings'][c])}, fixed: {', '.join(fixed)}")
+    if results.get("ladder"):
+        lad = results["ladder"]
+        lines.append(
+            f"  ladder        {len(lad['ratings'])} rungs ({lad['calibration_played']} calibration games played "
+            f"now, {lad['games']} in all); {lad['candidate_games']} candidate games against rungs"
+        )
+    m = results["candidate_moves"]
+    lines.append(
+        f"  moves         {m['legal_rate']:.1%} legal at the first attempt, {m['illegal_attempts']} illegal attempts, {m['fallbacks']} fallbacks"
+    )
+    if results["quality"]:
+        q = results["quality"]
+        lines.append(f"  quality       ACPL {q['acpl']:.0f}, accuracy {q['accuracy']:.1f}%")
+    for s in results["suites"]:
+        lines.append(f"  suite         {s['name']}: {s['solved']}/{s['positions']} ({s['accuracy']:.1%})")
+    lines.append(f"  report        {report_uri}  (PGN: {pgn_uri})")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# SPRT
+
+
+def sprt_markdown(results: dict[str, Any]) -> str:
+    """The SPRT report: the hypotheses, the decision, the pentanomial counts, the Elo difference."""
+    s = results["sprt"]
+    a, b = results["players"]
+    verdict = {"H1": f"H1 accepted: `{a}` is stronger by about {s['elo1']:+g} Elo or more",
+               "H0": f"H0 accepted: `{a}` is not stronger than `{b}` by {s['elo1']:+g} Elo",
+               "continue": f"no decision after {s['games']} games (the --games limit)"}[s["decision"]]  # fmt: skip
+    lines = [f"# SPRT: `{a}` against `{b}`", "",
+             f"H0: Elo difference {s['elo0']:+g}; H1: {s['elo1']:+g}; alpha {s['alpha']:g}, beta {s['beta']:g}; "
+             f"game pairs from one opening with colours swapped, at most {s['max_games']} games.", "",
+             f"**{verdict}.**", "",
+             f"- LLR {s['llr']:.2f} (bounds {s['lower']:.2f} .. {s['upper']:.2f}) after {s['pairs']} pairs ({s['games']} games)",
+             f"- pentanomial (pairs scoring 0, 0.5, 1, 1.5, 2 for `{a}`): {tuple(s['pentanomial'])}",
+             f"- games from `{a}`'s side: +{s['wins']} ={s['draws']} -{s['losses']}, score {s['score']:.1%}",
+             f"- Elo difference {fmt_estimate(s['elo'], s['elo_low'], s['elo_high'])} (95%, from the pairs' variance)",
+             "", "![LLR](llr.png)", ""]  # fmt: skip
+    return "\n".join(lines)
+
+
+def sprt_plot(results: dict[str, Any], folder: Path) -> list[Path]:
+    """``llr.png``: the LLR after each game pair, with the two stopping bounds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = results["sprt"]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    xs = list(range(1, len(s["trajectory"]) + 1))
+    ax.plot(xs, s["trajectory"], marker="." if len(xs) < 60 else None)
+    for bound, label in ((s["upper"], "H1"), (s["lower"], "H0")):
+        ax.axhline(bound, color="grey", ls="--", lw=0.8)
+        ax.text(0.5, bound, f" {label}", va="bottom", fontsize=8)
+    ax.set_xlabel("game pairs")
+    ax.set_ylabel("LLR")
+    ax.set_title(f"SPRT [{s['elo0']:+g}, {s['elo1']:+g}]: {s['decision']}")
+    fig.tight_layout()
+    path = folder / "llr.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return [path]
+
+
+def sprt_summary_lines(results: dict[str, Any], report_uri: str) -> list[str]:
+    s = results["sprt"]
+    a, b = results["players"]
+    return [
+        "evaluate summary (sprt)",
+        f"  players       {a} against {b}",
+        f"  decision      {s['decision']} (LLR {s['llr']:.2f}, bounds {s['lower']:.2f} .. {s['upper']:.2f}; "
+        f"H0 {s['elo0']:+g}, H1 {s['elo1']:+g})",
+        f"  games         {s['games']} in {s['pairs']} pairs: +{s['wins']} ={s['draws']} -{s['losses']}, "
+        f"score {s['score']:.1%}, pentanomial {tuple(s['pentanomial'])}",
+        f"  Elo diff      {fmt_estimate(s['elo'], s['elo_low'], s['elo_high'])}",
+        f"  report        {report_uri}",
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# the head-to-head comparison of a round robin (rlaif's last phase)
+
+
+def comparison_lines(
+    games: Sequence[ArenaGame], players: Sequence[str], labels: Mapping[str, str], anchor: str = "random"
+) -> list[str]:
+    """The table that says whether RL helped: per player its games, score, legal-move rate at the
+    first attempt (language models only) and Elo with its 95% interval (``anchor`` at 0; a draw
+    counts half), then each pairing's result from the row player's side.
+
+    >>> from chessrl.arena.game import ArenaGame
+    >>> def game(w, b, r):
+    ...     return ArenaGame(white=w, black=b, result=r, termination="checkmate", moves=[],
+    ...                      first_attempt_legal={"white": 8, "black": 0}, player_moves={"white": 10, "black": 10})
+    >>> games = [game("lm:a", "random", "1-0"), game("random", "lm:a", "1/2-1/2")] * 3
+    >>> for line in comparison_lines(games, ["lm:a", "random"], {"lm:a": "ppo"}):
+    ...     print(line)
+    player  games  score  legal 1st  Elo (random = 0)
+    ppo         6  75.0%      40.0%  +191 (-130 .. +512)
+    random      6  25.0%          -  +0 (anchor)
+    <BLANKLINE>
+    row vs column  ppo        random
+    ppo            -          +3 =3 -0
+    random         +0 =3 -3   -
+    """
+
+    def name(player: str) -> str:
+        return labels.get(player, player)
+
+    rated: dict[str, Any] = {}
+    if anchor in players and games:
+        try:
+            rated = rate_players([(g.white, g.black, g.score_for(g.white)) for g in games], {anchor: 0.0})
+        except ValueError:  # a player cut off from the anchor: no Elo for anyone
+            rated = {}
+    width = max(len(name(p)) for p in players)
+    lines = [f"{'player':<{width}}  games  score  legal 1st  Elo ({name(anchor)} = 0)"]
+    for player in players:
+        mine = [g for g in games if player in (g.white, g.black)]
+        score = sum(g.score_for(player) for g in mine) / len(mine) if mine else float("nan")
+        sides = [("white" if g.white == player else "black", g) for g in mine]
+        moves = sum(g.player_moves.get(side, 0) for side, g in sides)
+        first = sum(g.first_attempt_legal.get(side, 0) for side, g in sides)
+        legal = f"{first / moves:.1%}" if player.startswith(("lm:", "sft")) and moves else "-"
+        r = rated.get(player)
+        elo = "-" if r is None else ("+0 (anchor)" if r.anchored else fmt_estimate(r.elo, r.low, r.high))
+        lines.append(f"{name(player):<{width}}  {len(mine):>5}  {score:>5.1%}  {legal:>9}  {elo}")
+    cells = {(p, q): [0, 0, 0] for p in players for q in players}
+    for g in games:
+        s = g.score_for(g.white)
+        for p, q, mine in ((g.white, g.black, s), (g.black, g.white, 1 - s)):
+            if (p, q) in cells:
+                cells[(p, q)][0 if mine == 1 else 1 if mine == 0.5 else 2] += 1
+    col = max(width, 9)
+    lines += [
+        "",
+        f"{'row vs column':<{max(width, 13)}}  " + "  ".join(f"{name(q):<{col}}" for q in players).rstrip(),
+    ]
+    for p in players:
+        row = [("-" if p == q else "+{} ={} -{}".format(*cells[(p, q)])) for q in players]
+        lines.append(f"{name(p):<{max(width, 13)}}  " + "  ".join(f"{c:<{col}}" for c in row).rstrip())
+    return lines

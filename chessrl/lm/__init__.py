@@ -1,0 +1,13 @@
+"""The chess language model: what it reads, what it is, and how it plays legal moves.
+
+- :mod:`~chessrl.lm.tokenizer`: one token per UCI move, characters for FEN, task markers.
+- :mod:`~chessrl.lm.formats`: the text formats a model is trained on.
+- :mod:`~chessrl.lm.models`: presets built from config, checkpoints from a folder or S3, the saved-model loader.
+- :mod:`~chessrl.lm.masked`: the policy restricted to the legal moves of a position.
+- :mod:`~chessrl.lm.legality`: the legal-move loss.
+- :mod:`~chessrl.lm.lm_data`: the held-out split, training text, block packing.
+- :mod:`~chessrl.lm.lm_eval`: the sft phase's language-model metrics.
+- :mod:`~chessrl.lm.batch_size`: automatic batch size from a probed training step.
+
+Imports: :mod:`chessrl.data` only.
+"""

@@ -1,0 +1,801 @@
+"""GRPO with engine-verified rewards on RookWorld's two tasks, Ray-free: the rewards, the group
+advantages and the loss. ``pipelines/grpo.py`` runs them on a Ray Train learner with the
+EnginePool scoring moves.
+
+Tasks (:class:`chessrl.lm.formats.RookWorldFormat`):
+
+- policy ``P: <FEN> M:`` → `` <move>``. Reward: the floor (``illegal_reward``) for an illegal or
+  unparseable move; otherwise how much of the best move's expected score the move keeps, from
+  Stockfish at the configured limit: ``clamp(1 - (E_best - E_move) / max_loss, 0, 1)`` with ``E``
+  the expected score (win + draw / 2) of the side to move. The best move gets 1, a move that gives
+  away ``max_loss`` (0.5: an even position thrown into a lost one) or more gets 0.
+- environment ``A: <FEN>+<move>+<history>+`` → ``<next FEN>+<reward>+<terminated>+<truncated>``.
+  Reward: each field checked exactly against python-chess, partial credit by
+  :data:`ENV_WEIGHTS` (the FEN 0.7, each flag 0.1); exact match = all four right, nothing extra.
+
+>>> policy_reward("legal", best=0.55, move=0.55), policy_reward("legal", best=0.55, move=0.05)
+(1.0, 0.0)
+>>> policy_reward("illegal", best=0.55, move=None)
+-1.0
+>>> env_reward("rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+0+0+0",
+...            "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+0+0+0").reward
+1.0
+
+Advantages: :func:`chessrl.rl.policy_gradient.compute_grpo_outcome_advantage` over each group of
+``group_size`` completions of one prompt. Loss types (:func:`grpo_loss`), the formulas of veRL's
+``core_algos`` and the papers:
+
+- ``grpo``: ``A = (r - mean) / std`` per group; clipped surrogate (ε); per-sequence token mean,
+  then the mean over sequences; ``+ beta * k3`` KL to the reference, same aggregation.
+- ``dr_grpo`` (Dr. GRPO): ``A = r - mean`` (no std); per-sequence token *sum* over a constant
+  length, then the mean over sequences.
+- ``dapo`` (DAPO): ``A`` as ``grpo``; clip-higher (``clip_high``, 0.28); token mean over the
+  batch; groups whose rewards are all equal are dropped from the loss (dynamic sampling).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import chess
+import torch
+
+from chessrl.data.positions import Position, split_counts
+from chessrl.lm.formats import MovesFormat, RookWorldFormat, parse_move
+from chessrl.lm.lm_data import ENV_HISTORY
+from chessrl.rl.policy_gradient import (
+    agg_loss,
+    compute_grpo_outcome_advantage,
+    compute_policy_loss,
+    kl_penalty,
+    masked_mean,
+)
+
+LossType = Literal["grpo", "dr_grpo", "dapo"]
+LOSS_TYPES: tuple[str, ...] = ("grpo", "dr_grpo", "dapo")
+TASKS: tuple[str, ...] = ("policy", "environment")
+#: Partial credit of the environment task's fields.
+ENV_WEIGHTS: dict[str, float] = {"fen": 0.7, "reward": 0.1, "terminated": 0.1, "truncated": 0.1}
+ENV_FIELDS: tuple[str, ...] = tuple(ENV_WEIGHTS)
+
+
+@dataclass(frozen=True)
+class GRPOSettings:
+    """The algorithm's knobs (the ``grpo`` config section passes them through)."""
+
+    group_size: int = 4
+    """Completions sampled per prompt."""
+    loss_type: LossType = "grpo"
+    beta: float = 0.04
+    """Weight of the k3 KL to the frozen reference in the loss (0: no reference pass)."""
+    clip: float = 0.2
+    """epsilon of the clipped surrogate (the lower bound for ``dapo``)."""
+    clip_high: float = 0.28
+    """Upper clip of ``dapo`` (clip-higher); the other loss types clip symmetrically at ``clip``."""
+    temperature: float = 1.0
+    illegal_reward: float = -1.0
+    """The floor: a policy-task completion that is not a legal move."""
+    max_loss: float = 0.5
+    """Expected-score loss against the best move that scores 0 on the policy task."""
+    kl_estimator: str = "k3"
+    env_weights: dict[str, float] = field(default_factory=lambda: dict(ENV_WEIGHTS))
+    masked: bool = False
+    """Draw policy-task moves from the policy restricted to the position's legal moves (the legal
+    move tokens' logits, renormalised), and score them the same way in the learner and the
+    reference: every sample is a legal move, so the reward grades quality alone."""
+    legal_weight: float = 0.0
+    """masked: weight of ``-log P(legal)`` under the full vocabulary, the legality term that keeps
+    the unmasked model legal while the masked objective trains quality."""
+    dead_zone: float = 0.0
+    """Expected-score losses up to this count as the best move's (engine noise), in [0, max_loss)."""
+    std_floor: float = 0.0
+    """grpo/dapo: the group std is at least this, so noise-level differences stay small advantages."""
+    drop_flat: bool = False
+    """Leave groups whose rewards are all equal out of the update (they teach nothing)."""
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ValueError(
+                f"group_size must be >= 2 (a group of one has no advantage), got {self.group_size}"
+            )
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"unknown loss_type {self.loss_type!r}; loss types: {', '.join(LOSS_TYPES)}")
+        if self.beta < 0 or self.clip <= 0 or self.clip_high <= 0 or self.max_loss <= 0:
+            raise ValueError("beta must be >= 0 and clip, clip_high, max_loss > 0")
+        if not 0 <= self.dead_zone < self.max_loss:
+            raise ValueError(f"dead_zone must be in [0, max_loss={self.max_loss:g}), got {self.dead_zone:g}")
+        if self.std_floor < 0 or self.legal_weight < 0:
+            raise ValueError("std_floor and legal_weight must be >= 0")
+
+
+def policy_reward(
+    status: str, *, best: float | None, move: float | None, settings: GRPOSettings | None = None
+) -> float:
+    """The policy task's reward from the move's parse ``status`` and the expected scores (side to
+    move, in [0, 1]) of the best move and of the move played."""
+    s = settings or GRPOSettings()
+    if status != "legal" or best is None or move is None:
+        return s.illegal_reward
+    loss = max(0.0, best - move)
+    if loss <= s.dead_zone:
+        loss = 0.0
+    return float(min(1.0, max(0.0, 1.0 - loss / s.max_loss)))
+
+
+@dataclass(frozen=True)
+class EnvScore:
+    """An environment-task completion checked field by field."""
+
+    fields: dict[str, bool]
+    reward: float
+    exact: bool
+
+
+def env_reward(completion: str, target: str, weights: dict[str, float] | None = None) -> EnvScore:
+    """``completion`` (``<next FEN>+<reward>+<terminated>+<truncated>``) against ``target``, the
+    answer python-chess gives (:meth:`RookWorldFormat.env_target`). A missing field is wrong;
+    anything after the fourth field makes the answer inexact but costs no credit.
+
+    >>> e = env_reward("8/8/8/8/8/8/8/K6k b - - 1 1+1+0", "8/8/8/8/8/8/8/K6k b - - 1 1+0+0+0")
+    >>> e.fields, round(e.reward, 2), e.exact
+    ({'fen': True, 'reward': False, 'terminated': True, 'truncated': False}, 0.8, False)
+    """
+    w = weights or ENV_WEIGHTS
+    got = completion.strip().split("+")
+    want = target.split("+")
+    fields = {name: i < len(got) and got[i].strip() == want[i] for i, name in enumerate(ENV_FIELDS)}
+    reward = sum(w[name] for name, ok in fields.items() if ok)
+    return EnvScore(fields, round(float(reward), 6), all(fields.values()) and len(got) == len(ENV_FIELDS))
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One GRPO prompt: its task, text, the position and, for the environment task, the move
+    applied and the expected answer."""
+
+    task: str
+    text: str
+    fen: str
+    move: str | None = None
+    target: str | None = None
+    phase: str = ""
+
+
+def policy_prompt(fen: str, phase: str = "") -> Prompt:
+    """``P: <FEN> M:``."""
+    return Prompt("policy", RookWorldFormat().policy_prompt(chess.Board(fen)), fen, phase=phase)
+
+
+def moves_prompt(history: Sequence[str], phase: str = "") -> Prompt:
+    """The ``moves`` format's policy task: the game's moves so far, answered by the next move
+    (the format ``sft`` trains by default, so GRPO can start from that model).
+
+    >>> p = moves_prompt(["e2e4", "e7e5"])
+    >>> p.task, p.text, p.fen
+    ('policy', 'e2e4 e7e5', 'rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - 0 2')
+    """
+    board = chess.Board()
+    for move in history:
+        board.push_uci(move)
+    return Prompt("policy", MovesFormat().prompt(list(history)), board.fen(), phase=phase)
+
+
+def board_prompt(fen: str, phase: str = "") -> Prompt:
+    """The board format's policy task: the position, one character a square, then ``M:``."""
+    from chessrl.lm.formats import BoardFormat
+
+    return Prompt("policy", BoardFormat().policy_prompt(chess.Board(fen)), fen, phase=phase)
+
+
+def env_prompt(fen: str, move: str, history: Sequence[str] = (), phase: str = "") -> Prompt:
+    """``A: <FEN>+<move>+<history>+`` and its answer (``move`` must be legal in ``fen``)."""
+    fmt, board = RookWorldFormat(), chess.Board(fen)
+    return Prompt(
+        "environment", fmt.env_prompt(board, move, history), fen, move, fmt.env_target(board, move), phase
+    )
+
+
+def parse_policy_completion(fen: str, completion: str) -> tuple[str, str | None]:
+    """``(status, move)`` of a policy-task completion: ``legal`` / ``illegal`` / ``unparseable``."""
+    parsed = parse_move(chess.Board(fen), completion)
+    return parsed.status, parsed.move
+
+
+def group_advantages(
+    rewards: torch.Tensor,
+    groups: Sequence[Hashable],
+    loss_type: str,
+    std_floor: float = 0.0,
+    drop_flat: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-sample advantages and a keep mask (``dapo``, or ``drop_flat``, drops groups whose
+    rewards are all equal); ``std_floor`` bounds the std that grpo and dapo divide by.
+
+    >>> a, keep = group_advantages(torch.tensor([1.0, 0.0, 0.5, 0.5]), [0, 0, 1, 1], "dr_grpo")
+    >>> a.tolist(), keep.tolist()
+    ([0.5, -0.5, 0.0, 0.0], [True, True, True, True])
+    >>> group_advantages(torch.tensor([1.0, 0.0, 0.5, 0.5]), [0, 0, 1, 1], "dapo")[1].tolist()
+    [True, True, False, False]
+
+    Engine noise in a group of good moves stays small with a floor (without one it would be
+    as large as a blunder's):
+
+    >>> [round(x, 2) for x in group_advantages(torch.tensor([1.0, 1.0, 0.983, 0.958]), [0] * 4, "grpo", 0.1)[0].tolist()]
+    [0.15, 0.15, -0.02, -0.27]
+    """
+    advantages = compute_grpo_outcome_advantage(
+        rewards, groups, norm_by_std=loss_type != "dr_grpo", std_floor=std_floor
+    )
+    keep = torch.ones_like(rewards, dtype=torch.bool)
+    if loss_type == "dapo" or drop_flat:
+        for g in set(groups):
+            idx = [i for i, k in enumerate(groups) if k == g]
+            values = rewards[idx]
+            if bool((values == values[0]).all()):
+                keep[idx] = False
+    return advantages, keep
+
+
+def grpo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    settings: GRPOSettings,
+    norm_length: int | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The GRPO objective on ``(bs, T)`` completion-token log-probs; ``advantages`` are per
+    sample ``(bs,)``, ``mask`` marks completion tokens (rows of dropped samples all zero).
+
+    Returns ``(loss, metrics)``: ``pg_loss``, ``kl`` (k3 to the reference, masked mean),
+    ``clipfrac``, ``approx_kl``.
+    """
+    mode = {"grpo": "seq-mean-token-mean", "dr_grpo": "seq-mean-token-sum-norm", "dapo": "token-mean"}[
+        settings.loss_type
+    ]
+    high = settings.clip_high if settings.loss_type == "dapo" else settings.clip
+    token_adv = advantages.unsqueeze(-1).expand_as(logprobs)
+    pg_loss, pg = compute_policy_loss(
+        old_logprobs, logprobs, token_adv, mask, settings.clip, high, None, "token-mean"
+    )
+    if mode != "token-mean":  # the same per-token losses, aggregated the loss type's way
+        ratio = torch.exp(torch.clamp(logprobs - old_logprobs, -20.0, 20.0))
+        per_token = torch.maximum(
+            -token_adv * ratio, -token_adv * torch.clamp(ratio, 1 - settings.clip, 1 + high)
+        )
+        pg_loss = agg_loss(per_token, mask, mode, norm_length)
+    loss = pg_loss
+    kl_value = 0.0
+    if ref_logprobs is not None and settings.beta > 0:
+        kl = kl_penalty(logprobs, ref_logprobs, settings.kl_estimator)
+        loss = loss + settings.beta * agg_loss(kl, mask, mode, norm_length)
+        kl_value = float(masked_mean(kl.detach(), mask)) if mask.any() else 0.0
+    metrics = {
+        "pg_loss": float(pg_loss.detach()),
+        "kl": kl_value,
+        "clipfrac": float(pg["pg_clipfrac"]),
+        "approx_kl": float(pg["ppo_kl"]),
+    }
+    return loss, metrics
+
+
+# -- experience: sampled completions, their rewards, and the update -------------------------------
+
+
+@dataclass
+class Sample:
+    """One sampled completion of a prompt of a group, and what it earned."""
+
+    prompt: Prompt
+    group: int
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    text: str
+    reward: float = 0.0
+    status: str = ""
+    """Policy task: ``legal`` / ``illegal`` / ``unparseable``; environment task: ``exact`` / ``partial``."""
+    fields: dict[str, bool] = field(default_factory=dict)
+    legal_ids: list[int] | None = None
+    """A masked sample: the legal move tokens its move was drawn from (None: unmasked)."""
+
+
+def completion_length(ids: Sequence[int], eos: int | None) -> int:
+    """Tokens of a completion that are trained on: up to and including the first EOS.
+
+    >>> completion_length([7, 8, 2, 2], eos=2), completion_length([7, 8], eos=2)
+    (3, 2)
+    """
+    ids = list(ids)
+    if eos is not None and eos in ids:
+        return ids.index(eos) + 1
+    return len(ids)
+
+
+def sample_groups(
+    model: torch.nn.Module,
+    tokenizer: object,
+    prompts: Sequence[Prompt],
+    settings: GRPOSettings,
+    max_new_tokens: dict[str, int],
+) -> list[Sample]:
+    """``group_size`` sampled completions of every prompt (prompt-major), each task's prompts in
+    one batched generation of at most its ``max_new_tokens[task]`` tokens."""
+    from chessrl.lm.models import complete_ids, prompt_ids
+
+    eos = getattr(tokenizer, "eos_token_id", None)
+    out: list[Sample | None] = [None] * (len(prompts) * settings.group_size)
+    for task in TASKS:
+        index = [i for i, p in enumerate(prompts) if p.task == task]
+        if not index:
+            continue
+        rows = [prompt_ids(tokenizer, prompts[i].text) for i in index]  # type: ignore[arg-type]
+        if task == "policy" and settings.masked:
+            _sample_masked(model, tokenizer, prompts, index, rows, settings, out)
+            continue
+        seqs = complete_ids(
+            model, tokenizer, rows, settings.group_size, settings.temperature, max_new_tokens[task]
+        )  # type: ignore[arg-type]
+        for k, i in enumerate(index):
+            for j in range(settings.group_size):
+                ids = seqs[k * settings.group_size + j].tolist()
+                ids = ids[: completion_length(ids, eos)]
+                text = tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[attr-defined]
+                out[i * settings.group_size + j] = Sample(prompts[i], i, rows[k], ids, text)
+    return [s for s in out if s is not None]
+
+
+def _sample_masked(
+    model: torch.nn.Module,
+    tokenizer: object,
+    prompts: Sequence[Prompt],
+    index: list[int],
+    rows: list[list[int]],
+    settings: GRPOSettings,
+    out: list[Sample | None],
+) -> None:
+    """The policy prompts' groups drawn from the legal-masked policy: one token, a legal move."""
+    from chessrl.lm.masked import masked_moves
+
+    boards = [chess.Board(prompts[i].fen) for i in index]
+    # the answer's move token carries a space unless it is a game's first move in the moves format
+    spaced = [bool(prompts[i].text.strip()) for i in index]
+    choices = masked_moves(
+        model, tokenizer, boards, rows, spaced, n=settings.group_size, temperature=settings.temperature
+    )
+    for k, i in enumerate(index):
+        for j, token in enumerate(choices[k].tokens):
+            text = tokenizer.decode([token])  # type: ignore[attr-defined]
+            out[i * settings.group_size + j] = Sample(
+                prompts[i], i, rows[k], [token], text, legal_ids=choices[k].legal_ids
+            )
+
+
+def score_samples(
+    samples: Sequence[Sample], expected: Callable[[list[str]], list[float]], settings: GRPOSettings
+) -> None:
+    """Set every sample's reward, status and fields. ``expected(fens)`` gives the expected score
+    of the side to move in each position (Stockfish through the EnginePool, one batched call for
+    the roots and the positions after every distinct legal move)."""
+    legal: dict[int, str] = {}
+    for i, s in enumerate(samples):
+        if s.prompt.task == "environment":
+            score = env_reward(s.text, s.prompt.target or "", settings.env_weights)
+            s.reward, s.fields = score.reward, score.fields
+            s.status = "exact" if score.exact else "partial"
+            continue
+        s.status, move = parse_policy_completion(s.prompt.fen, s.text)
+        if move is not None:
+            legal[i] = move
+    roots = sorted({samples[i].prompt.fen for i in legal})
+    children = sorted({(samples[i].prompt.fen, m) for i, m in legal.items()})
+    after = []
+    for fen, move in children:
+        board = chess.Board(fen)
+        board.push_uci(move)
+        after.append(board.fen())
+    values = expected(roots + after) if roots else []
+    best = dict(zip(roots, values[: len(roots)], strict=True))
+    moved = {key: 1.0 - v for key, v in zip(children, values[len(roots) :], strict=True)}
+    for i, s in enumerate(samples):
+        if s.prompt.task == "policy":
+            move = legal.get(i)
+            s.reward = policy_reward(
+                s.status,
+                best=best.get(s.prompt.fen),
+                move=moved.get((s.prompt.fen, move)) if move else None,
+                settings=settings,
+            )
+
+
+def completion_logprobs(
+    model: torch.nn.Module, samples: Sequence[Sample], pad: int, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probabilities ``(B, W)`` of each sample's completion tokens under ``model`` at the
+    sampling temperature, and their mask; ``W`` is the longest completion. Only the completion
+    positions go through the LM head (a GPT-2 ``transformer`` + ``lm_head``).
+
+    When every completion is one token (a move, with the chess tokenizer) its log-probability
+    depends on the prompt alone, so each distinct prompt is read once for its whole group
+    instead of ``group_size`` times."""
+    from chessrl.lm.models import right_padded
+
+    width = max(1, max(len(s.completion_ids) for s in samples))
+    if width == 1:
+        rows_of: dict[tuple[int, ...], int] = {}
+        for s in samples:
+            rows_of.setdefault(tuple(s.prompt_ids), len(rows_of))
+        rows = [list(r) for r in rows_of]
+        which = [rows_of[tuple(s.prompt_ids)] for s in samples]
+    else:
+        rows = [s.prompt_ids + s.completion_ids for s in samples]
+        which = list(range(len(samples)))
+    ids, attention = right_padded(rows, pad)
+    hidden = model.transformer(input_ids=ids, attention_mask=attention).last_hidden_state  # type: ignore[attr-defined]
+    index = torch.zeros(len(samples), width, dtype=torch.long)
+    targets = torch.full((len(samples), width), pad, dtype=torch.long)
+    mask = torch.zeros(len(samples), width)
+    for b, s in enumerate(samples):
+        n = len(s.completion_ids)
+        start = len(s.prompt_ids) - 1  # the position whose logits predict the first completion token
+        index[b, :n] = torch.arange(start, start + n)
+        targets[b, :n] = torch.tensor(s.completion_ids, dtype=torch.long)
+        mask[b, :n] = 1.0
+    picked = hidden[torch.tensor(which, dtype=torch.long)[:, None], index]  # (B, W, H)
+    logits = model.lm_head(picked).float() / max(temperature, 1e-6)  # type: ignore[attr-defined]
+    logprobs = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return logprobs * mask, mask
+
+
+def masked_completion_logprobs(
+    model: torch.nn.Module, samples: Sequence[Sample], pad: int, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For masked samples (one move token each, drawn from the legal moves): the log-probability
+    ``(B, 1)`` of each move under the masked policy at ``temperature`` — the same distribution
+    the sampler drew from — its mask, and ``-log P(legal)`` ``(B,)`` under the full vocabulary
+    (at temperature 1: the model's own legality). Each distinct prompt is read once."""
+    from chessrl.lm.masked import legal_nll, masked_log_softmax, pad_ids
+    from chessrl.lm.models import right_padded
+
+    rows_of: dict[tuple[int, ...], int] = {}
+    for s in samples:
+        rows_of.setdefault(tuple(s.prompt_ids), len(rows_of))
+    rows = [list(r) for r in rows_of]
+    which = torch.tensor([rows_of[tuple(s.prompt_ids)] for s in samples], dtype=torch.long)
+    ids, attention = right_padded(rows, pad)
+    hidden = model.transformer(input_ids=ids, attention_mask=attention).last_hidden_state  # type: ignore[attr-defined]
+    last = torch.tensor([len(r) - 1 for r in rows], dtype=torch.long)
+    logits = model.lm_head(hidden[torch.arange(len(rows)), last]).float()[which]  # type: ignore[attr-defined]
+    legal = pad_ids([s.legal_ids or [] for s in samples])
+    logp = masked_log_softmax(logits, legal, temperature)
+    chosen = torch.tensor([(s.legal_ids or []).index(s.completion_ids[0]) for s in samples], dtype=torch.long)
+    picked = logp.gather(-1, chosen[:, None])
+    return picked, torch.ones_like(picked), legal_nll(logits, legal)
+
+
+def grpo_update(
+    policy: torch.nn.Module,
+    reference: torch.nn.Module | None,
+    optimizer: torch.optim.Optimizer,
+    samples: Sequence[Sample],
+    pad: int,
+    settings: GRPOSettings,
+    *,
+    minibatch: int = 64,
+    norm_length: int | None = None,
+    max_grad_norm: float = 1.0,
+) -> dict[str, float]:
+    """One optimizer step on a batch of groups (on-policy: the old log-probs are the current
+    ones, detached, so the ratio is 1 and the clip guards only against a step that goes far);
+    gradients accumulated over minibatches, weighted by their share of the loss's normaliser."""
+    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+    groups = [s.group for s in samples]
+    advantages, keep = group_advantages(
+        rewards, groups, settings.loss_type, settings.std_floor, settings.drop_flat
+    )
+    used = [i for i in range(len(samples)) if bool(keep[i]) and samples[i].completion_ids]
+    metrics: dict[str, float] = {"pg_loss": 0.0, "kl": 0.0, "clipfrac": 0.0, "approx_kl": 0.0}
+    masked = [i for i in range(len(samples)) if samples[i].legal_ids is not None]
+    if settings.legal_weight > 0 and masked:
+        metrics["legal_nll"] = 0.0
+    if not used and not (settings.legal_weight > 0 and masked):
+        return {**metrics, "trained_samples": 0.0, "grad_norm": 0.0}
+    # minibatches of similar lengths: a 2-token policy answer padded to a 128-token environment
+    # answer's width would pay for it in every forward and backward pass
+    used.sort(key=lambda i: len(samples[i].prompt_ids) + len(samples[i].completion_ids))
+    tokens = sum(len(samples[i].completion_ids) for i in used)
+    policy.train(False)  # dropout off: the ratio compares the same function
+    optimizer.zero_grad(set_to_none=True)
+    for start in range(0, len(used), minibatch):
+        part = used[start : start + minibatch]
+        batch = [samples[i] for i in part]
+        score = masked_completion_logprobs if batch[0].legal_ids is not None else completion_logprobs
+        logprobs, mask, *_ = score(policy, batch, pad, settings.temperature)
+        ref = None
+        if reference is not None and settings.beta > 0:
+            with torch.no_grad():
+                ref, *_ = score(reference, batch, pad, settings.temperature)
+        loss, m = grpo_loss(logprobs, logprobs.detach(), ref, advantages[part], mask, settings, norm_length)
+        share = (
+            float(mask.sum()) / tokens if settings.loss_type == "dapo" else len(part) / len(used)
+        )  # token-mean weighs by tokens, the per-sequence modes by sequences
+        (loss * share).backward()
+        for key in ("pg_loss", "kl", "clipfrac", "approx_kl"):
+            metrics[key] += m[key] * share
+    if settings.legal_weight > 0 and masked:
+        # the legality term, once per distinct masked prompt (flat groups included: legality
+        # is learnt wherever the policy was asked)
+        firsts = list({tuple(samples[i].prompt_ids): i for i in masked}.values())
+        for start in range(0, len(firsts), minibatch):
+            batch = [samples[i] for i in firsts[start : start + minibatch]]
+            _, _, nll = masked_completion_logprobs(policy, batch, pad, settings.temperature)
+            (settings.legal_weight * nll.sum() / len(firsts)).backward()
+            metrics["legal_nll"] += float(nll.detach().sum()) / len(firsts)
+    grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
+    optimizer.step()
+    return {**metrics, "trained_samples": float(len(used)), "grad_norm": float(grad_norm)}
+
+
+def batch_metrics(samples: Sequence[Sample]) -> dict[str, float]:
+    """Reward by task, the policy task's legal rate, the environment task's exact and per-field
+    accuracy, the share of zero-variance groups, and the task mix of the batch."""
+    from chessrl.rl.policy_gradient import zero_variance_group_share
+
+    out: dict[str, float] = {}
+    policy = [s for s in samples if s.prompt.task == "policy"]
+    env = [s for s in samples if s.prompt.task == "environment"]
+    out["reward_mean"] = sum(s.reward for s in samples) / max(1, len(samples))
+    out["reward_policy"] = sum(s.reward for s in policy) / max(1, len(policy))
+    out["reward_environment"] = sum(s.reward for s in env) / max(1, len(env))
+    out["legal_rate"] = sum(s.status == "legal" for s in policy) / max(1, len(policy))
+    out["env_exact"] = sum(s.status == "exact" for s in env) / max(1, len(env))
+    for name in ENV_FIELDS:
+        out[f"env_{name}_accuracy"] = sum(s.fields.get(name, False) for s in env) / max(1, len(env))
+    out["policy_share"] = len(policy) / max(1, len(samples))
+    out["zero_variance_groups"] = (
+        zero_variance_group_share(torch.tensor([s.reward for s in samples]), [s.group for s in samples])
+        if samples
+        else 0.0
+    )
+    out["completion_tokens_mean"] = sum(len(s.completion_ids) for s in samples) / max(1, len(samples))
+    return out
+
+
+@torch.no_grad()
+def evaluate_tasks(
+    model: torch.nn.Module,
+    tokenizer: object,
+    prompts: Sequence[Prompt],
+    max_new_tokens: dict[str, int],
+    expected: Callable[[list[str]], list[float]] | None = None,
+    settings: GRPOSettings | None = None,
+) -> dict[str, float]:
+    """Greedy answers to ``prompts`` (unmasked): the policy task's legal-move rate and the
+    environment task's exact-match accuracy (and per-field accuracy), with the counts. With
+    ``expected`` (the engine's expected scores, as :func:`score_samples` takes), also the policy
+    task's mean reward of the greedy move (``policy_reward``: what GRPO maximises, at argmax)."""
+    from chessrl.lm.models import complete_ids, prompt_ids
+
+    was_training = model.training
+    model.eval()
+    eos = getattr(tokenizer, "eos_token_id", None)
+    samples: list[Sample] = []
+    try:
+        for task in TASKS:
+            index = [i for i, p in enumerate(prompts) if p.task == task]
+            for start in range(0, len(index), 64):
+                part = index[start : start + 64]
+                rows = [prompt_ids(tokenizer, prompts[i].text) for i in part]  # type: ignore[arg-type]
+                seqs = complete_ids(model, tokenizer, rows, 1, 0.0, max_new_tokens[task])  # type: ignore[arg-type]
+                for k, i in enumerate(part):
+                    ids = seqs[k].tolist()
+                    ids = ids[: completion_length(ids, eos)]
+                    text = tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[attr-defined]
+                    samples.append(Sample(prompts[i], i, rows[k], ids, text))
+    finally:
+        model.train(was_training)
+    if expected is not None:
+        score_samples(samples, expected, settings or GRPOSettings())
+    else:
+        for s in samples:
+            if s.prompt.task == "policy":
+                s.status = parse_policy_completion(s.prompt.fen, s.text)[0]
+            else:
+                score = env_reward(s.text, s.prompt.target or "")
+                s.status, s.fields = ("exact" if score.exact else "partial"), score.fields
+    m = batch_metrics(samples)
+    policy = sum(s.prompt.task == "policy" for s in samples)
+    out = {
+        "legal_rate": m["legal_rate"], "env_exact": m["env_exact"], "env_fen_accuracy": m["env_fen_accuracy"],
+        "policy_positions": float(policy), "env_positions": float(len(samples) - policy),
+    }  # fmt: skip
+    if expected is not None:
+        out["policy_reward"] = m["reward_policy"]
+    return out
+
+
+OWN_OPPONENTS = ("self", "random", "start", "random+start")
+
+
+class OwnGames:
+    """Games the current policy plays, its moves drawn from the masked policy, each continued
+    from a position of the training games: the positions the policy itself reaches become
+    prompts. ``opponent``: ``self`` (the policy plays both sides), ``random`` (a random legal
+    mover), ``start`` (the policy's frozen start, its masked argmax: the sft model an SPRT
+    measures against) or ``random+start`` (games alternate between the two). Each call moves
+    every live game on by ``stride`` plies (one batched forward pass a ply) and asks its
+    position with the policy to move; a game that ends, or passes ``max_plies``, starts again
+    from the next start position.
+
+    >>> from chessrl.lm.models import build_model
+    >>> model, tok = build_model("tiny")
+    >>> games = OwnGames([("e2e4",), ("d2d4", "d7d5")], live=2, text_format="moves")
+    >>> prompts = games.prompts(model, tok, temperature=1.0)
+    >>> [len(p.text.split()) for p in prompts], prompts[0].phase
+    ([3, 4], 'own')
+    >>> games = OwnGames([("e2e4",)], live=1, text_format="board", opponent="random")
+    >>> [p] = games.prompts(model, tok, temperature=1.0)
+    >>> p.text.split()[1]  # the policy plays black here (black was to move at the start)
+    'b'
+    """
+
+    def __init__(
+        self, starts: Sequence[Sequence[str]], *, live: int, text_format: str = "moves", stride: int = 2,
+        max_plies: int = 160, opponent: str = "self", seed: int = 0,
+    ) -> None:  # fmt: skip
+        if not starts:
+            raise ValueError("OwnGames needs at least one start position")
+        if opponent not in OWN_OPPONENTS:
+            raise ValueError(f"unknown opponent {opponent!r}; opponents: {', '.join(OWN_OPPONENTS)}")
+        self.starts = [tuple(s) for s in starts]
+        self.next_start = 0
+        self.text_format, self.stride, self.max_plies = text_format, stride, max_plies
+        self.opponents = {"random+start": ("random", "start")}.get(opponent, (opponent,))
+        self.rng = random.Random(seed)
+        self.games: list[list[str]] = []
+        self.boards: list[chess.Board] = []  # each game's position, kept in step with its moves
+        self.sides: list[chess.Color] = []  # the colour the policy plays in each game
+        self.against: list[str] = []  # each game's opponent
+        for _ in range(live):
+            self._fresh(None)
+
+    def _fresh(self, i: int | None) -> None:
+        start = self.starts[self.next_start % len(self.starts)]
+        opponent = self.opponents[self.next_start % len(self.opponents)]
+        self.next_start += 1
+        side = len(start) % 2 == 0  # the side to move at the start: white after an even ply count
+        if i is None:
+            self.games.append(list(start))
+            self.boards.append(self._board(start))
+            self.sides.append(side)
+            self.against.append(opponent)
+        else:
+            self.games[i], self.sides[i], self.against[i] = list(start), side, opponent
+            self.boards[i] = self._board(start)
+
+    @staticmethod
+    def _board(moves: Sequence[str]) -> chess.Board:
+        board = chess.Board()
+        for m in moves:
+            board.push_uci(m)
+        return board
+
+    def _over(self, i: int, board: chess.Board) -> bool:
+        return board.is_game_over(claim_draw=True) or len(self.games[i]) >= self.max_plies
+
+    def _ply(
+        self, model: Any, tokenizer: object, temperature: float, start: Any, movers: tuple[str, ...]
+    ) -> None:
+        """One ply of every live game whose mover is in ``movers`` (``policy``, ``opponent``),
+        restarting the ones that ended first: the policy's moves in one batched pass, the start
+        model's in another, the random mover's drawn here."""
+        from chessrl.lm.formats import get_format
+        from chessrl.lm.masked import answer_spaced, masked_moves
+        from chessrl.lm.models import prompt_ids
+
+        fmt = get_format(self.text_format)
+        for i, board in enumerate(self.boards):
+            if self._over(i, board):
+                self._fresh(i)
+        boards = self.boards
+        turn: dict[str, list[int]] = {"policy": [], "start": [], "random": []}
+        for i, board in enumerate(boards):
+            if self.against[i] == "self" or board.turn == self.sides[i]:
+                if "policy" in movers:
+                    turn["policy"].append(i)
+            elif "opponent" in movers:
+                turn[self.against[i]].append(i)
+        for who, net, temp in (("policy", model, temperature), ("start", start, 0.0)):
+            idx = turn[who]
+            if not idx:
+                continue
+            if net is None:
+                raise ValueError("OwnGames: games against the start model need the start model")
+            rows = [prompt_ids(tokenizer, fmt.prompt_for(boards[i], self.games[i])) for i in idx]  # type: ignore[arg-type]
+            spaced = [answer_spaced(fmt, self.games[i]) for i in idx]
+            choices = masked_moves(net, tokenizer, [boards[i] for i in idx], rows, spaced, temperature=temp)
+            for i, choice in zip(idx, choices, strict=True):
+                self._push(i, choice.moves[0])
+        for i in turn["random"]:
+            self._push(i, self.rng.choice(sorted(m.uci() for m in boards[i].legal_moves)))
+
+    def _push(self, i: int, move: str) -> None:
+        self.games[i].append(move)
+        self.boards[i].push_uci(move)
+
+    def _waiting(self) -> bool:
+        """Whether a game has ended or waits for its opponent's move."""
+        for i, board in enumerate(self.boards):
+            if self._over(i, board) or (self.against[i] != "self" and board.turn != self.sides[i]):
+                return True
+        return False
+
+    def prompts(
+        self, model: torch.nn.Module, tokenizer: object, temperature: float = 1.0, start: Any = None
+    ) -> list[Prompt]:
+        """Move every live game on and return one policy prompt per game (phase ``own``), the
+        policy to move. ``start``: the frozen start model (opponent ``start``)."""
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                for _ in range(self.stride):
+                    self._ply(model, tokenizer, temperature, start, ("policy", "opponent"))
+                for _ in range(3):  # restarted games, or ones that ended on the policy's move
+                    if not self._waiting():
+                        break
+                    self._ply(model, tokenizer, temperature, start, ("opponent",))
+        finally:
+            model.train(was_training)
+        out = []
+        for g, board in zip(self.games, self.boards, strict=True):
+            if self.text_format == "moves":
+                prompt = moves_prompt(g, "own")
+            elif self.text_format == "board":
+                prompt = board_prompt(board.fen(), "own")
+            else:
+                prompt = policy_prompt(board.fen(), "own")
+            out.append(prompt)
+        return out
+
+
+def task_prompts(
+    positions: Sequence[Position], policy_share: float, rng: random.Random, text_format: str = "rookworld"
+) -> list[Prompt]:
+    """Prompts for ``positions``: ``policy_share`` of them (largest remainder) policy tasks, the
+    rest environment tasks applying the game's next move (a seeded random legal move at a game's
+    end) with the game's last moves as history, in a seeded order. ``text_format="moves"`` asks
+    every position as the moves so far (:func:`moves_prompt`), ``board`` as its fixed-length
+    encoding (:func:`board_prompt`): neither has an environment task, so ``policy_share`` must be 1.
+
+    >>> from chessrl.data.positions import PositionSampler
+    >>> picks = PositionSampler([{"moves": "e2e4 e7e5 g1f3"}], seed=0).sample(5)
+    >>> sorted(p.task for p in task_prompts(picks, 0.8, random.Random(0)))
+    ['environment', 'policy', 'policy', 'policy', 'policy']
+    >>> [p.text for p in task_prompts(picks[:1], 1.0, random.Random(0), "moves")] == [" ".join(picks[0].history)]
+    True
+    """
+    if text_format in ("moves", "board"):
+        if policy_share < 1.0:
+            raise ValueError(f"the {text_format} format has no environment task: policy_share must be 1")
+        asked = [
+            moves_prompt(pos.history, pos.phase)
+            if text_format == "moves"
+            else board_prompt(pos.fen, pos.phase)
+            for pos in positions
+        ]
+        rng.shuffle(asked)
+        return asked
+    n_policy, _ = split_counts(len(positions), [policy_share, 1.0 - policy_share])
+    out: list[Prompt] = []
+    for k, pos in enumerate(positions):
+        if k < n_policy:
+            out.append(policy_prompt(pos.fen, pos.phase))
+        else:
+            move = pos.next_move or rng.choice(list(chess.Board(pos.fen).legal_moves)).uci()
+            out.append(env_prompt(pos.fen, move, pos.history[-ENV_HISTORY:], pos.phase))
+    rng.shuffle(out)
+    return out

@@ -1,0 +1,125 @@
+"""What several phases read and write, in one place, so that no phase module imports another:
+the games table (``prepare`` writes it; preferences, sft, ppo, grpo and dpo read it), the
+preference table (``preferences`` writes it; reward and dpo read it), and an sft model's folder
+and text format (``sft`` writes them; ppo, grpo and dpo start from them).
+
+    dataset = games_table(Storage.from_uri("runs/demo/prepare"))   # checked, or one clear error
+    folder = sft_folder("rookworld")                               # 'sft-rookworld'
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from chessrl.rl.preferences import REQUIRED_COLUMNS
+from chessrl.rl.reward import TEXT_FORMAT_KEY
+from cluster.errors import InputDataError, StorageError
+from cluster.storage import Storage
+
+
+def preference_table(source: Storage) -> tuple[Storage, list[str], list[str], set[str]]:
+    """The training and held-out Parquet files (relative names) of the preference table at
+    ``source`` and the columns every file has; a missing, empty or wrong-schema table is one
+    clear error (``reward`` and ``dpo`` read the pairs this way)."""
+    import pyarrow.parquet as pq
+
+    files = sorted(f for f in source.list_files() if f.endswith(".parquet")) if source.exists() else []
+    if not files:
+        raise StorageError(
+            f"no preference pairs at {source.uri}: run `chess-rl preferences` first, or pass --preferences"
+        )
+    common: set[str] | None = None
+    for name in files:
+        try:
+            with source.fs.open_input_file(source.path(name)) as handle:
+                names = pq.read_schema(handle).names
+        except Exception as exc:  # pyarrow raises several types for unreadable files
+            raise InputDataError(f"{source.uri}/{name} is not a readable Parquet file: {exc}") from None
+        missing = [c for c in REQUIRED_COLUMNS if c not in names]
+        if missing:
+            raise InputDataError(
+                f"{source.uri}/{name} is not a preference table: no column {', '.join(missing)} "
+                f"(it has {', '.join(names)}); the columns {', '.join(REQUIRED_COLUMNS)} are needed, "
+                "as `chess-rl preferences` writes them"
+            )
+        common = set(names) if common is None else common & set(names)
+    train = [f for f in files if f.startswith("train/")]
+    held = [f for f in files if f.startswith("heldout/")]
+    if held and not train:
+        raise InputDataError(f"{source.uri} has held-out pairs but no train/ shards to train on")
+    if not train and not held:  # a table without the split: every file is read and split by board
+        return source, files, [], common or set()
+    return source, train, held, common or set()
+
+
+def read_heldout(source: Storage, files: list[str], limit: int, seed: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` held-out pairs (a seeded sample), as rows of the table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = []
+    for name in files:
+        with source.fs.open_input_file(source.path(name)) as handle:
+            tables.append(pq.read_table(handle))
+    if not tables:
+        return []
+    rows = pa.concat_tables(tables, promote_options="default").to_pylist()
+    random.Random(seed).shuffle(rows)
+    return rows[:limit]
+
+
+def sft_folder(text_format: str) -> str:
+    """The run's folder an sft of this text format writes (checkpoints, model, summary): ``sft``
+    for the moves format (ppo's start), ``sft-rookworld`` for rookworld (grpo's start), so one run
+    can hold both.
+
+    >>> sft_folder("moves"), sft_folder("rookworld")
+    ('sft', 'sft-rookworld')
+    """
+    return "sft" if text_format == "moves" else f"sft-{text_format}"
+
+
+def mark_text_format(folder: Any, text_format: str) -> None:
+    """Record the text format in the model's ``config.json`` (``grpo`` reads it to warn about a
+    policy that never saw the rookworld tasks); transformers keeps unknown keys as attributes."""
+    from pathlib import Path
+
+    path = Path(folder) / "config.json"
+    config = json.loads(path.read_text())
+    config[TEXT_FORMAT_KEY] = text_format
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def games_table(source: Storage, columns: Sequence[str] = ("game_id", "moves")) -> Any:
+    """The games table at ``source`` as a pyarrow dataset, checked without reading its rows: it
+    exists, is Parquet, has ``columns`` and at least one game; else one clear error (every phase
+    that reads games checks them with this before Ray starts)."""
+    import pyarrow.dataset as pads
+
+    if not source.exists() or not [f for f in source.list_files() if f.endswith(".parquet")]:
+        raise StorageError(f"no games at {source.uri}: run `chess-rl prepare` first, or pass --games")
+    try:
+        dataset = pads.dataset(source.path(), filesystem=source.fs, format="parquet")
+        missing = [c for c in columns if c not in dataset.schema.names]
+        rows = 0 if missing else dataset.count_rows()
+    except Exception as exc:  # pyarrow raises several types for unreadable files
+        raise InputDataError(f"{source.uri} is not a readable Parquet games table: {exc}") from None
+    if missing:
+        raise InputDataError(
+            f"{source.uri} is not a games table: no column {', '.join(missing)} "
+            f"(it has {', '.join(dataset.schema.names)}); write one with `chess-rl prepare`"
+        )
+    if not rows:
+        raise InputDataError(
+            f"{source.uri} holds no games: run `chess-rl prepare` with some PGN or --generate N"
+        )
+    return dataset
+
+
+def read_games(source: Storage) -> list[dict[str, Any]]:
+    """``game_id`` and ``moves`` of every game; an empty or wrong-schema table is one clear error."""
+    rows: list[dict[str, Any]] = games_table(source).to_table(columns=["game_id", "moves"]).to_pylist()
+    return rows
