@@ -125,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     from cluster.runtime import ray_session
     from cluster.storage import Storage
     from pipelines import preferences, prepare
-    from pipelines.config import ChessRLConfig
     from pipelines.artifacts import read_games
+    from pipelines.config import ChessRLConfig
     from pipelines.preferences import plan_positions
 
     work = Path(tempfile.mkdtemp(prefix="bench-preferences-"))

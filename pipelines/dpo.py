@@ -54,7 +54,16 @@ from pipelines.learner import (
     torch_trainer,
     training_finished,
 )
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, model_location, run_phase
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, model_location
+
+SUMMARY = "dpo: preference pairs -> a better policy, directly (Ray Train TorchTrainer + TRL DPOTrainer)."
+DESCRIPTION = (
+    "The sft policy (or --policy) trained on chosen/rejected move pairs in its own text format, the\n"
+    "policy as it starts the frozen reference (or --reference); held-out pair accuracies every eval_every\n"
+    "steps; checkpoints under <storage>/<run>/dpo/ray (a re-run resumes); the policy at\n"
+    "<storage>/<run>/dpo/model, and the paired move quality of start and final in the summary. Example:\n"
+    "  chess-rl dpo --beta 0.1 --max-steps 300"
+)
 
 #: The columns of a tokenized pair, as TRL's DPOTrainer reads them.
 ID_COLUMNS: tuple[str, ...] = ("prompt_ids", "chosen_ids", "rejected_ids")
@@ -639,26 +648,8 @@ def summary_lines(summary: dict[str, Any], cfg: DPOConfig) -> list[str]:
     ]
 
 
-PHASE = Phase(
-    name="dpo",
-    summary="dpo: preference pairs -> a better policy, directly (Ray Train TorchTrainer + TRL DPOTrainer).",
-    description=(
-        "The sft policy (or --policy) trained on chosen/rejected move pairs in its own text format, the\n"
-        "policy as it starts the frozen reference (or --reference); held-out pair accuracies every eval_every\n"
-        "steps; checkpoints under <storage>/<run>/dpo/ray (a re-run resumes); the policy at\n"
-        "<storage>/<run>/dpo/model, and the paired move quality of start and final in the summary. Example:\n"
-        "  chess-rl dpo --beta 0.1 --max-steps 300"
-    ),
-    section="dpo",
-    section_model=DPOConfig,
-    run=run_dpo,
-    check=check_dpo,
-)
-
-
-def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
-    return run_phase(PHASE, argv, prog=prog)
-
-
+PHASE = Phase(name="dpo", section="dpo", section_model=DPOConfig, run=run_dpo, check=check_dpo,
+              summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

@@ -74,7 +74,18 @@ from cluster.errors import ConfigError, InputDataError, StorageError, UserError
 from cluster.storage import Storage, split_uri
 from pipelines.config import ChessRLConfig, EvaluateConfig
 from pipelines.matches import Arena, GameTask, Settings, schedule_pairs, suite_task
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, run_phase, saved_model
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, saved_model
+
+SUMMARY = "evaluate: arenas of players as Ray tasks -> scores, Elo, suites, PGN and a report."
+DESCRIPTION = (
+    "Players: random, sft, lm:DIR, mcts[:FILE.pt][,sims=N][,search=gumbel],\n"
+    "stockfish[:skill=N|elo=N][,nodes=N][,random=P], uci:PATH. The first is the candidate, rated on\n"
+    "the low Elo ladder (--no-ladder: off). Results are written as games finish; the same command\n"
+    "resumes. Examples:\n"
+    "  chess-rl evaluate --players sft random stockfish:skill=0 stockfish:elo=1350 --games 20\n"
+    "  chess-rl evaluate --mode sprt --players lm:runs/a/ppo/model lm:runs/a/sft/model --games 400\n"
+    "  chess-rl evaluate --mode sprt --players mcts,sims=16,search=gumbel mcts,sims=32 --games 200"
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -594,27 +605,8 @@ def write_outputs(
 
 
 PHASE = Phase(
-    name="evaluate",
-    summary="evaluate: arenas of players as Ray tasks -> scores, Elo, suites, PGN and a report.",
-    description=(
-        "Players: random, sft, lm:DIR, mcts[:FILE.pt][,sims=N][,search=gumbel],\n"
-        "stockfish[:skill=N|elo=N][,nodes=N][,random=P], uci:PATH. The first is the candidate, rated on\n"
-        "the low Elo ladder (--no-ladder: off). Results are written as games finish; the same command\n"
-        "resumes. Examples:\n"
-        "  chess-rl evaluate --players sft random stockfish:skill=0 stockfish:elo=1350 --games 20\n"
-        "  chess-rl evaluate --mode sprt --players lm:runs/a/ppo/model lm:runs/a/sft/model --games 400\n"
-        "  chess-rl evaluate --mode sprt --players mcts,sims=16,search=gumbel mcts,sims=32 --games 200"
-    ),
-    section="evaluate",
-    section_model=EvaluateConfig,
-    run=run_evaluate,
-    check=check_evaluate,
-)
-
-
-def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
-    return run_phase(PHASE, argv, prog=prog)
-
-
+    name="evaluate", section="evaluate", section_model=EvaluateConfig, run=run_evaluate, check=check_evaluate,
+    summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

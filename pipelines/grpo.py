@@ -45,7 +45,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +55,17 @@ from cluster.storage import Storage
 from pipelines.artifacts import sft_folder
 from pipelines.config import ChessRLConfig, GRPOConfig
 from pipelines.learner import LearnerLog, largest_node_cpus, torch_trainer
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, run_phase
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location
+
+SUMMARY = "grpo: GRPO of an sft policy with Stockfish-verified rewards (Ray Train learner + EnginePool)."
+DESCRIPTION = (
+    "Samples groups of completions for RookWorld policy (P:) and environment (A:) prompts cut from the\n"
+    "games, scores moves with Stockfish and environment answers with python-chess, and takes GRPO steps\n"
+    "with a KL penalty to the sft start. Example:\n"
+    "  chess-rl grpo --iterations 30 --group-size 4 --loss-type grpo\n"
+    "--text-format moves asks the plain sft model for the next move of a move list (policy tasks only):\n"
+    "  chess-rl grpo --text-format moves --policy-share 1"
+)
 
 
 def grpo_settings(cfg: GRPOConfig) -> GRPOSettings:
@@ -567,27 +576,8 @@ def summary_lines(
     ]
 
 
-PHASE = Phase(
-    name="grpo",
-    summary="grpo: GRPO of an sft policy with Stockfish-verified rewards (Ray Train learner + EnginePool).",
-    description=(
-        "Samples groups of completions for RookWorld policy (P:) and environment (A:) prompts cut from the\n"
-        "games, scores moves with Stockfish and environment answers with python-chess, and takes GRPO steps\n"
-        "with a KL penalty to the sft start. Example:\n"
-        "  chess-rl grpo --iterations 30 --group-size 4 --loss-type grpo\n"
-        "--text-format moves asks the plain sft model for the next move of a move list (policy tasks only):\n"
-        "  chess-rl grpo --text-format moves --policy-share 1"
-    ),
-    section="grpo",
-    section_model=GRPOConfig,
-    run=run_grpo,
-    check=check_grpo,
-)
-
-
-def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
-    return run_phase(PHASE, argv, prog=prog)
-
-
+PHASE = Phase(name="grpo", section="grpo", section_model=GRPOConfig, run=run_grpo, check=check_grpo,
+              summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

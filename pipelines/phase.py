@@ -122,6 +122,10 @@ class Phase:
     #: run it before Ray starts (a UserError: one ``error:`` line, exit 2).
     check: Callable[[ChessRLConfig, Inputs], object] | None = None
 
+    def main(self, argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
+        """The phase's command: ``chess-rl <name>`` and ``python -m pipelines.<name>`` (see :func:`run_phase`)."""
+        return run_phase(self, argv, prog=prog)
+
 
 def build_parser(
     phase: Phase, prog: str | None = None

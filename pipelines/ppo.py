@@ -38,7 +38,6 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,14 @@ from cluster.progress import ProgressBoard
 from cluster.storage import Storage
 from pipelines.config import ChessRLConfig, PPOConfig
 from pipelines.learner import LearnerLog, RolloutFeed, largest_node_cpus, torch_trainer
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, run_phase
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location
+
+SUMMARY = "ppo: PPO of the sft policy against the reward model (rollout collectors, RewardServer, Ray Train learner)."
+DESCRIPTION = (
+    "Collectors play episodes against an opponent pool, the reward model scores every move, and a\n"
+    "Ray Train learner runs clipped PPO with a critic and a KL penalty to the sft start. Example:\n"
+    "  chess-rl ppo --iterations 40 --kl-coef 0.05 --opponents self random"
+)
 
 
 def ppo_settings(cfg: PPOConfig) -> PPOSettings:
@@ -621,24 +627,8 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     return PhaseResult(summary=summary, lines=lines, ok=summary["iterations"] > 0)
 
 
-PHASE = Phase(
-    name="ppo",
-    summary="ppo: PPO of the sft policy against the reward model (rollout collectors, RewardServer, Ray Train learner).",
-    description=(
-        "Collectors play episodes against an opponent pool, the reward model scores every move, and a\n"
-        "Ray Train learner runs clipped PPO with a critic and a KL penalty to the sft start. Example:\n"
-        "  chess-rl ppo --iterations 40 --kl-coef 0.05 --opponents self random"
-    ),
-    section="ppo",
-    section_model=PPOConfig,
-    run=run_ppo,
-    check=check_ppo,
-)
-
-
-def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
-    return run_phase(PHASE, argv, prog=prog)
-
-
+PHASE = Phase(name="ppo", section="ppo", section_model=PPOConfig, run=run_ppo, check=check_ppo,
+              summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

@@ -28,7 +28,6 @@ import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 from chessrl.arena.suites import score_cp
@@ -49,7 +48,14 @@ from chessrl.rl.preferences import (
 from cluster.storage import Storage
 from pipelines.artifacts import games_table, read_games
 from pipelines.config import ChessRLConfig, PreferencesConfig
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, run_phase
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location
+
+SUMMARY = "preferences: positions from games -> policy proposals (batched) -> Stockfish-judged pairs (Parquet)."
+DESCRIPTION = (
+    "Chosen: Stockfish's move at --nodes. Rejected: a proposal --margin-cp or more worse, or no legal\n"
+    "move (marked). Shards are written whole; the same command resumes. Example:\n"
+    "  chess-rl preferences --positions 20000 --k 4 --samplers 2"
+)
 
 #: Edges of the centipawn-gap histogram in the summary (chosen score - rejected score).
 GAP_EDGES: tuple[int, ...] = (50, 100, 200, 400, 800, 1600, 2001)
@@ -329,23 +335,8 @@ def summary_lines(summary: dict[str, Any], out: Storage) -> list[str]:
 
 
 PHASE = Phase(
-    name="preferences",
-    summary="preferences: positions from games -> policy proposals (batched) -> Stockfish-judged pairs (Parquet).",
-    description=(
-        "Chosen: Stockfish's move at --nodes. Rejected: a proposal --margin-cp or more worse, or no legal\n"
-        "move (marked). Shards are written whole; the same command resumes. Example:\n"
-        "  chess-rl preferences --positions 20000 --k 4 --samplers 2"
-    ),
-    section="preferences",
-    section_model=PreferencesConfig,
-    run=run_preferences,
-    check=check_preferences,
-)
-
-
-def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
-    return run_phase(PHASE, argv, prog=prog)
-
-
+    name="preferences", section="preferences", section_model=PreferencesConfig, run=run_preferences, check=check_preferences,
+    summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

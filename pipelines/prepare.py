@@ -54,7 +54,18 @@ from chessrl.engine.engine_games import GeneratorSettings, generate_games
 from cluster.errors import InputDataError, StorageError
 from cluster.storage import Storage, resolve_inputs, split_uri
 from pipelines.config import ChessRLConfig, PrepareConfig
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, run_phase
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult
+
+SUMMARY = (
+    "prepare: PGN games (files, folders, globs; .pgn or .pgn.zst; local or s3://) and/or --generate N "
+    "Stockfish games -> games Parquet."
+)
+DESCRIPTION = (
+    "Streams every input through Ray Data: read and split, parse with python-chess in parallel, filter,\n"
+    "write Parquet shards under <storage>/<run>/prepare/games, and print what was read, written and\n"
+    "skipped (by reason). Example:\n"
+    "  chess-rl prepare --inputs games/*.pgn.zst --min-elo 2000 --time-controls blitz rapid classical"
+)
 
 PGN_SUFFIXES = (".pgn", ".pgn.zst")
 RAW_BLOCK_GAMES = 500  # raw games per table the read stage yields
@@ -510,28 +521,9 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 
 
 PHASE = Phase(
-    name="prepare",
-    summary=(
-        "prepare: PGN games (files, folders, globs; .pgn or .pgn.zst; local or s3://) and/or --generate N "
-        "Stockfish games -> games Parquet."
-    ),
-    description=(
-        "Streams every input through Ray Data: read and split, parse with python-chess in parallel, filter,\n"
-        "write Parquet shards under <storage>/<run>/prepare/games, and print what was read, written and\n"
-        "skipped (by reason). Example:\n"
-        "  chess-rl prepare --inputs games/*.pgn.zst --min-elo 2000 --time-controls blitz rapid classical"
-    ),
-    section="prepare",
-    section_model=PrepareConfig,
-    run=run_prepare,
-    check=check_prepare,
-)
-
-
-def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
-    return run_phase(PHASE, argv, prog=prog)
-
-
+    name="prepare", section="prepare", section_model=PrepareConfig, run=run_prepare, check=check_prepare,
+    summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+main = PHASE.main
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     sys.exit(main())

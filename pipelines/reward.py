@@ -51,7 +51,16 @@ from pipelines.learner import (
     torch_trainer,
     training_finished,
 )
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, run_phase
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location
+
+SUMMARY = "reward: preference pairs -> a reward model (Ray Train TorchTrainer + TRL RewardTrainer)."
+DESCRIPTION = (
+    "GPT2ForSequenceClassification on the sft model's transformer (or --base-model), trained on\n"
+    "chosen/rejected pairs; held-out pairwise accuracy and Spearman correlation with Stockfish every\n"
+    "eval_every steps; checkpoints under <storage>/<run>/reward/ray (a re-run resumes); the model\n"
+    "at <storage>/<run>/reward/model, with the reward mean and std in its config. Example:\n"
+    "  chess-rl reward --max-steps 300 --num-workers 2"
+)
 
 
 def train_loop_per_worker(cfg: dict[str, Any]) -> None:
@@ -629,26 +638,8 @@ def run_reward(context: PhaseContext) -> PhaseResult:
     return PhaseResult(summary=summary, lines=lines, ok=True)
 
 
-PHASE = Phase(
-    name="reward",
-    summary="reward: preference pairs -> a reward model (Ray Train TorchTrainer + TRL RewardTrainer).",
-    description=(
-        "GPT2ForSequenceClassification on the sft model's transformer (or --base-model), trained on\n"
-        "chosen/rejected pairs; held-out pairwise accuracy and Spearman correlation with Stockfish every\n"
-        "eval_every steps; checkpoints under <storage>/<run>/reward/ray (a re-run resumes); the model\n"
-        "at <storage>/<run>/reward/model, with the reward mean and std in its config. Example:\n"
-        "  chess-rl reward --max-steps 300 --num-workers 2"
-    ),
-    section="reward",
-    section_model=RewardConfig,
-    run=run_reward,
-    check=check_reward,
-)
-
-
-def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
-    return run_phase(PHASE, argv, prog=prog)
-
-
+PHASE = Phase(name="reward", section="reward", section_model=RewardConfig, run=run_reward, check=check_reward,
+              summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

@@ -42,7 +42,6 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 from chessrl.search.mcts import MCTSConfig
@@ -53,7 +52,14 @@ from cluster.runtime import release_actor_name
 from cluster.storage import Storage
 from pipelines.config import ChessRLConfig, SelfplayConfig
 from pipelines.learner import LearnerLog, torch_trainer
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, run_phase
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult
+
+SUMMARY = "selfplay: AlphaZero-style training (batched-MCTS collectors, parameter server, Ray Train learner, gating)."
+DESCRIPTION = (
+    "Collectors play self-play games with batched MCTS and write replay shards; a Ray Train learner\n"
+    "trains on a sliding window of them and promotes networks that win an arena gate. Example:\n"
+    "  chess-rl selfplay --producer-workers 1 --iterations 40 --mcts-simulations 32"
+)
 
 
 def net_config(cfg: SelfplayConfig) -> NetConfig:
@@ -791,23 +797,8 @@ def _elo_text(e: dict[str, Any]) -> str:
 
 
 PHASE = Phase(
-    name="selfplay",
-    summary="selfplay: AlphaZero-style training (batched-MCTS collectors, parameter server, Ray Train learner, gating).",
-    description=(
-        "Collectors play self-play games with batched MCTS and write replay shards; a Ray Train learner\n"
-        "trains on a sliding window of them and promotes networks that win an arena gate. Example:\n"
-        "  chess-rl selfplay --producer-workers 1 --iterations 40 --mcts-simulations 32"
-    ),
-    section="selfplay",
-    section_model=SelfplayConfig,
-    run=run_selfplay,
-    check=check_selfplay,
-)
-
-
-def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
-    return run_phase(PHASE, argv, prog=prog)
-
-
+    name="selfplay", section="selfplay", section_model=SelfplayConfig, run=run_selfplay, check=check_selfplay,
+    summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

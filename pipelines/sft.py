@@ -41,7 +41,15 @@ from pipelines.learner import (
     torch_trainer,
     training_finished,
 )
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, run_phase
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult
+
+SUMMARY = "sft: games Parquet -> a GPT-2-style chess policy (Ray Train TorchTrainer + TRL SFTTrainer)."
+DESCRIPTION = (
+    "Trains on whole games in the moves format, measures the legal-move rate on held-out positions,\n"
+    "checkpoints under <storage>/<run>/sft/ray (a re-run resumes) and saves the model to\n"
+    "<storage>/<run>/sft/model. Example:\n"
+    "  chess-rl sft --model tiny --max-steps 500"
+)
 
 
 def train_loop_per_worker(cfg: dict[str, Any]) -> None:
@@ -640,25 +648,8 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     return PhaseResult(summary=summary, lines=lines, ok=True)
 
 
-PHASE = Phase(
-    name="sft",
-    summary="sft: games Parquet -> a GPT-2-style chess policy (Ray Train TorchTrainer + TRL SFTTrainer).",
-    description=(
-        "Trains on whole games in the moves format, measures the legal-move rate on held-out positions,\n"
-        "checkpoints under <storage>/<run>/sft/ray (a re-run resumes) and saves the model to\n"
-        "<storage>/<run>/sft/model. Example:\n"
-        "  chess-rl sft --model tiny --max-steps 500"
-    ),
-    section="sft",
-    section_model=SftConfig,
-    run=run_sft,
-    check=check_sft,
-)
-
-
-def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
-    return run_phase(PHASE, argv, prog=prog)
-
-
+PHASE = Phase(name="sft", section="sft", section_model=SftConfig, run=run_sft, check=check_sft,
+              summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

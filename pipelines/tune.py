@@ -43,6 +43,9 @@ from pipelines.config import TUNE_DEFAULTS, ChessRLConfig, TuneConfig
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, execute, phase_logger, run_phase
 from pipelines.rlaif import phase_module
 
+SUMMARY = "tune: a Ray Tune sweep (grid or random, ASHA) of ppo.kl_coef, grpo.beta, selfplay.mcts_cpuct or any key of those phases."
+DESCRIPTION = __doc__.split("\n\n", 2)[1] if __doc__ else ""
+
 #: Ray Tune needs a non-empty resource request per trial; the trial's own work (the phase's
 #: learner, collectors, engines) asks for its CPUs itself, outside the trial's placement group.
 TRIAL_RESOURCES: dict[str, float] = {"cpu": 0, "memory": 1024}
@@ -411,17 +414,8 @@ def summary_lines(
     return lines
 
 
-PHASE = Phase(
-    name="tune",
-    summary="tune: a Ray Tune sweep (grid or random, ASHA) of ppo.kl_coef, grpo.beta, selfplay.mcts_cpuct or any key of those phases.",
-    description=__doc__.split("\n\n", 2)[1] if __doc__ else "",
-    section="tune",
-    section_model=TuneConfig,
-    run=run_tune,
-    check=check_tune,
-)
-
-
+PHASE = Phase(name="tune", section="tune", section_model=TuneConfig, run=run_tune, check=check_tune,
+              summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
 def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     """``chess-rl tune``. An embedded Ray starts with its dashboard here: ASHA stops a trial by
     killing it, and only through the dashboard's state API does Ray Train's PlacementGroupCleaner
