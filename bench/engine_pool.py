@@ -32,17 +32,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import chess
+import chess.engine
+import chess.pgn
+from machine_load import fmt_load, timed
+from record import RESULTS, ROOT, write_record
 
-import chess  # noqa: E402
-import chess.engine  # noqa: E402
-import chess.pgn  # noqa: E402
-from machine_load import fmt_load, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
-from record import write_record  # noqa: E402
-
-from cluster.config import RaySection  # noqa: E402
+from cluster.config import RaySection
 
 TARGET = 0.9
 NUM_CPUS = 2
@@ -166,7 +162,8 @@ def cache_run(fens: list[str], nodes: int) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The bench's flags, checked."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -175,37 +172,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs of each side [default: 3]")
     parser.add_argument("--seed", type=int, default=0, help="position sampling seed [default: 0]")
     parser.add_argument("--pgn", default=str(PGN), help="games to take positions from")
-    parser.add_argument(
-        "--json", default=str(ROOT / "bench" / "results" / "engine_pool.json"), help="where the record goes"
-    )
+    parser.add_argument("--json", default=str(RESULTS / "engine_pool.json"), help="where the record goes")
     parser.add_argument("--no-cache-run", action="store_true", help="skip the cache speed-up measurement")
     args = parser.parse_args(argv)
     if args.positions < 1 or args.runs < 1 or args.nodes < 1:
         parser.error("--positions, --runs and --nodes must be >= 1")
+    return args
 
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.pop("RAY_ADDRESS", None)  # always the bench's own embedded Ray
-    from chessrl.engine.client import find_stockfish
 
-    stockfish = find_stockfish()
-    # one slice per throughput run, one more for the cache run: no position is searched twice
-    slices = args.runs + (0 if args.no_cache_run else 1)
-    fens = sample_positions(Path(args.pgn), args.positions * slices, args.seed)
-    per_run = [fens[i * args.positions : (i + 1) * args.positions] for i in range(slices)]
-    load1, load5, _ = os.getloadavg()
-    print(
-        f"positions: {args.positions:,} per run x {slices} slice(s), distinct, from {args.pgn}; "
-        f"{args.nodes:,} nodes per search; engine {stockfish}"
-    )
-    print(
-        f"machine: {os.cpu_count()} CPU(s), {platform.processor() or platform.machine()}; "
-        f"Ray: {NUM_CPUS} CPUs; load average before: {load1:.2f} (1 min), {load5:.2f} (5 min)"
-    )
-
-    from cluster.runtime import ray_session
-
+def alternate_runs(
+    raw: chess.engine.SimpleEngine, pool: Any, per_run: list[list[str]], args: argparse.Namespace
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A warm-up of both sides, then ``--runs`` runs of the raw engine and of the pool in turn,
+    run ``i`` on slice ``i``; each run's line printed as it ends."""
     baseline: list[dict[str, Any]] = []
     measured: list[dict[str, Any]] = []
+    # warm-up (not timed): page in both sides' code paths on a few positions of the cache slice
+    warm = (per_run[-1] if not args.no_cache_run else per_run[0])[:8]
+    baseline_run(raw, warm, args.nodes)
+    measured_run(pool, warm, args.nodes)
+    for i in range(args.runs):
+        b = timed(baseline_run, raw, per_run[i], args.nodes)
+        baseline.append(b)
+        print(
+            f"  run {i + 1} baseline (1 engine) {b['positions']:>5,} positions in {b['seconds']:6.2f} s"
+            f" = {b['positions_per_s']:7.1f}/s ({b['nodes_per_position']:,.0f} nodes each)"
+            f"  (other load {fmt_load(b['other_load_cores'])})"
+        )
+        m = timed(measured_run, pool, per_run[i], args.nodes)
+        measured.append(m)
+        print(
+            f"  run {i + 1} pool ({ENGINES} engines)    {m['positions']:>5,} positions in {m['seconds']:6.2f} s"
+            f" = {m['positions_per_s']:7.1f}/s ({m['nodes_per_position']:,.0f} nodes each)"
+            f"  (other load {fmt_load(m['other_load_cores'])})"
+        )
+    return baseline, measured
+
+
+def measure(
+    args: argparse.Namespace, stockfish: str, per_run: list[list[str]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any] | None, float, float]:
+    """Both sides' runs on an embedded Ray of :data:`NUM_CPUS` CPUs, then the cache run (unless
+    ``--no-cache-run``): baseline runs, pool runs, the cache figures, Ray's and the pool's start-up seconds."""
+    from cluster.runtime import ray_session
+
     cache: dict[str, Any] | None = None
     with contextlib.ExitStack() as stack:
         raw = open_raw_engine(stockfish)
@@ -221,30 +231,20 @@ def main(argv: list[str] | None = None) -> int:
             f"(1 actor x {ENGINES} engines) {startup_s:.2f} s; neither in the ratio"
         )
         try:
-            # warm-up (not timed): page in both sides' code paths on a few positions of the cache slice
-            warm = (per_run[-1] if not args.no_cache_run else per_run[0])[:8]
-            baseline_run(raw, warm, args.nodes)
-            measured_run(pool, warm, args.nodes)
-            for i in range(args.runs):
-                b = timed(baseline_run, raw, per_run[i], args.nodes)
-                baseline.append(b)
-                print(
-                    f"  run {i + 1} baseline (1 engine) {b['positions']:>5,} positions in {b['seconds']:6.2f} s"
-                    f" = {b['positions_per_s']:7.1f}/s ({b['nodes_per_position']:,.0f} nodes each)"
-                    f"  (other load {fmt_load(b['other_load_cores'])})"
-                )
-                m = timed(measured_run, pool, per_run[i], args.nodes)
-                measured.append(m)
-                print(
-                    f"  run {i + 1} pool ({ENGINES} engines)    {m['positions']:>5,} positions in {m['seconds']:6.2f} s"
-                    f" = {m['positions_per_s']:7.1f}/s ({m['nodes_per_position']:,.0f} nodes each)"
-                    f"  (other load {fmt_load(m['other_load_cores'])})"
-                )
+            baseline, measured = alternate_runs(raw, pool, per_run, args)
         finally:
             pool.shutdown()
         if not args.no_cache_run:
             cache = cache_run(per_run[-1], args.nodes)
+    return baseline, measured, cache, ray_init_s, startup_s
 
+
+def report(
+    args: argparse.Namespace, stockfish: str, baseline: list[dict[str, Any]], measured: list[dict[str, Any]],
+    cache: dict[str, Any] | None, ray_init_s: float, startup_s: float, load: tuple[float, float],
+) -> None:  # fmt: skip
+    """The medians, the warnings, the cache line, the JSON record and the ratio line."""
+    load1, load5 = load
     base_med = statistics.median(r["positions_per_s"] for r in baseline)
     meas_med = statistics.median(r["positions_per_s"] for r in measured)
     ratio = meas_med / (ENGINES * base_med) if base_med else 0.0
@@ -296,6 +296,31 @@ def main(argv: list[str] | None = None) -> int:
     }
     write_record(args.json, record)
     print(f"engine_pool ratio: {ratio:.2f} (target >= {TARGET})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.pop("RAY_ADDRESS", None)  # always the bench's own embedded Ray
+    from chessrl.engine.client import find_stockfish
+
+    stockfish = find_stockfish()
+    # one slice per throughput run, one more for the cache run: no position is searched twice
+    slices = args.runs + (0 if args.no_cache_run else 1)
+    fens = sample_positions(Path(args.pgn), args.positions * slices, args.seed)
+    per_run = [fens[i * args.positions : (i + 1) * args.positions] for i in range(slices)]
+    load1, load5, _ = os.getloadavg()
+    print(
+        f"positions: {args.positions:,} per run x {slices} slice(s), distinct, from {args.pgn}; "
+        f"{args.nodes:,} nodes per search; engine {stockfish}"
+    )
+    print(
+        f"machine: {os.cpu_count()} CPU(s), {platform.processor() or platform.machine()}; "
+        f"Ray: {NUM_CPUS} CPUs; load average before: {load1:.2f} (1 min), {load5:.2f} (5 min)"
+    )
+
+    baseline, measured, cache, ray_init_s, startup_s = measure(args, stockfish, per_run)
+    report(args, stockfish, baseline, measured, cache, ray_init_s, startup_s, (load1, load5))
     return 0
 
 

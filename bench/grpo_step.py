@@ -53,12 +53,8 @@ meanwhile (above 0.3 the run is flagged). The last line is ``rl_step ratio (...)
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -67,19 +63,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench.record import write_record  # noqa: E402
-from bench.rl_step import (  # noqa: E402
-    BUSY_CORES,
-    NUM_CPUS,
-    LoadMonitor,
-    cpu_description,
-    fmt_load,
-    wait_until_quiet,
-)
+import rl_common
+from record import ROOT, write_record
 
 TARGET = 1.0
 STOCKFISH = "/usr/games/stockfish"
@@ -274,21 +259,15 @@ def trl_args(cfg: Any, limits: dict[str, int], iterations: int, seed: int, outpu
     )
 
 
-def baseline_run(
-    policy_path: str, cfg: Any, prompts: list[dict[str, Any]], limits: dict[str, int], iterations: int, seed: int,
-    threads: int, work: Path,
-) -> dict[str, Any]:  # fmt: skip
-    """``iterations`` + 1 steps of TRL's GRPOTrainer in this process; samples/s of all but the first."""
-    import chess.engine
+def load_trl_policy(policy_path: str, prompts: list[dict[str, Any]], cfg: Any) -> tuple[Any, Any]:
+    """The policy and tokenizer as TRL's side loads them (``AutoModelForCausalLM`` in fp32,
+    ``AutoTokenizer``), after checking that TRL encodes the first step's prompts as the phase does."""
     import torch
     import transformers
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
-    from trl import GRPOTrainer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from chessrl.lm.models import prompt_ids
 
-    torch.set_num_threads(threads)
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     model = AutoModelForCausalLM.from_pretrained(policy_path, dtype=torch.float32)
@@ -305,10 +284,15 @@ def baseline_run(
                 f"rl_step --algo grpo: {policy_path}'s tokenizer encodes {p['text']!r} without the start "
                 "token the phase puts first; TRL would see other prompts than the phase"
             )
-    rows = prompts[: (iterations + 1) * cfg.prompts_per_iteration]
-    dataset = Dataset.from_list(
-        [{"prompt": p["text"], "task": p["task"], "fen": p["fen"], "target": p["target"] or ""} for p in rows]
-    )
+    return model, tokenizer
+
+
+def step_timer(threads: int, stats: dict[str, float]) -> Any:
+    """A TrainerCallback with the timestamps of each optimizer step's start and end (generation,
+    rewards, loss, step) and ``stats``' scoring and generation seconds at each end; it gives
+    torch ``threads`` threads when training begins."""
+    import torch
+    from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
         """Timestamps of each optimizer step's start and end (generation, rewards, loss, step)."""
@@ -330,10 +314,47 @@ def baseline_run(
             self.score_at_end.append(stats["score_s"])
             self.generate_at_end.append(stats["generate_s"])
 
+    return StepTimer()
+
+
+def time_generation(trainer: Any, stats: dict[str, float]) -> None:
+    """Adds the seconds of TRL's generation to ``stats["generate_s"]``: its private
+    ``_generate_single_turn`` wrapped when it is there, for the breakdown only."""
+    generate = getattr(trainer, "_generate_single_turn", None)
+    if generate is None:
+        return
+
+    def timed_generate(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            stats["generate_s"] += time.perf_counter() - t0
+
+    trainer._generate_single_turn = timed_generate
+
+
+def baseline_run(
+    policy_path: str, cfg: Any, prompts: list[dict[str, Any]], limits: dict[str, int], iterations: int, seed: int,
+    threads: int, work: Path,
+) -> dict[str, Any]:  # fmt: skip
+    """``iterations`` + 1 steps of TRL's GRPOTrainer in this process; samples/s of all but the first."""
+    import chess.engine
+    import torch
+    from datasets import Dataset
+    from transformers import PrinterCallback
+    from trl import GRPOTrainer
+
+    torch.set_num_threads(threads)
+    model, tokenizer = load_trl_policy(policy_path, prompts, cfg)
+    rows = prompts[: (iterations + 1) * cfg.prompts_per_iteration]
+    dataset = Dataset.from_list(
+        [{"prompt": p["text"], "task": p["task"], "fen": p["fen"], "target": p["target"] or ""} for p in rows]
+    )
     stats: dict[str, float] = dict.fromkeys(
         ("score_s", "generate_s", "analysed", "completions", "policy", "legal", "tokens"), 0.0
     )
-    timer = StepTimer()
+    timer = step_timer(threads, stats)
     engine = chess.engine.SimpleEngine.popen_uci(STOCKFISH)
     try:
         engine.configure({k: v for k, v in ENGINE_OPTIONS.items() if k in engine.options})
@@ -345,17 +366,7 @@ def baseline_run(
         trainer.remove_callback(PrinterCallback)  # the end-of-training metrics dict, printed
         if getattr(trainer.model, "is_gradient_checkpointing", False):
             raise SystemExit("rl_step --algo grpo: TRL turned gradient checkpointing on; the phase has none")
-        generate = getattr(trainer, "_generate_single_turn", None)
-        if generate is not None:  # a private method: timed when it is there, for the breakdown only
-
-            def timed_generate(*args: Any, **kwargs: Any) -> Any:
-                t0 = time.perf_counter()
-                try:
-                    return generate(*args, **kwargs)
-                finally:
-                    stats["generate_s"] += time.perf_counter() - t0
-
-            trainer._generate_single_turn = timed_generate  # type: ignore[method-assign]
+        time_generation(trainer, stats)
         trainer.train()
     finally:
         engine.quit()
@@ -386,53 +397,16 @@ def phase_run(
     timeout_s: float,
 ) -> dict[str, Any]:  # fmt: skip
     """``python -m pipelines.grpo`` on a fresh embedded Ray of 2 CPUs; samples/s from its metrics."""
-    storage = work / f"phase-{index}"
     overrides = []
     for name, _ in OVERRIDES:
         value = getattr(cfg, name)
         if value is not None:
             overrides += [f"--{name.replace('_', '-')}", str(value)]
-    argv = [
-        sys.executable, "-m", "pipelines.grpo", "--config", config, "--storage", str(storage),
-        "--run-name", "bench", "--seed", str(seed), "--no-tracking", "--num-cpus", str(NUM_CPUS),
+    argv = rl_common.phase_argv("grpo", config, work, index, seed, timeout_s, [
         "--policy", policy_path, "--games", games, "--iterations", str(iterations + 1),
         "--heldout-positions", "0", *overrides,
-        # the learner stops itself in time for the export and Ray's shutdown
-        "--time-limit-minutes", f"{max(1.0, (timeout_s - 150) / 60):.2f}",
-    ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    log_path = work / f"phase-{index}.log"
-    started = time.perf_counter()
-    with open(log_path, "w") as log:
-        # a session of its own: on a timeout the phase and the Ray processes it started go together
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
-        try:
-            code: int | str = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            code = "timeout"
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGINT)  # the phase shuts its Ray down on an interrupt
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-    wall = time.perf_counter() - started
-    phase = storage / "bench" / "grpo"
-    metrics = phase / "logs" / "metrics.jsonl"
-    rows = (
-        [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-        if metrics.is_file()
-        else []
-    )
-    if len(rows) < 2 or (code != 0 and code != "timeout"):
-        tail = "".join(log_path.read_text().splitlines(keepends=True)[-40:])
-        raise SystemExit(
-            f"rl_step --algo grpo: the grpo phase failed ({code}, {len(rows)} iterations logged):\n{tail}"
-        )
+    ])  # fmt: skip
+    rows, phase, code, wall = rl_common.run_phase("grpo", argv, work, index, timeout_s, "rl_step --algo grpo")
     planned = json.loads((phase / "prompts.json").read_text())["prompts"]
     timed = rows[1:]
     samples = int(sum(r["samples"] for r in timed))
@@ -447,7 +421,10 @@ def phase_run(
     }  # fmt: skip
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+def parse_args(
+    argv: list[str] | None, prog: str | None
+) -> tuple[argparse.Namespace, argparse.ArgumentParser]:
+    """The GRPO bench's flags, checked, and their parser (for the settings' errors)."""
     parser = argparse.ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -458,45 +435,24 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         "--games", default=None,
         help="a games table (Parquet: game_id, moves) [default: the Lichess sample of tests/data/pgn]",
     )  # fmt: skip
-    parser.add_argument(
-        "--config", default="tiny", help="preset or YAML file whose grpo section both sides use"
-    )
-    parser.add_argument(
-        "--iterations", type=int, default=4, help="timed steps per run, after one warm-up [default: 4]"
-    )
-    parser.add_argument("--repeats", type=int, default=3, help="runs of each side [default: 3]")
-    parser.add_argument(
-        "--baseline-threads", type=int, default=NUM_CPUS, help="torch threads of TRL's side [default: 2]"
-    )
+    rl_common.add_run_flags(parser, "grpo", "steps", 4, "TRL's side")
     for name, kind in OVERRIDES:
         parser.add_argument(
             f"--{name.replace('_', '-')}", type=kind, default=None,
             choices=("grpo", "dr_grpo", "dapo") if name == "loss_type" else None,
             help=f"grpo.{name} on both sides [default: the config's]",
         )  # fmt: skip
-    parser.add_argument(
-        "--phase-timeout", type=float, default=600.0,
-        help="seconds a phase run may take; its learner stops 150 s before, after the iteration in progress "
-        "[default: 600]",
-    )  # fmt: skip
-    parser.add_argument(
-        "--wait-quiet", type=float, default=120.0,
-        help="before each run, wait up to this many seconds for other processes to leave the CPUs [default: 120]",
-    )  # fmt: skip
-    parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "rl_step_grpo.json"))
+    rl_common.add_phase_flags(parser, "rl_step_grpo.json")
     args = parser.parse_args(argv)
-    if min(args.iterations, args.repeats, args.baseline_threads) < 1:
-        parser.error("--iterations, --repeats and --baseline-threads must be >= 1")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.pop("RAY_ADDRESS", None)
+    rl_common.check_run_flags(parser, args)
+    return args, parser
 
-    import torch
-    import trl
 
-    from cluster.config import load_config, resolve_preset
-    from pipelines.config import ChessRLConfig, GRPOConfig
+def grpo_section(parser: argparse.ArgumentParser, args: argparse.Namespace, config: Any) -> Any:
+    """The config's grpo section with this bench's overrides, validated as the phase validates it
+    (an error through ``parser``); ``batch_size: auto`` becomes 64."""
+    from pipelines.config import GRPOConfig
 
-    config = load_config(ChessRLConfig, path=resolve_preset(args.config))
     updates = {name: getattr(args, name) for name, _ in OVERRIDES if getattr(args, name) is not None}
     try:
         cfg = GRPOConfig.model_validate({**config.grpo.model_dump(), **updates})
@@ -504,6 +460,107 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         parser.error(f"grpo settings: {exc}")
     if not isinstance(cfg.batch_size, int):
         cfg = cfg.model_copy(update={"batch_size": 64})  # auto probes memory in Ray workers: not benched
+    return cfg
+
+
+def print_setup(
+    args: argparse.Namespace, cfg: Any, models: str, drawn: dict[str, Any], limits: dict[str, int], trl: Any
+) -> None:
+    """The policy, the games, both sides' settings (``trl``: the module) and the machine."""
+    print(
+        f"models: {models}; games: {args.games or 'the Lichess sample'} ({drawn['train_games']} training games)"
+    )
+    print(
+        f"grpo ({args.config}): {args.iterations} timed steps (+1 warm-up) of {cfg.prompts_per_iteration} prompts "
+        f"x {cfg.group_size} completions ({cfg.policy_share:.0%} policy tasks), loss {cfg.loss_type}, beta "
+        f"{cfg.beta:g}, T={cfg.temperature:g}, new tokens policy {limits['policy']} / environment "
+        f"{limits['environment']} (TRL: {max(limits.values())} for both), Stockfish {cfg.stockfish_nodes} nodes; "
+        f"phase: learner + {cfg.engines} engine(s) on {rl_common.NUM_CPUS} CPUs; TRL {trl.__version__}: "
+        f"{args.baseline_threads} torch threads, one SimpleEngine"
+    )
+    rl_common.print_machine()
+
+
+def run_pairs(
+    args: argparse.Namespace, config: Any, cfg: Any, run_cfg: Any, policy: str, games: str, work: Path,
+    prompts: list[dict[str, Any]], limits: dict[str, int],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:  # fmt: skip
+    """``--repeats`` runs of each side, alternating TRL and the phase, run ``i`` with the prompts
+    of seed ``config.run.seed + i`` on both; each run's line printed as it ends."""
+    baseline: list[dict[str, Any]] = []
+    phase: list[dict[str, Any]] = []
+    for i in range(args.repeats):
+        seed = config.run.seed + i  # the phase gets --seed seed: the same prompts on both sides
+        planned = prompts if i == 0 else plan(config, run_cfg, games, seed)[0]
+        b = rl_common.measured(
+            args.wait_quiet, baseline_run, policy, cfg, planned, limits, args.iterations, seed,
+            args.baseline_threads, work / f"trl-{i}",
+        )  # fmt: skip
+        baseline.append(b)
+        print(
+            f"  run {i + 1} TRL      {b['samples_per_s']:8.1f} samples/s ({b['samples']} completions, "
+            f"{b['completion_tokens_mean']:.1f} tokens each, {b['seconds']:.1f} s: generate {b['generate_s']:.1f}, "
+            f"Stockfish {b['score_s']:.1f}, learn {b['learn_s']:.1f}; legal {b['legal_rate']:.0%}; other load "
+            f"{rl_common.fmt_load(b['other_load_cores'])})",
+            flush=True,
+        )
+        p = rl_common.measured(
+            args.wait_quiet, phase_run, policy, run_cfg, games, args.iterations, args.config, work, i, seed,
+            args.phase_timeout,
+        )  # fmt: skip
+        used = planned[: (args.iterations + 1) * cfg.prompts_per_iteration]
+        p["same_prompts"] = p.pop("prompts")[: len(used)] == used
+        if not p["same_prompts"]:
+            print(
+                "  warning: the phase planned other prompts than TRL trained on (see pipelines.grpo.plan_prompts)"
+            )
+        phase.append(p)
+        print(
+            f"  run {i + 1} phase    {p['samples_per_s']:8.1f} samples/s ({p['samples']} completions, "
+            f"{p['completion_tokens_mean']:.1f} tokens each, {p['seconds']:.1f} s: generate {p['generate_s']:.1f}, "
+            f"Stockfish {p['score_s']:.1f}, learn {p['learn_s']:.1f}; legal {p['legal_rate']:.0%}; warm-up "
+            f"{p['first_iteration_s']:.0f} s, {p['phase_seconds']:.0f} s end to end; other load "
+            f"{rl_common.fmt_load(p['other_load_cores'])})"
+            + ("" if p["iterations"] == args.iterations else f" - {p['iterations']} iterations, stopped ({p['exit']})"),
+            flush=True,
+        )  # fmt: skip
+    return baseline, phase
+
+
+def report(
+    args: argparse.Namespace, cfg: Any, models: str, limits: dict[str, int], baseline: list[dict[str, Any]],
+    phase: list[dict[str, Any]], began: float,
+) -> None:  # fmt: skip
+    """The medians, the JSON record and the ratio line."""
+    import trl
+
+    wall = time.perf_counter() - began
+    base_med, phase_med, ratio, busy = rl_common.medians(baseline, phase)
+    print(f"median TRL {base_med:.1f} samples/s; median phase {phase_med:.1f} samples/s; bench {wall:.0f} s")
+    write_record(args.json, {
+        "bench": "rl_step", "algo": "grpo",
+        "ratio_definition": "median GRPO samples/s (completions trained on / s) of the grpo phase (Ray Train "
+        "learner + EnginePool, embedded Ray of 2 CPUs) / median samples/s of TRL's GRPOTrainer in one process "
+        "(same policy, prompts, group size, completion length and reward, one python-chess SimpleEngine)",
+        **rl_common.run_record(args, models, ratio, TARGET, busy, baseline, phase, wall),
+        "settings": cfg.model_dump(exclude={"policy", "games"}), "max_new_tokens": limits,
+        "trl": trl.__version__,
+    })  # fmt: skip
+    print(f"rl_step ratio (grpo phase samples/s / TRL GRPOTrainer samples/s, median of {args.repeats}): "
+          f"{ratio:.2f} (target >= {TARGET:.1f})")  # fmt: skip
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args, parser = parse_args(argv, prog)
+    rl_common.own_ray()
+
+    import trl
+
+    from cluster.config import load_config, resolve_preset
+    from pipelines.config import ChessRLConfig
+
+    config = load_config(ChessRLConfig, path=resolve_preset(args.config))
+    cfg = grpo_section(parser, args, config)
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-rl-step-grpo-") as tmp:
         work = Path(tmp)
@@ -513,83 +570,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         limits = task_limits(cfg, policy)
         run_cfg = cfg.model_copy(update={"iterations": args.iterations + 1})
         prompts, drawn = plan(config, run_cfg, games, config.run.seed)
-        print(
-            f"models: {models}; games: {args.games or 'the Lichess sample'} ({drawn['train_games']} training games)"
-        )
-        print(
-            f"grpo ({args.config}): {args.iterations} timed steps (+1 warm-up) of {cfg.prompts_per_iteration} prompts "
-            f"x {cfg.group_size} completions ({cfg.policy_share:.0%} policy tasks), loss {cfg.loss_type}, beta "
-            f"{cfg.beta:g}, T={cfg.temperature:g}, new tokens policy {limits['policy']} / environment "
-            f"{limits['environment']} (TRL: {max(limits.values())} for both), Stockfish {cfg.stockfish_nodes} nodes; "
-            f"phase: learner + {cfg.engines} engine(s) on {NUM_CPUS} CPUs; TRL {trl.__version__}: "
-            f"{args.baseline_threads} torch threads, one SimpleEngine"
-        )
-        print(f"machine: {os.cpu_count()} CPU(s), {cpu_description()}; torch {torch.__version__}")
-        baseline: list[dict[str, Any]] = []
-        phase: list[dict[str, Any]] = []
-        for i in range(args.repeats):
-            seed = config.run.seed + i  # the phase gets --seed seed: the same prompts on both sides
-            planned = prompts if i == 0 else plan(config, run_cfg, games, seed)[0]
-            waited = wait_until_quiet(args.wait_quiet)
-            monitor = LoadMonitor().start()
-            b = baseline_run(policy, cfg, planned, limits, args.iterations, seed, args.baseline_threads,
-                             work / f"trl-{i}")  # fmt: skip
-            b["other_load_cores"], b["waited_for_quiet_s"] = monitor.stop(), round(waited, 1)
-            baseline.append(b)
-            print(
-                f"  run {i + 1} TRL      {b['samples_per_s']:8.1f} samples/s ({b['samples']} completions, "
-                f"{b['completion_tokens_mean']:.1f} tokens each, {b['seconds']:.1f} s: generate {b['generate_s']:.1f}, "
-                f"Stockfish {b['score_s']:.1f}, learn {b['learn_s']:.1f}; legal {b['legal_rate']:.0%}; other load "
-                f"{fmt_load(b['other_load_cores'])})",
-                flush=True,
-            )
-            waited = wait_until_quiet(args.wait_quiet)
-            monitor = LoadMonitor().start()
-            p = phase_run(
-                policy, run_cfg, games, args.iterations, args.config, work, i, seed, args.phase_timeout
-            )
-            p["other_load_cores"], p["waited_for_quiet_s"] = monitor.stop(), round(waited, 1)
-            used = planned[: (args.iterations + 1) * cfg.prompts_per_iteration]
-            p["same_prompts"] = p.pop("prompts")[: len(used)] == used
-            if not p["same_prompts"]:
-                print(
-                    "  warning: the phase planned other prompts than TRL trained on (see pipelines.grpo.plan_prompts)"
-                )
-            phase.append(p)
-            print(
-                f"  run {i + 1} phase    {p['samples_per_s']:8.1f} samples/s ({p['samples']} completions, "
-                f"{p['completion_tokens_mean']:.1f} tokens each, {p['seconds']:.1f} s: generate {p['generate_s']:.1f}, "
-                f"Stockfish {p['score_s']:.1f}, learn {p['learn_s']:.1f}; legal {p['legal_rate']:.0%}; warm-up "
-                f"{p['first_iteration_s']:.0f} s, {p['phase_seconds']:.0f} s end to end; other load "
-                f"{fmt_load(p['other_load_cores'])})"
-                + ("" if p["iterations"] == args.iterations else f" - {p['iterations']} iterations, stopped ({p['exit']})"),
-                flush=True,
-            )  # fmt: skip
-    base_med = statistics.median(r["samples_per_s"] for r in baseline)
-    phase_med = statistics.median(r["samples_per_s"] for r in phase)
-    ratio = phase_med / base_med if base_med else 0.0
-    wall = time.perf_counter() - began
-    busy = [r["other_load_cores"] for r in baseline + phase if (r["other_load_cores"] or 0) > BUSY_CORES]
-    if busy:
-        print(f"warning: other processes kept up to {max(busy):.2f} cores busy during {len(busy)} run(s): "
-              "the numbers are not this machine's; re-run when it is quiet")  # fmt: skip
-    print(f"median TRL {base_med:.1f} samples/s; median phase {phase_med:.1f} samples/s; bench {wall:.0f} s")
-    write_record(args.json, {
-        "bench": "rl_step", "algo": "grpo",
-        "ratio_definition": "median GRPO samples/s (completions trained on / s) of the grpo phase (Ray Train "
-        "learner + EnginePool, embedded Ray of 2 CPUs) / median samples/s of TRL's GRPOTrainer in one process "
-        "(same policy, prompts, group size, completion length and reward, one python-chess SimpleEngine)",
-        "ratio": ratio, "target": TARGET, "passed": ratio >= TARGET, "contaminated_runs": len(busy),
-        "phase_samples_per_s": [r["samples_per_s"] for r in phase],
-        "baseline_samples_per_s": [r["samples_per_s"] for r in baseline],
-        "runs": {"baseline": baseline, "phase": phase},
-        "models": models, "games": args.games, "config": args.config, "iterations": args.iterations,
-        "settings": cfg.model_dump(exclude={"policy", "games"}), "max_new_tokens": limits,
-        "baseline_threads": args.baseline_threads, "num_cpus": NUM_CPUS, "cpu": cpu_description(),
-        "torch": torch.__version__, "trl": trl.__version__, "bench_seconds": round(wall, 1),
-    })  # fmt: skip
-    print(f"rl_step ratio (grpo phase samples/s / TRL GRPOTrainer samples/s, median of {args.repeats}): "
-          f"{ratio:.2f} (target >= {TARGET:.1f})")  # fmt: skip
+        print_setup(args, cfg, models, drawn, limits, trl)
+        baseline, phase = run_pairs(args, config, cfg, run_cfg, policy, games, work, prompts, limits)
+    report(args, cfg, models, limits, baseline, phase, began)
     return 0
 
 

@@ -39,23 +39,18 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import numpy as np
+import torch
+from machine_load import fmt_load, timed
+from record import RESULTS, write_record
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from machine_load import fmt_load, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
-from record import write_record  # noqa: E402
-
-from chessrl.search import mcts_leaves  # noqa: E402
-from chessrl.search.board_encoding import encode_boards  # noqa: E402
-from chessrl.search.mcts import BatchedMCTS, MCTSConfig, NetworkEvaluator  # noqa: E402
-from chessrl.search.network import NetConfig, PolicyValueNet  # noqa: E402
-from chessrl.search.selfplay import SelfPlay, SelfPlaySettings  # noqa: E402
+from chessrl.search import mcts_leaves
+from chessrl.search.board_encoding import encode_boards
+from chessrl.search.mcts import BatchedMCTS, MCTSConfig, NetworkEvaluator
+from chessrl.search.network import NetConfig, PolicyValueNet
+from chessrl.search.selfplay import SelfPlay, SelfPlaySettings
 
 TARGET_MCTS = 0.7
 TARGET_BATCHING = 5.0
@@ -269,7 +264,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Arg
         default="compiled",
         help="the PUCT walk and backup: compiled (numba, the default) or NumPy array operations (the reference)",
     )
-    parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "mcts.json"))
+    parser.add_argument("--json", default=str(RESULTS / "mcts.json"))
     return parser.parse_args(argv), parser
 
 

@@ -24,10 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.record import write_record  # noqa: E402
+from record import RESULTS, ROOT, write_record
 
 
 def plain_loop(
@@ -113,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--nodes", type=int, default=20_000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "preferences.json"))
+    parser.add_argument("--json", default=str(RESULTS / "preferences.json"))
     args = parser.parse_args(argv)
     if min(args.positions, args.k, args.nodes, args.runs) < 1:
         parser.error("--positions, --k, --nodes and --runs must be >= 1")

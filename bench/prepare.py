@@ -28,17 +28,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import chess.pgn
+import zstandard
+from machine_load import fmt_load, timed
+from record import RESULTS, ROOT, write_record
 
-import chess.pgn  # noqa: E402
-import zstandard  # noqa: E402
-from machine_load import fmt_load, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
-from record import write_record  # noqa: E402
-
-from cluster.config import RaySection  # noqa: E402
-from cluster.storage import Storage, resolve_inputs, split_uri  # noqa: E402
+from cluster.config import RaySection
+from cluster.storage import Storage, resolve_inputs, split_uri
 
 TARGET = 1.6
 NUM_CPUS = 2
@@ -171,9 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("inputs", nargs="*", help="PGN files/folders/globs (default: the masters set)")
     parser.add_argument("--runs", type=int, default=3, help="runs of each side [default: 3]")
     parser.add_argument("--shard-games", type=int, default=2000, help="prepare.shard_games [default: 2000]")
-    parser.add_argument(
-        "--json", default=str(ROOT / "bench" / "results" / "prepare.json"), help="where the record goes"
-    )
+    parser.add_argument("--json", default=str(RESULTS / "prepare.json"), help="where the record goes")
     parser.add_argument("--no-cli", action="store_true", help="skip the end-to-end CLI run")
     args = parser.parse_args(argv)
 

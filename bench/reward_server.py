@@ -23,13 +23,9 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.record import write_record  # noqa: E402
+from record import RESULTS, write_record
 
 
 def collector_steps(callers: int, per_call: int, requests: int, seed: int = 0) -> list[list[list[Any]]]:
@@ -67,7 +63,55 @@ def collector_steps(callers: int, per_call: int, requests: int, seed: int = 0) -
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+class Callers:
+    """The rollout collectors of a run, each sending its steps to a RewardServer actor in turn,
+    a step's moves checked and tokenised where ``prepare`` says: ``caller`` (with a
+    :class:`~chessrl.rl.reward.PositionCache` per caller, as a collector keeps one) or ``server``."""
+
+    def __init__(self, prepare: str, reader: tuple[Any, Any]) -> None:
+        from chessrl.rl.reward import PositionCache, prepare_queries
+
+        self.prepare = prepare
+        self.reader = reader
+        self.caches = [PositionCache()]
+        self.prepare_queries = prepare_queries
+
+    def new_games(self, callers: int) -> None:
+        """Each caller's cache empty: each run starts its games unseen."""
+        from chessrl.rl.reward import PositionCache
+
+        self.caches = [PositionCache() for _ in range(callers)]
+
+    def call(self, actor: Any, c: int, step: list) -> Any:  # type: ignore[type-arg]
+        """One collector's step: its moves prepared where asked, one call."""
+        if self.prepare == "server":
+            return actor.score_many.remote(step, False)
+        # a collector's own cache
+        rows = self.prepare_queries(self.reader[0], self.reader[1], self.caches[c], step)
+        return actor.score_ids_many.remote(rows, False)
+
+    async def async_callers(self, actors: list, parts: list) -> int:  # type: ignore[type-arg]
+        """Every caller an asyncio task awaiting its calls' ObjectRefs; the moves scored."""
+        import asyncio
+
+        async def one(c: int, steps: list) -> int:  # type: ignore[type-arg]
+            for step in steps:
+                await self.call(actors[c % len(actors)], c, step)
+            return sum(map(len, steps))
+
+        return sum(await asyncio.gather(*(one(c, p) for c, p in enumerate(parts))))
+
+    def thread_caller(self, actors: list, c: int, steps: list) -> int:  # type: ignore[type-arg]
+        """Caller ``c``'s steps from a thread, one ``ray.get`` a call; the moves scored."""
+        import ray
+
+        for step in steps:
+            ray.get(self.call(actors[c % len(actors)], c, step))
+        return sum(map(len, steps))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The bench's flags, checked."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -84,73 +128,30 @@ def main(argv: list[str] | None = None) -> int:
         help="where a step's moves are checked and tokenised: the caller, as rollout collectors do "
         "(score_ids_many), or the server (score_many) [default: caller]",
     )  # fmt: skip
-    parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "reward_server.json"))
+    parser.add_argument("--json", default=str(RESULTS / "reward_server.json"))
     args = parser.parse_args(argv)
     if min(args.requests, args.callers, args.per_call, args.runs, args.max_batch) < 1:
         parser.error("--requests, --callers, --per-call, --max-batch and --runs must be >= 1")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.pop("RAY_ADDRESS", None)
-    import ray
-    import torch
+    return args
 
-    from actors.reward_server import RewardClient
-    from chessrl.rl.reward import (
-        PositionCache,
-        build_reward_model,
-        load_reward_model,
-        prepare_queries,
-        query_ids,
-        reward_format,
-        score_ids,
-    )
-    from cluster.config import RaySection
-    from cluster.runtime import ray_session
 
-    path = args.model
-    if path is None:
-        path = tempfile.mkdtemp(prefix="bench-rm-")
-        model, tok = build_reward_model("tiny")
-        model.save_pretrained(path)
-        tok.save_pretrained(path)
-    model, tok = load_reward_model(path)
-    parts = collector_steps(args.callers, args.per_call, args.requests)
-    queries = [q for steps in parts for step in steps for q in step]
-    cpus = os.cpu_count() or 1
-    torch.set_num_threads(cpus)
-    where = "in the caller" if args.prepare == "caller" else "on the server"
-    shape = (
-        f"{args.callers} callers x {args.per_call} moves a call (checked and tokenised {where}), "
-        f"max batch {args.max_batch}"
-    )
-    print(
-        f"{args.requests} queries, {shape}, model {path}; machine: {cpus} CPU(s), {platform.processor() or platform.machine()}"
-    )
-
+def runs(
+    args: argparse.Namespace, path: str, model: Any, tok: Any, parts: list[list[list[Any]]], cpus: int
+) -> tuple[list[float], list[float]]:
+    """``--runs`` runs of the plain loop and of the callers through one RewardServer in turn:
+    the moves/s of each; each run's line printed as it ends."""
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
+    import ray
+
+    from actors.reward_server import RewardClient
     from chessrl.lm.formats import get_format
+    from chessrl.rl.reward import query_ids, reward_format, score_ids
+    from cluster.config import RaySection
+    from cluster.runtime import ray_session
 
-    def call(actor: Any, c: int, step: list) -> Any:  # type: ignore[type-arg]
-        """One collector's step: its moves prepared where asked, one call."""
-        if args.prepare == "server":
-            return actor.score_many.remote(step, False)
-        rows = prepare_queries(reader[0], reader[1], caches[c], step)  # a collector's own cache
-        return actor.score_ids_many.remote(rows, False)
-
-    async def async_callers(actors: list, parts: list) -> int:  # type: ignore[type-arg]
-        async def one(c: int, steps: list) -> int:  # type: ignore[type-arg]
-            for step in steps:
-                await call(actors[c % len(actors)], c, step)
-            return sum(map(len, steps))
-
-        return sum(await asyncio.gather(*(one(c, p) for c, p in enumerate(parts))))
-
-    def thread_caller(actors: list, c: int, steps: list) -> int:  # type: ignore[type-arg]
-        for step in steps:
-            ray.get(call(actors[c % len(actors)], c, step))
-        return sum(map(len, steps))
-
+    queries = [q for steps in parts for step in steps for q in step]
     plain, served = [], []
     with ray_session(RaySection(object_store_gb=1)):
         client = RewardClient.create(
@@ -158,22 +159,23 @@ def main(argv: list[str] | None = None) -> int:
         )
         try:
             tokenizer, fmt = ray.get(client.actors[0].reader.remote())
-            reader = (tokenizer, get_format(fmt))
+            callers = Callers(args.prepare, (tokenizer, get_format(fmt)))
             pool = ThreadPoolExecutor(args.callers)
-            caches = [PositionCache()]
-            ray.get(call(client.actors[0], 0, queries[:64]))  # warm up
+            ray.get(callers.call(client.actors[0], 0, queries[:64]))  # warm up
             for run in range(args.runs):
                 started = time.perf_counter()
                 for q in queries:
                     score_ids(model, [query_ids(tok, q, reward_format(model.config))], tok.pad_token_id)
                 plain.append(len(queries) / (time.perf_counter() - started))
-                caches = [PositionCache() for _ in parts]  # each run starts its games unseen
+                callers.new_games(len(parts))
                 before = ray.get(client.actors[0].stats.remote())
                 started = time.perf_counter()
                 if args.callers_as == "threads":
-                    done = sum(pool.map(lambda cp: thread_caller(client.actors, *cp), enumerate(parts)))
+                    done = sum(
+                        pool.map(lambda cp: callers.thread_caller(client.actors, *cp), enumerate(parts))
+                    )
                 else:
-                    done = asyncio.run(async_callers(client.actors, parts))
+                    done = asyncio.run(callers.async_callers(client.actors, parts))
                 assert done == len(queries)
                 seconds = time.perf_counter() - started
                 served.append(len(queries) / seconds)
@@ -187,6 +189,36 @@ def main(argv: list[str] | None = None) -> int:
                 )
         finally:
             client.shutdown()
+    return plain, served
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.pop("RAY_ADDRESS", None)
+    import torch
+
+    from chessrl.rl.reward import build_reward_model, load_reward_model
+
+    path = args.model
+    if path is None:
+        path = tempfile.mkdtemp(prefix="bench-rm-")
+        model, tok = build_reward_model("tiny")
+        model.save_pretrained(path)
+        tok.save_pretrained(path)
+    model, tok = load_reward_model(path)
+    parts = collector_steps(args.callers, args.per_call, args.requests)
+    cpus = os.cpu_count() or 1
+    torch.set_num_threads(cpus)
+    where = "in the caller" if args.prepare == "caller" else "on the server"
+    shape = (
+        f"{args.callers} callers x {args.per_call} moves a call (checked and tokenised {where}), "
+        f"max batch {args.max_batch}"
+    )
+    print(
+        f"{args.requests} queries, {shape}, model {path}; machine: {cpus} CPU(s), {platform.processor() or platform.machine()}"
+    )
+    plain, served = runs(args, path, model, tok, parts, cpus)
     ratio = statistics.median(served) / statistics.median(plain)
     write_record(args.json, {"bench": "reward_server", "ratio": ratio, "server_moves_per_s": served,
                              "plain_moves_per_s": plain, "callers": args.callers, "per_call": args.per_call, "shape": shape, "requests": args.requests,

@@ -35,21 +35,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import pyarrow.dataset as pads
+import torch
+from machine_load import fmt_load, timed
+from record import RESULTS, ROOT, write_record
 
-import pyarrow.dataset as pads  # noqa: E402
-import torch  # noqa: E402
-from machine_load import fmt_load, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
-from record import write_record  # noqa: E402
-
-from chessrl.lm.legality import MoveTokens, lm_and_legal_loss, pad_legal_targets  # noqa: E402
-from chessrl.lm.lm_data import split_games, training_text  # noqa: E402
-from chessrl.lm.models import build_model, resolve_bf16  # noqa: E402
-from cluster.config import RaySection  # noqa: E402
-from cluster.runtime import ray_session  # noqa: E402
-from pipelines.sft import tokenize_and_pack  # noqa: E402
+from chessrl.lm.legality import MoveTokens, lm_and_legal_loss, pad_legal_targets
+from chessrl.lm.lm_data import split_games, training_text
+from chessrl.lm.models import build_model, resolve_bf16
+from cluster.config import RaySection
+from cluster.runtime import ray_session
+from pipelines.sft import tokenize_and_pack
 
 TARGET = 0.85
 NUM_CPUS = 2
@@ -195,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         help="both sides: cross-entropy + this x the legal-move loss (the phase's default for the chess "
         "tokenizer is 1.0; 0: cross-entropy only)",
     )  # fmt: skip
-    parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "sft.json"))
+    parser.add_argument("--json", default=str(RESULTS / "sft.json"))
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error("--steps must be at least 2 (the first step is not timed)")
