@@ -4,8 +4,12 @@ an untrained tiny language model saved as a Hugging Face folder."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +68,52 @@ def _registered_checkpoints(phase: Path) -> int:
 def registered_checkpoints():
     """:func:`_registered_checkpoints`, for the tests that kill a driver after a checkpoint."""
     return _registered_checkpoints
+
+
+class KilledRun:
+    """A command run in its own session and killed with SIGKILL, its whole process group (driver,
+    embedded Ray, workers), when the ``with`` block ends: what the kill -9 tests share.
+
+        with KilledRun(command, env=env, log=tmp_path / "first.log") as run:
+            run.wait_for(lambda: registered_checkpoints(phase), timeout=300)
+            assert run.running, "dpo ended before the driver could be killed"
+    """
+
+    def __init__(self, command: list[str], *, env: dict[str, str], log: Path | None = None) -> None:
+        self.command, self.env, self.log = command, env, log
+
+    def __enter__(self) -> KilledRun:
+        self._out = self.log.open("w") if self.log is not None else None
+        self.proc = subprocess.Popen(
+            self.command, cwd=Path(__file__).resolve().parents[2], env=self.env, start_new_session=True,
+            stdout=self._out or subprocess.DEVNULL, stderr=subprocess.STDOUT if self._out else subprocess.DEVNULL,
+        )  # fmt: skip
+        self.started = time.monotonic()
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait_for(self, ready: Callable[[], object], *, timeout: float, poll: float = 0.2) -> bool:
+        """Poll ``ready`` until it holds, the command ends, or ``timeout`` seconds from the start."""
+        while time.monotonic() < self.started + timeout and self.running:
+            if ready():
+                return True
+            time.sleep(poll)
+        return False
+
+    def __exit__(self, *exc: object) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        if self._out is not None:
+            self._out.close()
+
+
+@pytest.fixture(scope="session")
+def killed_run() -> type[KilledRun]:
+    """:class:`KilledRun`, for the tests that kill a phase mid-run and run it again."""
+    return KilledRun
 
 
 def _preference_pair_rows(games: list[list[str]], source: str, rng: Any) -> list[dict[str, Any]]:

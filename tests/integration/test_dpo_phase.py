@@ -14,11 +14,9 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -79,7 +77,7 @@ GENERATE_WITH_TRANSFORMERS = textwrap.dedent(
 
 @pytest.mark.slow
 def test_dpo_killed_after_a_checkpoint_resumes_and_saves_a_transformers_model(
-    tmp_path, prefs, tiny_lm_dir, registered_checkpoints
+    tmp_path, prefs, tiny_lm_dir, registered_checkpoints, killed_run
 ):
     phase = tmp_path / "r" / "dpo"
     command = [
@@ -87,23 +85,12 @@ def test_dpo_killed_after_a_checkpoint_resumes_and_saves_a_transformers_model(
         "--no-tracking", "--no-dashboard", "--preferences", str(prefs), "--policy", str(tiny_lm_dir),
         "--batch-size", "4", "--max-steps", "12", "--eval-every", "2", "--heldout-positions", "0",
     ]  # fmt: skip
-    log = (tmp_path / "first.log").open("w")
-    proc = subprocess.Popen(command, cwd=ROOT, env=env(), stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and proc.poll() is None:
-            # Ray Train has recorded one (a file alone may be half-reported)
-            if registered_checkpoints(phase):
-                break
-            time.sleep(0.1)
+    with killed_run(command, env=env(), log=tmp_path / "first.log") as run:
+        # Ray Train has recorded one (a file alone may be half-reported)
+        run.wait_for(lambda: registered_checkpoints(phase), timeout=300, poll=0.1)
         first = (tmp_path / "first.log").read_text()[-3000:]
-        assert proc.poll() is None, "dpo ended before the driver could be killed:\n" + first
+        assert run.running, "dpo ended before the driver could be killed:\n" + first
         assert registered_checkpoints(phase) >= 1, first
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        log.close()
     assert not (phase / "summary.json").exists()
 
     rerun = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)

@@ -8,10 +8,8 @@ from __future__ import annotations
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import chess
@@ -74,23 +72,14 @@ def test_match_against_random_and_stockfish(tmp_path, model_dir, local_ray, caps
 
 
 @pytest.mark.slow
-def test_killed_evaluation_resumes_with_the_right_number_of_games(tmp_path, model_dir):
+def test_killed_evaluation_resumes_with_the_right_number_of_games(tmp_path, model_dir, killed_run):
     command = [sys.executable, "-m", "pipelines.evaluate",
                *args(tmp_path, model_dir, "--set", "ray.num_cpus=2", "--quality-nodes", "0", "--suites", games=6)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": ""}
     games = tmp_path / "e" / "evaluate" / "eval" / "games"
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 300
-        while proc.poll() is None and time.monotonic() < deadline:
-            if games.is_dir() and len(list(games.glob("*.json"))) >= 4:
-                break
-            time.sleep(0.1)
-        assert proc.poll() is None, "the evaluation ended before it could be killed"
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    with killed_run(command, env=env) as run:
+        run.wait_for(lambda: games.is_dir() and len(list(games.glob("*.json"))) >= 4, timeout=300, poll=0.1)
+        assert run.running, "the evaluation ended before it could be killed"
     played = len(list(games.glob("*.json")))
     assert 4 <= played < 12
     rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

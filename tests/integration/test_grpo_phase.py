@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -47,7 +45,7 @@ def env() -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_rookworld_grpo_killed_and_resumed(tmp_path, games, registered_checkpoints):
+def test_rookworld_grpo_killed_and_resumed(tmp_path, games, registered_checkpoints, killed_run):
     """grpo from the rookworld sft's default place: an untrained tiny model marked rookworld, as
     ``sft --text-format rookworld`` writes it (test_sft trains one; 12 steps of it taught the
     policy nothing the test could see, for 25 s)."""
@@ -68,22 +66,10 @@ def test_rookworld_grpo_killed_and_resumed(tmp_path, games, registered_checkpoin
         "--stockfish-nodes", "200", "--max-new-tokens-environment", "64", "--heldout-positions", "10",
         "--text-format", "rookworld", "--policy-share", "0.8", "--own-positions", "0", "--no-masked",
     ]  # fmt: skip
-    log = (tmp_path / "first.log").open("w")
-    proc = subprocess.Popen(command, cwd=ROOT, env=env(), stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and proc.poll() is None:
-            if registered_checkpoints(
-                phase
-            ):  # Ray Train has recorded one (a file alone may be half-reported)
-                break
-            time.sleep(0.2)
-        assert proc.poll() is None, "grpo ended before the driver could be killed"
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        log.close()
+    with killed_run(command, env=env(), log=tmp_path / "first.log") as run:
+        # Ray Train has recorded one (a file alone may be half-reported)
+        run.wait_for(lambda: registered_checkpoints(phase), timeout=300)
+        assert run.running, "grpo ended before the driver could be killed"
     assert not (phase / "summary.json").exists()
 
     rerun = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)

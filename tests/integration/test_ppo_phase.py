@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -52,7 +51,7 @@ def restarts(status: Path) -> int:
 
 @pytest.mark.slow
 def test_collector_and_driver_killed_then_the_same_command_resumes(
-    tmp_path, tiny_lm_dir, reward_dir, registered_checkpoints
+    tmp_path, tiny_lm_dir, reward_dir, registered_checkpoints, killed_run
 ):
     phase = tmp_path / "k" / "ppo"
     env = {**os.environ, "RAY_ADDRESS": "", "PYTHONUNBUFFERED": "1"}
@@ -63,30 +62,18 @@ def test_collector_and_driver_killed_then_the_same_command_resumes(
         *SMALL[:1], "10", *SMALL[2:], "--checkpoint-interval", "2",
     ]  # fmt: skip
     assert command[command.index("--iterations") + 1] == "10"  # iterations left to kill the driver in
-    first_log = (tmp_path / "first.log").open("w")
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=first_log, stderr=subprocess.STDOUT,
-                            start_new_session=True)  # fmt: skip
     status = phase / "collectors" / "collector-00.json"
-    try:
-        deadline = time.monotonic() + 300
+    with killed_run(command, env=env, log=tmp_path / "first.log") as run:
         # kill the collector once it has written two shards
-        while time.monotonic() < deadline and proc.poll() is None:
-            if len(list((phase / "rollouts").glob("shard-00-*.parquet"))) >= 2 and status.exists():
-                break
-            time.sleep(0.2)
-        assert proc.poll() is None, "ppo ended before the collector could be killed"
+        run.wait_for(lambda: len(list((phase / "rollouts").glob("shard-00-*.parquet"))) >= 2 and status.exists(),
+                     timeout=300)  # fmt: skip
+        assert run.running, "ppo ended before the collector could be killed"
         os.kill(json.loads(status.read_text())["pid"], signal.SIGKILL)
         # then the driver, once the learner has a checkpoint past iteration 2 and Ray has
-        # restarted the collector (on a loaded machine the checkpoint can come first)
-        while time.monotonic() < deadline and proc.poll() is None:
-            if registered_checkpoints(phase) and restarts(status) >= 2:  # recorded by Ray Train, not only written
-                break
-            time.sleep(0.2)
-        assert proc.poll() is None, "ppo ended before the driver could be killed"
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        first_log.close()
+        # restarted the collector (on a loaded machine the checkpoint can come first);
+        # recorded by Ray Train, not only written
+        run.wait_for(lambda: registered_checkpoints(phase) and restarts(status) >= 2, timeout=300)
+        assert run.running, "ppo ended before the driver could be killed"
     assert not (phase / "summary.json").exists()
     record = json.loads(status.read_text())
     assert record["lifetime_starts"] >= 2, record  # Ray restarted the killed collector

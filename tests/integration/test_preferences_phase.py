@@ -161,7 +161,7 @@ def test_pairs_are_what_they_claim_and_an_engine_killed_mid_batch_loses_nothing(
 
 
 @pytest.mark.slow
-def test_a_driver_killed_mid_run_resumes_with_no_duplicate_and_no_missing_pair(tmp_path, games, policy):
+def test_a_driver_killed_mid_run_resumes_with_no_duplicate_and_no_missing_pair(tmp_path, games, policy, killed_run):
     # the uninterrupted run: the reference
     assert preferences.main(pref_args(tmp_path / "clean", games, policy)) == EXIT_OK
     reference = read_pairs(tmp_path / "clean" / "p" / "preferences")
@@ -177,18 +177,9 @@ def test_a_driver_killed_mid_run_resumes_with_no_duplicate_and_no_missing_pair(t
         "ray.num_cpus=2",
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": ""}
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 300
-        while proc.poll() is None and time.monotonic() < deadline:
-            if len(list(folder.glob("train/*.parquet"))) >= 2:
-                break
-            time.sleep(0.05)
-        assert proc.poll() is None, "the run ended before it could be killed"
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    with killed_run(command, env=env) as run:
+        run.wait_for(lambda: len(list(folder.glob("train/*.parquet"))) >= 2, timeout=300, poll=0.05)
+        assert run.running, "the run ended before it could be killed"
     written = len(list(folder.glob("*/*.parquet")))
     assert 2 <= written < 7
     rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

@@ -8,10 +8,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +42,7 @@ MICRO = {
 
 
 @pytest.fixture(scope="module")
-def micro_run(tmp_path_factory, pgn_dir, registered_checkpoints) -> dict[str, Any]:
+def micro_run(tmp_path_factory, pgn_dir, registered_checkpoints, killed_run) -> dict[str, Any]:
     """The micro rlaif run, killed during reward and run again: what the tests below look at
     (the tune test sweeps grpo on its sft model)."""
     tmp_path = tmp_path_factory.mktemp("rlaif")
@@ -59,20 +57,9 @@ def micro_run(tmp_path_factory, pgn_dir, registered_checkpoints) -> dict[str, An
     env.pop("RAY_ADDRESS", None)
     run = tmp_path / "runs" / "m"
     manifests = run / "rlaif" / "manifests"
-    first_log = (tmp_path / "first.log").open("w")
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=first_log, stderr=subprocess.STDOUT,
-                            start_new_session=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 420
-        while time.monotonic() < deadline and proc.poll() is None:
-            if registered_checkpoints(run / "reward"):
-                break
-            time.sleep(0.2)
-        alive = proc.poll() is None
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        first_log.close()
+    with killed_run(command, env=env, log=tmp_path / "first.log") as first:
+        first.wait_for(lambda: registered_checkpoints(run / "reward"), timeout=420)
+        alive = first.running
     finished = {
         p.stem: p.read_bytes() for p in manifests.glob("*.json") if not p.name.endswith(".started.json")
     }

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -189,23 +188,16 @@ def registered_steps(storage: Path, run: str) -> list[int]:
 
 
 @pytest.mark.slow
-def test_killed_sft_driver_resumes_from_its_last_checkpoint(storage, tmp_path):
+def test_killed_sft_driver_resumes_from_its_last_checkpoint(storage, tmp_path, killed_run):
     """kill -9 of the whole sft job (driver, its embedded Ray, the Train worker) once Ray Train has
     registered a checkpoint; the same command then resumes from the last one it registered."""
     games = storage / "s" / "prepare" / "games"
     command = sft_command(tmp_path, games, "k", "--max-steps", "48", "--eval-every", "4")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": ""}
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 240
-        while not registered_steps(tmp_path, "k") and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert proc.poll() is None, "sft ended before it could be killed"
+    with killed_run(command, env=env) as run:
+        run.wait_for(lambda: registered_steps(tmp_path, "k"), timeout=240, poll=0.1)
+        assert run.running, "sft ended before it could be killed"
         assert registered_steps(tmp_path, "k"), "no checkpoint registered within 240 s"
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
     # what the killed run left: Ray's controller runs outside the driver's process group and may
     # register one more checkpoint before it notices its raylet is gone, so read it once it is still
     registered, stable = registered_steps(tmp_path, "k"), time.monotonic() + 15
