@@ -276,21 +276,38 @@ def _legal_codes(board: chess.Board) -> list[int]:
     if not king_mask or board.chess960 or type(board) is not chess.Board:
         return [_code(m) for m in board.generate_legal_moves()]
     king = king_mask.bit_length() - 1  # python-chess's king when a side has two: the highest
-    king_bb = 1 << king
     if board.attackers_mask(not turn, king):
         return [_code(m) for m in board.generate_legal_moves()]  # evasions
     blockers = board._slider_blockers(king)
-    occupied = board.occupied
-    theirs = board.occupied_co[not turn]
+    codes = _piece_codes(board, king, blockers)
+
+    if board.castling_rights & (chess.BB_RANK_1 if turn == chess.WHITE else chess.BB_RANK_8):
+        codes += [_code(m) for m in board.generate_castling_moves()]  # checked on the way: safe
+
     pawns = board.pawns & ours
+    if not pawns:
+        return codes
+    _add_pawn_codes(board, pawns, king, blockers, codes)
+
+    if board.ep_square:
+        codes += [_code(m) for m in board.generate_pseudo_legal_ep() if board._is_safe(king, blockers, m)]
+    return codes
+
+
+def _piece_codes(board: chess.Board, king: int, blockers: int) -> list[int]:
+    """:func:`_legal_codes`' moves of the side to move's pieces other than pawns (not castling),
+    the king on ``king`` not in check, ``blockers`` the pieces pinned to it: from the highest
+    square down, targets likewise (python-chess's order)."""
+    turn = board.turn
+    ours = board.occupied_co[turn]
+    king_bb = 1 << king
+    occupied = board.occupied
     knights, kings = board.knights, board.kings
     diagonal = board.bishops | board.queens
     straight = board.rooks | board.queens
     ray = chess.ray
     codes: list[int] = []
     add = codes.append
-
-    # pieces: from the highest square down, targets likewise (python-chess's order)
     pieces = ours & ~board.pawns
     while pieces:
         f = pieces.bit_length() - 1
@@ -328,12 +345,19 @@ def _legal_codes(board: chess.Board) -> list[int]:
                 t = targets.bit_length() - 1
                 targets ^= 1 << t
                 add(row + t)
+    return codes
 
-    if board.castling_rights & (chess.BB_RANK_1 if turn == chess.WHITE else chess.BB_RANK_8):
-        codes += [_code(m) for m in board.generate_castling_moves()]  # checked on the way: safe
 
-    if not pawns:
-        return codes
+def _add_pawn_codes(board: chess.Board, pawns: int, king: int, blockers: int, codes: list[int]) -> None:
+    """Add to ``codes`` :func:`_legal_codes`' pawn moves but en passant (the side to move's
+    ``pawns``, its king on ``king`` not in check, ``blockers`` pinned to it), in python-chess's
+    order: captures from the highest pawn down, then single pushes and double pushes, from the
+    highest target down."""
+    turn = board.turn
+    king_bb = 1 << king
+    occupied = board.occupied
+    theirs = board.occupied_co[not turn]
+    ray = chess.ray
     captures_from = chess.BB_PAWN_ATTACKS[turn]
     bb = pawns
     while bb:
@@ -364,10 +388,6 @@ def _legal_codes(board: chess.Board) -> list[int]:
             if (1 << f) & blockers and not ray(f, t) & king_bb:
                 continue
             codes += _PAWN_CODES[f * 64 + t]
-
-    if board.ep_square:
-        codes += [_code(m) for m in board.generate_pseudo_legal_ep() if board._is_safe(king, blockers, m)]
-    return codes
 
 
 def _code(move: chess.Move) -> int:

@@ -103,29 +103,28 @@ def _logits(prior: np.ndarray) -> np.ndarray:
     return np.log(np.maximum(prior, _TINY))
 
 
+def _completed_sigma(
+    raw_value: np.ndarray, q: np.ndarray, n: np.ndarray, prior: np.ndarray, valid: np.ndarray,
+    c_visit: float, c_scale: float,
+) -> np.ndarray:  # fmt: skip
+    """:func:`sigma` of the :func:`completed_q`: what the improved policy and the root's scores
+    add to the logits."""
+    return sigma(completed_q(raw_value, q, n, prior, valid), n, valid, c_visit, c_scale)
+
+
 def improved_policy(
-    raw_value: np.ndarray,
-    q: np.ndarray,
-    n: np.ndarray,
-    prior: np.ndarray,
-    valid: np.ndarray,
-    c_visit: float = 50.0,
-    c_scale: float = 1.0,
-) -> np.ndarray:
+    raw_value: np.ndarray, q: np.ndarray, n: np.ndarray, prior: np.ndarray, valid: np.ndarray,
+    c_visit: float = 50.0, c_scale: float = 1.0,
+) -> np.ndarray:  # fmt: skip
     """``softmax(logits + sigma(completed Q))`` over each node's moves (0 on padding)."""
-    s = sigma(completed_q(raw_value, q, n, prior, valid), n, valid, c_visit, c_scale)
+    s = _completed_sigma(raw_value, q, n, prior, valid, c_visit, c_scale)
     return _softmax(_logits(prior) + s, valid)
 
 
 def interior_scores(
-    raw_value: np.ndarray,
-    q: np.ndarray,
-    n: np.ndarray,
-    prior: np.ndarray,
-    valid: np.ndarray,
-    c_visit: float = 50.0,
-    c_scale: float = 1.0,
-) -> np.ndarray:
+    raw_value: np.ndarray, q: np.ndarray, n: np.ndarray, prior: np.ndarray, valid: np.ndarray,
+    c_visit: float = 50.0, c_scale: float = 1.0,
+) -> np.ndarray:  # fmt: skip
     """Below the root: ``pi'(a) - N(a) / (1 + sum_b N(b))`` (-inf on padding); its argmax is
     the deterministic selection of the paper."""
     pi = improved_policy(raw_value, q, n, prior, valid, c_visit, c_scale)
@@ -148,6 +147,6 @@ def root_scores(
     """At the root: ``max(-1e9, g + logits + sigma(completed Q))`` for the moves whose visits in
     this search (``search_visits``) equal the node's ``considered`` count, -inf for the others
     (``mctx``'s ``score_considered``). ``gumbel_logits`` is ``g + logits``."""
-    s = sigma(completed_q(raw_value, q, n, prior, valid), n, valid, c_visit, c_scale)
+    s = _completed_sigma(raw_value, q, n, prior, valid, c_visit, c_scale)
     score = np.maximum(-1e9, gumbel_logits + s)
     return np.where(valid & (search_visits == considered[:, None]), score, -np.inf)

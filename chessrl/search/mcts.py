@@ -9,11 +9,12 @@ positions are scored exactly and never sent to the evaluator. After a move,
 The trees live in flat arrays (:class:`chessrl.search.mcts_tree.ArrayTree`): a PUCT round walks every
 game to a leaf and backs it up in compiled code (:mod:`chessrl.search.mcts_compiled`; the NumPy
 version, a few array operations per tree level for all games, is the reference and Gumbel's),
-and :class:`Node` is a handle on a row. A standard game's nodes keep native boards
+and :class:`Node` (:mod:`chessrl.search.mcts_node`) is a handle on a row. A standard game's nodes keep native boards
 (:mod:`chessrl.search.mcts_native`: the same moves, in python-chess's order, and the same answers).
 A leaf's legal moves are listed only when a search first walks through it; until then it keeps its row of the network's logits (a leaf's end of game is found
-without listing its moves). ``MCTSConfig(search="gumbel")`` is Gumbel root search
-(:mod:`chessrl.search.gumbel`).
+without listing its moves). The settings are an :class:`MCTSConfig` (:mod:`chessrl.search.mcts_config`);
+``MCTSConfig(search="gumbel")`` is Gumbel root search (:mod:`chessrl.search.mcts_gumbel`, its math
+:mod:`chessrl.search.gumbel`).
 
 >>> mcts = BatchedMCTS(UniformEvaluator(), MCTSConfig(simulations=40), seed=0)
 >>> root = Node(chess.Board("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1"))   # Rd8 mates
@@ -45,26 +46,26 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal, Protocol, TypeAlias
+from collections.abc import Sequence
+from typing import Protocol
 
 import chess
 import numpy as np
 
-from chessrl.search import gumbel, mcts_compiled, mcts_native, native_board
+from chessrl.search import mcts_compiled, mcts_gumbel, mcts_native, native_board
 from chessrl.search.board_encoding import NUM_ACTIONS, copy_board, encode_boards, legal_indices, legal_mask
+from chessrl.search.mcts_config import MCTSConfig
 from chessrl.search.mcts_leaves import (
     ensure_edges,
     ensure_edges_one,
     finite_priors,
     legal_softmax,
     make_child,
-    new_node,
 )
-from chessrl.search.mcts_tree import ArrayTree, padded_edges, puct_pick, puct_pick_one
+from chessrl.search.mcts_node import Node, Priors, normalised_priors
+from chessrl.search.mcts_tree import ArrayTree, puct_pick, puct_pick_one
 from chessrl.search.network import PolicyValueNet
-from chessrl.search.search_board import may_check, terminal_value
+from chessrl.search.search_board import terminal_value
 
 __all__ = [
     "BatchedMCTS",
@@ -77,13 +78,6 @@ __all__ = [
     "terminal_value",
 ]
 
-#: An evaluator's prior for one position: a ``(NUM_ACTIONS,)`` array indexed like
-#: :mod:`chessrl.search.board_encoding`, or a mapping from moves to priors. Either is renormalised over
-#: the legal moves (uniform when it puts no mass on them).
-Priors: TypeAlias = np.ndarray | Mapping[chess.Move, float]
-
-_TINY = float(np.finfo(np.float64).tiny)
-
 
 class Evaluator(Protocol):
     """Priors and values for a batch of positions: one call per batch of leaves."""
@@ -92,60 +86,6 @@ class Evaluator(Protocol):
         """Per board: priors over its moves, and its value from the side to move, in [-1, 1].
         The boards belong to the search tree and must not be changed."""
         ...
-
-
-@dataclass(frozen=True)
-class MCTSConfig:
-    """Search settings (AlphaZero's values, except the number of simulations)."""
-
-    #: Simulations (leaf evaluations or terminal visits) per root and search.
-    simulations: int = 64
-    #: Exploration constant of PUCT: ``Q + c_puct * P * sqrt(N_parent) / (1 + N)``.
-    c_puct: float = 1.5
-    #: Concentration of the Dirichlet noise mixed into the root's priors.
-    dirichlet_alpha: float = 0.3
-    #: Weight of that noise: ``(1 - eps) * P + eps * Dir(alpha)``.
-    dirichlet_eps: float = 0.25
-    #: Loss counted on an edge while a leaf below it waits for its evaluation.
-    virtual_loss: float = 1.0
-    #: Leaves gathered per game per round (virtual loss spreads them when more than 1; a leaf
-    #: reached twice in a round is evaluated once and counts as two simulations).
-    leaves_per_game: int = 1
-    #: First-play urgency: None scores an unvisited move 0, as AlphaZero; a number scores it as the
-    #: node's mean value so far minus this (Leela Chess Zero's "FPU reduction"), so that a winning
-    #: side still tries new moves instead of only the first ones it saw.
-    fpu_reduction: float | None = None
-    #: Plies (from the game's start) whose move is sampled from the visit counts; argmax after.
-    temperature_moves: int = 30
-    #: Temperature of that sampling: probabilities proportional to ``N ** (1 / temperature)``.
-    temperature: float = 1.0
-    #: ``puct``: AlphaZero's search (above). ``gumbel``: Gumbel root search (Danihelka et al.
-    #: 2022, as mctx): ``gumbel_actions`` root moves sampled by Gumbel-top-k, sequential halving
-    #: over the simulations, the deterministic selection below the root, and the improved policy
-    #: ``softmax(logits + sigma(completed Q))`` as the policy target (see :mod:`chessrl.search.gumbel`);
-    #: the root's noise is Gumbel noise, not Dirichlet, and the move played is the search's choice.
-    #: The halving schedule counts this search's visits; a kept subtree's earlier visits still
-    #: count in Q and sigma.
-    search: Literal["puct", "gumbel"] = "puct"
-    #: Gumbel: root moves considered (``m``; fewer when fewer are legal).
-    gumbel_actions: int = 16
-    #: Gumbel: ``sigma(q) = (c_visit + max_b N(b)) * c_scale * q``, q rescaled to [0, 1].
-    c_visit: float = 50.0
-    c_scale: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.search not in ("puct", "gumbel"):
-            raise ValueError(f"MCTSConfig.search must be 'puct' or 'gumbel', got {self.search!r}")
-        for name in ("simulations", "leaves_per_game", "gumbel_actions"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"MCTSConfig.{name} must be at least 1, got {getattr(self, name)!r}")
-        for name in ("c_puct", "dirichlet_alpha", "temperature", "c_scale"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"MCTSConfig.{name} must be positive, got {getattr(self, name)!r}")
-        if not 0 <= self.dirichlet_eps <= 1:
-            raise ValueError(f"MCTSConfig.dirichlet_eps must be in [0, 1], got {self.dirichlet_eps!r}")
-        if self.virtual_loss < 0 or self.temperature_moves < 0 or self.c_visit < 0:
-            raise ValueError("MCTSConfig.virtual_loss, temperature_moves and c_visit must not be negative")
 
 
 @functools.cache
@@ -157,264 +97,6 @@ def _planes_follow_logits(cls: type) -> bool:
         return next(c for c in cls.__mro__ if name in c.__dict__)
 
     return issubclass(owner("evaluate_planes"), owner("evaluate_logits"))
-
-
-def _or_none(value: float) -> float | None:
-    return None if math.isnan(value) else float(value)
-
-
-def _normalised(priors: Priors, moves: list[chess.Move], actions: np.ndarray) -> np.ndarray:
-    """An evaluator's priors gathered on the legal moves and renormalised (uniform without mass)."""
-    if isinstance(priors, np.ndarray):
-        if priors.shape != (NUM_ACTIONS,):
-            raise ValueError(f"priors must have shape ({NUM_ACTIONS},), got {priors.shape}")
-        p = priors[actions].astype(np.float64)
-    else:
-        p = np.array([float(priors.get(m, 0.0)) for m in moves], dtype=np.float64)
-    total = float(p.sum())
-    return p / total if total > 0 and math.isfinite(total) else np.full(len(p), 1.0 / len(p))
-
-
-class Node:
-    """A position in a search tree: its legal moves and their action indices (computed once),
-    and per move the prior ``P``, visit count ``N`` and total value ``W`` (from the side to move
-    here). Children are created when the search first walks into them.
-
-    A node is a handle on a row of an :class:`~chessrl.search.mcts_tree.ArrayTree` (``N``, ``W``,
-    ``Q``, ``priors`` are writable views into its arrays, valid until the next search grows
-    them); a new node gets a tree of its own, and a search moves it into the searcher's tree.
-
-    >>> node = Node(chess.Board())
-    >>> len(node.moves), node.expanded, node.terminal
-    (20, False, None)
-    """
-
-    __slots__ = ("__weakref__", "_id", "_tree")
-
-    def __init__(self, board: chess.Board) -> None:
-        tree = ArrayTree(1, 64)
-        self._tree = tree
-        self._id = new_node(tree, board)
-        tree.handles[self._id] = self
-
-    @classmethod
-    def _of(cls, tree: ArrayTree, i: int) -> Node:
-        """The handle of node ``i`` of ``tree`` (the same object while it lives)."""
-        handle = tree.handles.get(i)
-        if handle is None:
-            handle = object.__new__(cls)
-            handle._tree = tree
-            handle._id = i
-            tree.handles[i] = handle
-        return handle
-
-    @property
-    def _edges(self) -> slice:
-        tree = self._tree
-        if not tree.ready[self._id]:
-            ensure_edges(tree, np.array([self._id]))
-        return tree.edges(self._id)
-
-    @property
-    def board(self) -> chess.Board:
-        """The position, with its move stack (the tree's own copy)."""
-        return self._tree.board(self._id)
-
-    @property
-    def moves(self) -> list[chess.Move]:
-        """Legal moves, in python-chess's order."""
-        tree = self._tree
-        if not tree.ready[self._id]:
-            ensure_edges(tree, np.array([self._id]))
-        return tree.move_list(self._id)
-
-    @property
-    def actions(self) -> np.ndarray:
-        """Their action indices (``int64``, read-only)."""
-        actions = self._tree.action[self._edges]
-        actions.flags.writeable = False
-        return actions
-
-    @property
-    def terminal(self) -> float | None:
-        """Exact value for the side to move when the game is over here, else None."""
-        return _or_none(self._tree.terminal[self._id])
-
-    @property
-    def value(self) -> float | None:
-        """The evaluator's value for the side to move, once expanded."""
-        return _or_none(self._tree.value[self._id])
-
-    @property
-    def priors(self) -> np.ndarray:
-        return self._tree.P[self._edges]
-
-    @property
-    def noisy_priors(self) -> np.ndarray | None:
-        """The priors with Dirichlet noise, used instead of ``priors`` while this node is a root."""
-        return self._tree.Psel[self._edges] if self._tree.noisy[self._id] else None
-
-    @noisy_priors.setter
-    def noisy_priors(self, priors: np.ndarray | None) -> None:
-        tree, edges = self._tree, self._edges
-        tree.Psel[edges] = tree.P[edges] if priors is None else priors
-        tree.noisy[self._id] = priors is not None
-
-    @property
-    def N(self) -> np.ndarray:  # noqa: N802
-        return self._tree.N[self._edges]
-
-    @property
-    def W(self) -> np.ndarray:  # noqa: N802
-        return self._tree.W[self._edges]
-
-    @property
-    def Q(self) -> np.ndarray:  # noqa: N802
-        """``W / N`` per move, 0 where ``N`` is 0 (kept up to date with ``N`` and ``W``)."""
-        return self._tree.Q[self._edges]
-
-    @property
-    def visits(self) -> int:
-        """Visits through this node's moves so far (``N.sum()`` after a search)."""
-        return int(self._tree.visits[self._id])
-
-    @property
-    def children(self) -> list[Node | None]:
-        """The nodes after each move, None where the search never went."""
-        tree = self._tree
-        return [Node._of(tree, c) if c >= 0 else None for c in tree.child[self._edges].tolist()]
-
-    @property
-    def mate_index(self) -> int | None:
-        """A move (its position in ``moves``) found to checkmate at once: selected from then on."""
-        i = int(self._tree.mate[self._id])
-        return None if i < 0 else i
-
-    @mate_index.setter
-    def mate_index(self, i: int | None) -> None:
-        self._tree.mate[self._id] = -1 if i is None else i
-
-    @property
-    def expanded(self) -> bool:
-        """Whether the evaluator has given this node its priors and value."""
-        return not math.isnan(self._tree.value[self._id])
-
-    def expand(self, priors: Priors, value: float) -> None:
-        """Store the evaluator's priors (renormalised over the legal moves) and value."""
-        self.set_priors(_normalised(priors, self.moves, self.actions), value)
-
-    def set_priors(self, priors: np.ndarray, value: float) -> None:
-        """Store priors already given per legal move (aligned with ``moves``, summing to 1) and the
-        value: :meth:`expand` without the gather from the whole action space."""
-        if priors.shape != (len(self.moves),):
-            raise ValueError(
-                f"expected {len(self.moves)} priors (one per legal move), got shape {priors.shape}"
-            )
-        if len(priors) and not np.isfinite(priors).all():  # a diverged network: search on uniform priors
-            priors = np.full(len(priors), 1.0 / len(priors))
-        self._tree.set_priors(np.array([self._id]), priors, np.array([float(value)]))
-
-    def select(self, c_puct: float, fpu_reduction: float | None = None) -> int:
-        """The move (its position in ``moves``) with the highest ``Q + U`` (unvisited: ``Q = 0``);
-        ties go to the first. A move known to mate is always selected."""
-        tree = self._tree
-        first = self._edges.start
-        return int(puct_pick(tree, np.array([self._id]), c_puct, fpu_reduction)[0] - first)
-
-    def child(self, i: int) -> Node:
-        """The node after ``moves[i]``, created on first use."""
-        if not 0 <= i < len(self.moves):
-            raise IndexError(f"move index {i} out of range for {len(self.moves)} moves")
-        return Node._of(self._tree, make_child(self._tree, self._id, i))
-
-    def visit_distribution(self) -> np.ndarray:
-        """Visit counts as a float32 ``(NUM_ACTIONS,)`` distribution (zeros before any visit)."""
-        pi = np.zeros(NUM_ACTIONS, dtype=np.float32)
-        n = self.N
-        total = int(n.sum())
-        if total:
-            pi[self.actions] = n / total
-        return pi
-
-    def sparse_visits(self) -> tuple[np.ndarray, np.ndarray]:
-        """The visited moves' action indices (int64) and visit shares (float32): the replay
-        table's sparse policy target.
-
-        >>> Node(chess.Board()).sparse_visits()
-        (array([], dtype=int64), array([], dtype=float32))
-        """
-        n = self.N
-        visited = n > 0
-        total = max(int(n.sum()), 1)
-        return self.actions[visited], (n[visited] / total).astype(np.float32)
-
-    def improved_policy(self, config: MCTSConfig | None = None) -> np.ndarray:
-        """Gumbel search's policy target per legal move: ``softmax(logits + sigma(completed
-        Q))`` (see :mod:`chessrl.search.gumbel`), with ``config``'s ``c_visit`` and ``c_scale``.
-
-        >>> node = Node(chess.Board("7k/8/8/8/8/8/8/K7 w - - 0 1"))
-        >>> node.set_priors(np.array([0.5, 0.25, 0.25]), 0.0)
-        >>> node.improved_policy().round(3).tolist()   # no visits: the priors
-        [0.5, 0.25, 0.25]
-        """
-        cfg = config if config is not None else MCTSConfig()
-        tree = self._tree
-        e = self._edges
-        valid = np.ones((1, e.stop - e.start), dtype=bool)
-        return gumbel.improved_policy(
-            tree.value[[self._id]], tree.Q[e][None], tree.N[e][None], tree.P[e][None], valid,
-            cfg.c_visit, cfg.c_scale,
-        )[0]  # fmt: skip
-
-    def policy_target(self, config: MCTSConfig | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The replay table's sparse policy target: :meth:`sparse_visits` after a PUCT search,
-        the :meth:`improved_policy` over every legal move after a Gumbel search."""
-        if self._tree.chosen[self._id] < 0 or not self.expanded:
-            return self.sparse_visits()
-        return self.actions.copy(), self.improved_policy(config).astype(np.float32)
-
-    def visit_counts(self) -> dict[chess.Move, int]:
-        """Visits per legal move.
-
-        >>> Node(chess.Board("7k/8/8/8/8/8/8/K7 w - - 0 1")).visit_counts()[chess.Move.from_uci("a1b2")]
-        0
-        """
-        return dict(zip(self.moves, self.N.tolist(), strict=True))
-
-    def find_mate(self) -> int | None:
-        """Look at every move that gives check for one that mates at once; remember it in
-        ``mate_index`` (a root searched by :class:`BatchedMCTS` never misses a mate in one).
-
-        >>> node = Node(chess.Board("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1"))
-        >>> node.moves[node.find_mate()].uci()
-        'd1d8'
-        """
-        if self.mate_index is None and self._tree.native[self._id] is not None:
-            self._edges  # noqa: B018  (lists the moves)
-            self.mate_index = mcts_native.first_mate(self._tree, self._id)
-        elif self.mate_index is None:
-            board = self.board
-            for i, move in enumerate(self.moves):
-                if may_check(board, move) and board.gives_check(move):
-                    board.push(move)
-                    mate = board.is_checkmate()
-                    board.pop()
-                    if mate:
-                        self.mate_index = i
-                        break
-        return self.mate_index
-
-    def best_move(self) -> chess.Move:
-        """A move found to mate at once, else the move a Gumbel search chose, else the most
-        visited move (the first on ties)."""
-        if not self.moves:
-            raise ValueError(f"no legal moves in {self.board.fen()!r}")
-        if self.mate_index is not None:
-            return self.moves[self.mate_index]
-        chosen = int(self._tree.chosen[self._id])
-        if chosen >= 0:
-            return self.moves[chosen]
-        return self.moves[int(np.argmax(self.N))]
 
 
 class UniformEvaluator:
@@ -597,21 +279,14 @@ class BatchedMCTS:
             e = node._edges
             tree.chosen[node._id] = -1
             if gumbel_search:
-                tree.noisy[node._id] = False
-                tree.Psel[e] = tree.P[e]
-                tree.N0[e] = tree.N[e]
-                g = rng.gumbel(size=e.stop - e.start) if add_noise else np.zeros(e.stop - e.start)
-                tree.score[e] = g + np.log(np.maximum(tree.P[e], _TINY))
+                mcts_gumbel.prepare_root(tree, node._id, e, rng, add_noise)
             elif add_noise:
                 noise = rng.dirichlet(np.full(e.stop - e.start, cfg.dirichlet_alpha))
                 node.noisy_priors = (1 - cfg.dirichlet_eps) * tree.P[e] + cfg.dirichlet_eps * noise
             else:
                 node.noisy_priors = None
         if gumbel_search:
-            self._seq_of = {
-                i: gumbel.considered_visit_sequence(min(cfg.gumbel_actions, c), sims)
-                for i, c in zip(ids.tolist(), tree.count[ids].tolist(), strict=True)
-            }
+            self._seq_of = mcts_gumbel.halving_schedules(tree, ids, cfg, sims)
 
     def _rounds(self, ids: np.ndarray, sims: int) -> None:
         """``sims`` simulations from each root ``ids``: rounds of walks (``leaves_per_game`` per
@@ -704,27 +379,7 @@ class BatchedMCTS:
         tree = self.tree
         if cfg.search == "puct":
             return puct_pick(tree, nodes, cfg.c_puct, cfg.fpu_reduction)
-        idx, valid = padded_edges(tree, nodes)
-        args = (tree.value[nodes], tree.Q[idx], tree.N[idx], tree.P[idx], valid, cfg.c_visit, cfg.c_scale)
-        if at_root:
-            search_visits = tree.N[idx] - tree.N0[idx]
-            done = np.where(valid, search_visits, 0).sum(axis=1)
-            considered = np.array(
-                [
-                    seq[min(d, len(seq) - 1)] if seq else 0
-                    for seq, d in zip(self._roots_seq(nodes), done.tolist(), strict=True)
-                ],
-                dtype=np.int64,
-            )
-            score = gumbel.root_scores(tree.score[idx], considered, search_visits, *args)
-        else:
-            score = gumbel.interior_scores(*args)
-        pick = score.argmax(axis=1)
-        mate = tree.mate[nodes]
-        return tree.first[nodes] + np.where(mate >= 0, mate, pick)
-
-    def _roots_seq(self, nodes: np.ndarray) -> list[tuple[int, ...]]:
-        return [self._seq_of[i] for i in nodes.tolist()]
+        return mcts_gumbel.pick(tree, nodes, at_root, self._seq_of, cfg)
 
     def _descend(
         self, games: np.ndarray, ids: np.ndarray, virtual: bool
@@ -886,7 +541,7 @@ class BatchedMCTS:
             else:
                 priors, values = self.evaluator.evaluate(boards)
                 per_move = [
-                    _normalised(p, tree.move_list(i), a)
+                    normalised_priors(p, tree.move_list(i), a)
                     for p, i, a in zip(priors, id_list, actions, strict=False)
                 ]
             n_priors = len(priors)
@@ -906,19 +561,7 @@ class BatchedMCTS:
         """A Gumbel root after its search: the move it chose (among the most visited of this
         search, the best ``g + logits + sigma(completed Q)``) and its improved policy."""
         cfg = self.config
-        tree = self.tree
-        i = node._id
-        e = node._edges
-        if tree.mate[i] >= 0:
-            tree.chosen[i] = tree.mate[i]
-        else:
-            visits = (tree.N[e] - tree.N0[e])[None]
-            valid = np.ones_like(visits, dtype=bool)
-            score = gumbel.root_scores(
-                tree.score[e][None], visits.max(axis=1), visits, tree.value[[i]], tree.Q[e][None],
-                tree.N[e][None], tree.P[e][None], valid, cfg.c_visit, cfg.c_scale,
-            )  # fmt: skip
-            tree.chosen[i] = int(score[0].argmax())
+        mcts_gumbel.choose(self.tree, node._id, node._edges, cfg)
         pi = np.zeros(NUM_ACTIONS, dtype=np.float32)
         pi[node.actions] = node.improved_policy(cfg)
         return pi

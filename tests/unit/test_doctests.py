@@ -25,6 +25,7 @@ MODULES = [
     "chessrl.search.board_encoding",
     "chessrl.search.network",
     "chessrl.search.mcts",
+    "chessrl.search.mcts_node",
     "chessrl.search.mcts_tree",
     "chessrl.search.mcts_native",
     "chessrl.search.mcts_compiled",
