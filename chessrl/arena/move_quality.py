@@ -194,7 +194,8 @@ def quality_line(q: dict[str, Any]) -> str:
 def stockfish_expected(nodes: int, path: str | None = None) -> Iterator[Expected]:
     """An :data:`Expected` backed by one local Stockfish at ``nodes`` nodes a position (for a
     driver that has no EnginePool: ppo's summary)."""
-    from chessrl.engine.client import EngineGroup, SearchLimit, find_stockfish
+    from chessrl.engine.client import SearchLimit, find_stockfish
+    from chessrl.engine.group import EngineGroup
 
     with EngineGroup(1, path=find_stockfish(path)) as engines:
         yield lambda fens: [a.score.expected for a in engines.analyse(fens, SearchLimit(nodes=nodes))]

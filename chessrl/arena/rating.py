@@ -1,4 +1,4 @@
-"""Elo arithmetic: expected scores, match intervals, ratings from many games, and SPRT.
+"""Elo arithmetic: expected scores, match intervals, ratings from many games, paired-match Elo.
 
 Elo differences follow the logistic model: a player rated ``d`` points above its opponent is
 expected to score ``1 / (1 + 10 ** (-d / 400))`` per game, a draw counting as half a win.
@@ -33,22 +33,7 @@ Many games between many players, some of them anchors with fixed ratings (Stockf
 >>> round(net.elo), net.games, net.score, net.anchored
 (1378, 20, 0.4, False)
 
-An A/B test stops when the sequential probability ratio test decides between ``elo0`` (H0)
-and ``elo1`` (H1):
-
->>> result = sprt(wins=60, draws=20, losses=20, elo0=0, elo1=50)
->>> round(result.llr, 3), round(result.upper, 3), result.decision
-(7.337, 2.944, 'H1')
-
-Game pairs (the same opening, colours swapped) are counted by their total for the first player,
-0, 0.5, 1, 1.5 or 2 points: the pentanomial counts fishtest tests on. Pairing cancels most of the
-opening's bias, so its variance is smaller and the test needs fewer games than the trinomial:
-
->>> counts = pair_counts([2, 1.5, 1, 1, 1.5, 0.5, 2, 1])
->>> counts
-(0, 1, 3, 2, 2)
->>> round(pentanomial_llr(counts, elo0=0, elo1=50), 3), sprt_pentanomial(counts, 0, 50).decision
-(1.026, 'continue')
+The SPRT of an A/B match, on games or on game pairs, is :mod:`chessrl.arena.sprt`.
 """
 
 from __future__ import annotations
@@ -57,23 +42,17 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Literal
 
 __all__ = [
     "EloEstimate",
     "PlayerRating",
-    "SprtResult",
     "elo_from_score",
     "expected_score",
     "match_elo",
     "rate_players",
     "score_bounds",
     "score_interval",
-    "pair_counts",
     "pentanomial_elo",
-    "pentanomial_llr",
-    "sprt",
-    "sprt_pentanomial",
 ]
 
 _K = math.log(10) / 400  # slope of the logistic curve per Elo point, in natural-log units
@@ -114,18 +93,6 @@ def _z(confidence: float) -> float:
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be strictly between 0 and 1, got {confidence}")
     return NormalDist().inv_cdf(0.5 + confidence / 2)
-
-
-def _moments(wins: int, draws: int, losses: int) -> tuple[int, float, float]:
-    """Games, mean score and per-game variance of the trinomial outcome (0, 0 when no games)."""
-    if min(wins, draws, losses) < 0:
-        raise ValueError(f"wins, draws and losses must be >= 0, got {wins}, {draws}, {losses}")
-    n = wins + draws + losses
-    if n == 0:
-        return 0, 0.0, 0.0
-    s = (wins + draws / 2) / n
-    var = (wins * (1 - s) ** 2 + draws * (0.5 - s) ** 2 + losses * s**2) / n
-    return n, s, var
 
 
 def score_bounds(
@@ -293,6 +260,49 @@ def _sweep_bound(opponents: list[tuple[float, int]], tail: float) -> float:
     return (lo + hi) / 2
 
 
+def _tally(
+    games: Sequence[tuple[str, str, float]], anchors: Mapping[str, float]
+) -> tuple[dict[tuple[str, str], list[float]], dict[str, list[float]]]:
+    """The games added up: per pair ``(a, b)``, ``a < b``, its games and ``a``'s total score; per
+    player its games and total score. A bad game, or an anchor with no game, is a ValueError."""
+    pairs: dict[tuple[str, str], list[float]] = {}  # (a, b), a < b -> [games, a's total score]
+    played: dict[str, list[float]] = {}  # name -> [games, total score]
+    for white, black, score in games:
+        if score not in (0, 0.5, 1):
+            raise ValueError(f"a game's score must be 0, 0.5 or 1, got {score!r} in {white} vs {black}")
+        if white == black:
+            raise ValueError(f"{white!r} cannot play itself")
+        a, b, score_a = (white, black, score) if white < black else (black, white, 1 - score)
+        stats = pairs.setdefault((a, b), [0, 0.0])
+        stats[0] += 1
+        stats[1] += score_a
+        for name, s in ((white, score), (black, 1 - score)):
+            played.setdefault(name, [0, 0.0])
+            played[name][0] += 1
+            played[name][1] += s
+    missing = sorted(set(anchors) - set(played))
+    if missing:
+        raise ValueError(f"anchor(s) {', '.join(missing)} play no game in the games given")
+    return pairs, played
+
+
+def _links(
+    pairs: Mapping[tuple[str, str], list[float]],
+) -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str, set[str]]]:
+    """Who met whom, who took points from whom, and who conceded points to whom."""
+    neighbours: dict[str, set[str]] = {}
+    scored_against: dict[str, set[str]] = {}  # x -> the players x took points from
+    conceded_to: dict[str, set[str]] = {}  # x -> the players who took points from x
+    for (a, b), (n, score_a) in pairs.items():
+        neighbours.setdefault(a, set()).add(b)
+        neighbours.setdefault(b, set()).add(a)
+        for x, y, took in ((a, b, score_a > 0), (b, a, score_a < n)):
+            if took:
+                scored_against.setdefault(x, set()).add(y)
+                conceded_to.setdefault(y, set()).add(x)
+    return neighbours, scored_against, conceded_to
+
+
 def rate_players(
     games: Sequence[tuple[str, str, float]],
     anchors: Mapping[str, float],
@@ -323,34 +333,8 @@ def rate_players(
         raise ValueError("rate_players needs at least one anchor: a player with a fixed rating")
     if prior_games < 0:
         raise ValueError(f"prior_games must be >= 0, got {prior_games}")
-    pairs: dict[tuple[str, str], list[float]] = {}  # (a, b), a < b -> [games, a's total score]
-    played: dict[str, list[float]] = {}  # name -> [games, total score]
-    for white, black, score in games:
-        if score not in (0, 0.5, 1):
-            raise ValueError(f"a game's score must be 0, 0.5 or 1, got {score!r} in {white} vs {black}")
-        if white == black:
-            raise ValueError(f"{white!r} cannot play itself")
-        a, b, score_a = (white, black, score) if white < black else (black, white, 1 - score)
-        stats = pairs.setdefault((a, b), [0, 0.0])
-        stats[0] += 1
-        stats[1] += score_a
-        for name, s in ((white, score), (black, 1 - score)):
-            played.setdefault(name, [0, 0.0])
-            played[name][0] += 1
-            played[name][1] += s
-    missing = sorted(set(anchors) - set(played))
-    if missing:
-        raise ValueError(f"anchor(s) {', '.join(missing)} play no game in the games given")
-    neighbours: dict[str, set[str]] = {}
-    scored_against: dict[str, set[str]] = {}  # x -> the players x took points from
-    conceded_to: dict[str, set[str]] = {}  # x -> the players who took points from x
-    for (a, b), (n, score_a) in pairs.items():
-        neighbours.setdefault(a, set()).add(b)
-        neighbours.setdefault(b, set()).add(a)
-        for x, y, took in ((a, b, score_a > 0), (b, a, score_a < n)):
-            if took:
-                scored_against.setdefault(x, set()).add(y)
-                conceded_to.setdefault(y, set()).add(x)
+    pairs, played = _tally(games, anchors)
+    neighbours, scored_against, conceded_to = _links(pairs)
     lost = sorted(set(played) - _reached(set(anchors), neighbours))
     if lost:
         raise ValueError(f"player(s) {', '.join(lost)} not connected to any anchor through games")
@@ -449,137 +433,6 @@ def _fit(
             t /= 2
         ratings = trial
     return ratings
-
-
-@dataclass(frozen=True)
-class SprtResult:
-    """An SPRT state: the log-likelihood ratio, its stopping bounds, and ``"H0"``, ``"H1"`` or ``"continue"``."""
-
-    llr: float
-    lower: float
-    upper: float
-    decision: Literal["H0", "H1", "continue"]
-
-
-def sprt(
-    wins: int, draws: int, losses: int, elo0: float, elo1: float, alpha: float = 0.05, beta: float = 0.05
-) -> SprtResult:
-    """The SPRT of H0 "the Elo difference is ``elo0``" against H1 "it is ``elo1``".
-
-    The generalized SPRT of fishtest and cutechess for logistic Elo and trinomial outcomes:
-    ``llr = N·(s1 - s0)·(2·x̄ - s0 - s1) / (2·σ²)``, with ``x̄`` the mean score, ``σ²`` its
-    per-game variance and ``s0``, ``s1`` the expected scores at ``elo0`` and ``elo1``. It stops
-    at ``llr >= ln((1-β)/α)`` ("H1") or ``llr <= ln(β/(1-α))`` ("H0"). With no games, or a
-    zero sample variance (all wins, all draws or all losses), ``llr`` is 0: "continue".
-
-    >>> sprt(0, 0, 0, elo0=0, elo1=10).decision
-    'continue'
-    """
-    if not elo0 < elo1:
-        raise ValueError(f"elo0 must be below elo1, got elo0={elo0}, elo1={elo1}")
-    if not (0 < alpha < 1 and 0 < beta < 1 and alpha + beta < 1):
-        raise ValueError(f"alpha and beta must be in (0, 1) with alpha + beta < 1, got {alpha}, {beta}")
-    lower, upper = math.log(beta / (1 - alpha)), math.log((1 - beta) / alpha)
-    n, mean, var = _moments(wins, draws, losses)
-    llr = 0.0
-    if n > 0 and var > 0:
-        s0, s1 = expected_score(elo0), expected_score(elo1)
-        llr = n * (s1 - s0) * (2 * mean - s0 - s1) / (2 * var)
-    decision: Literal["H0", "H1", "continue"] = "H1" if llr >= upper else "H0" if llr <= lower else "continue"
-    return SprtResult(llr=llr, lower=lower, upper=upper, decision=decision)
-
-
-# ---------------------------------------------------------------------------------------------
-# game pairs: pentanomial statistics (fishtest's LLRcalc, in logistic Elo)
-
-#: fishtest's regularisation: an empty pentanomial cell counts as this many pairs.
-PENTANOMIAL_EPSILON = 1e-3
-Pentanomial = tuple[int, int, int, int, int]
-
-
-def pair_counts(pair_scores: Sequence[float]) -> Pentanomial:
-    """How many game pairs scored 0, 0.5, 1, 1.5 and 2 points for the first player.
-
-    >>> pair_counts([0, 2, 1, 1, 0.5])
-    (1, 1, 2, 0, 1)
-    """
-    counts = [0] * 5
-    for score in pair_scores:
-        index = score * 2
-        if index not in (0, 1, 2, 3, 4):
-            raise ValueError(f"a pair's score must be 0, 0.5, 1, 1.5 or 2, got {score!r}")
-        counts[int(index)] += 1
-    return counts[0], counts[1], counts[2], counts[3], counts[4]
-
-
-def _pdf(counts: Sequence[float]) -> tuple[float, list[tuple[float, float]]]:
-    """fishtest's ``results_to_pdf``: empty cells get :data:`PENTANOMIAL_EPSILON`; per-game scores
-    0, 1/4, 1/2, 3/4, 1 with their frequencies."""
-    if len(counts) != 5 or min(counts) < 0:
-        raise ValueError(f"pentanomial counts are five numbers >= 0, got {tuple(counts)}")
-    regular = [c if c > 0 else PENTANOMIAL_EPSILON for c in counts]
-    n = sum(regular)
-    return n, [(i / 4, c / n) for i, c in enumerate(regular)]
-
-
-def _secular(pdf: Sequence[tuple[float, float]]) -> float:
-    """The root ``x`` of ``sum_i p_i·a_i / (1 + x·a_i) = 0`` between ``-1/max(a)`` and ``-1/min(a)``
-    (``a`` takes both signs); the function falls strictly on that interval, so bisection finds it."""
-    values = [a for a, _ in pdf]
-    low, high = -1 / max(values), -1 / min(values)
-    for _ in range(200):
-        mid = (low + high) / 2
-        if sum(p * a / (1 + mid * a) for a, p in pdf) > 0:
-            low = mid
-        else:
-            high = mid
-    return (low + high) / 2
-
-
-def _mle_with_mean(pdf: Sequence[tuple[float, float]], s: float) -> list[tuple[float, float]]:
-    """The distribution on the same outcomes, closest in likelihood to ``pdf``, whose mean is ``s``
-    (fishtest's ``MLE_expected``: ``p_i / (1 + x·(a_i - s))`` with ``x`` from the secular equation)."""
-    x = _secular([(a - s, p) for a, p in pdf])
-    return [(a, p / (1 + x * (a - s))) for a, p in pdf]
-
-
-def pentanomial_llr(counts: Sequence[float], elo0: float, elo1: float) -> float:
-    """The generalized log-likelihood ratio of H1 (Elo difference ``elo1``) against H0 (``elo0``)
-    for pentanomial ``counts``: fishtest's ``LLR_logistic``. Each hypothesis' distribution is the
-    maximum-likelihood one with the expected score ``s0`` (``s1``); the LLR is
-    ``N · sum_i p_i · (log p1_i - log p0_i)`` over the (regularised) observed frequencies ``p``.
-
-    >>> round(pentanomial_llr((0, 0, 10, 0, 0), elo0=0, elo1=10), 2)   # ten even pairs: H0's way
-    -0.29
-    """
-    if not elo0 < elo1:
-        raise ValueError(f"elo0 must be below elo1, got elo0={elo0}, elo1={elo1}")
-    n, pdf = _pdf(counts)
-    s0, s1 = expected_score(elo0), expected_score(elo1)
-    pdf0, pdf1 = _mle_with_mean(pdf, s0), _mle_with_mean(pdf, s1)
-    return n * sum(
-        p * (math.log(q1) - math.log(q0)) for (_, p), (_, q0), (_, q1) in zip(pdf, pdf0, pdf1, strict=True)
-    )
-
-
-def sprt_pentanomial(
-    counts: Sequence[float], elo0: float, elo1: float, alpha: float = 0.05, beta: float = 0.05
-) -> SprtResult:
-    """The SPRT on game pairs, as fishtest runs it: :func:`pentanomial_llr` against the bounds
-    ``ln(β/(1-α))`` (accept H0) and ``ln((1-β)/α)`` (accept H1). No pairs: ``llr`` 0, "continue".
-
-    >>> result = sprt_pentanomial((0, 2, 8, 20, 10), elo0=0, elo1=50)
-    >>> round(result.llr, 2), result.decision
-    (5.34, 'H1')
-    """
-    if not (0 < alpha < 1 and 0 < beta < 1 and alpha + beta < 1):
-        raise ValueError(f"alpha and beta must be in (0, 1) with alpha + beta < 1, got {alpha}, {beta}")
-    lower, upper = math.log(beta / (1 - alpha)), math.log((1 - beta) / alpha)
-    llr = pentanomial_llr(counts, elo0, elo1) if sum(counts) > 0 else 0.0
-    if not elo0 < elo1:  # pentanomial_llr checked it when there were pairs
-        raise ValueError(f"elo0 must be below elo1, got elo0={elo0}, elo1={elo1}")
-    decision: Literal["H0", "H1", "continue"] = "H1" if llr >= upper else "H0" if llr <= lower else "continue"
-    return SprtResult(llr=llr, lower=lower, upper=upper, decision=decision)
 
 
 def pentanomial_elo(counts: Sequence[int], confidence: float = 0.95) -> EloEstimate:

@@ -12,7 +12,8 @@ same code:
 
 Nothing is held in memory beyond one game (plus a read buffer): a 30 GB ``.pgn.zst`` streams
 through :func:`open_pgn` and :func:`iter_raw_games`. Bad games are not fatal: they come back
-with a ``skip`` reason, and :class:`PrepareCounts` adds the reasons up.
+with a ``skip`` reason, and :class:`PrepareCounts` adds the reasons up. Which games are kept
+(time controls, ratings, terminations) is :mod:`chessrl.data.pgn_filters`.
 """
 
 from __future__ import annotations
@@ -22,27 +23,14 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any, Literal
+from typing import IO, Any
 
 import chess
 import chess.pgn
 import zstandard
 
 from chessrl.data.games import GameRecord, game_id_for
-
-#: Time-control categories, Lichess's rule: estimated seconds = base + 40 * increment.
-TimeControlCategory = Literal[
-    "ultrabullet", "bullet", "blitz", "rapid", "classical", "correspondence", "unknown"
-]
-TIME_CONTROL_CATEGORIES: tuple[str, ...] = (
-    "ultrabullet",
-    "bullet",
-    "blitz",
-    "rapid",
-    "classical",
-    "correspondence",
-    "unknown",
-)
+from chessrl.data.pgn_filters import GameFilter, header_elo, header_name, result_of, termination_of
 
 #: Why a game was not written. Every skipped game is counted under exactly one of these.
 SKIP_REASONS: tuple[str, ...] = (
@@ -378,128 +366,6 @@ def parse_game(text: str) -> ParsedGame:
 
 
 # ---------------------------------------------------------------------------------------------
-# classification and filtering
-
-
-def time_control_category(tc: str | None) -> str:
-    """Lichess's categories from a TimeControl header.
-
-    >>> [time_control_category(t) for t in ("60+0", "180+2", "600+5", "1800+20", "-", None)]
-    ['bullet', 'blitz', 'rapid', 'classical', 'correspondence', 'unknown']
-    """
-    if tc is None or not tc.strip() or tc.strip() == "?":
-        return "unknown"
-    tc = tc.strip()
-    if tc == "-":
-        return "correspondence"
-    base_text, _, inc_text = tc.partition("+")
-    try:
-        base, inc = int(base_text), int(inc_text or 0)
-    except ValueError:
-        return "unknown"
-    seconds = base + 40 * inc
-    if seconds < 30:
-        return "ultrabullet"
-    if seconds < 180:
-        return "bullet"
-    if seconds < 480:
-        return "blitz"
-    if seconds < 1500:
-        return "rapid"
-    return "classical"
-
-
-def termination_of(board: chess.Board | None, header: str | None) -> str:
-    """``checkmate``/``stalemate``/... from the final position, else the normalised header.
-
-    >>> termination_of(chess.Board("7k/6Q1/6K1/8/8/8/8/8 b - - 0 1"), "Normal")
-    'checkmate'
-    >>> termination_of(chess.Board(), "Time forfeit")
-    'time_forfeit'
-    """
-    if board is not None:
-        outcome = board.outcome(claim_draw=False)
-        if outcome is not None:
-            return outcome.termination.name.lower()
-    if header and header.strip() and header.strip() != "?":
-        return "_".join(header.strip().lower().replace("-", " ").split())
-    return "unknown"
-
-
-def result_of(board: chess.Board | None, header_result: str | None, movetext_result: str) -> str:
-    """The game's result: the Result header, else the movetext's, else the final position's."""
-    for candidate in (header_result, movetext_result):
-        if candidate in ("1-0", "0-1", "1/2-1/2"):
-            return candidate
-    if board is not None:
-        outcome = board.outcome(claim_draw=False)
-        if outcome is not None:
-            return outcome.result()
-    return "*"
-
-
-def _elo(value: str | None) -> int | None:
-    if value is None:
-        return None
-    value = value.strip()
-    return int(value) if value.isdigit() and 0 < int(value) < 5000 else None
-
-
-def _name(value: str | None) -> str | None:
-    if value is None:
-        return None
-    value = value.strip()
-    return value if value and value != "?" else None
-
-
-@dataclass(frozen=True)
-class GameFilter:
-    """Which games to keep.
-
-    >>> GameFilter(min_elo=2000).reason({"WhiteElo": "2100", "BlackElo": "1900"}, n_plies=40, termination="normal")
-    'elo_below_min'
-    """
-
-    min_elo: int = 0
-    """Both players rated at least this (0 = no rating needed)."""
-    time_controls: tuple[str, ...] = ()
-    """Allowed time-control categories (empty = any)."""
-    terminations: tuple[str, ...] = ()
-    """Allowed terminations, as in the games table (empty = any)."""
-    min_plies: int = 1
-    """Fewer half-moves than this are skipped."""
-
-    def __post_init__(self) -> None:
-        if self.min_elo < 0:
-            raise ValueError(f"min_elo must be >= 0, got {self.min_elo}")
-        if self.min_plies < 0:
-            raise ValueError(f"min_plies must be >= 0, got {self.min_plies}")
-        bad = [t for t in self.time_controls if t not in TIME_CONTROL_CATEGORIES]
-        if bad:
-            raise ValueError(
-                f"unknown time control {bad[0]!r}; allowed: {', '.join(TIME_CONTROL_CATEGORIES)}"
-            )
-
-    def reason(self, headers: Mapping[str, str], *, n_plies: int, termination: str) -> str | None:
-        """The skip reason for a legal game, or ``None`` to keep it."""
-        if n_plies == 0:
-            return "no_moves"
-        if n_plies < self.min_plies:
-            return "too_short"
-        if self.min_elo > 0:
-            elos = (_elo(headers.get("WhiteElo")), _elo(headers.get("BlackElo")))
-            if None in elos:
-                return "missing_elo"
-            if min(e for e in elos if e is not None) < self.min_elo:
-                return "elo_below_min"
-        if self.time_controls and time_control_category(headers.get("TimeControl")) not in self.time_controls:
-            return "time_control"
-        if self.terminations and termination not in self.terminations:
-            return "termination"
-        return None
-
-
-# ---------------------------------------------------------------------------------------------
 # one game end to end, and the counts
 
 
@@ -601,14 +467,14 @@ def game_record(raw: bytes, source: str, game_filter: GameFilter, counts: Prepar
     return GameRecord(
         game_id=game_id_for({t: headers.get(t, "") for t in _ROSTER}, moves),
         source=source,
-        white=_name(headers.get("White")),
-        black=_name(headers.get("Black")),
-        white_elo=_elo(headers.get("WhiteElo")),
-        black_elo=_elo(headers.get("BlackElo")),
+        white=header_name(headers.get("White")),
+        black=header_name(headers.get("Black")),
+        white_elo=header_elo(headers.get("WhiteElo")),
+        black_elo=header_elo(headers.get("BlackElo")),
         result=result,
         termination=termination,
-        eco=_name(headers.get("ECO")),
-        time_control=_name(headers.get("TimeControl")),
+        eco=header_name(headers.get("ECO")),
+        time_control=header_name(headers.get("TimeControl")),
         moves=moves,
         n_plies=parsed.n_plies,
     )

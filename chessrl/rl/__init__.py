@@ -4,8 +4,11 @@
 - :mod:`~chessrl.rl.reward`: the reward model's query, scoring and normalisation.
 - :mod:`~chessrl.rl.dpo`: direct preference optimisation on those pairs.
 - :mod:`~chessrl.rl.policy_gradient`: advantages, KL estimators, clipped losses.
-- :mod:`~chessrl.rl.ppo`: PPO episodes, experience and the update.
-- :mod:`~chessrl.rl.grpo`: GRPO's verified rewards, group advantages and loss.
+- :mod:`~chessrl.rl.ppo`: PPO episodes, opponents and the rollout shards.
+- :mod:`~chessrl.rl.ppo_learner`: PPO's learner: per-action rewards, GAE batches and the update.
+- :mod:`~chessrl.rl.grpo`: GRPO's verified rewards, prompts, sampled groups and the update.
+- :mod:`~chessrl.rl.grpo_loss`: GRPO's group advantages, loss types and completion log-probabilities.
+- :mod:`~chessrl.rl.own_games`: GRPO prompts from the policy's own games.
 
 Imports: every other ``chessrl`` package.
 """

@@ -21,24 +21,16 @@ Tasks (:class:`chessrl.lm.formats.RookWorldFormat`):
 ...            "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+0+0+0").reward
 1.0
 
-Advantages: :func:`chessrl.rl.policy_gradient.compute_grpo_outcome_advantage` over each group of
-``group_size`` completions of one prompt. Loss types (:func:`grpo_loss`), the formulas of veRL's
-``core_algos`` and the papers:
-
-- ``grpo``: ``A = (r - mean) / std`` per group; clipped surrogate (ε); per-sequence token mean,
-  then the mean over sequences; ``+ beta * k3`` KL to the reference, same aggregation.
-- ``dr_grpo`` (Dr. GRPO): ``A = r - mean`` (no std); per-sequence token *sum* over a constant
-  length, then the mean over sequences.
-- ``dapo`` (DAPO): ``A`` as ``grpo``; clip-higher (``clip_high``, 0.28); token mean over the
-  batch; groups whose rewards are all equal are dropped from the loss (dynamic sampling).
+Group advantages, the loss types and the completion log-probabilities are
+:mod:`chessrl.rl.grpo_loss`; prompts from the policy's own games, :mod:`chessrl.rl.own_games`.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import chess
 import torch
@@ -46,13 +38,7 @@ import torch
 from chessrl.data.positions import Position, split_counts
 from chessrl.lm.formats import MovesFormat, RookWorldFormat, parse_move
 from chessrl.lm.lm_data import ENV_HISTORY
-from chessrl.rl.policy_gradient import (
-    agg_loss,
-    compute_grpo_outcome_advantage,
-    compute_policy_loss,
-    kl_penalty,
-    masked_mean,
-)
+from chessrl.rl.grpo_loss import completion_logprobs, group_advantages, grpo_loss, masked_completion_logprobs
 
 LossType = Literal["grpo", "dr_grpo", "dapo"]
 LOSS_TYPES: tuple[str, ...] = ("grpo", "dr_grpo", "dapo")
@@ -204,85 +190,6 @@ def parse_policy_completion(fen: str, completion: str) -> tuple[str, str | None]
     return parsed.status, parsed.move
 
 
-def group_advantages(
-    rewards: torch.Tensor,
-    groups: Sequence[Hashable],
-    loss_type: str,
-    std_floor: float = 0.0,
-    drop_flat: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-sample advantages and a keep mask (``dapo``, or ``drop_flat``, drops groups whose
-    rewards are all equal); ``std_floor`` bounds the std that grpo and dapo divide by.
-
-    >>> a, keep = group_advantages(torch.tensor([1.0, 0.0, 0.5, 0.5]), [0, 0, 1, 1], "dr_grpo")
-    >>> a.tolist(), keep.tolist()
-    ([0.5, -0.5, 0.0, 0.0], [True, True, True, True])
-    >>> group_advantages(torch.tensor([1.0, 0.0, 0.5, 0.5]), [0, 0, 1, 1], "dapo")[1].tolist()
-    [True, True, False, False]
-
-    Engine noise in a group of good moves stays small with a floor (without one it would be
-    as large as a blunder's):
-
-    >>> [round(x, 2) for x in group_advantages(torch.tensor([1.0, 1.0, 0.983, 0.958]), [0] * 4, "grpo", 0.1)[0].tolist()]
-    [0.15, 0.15, -0.02, -0.27]
-    """
-    advantages = compute_grpo_outcome_advantage(
-        rewards, groups, norm_by_std=loss_type != "dr_grpo", std_floor=std_floor
-    )
-    keep = torch.ones_like(rewards, dtype=torch.bool)
-    if loss_type == "dapo" or drop_flat:
-        for g in set(groups):
-            idx = [i for i, k in enumerate(groups) if k == g]
-            values = rewards[idx]
-            if bool((values == values[0]).all()):
-                keep[idx] = False
-    return advantages, keep
-
-
-def grpo_loss(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    ref_logprobs: torch.Tensor | None,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    settings: GRPOSettings,
-    norm_length: int | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """The GRPO objective on ``(bs, T)`` completion-token log-probs; ``advantages`` are per
-    sample ``(bs,)``, ``mask`` marks completion tokens (rows of dropped samples all zero).
-
-    Returns ``(loss, metrics)``: ``pg_loss``, ``kl`` (k3 to the reference, masked mean),
-    ``clipfrac``, ``approx_kl``.
-    """
-    mode = {"grpo": "seq-mean-token-mean", "dr_grpo": "seq-mean-token-sum-norm", "dapo": "token-mean"}[
-        settings.loss_type
-    ]
-    high = settings.clip_high if settings.loss_type == "dapo" else settings.clip
-    token_adv = advantages.unsqueeze(-1).expand_as(logprobs)
-    pg_loss, pg = compute_policy_loss(
-        old_logprobs, logprobs, token_adv, mask, settings.clip, high, None, "token-mean"
-    )
-    if mode != "token-mean":  # the same per-token losses, aggregated the loss type's way
-        ratio = torch.exp(torch.clamp(logprobs - old_logprobs, -20.0, 20.0))
-        per_token = torch.maximum(
-            -token_adv * ratio, -token_adv * torch.clamp(ratio, 1 - settings.clip, 1 + high)
-        )
-        pg_loss = agg_loss(per_token, mask, mode, norm_length)
-    loss = pg_loss
-    kl_value = 0.0
-    if ref_logprobs is not None and settings.beta > 0:
-        kl = kl_penalty(logprobs, ref_logprobs, settings.kl_estimator)
-        loss = loss + settings.beta * agg_loss(kl, mask, mode, norm_length)
-        kl_value = float(masked_mean(kl.detach(), mask)) if mask.any() else 0.0
-    metrics = {
-        "pg_loss": float(pg_loss.detach()),
-        "kl": kl_value,
-        "clipfrac": float(pg["pg_clipfrac"]),
-        "approx_kl": float(pg["ppo_kl"]),
-    }
-    return loss, metrics
-
-
 # -- experience: sampled completions, their rewards, and the update -------------------------------
 
 
@@ -409,71 +316,6 @@ def score_samples(
                 move=moved.get((s.prompt.fen, move)) if move else None,
                 settings=settings,
             )
-
-
-def completion_logprobs(
-    model: torch.nn.Module, samples: Sequence[Sample], pad: int, temperature: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probabilities ``(B, W)`` of each sample's completion tokens under ``model`` at the
-    sampling temperature, and their mask; ``W`` is the longest completion. Only the completion
-    positions go through the LM head (a GPT-2 ``transformer`` + ``lm_head``).
-
-    When every completion is one token (a move, with the chess tokenizer) its log-probability
-    depends on the prompt alone, so each distinct prompt is read once for its whole group
-    instead of ``group_size`` times."""
-    from chessrl.lm.models import right_padded
-
-    width = max(1, max(len(s.completion_ids) for s in samples))
-    if width == 1:
-        rows_of: dict[tuple[int, ...], int] = {}
-        for s in samples:
-            rows_of.setdefault(tuple(s.prompt_ids), len(rows_of))
-        rows = [list(r) for r in rows_of]
-        which = [rows_of[tuple(s.prompt_ids)] for s in samples]
-    else:
-        rows = [s.prompt_ids + s.completion_ids for s in samples]
-        which = list(range(len(samples)))
-    ids, attention = right_padded(rows, pad)
-    hidden = model.transformer(input_ids=ids, attention_mask=attention).last_hidden_state  # type: ignore[attr-defined]
-    index = torch.zeros(len(samples), width, dtype=torch.long)
-    targets = torch.full((len(samples), width), pad, dtype=torch.long)
-    mask = torch.zeros(len(samples), width)
-    for b, s in enumerate(samples):
-        n = len(s.completion_ids)
-        start = len(s.prompt_ids) - 1  # the position whose logits predict the first completion token
-        index[b, :n] = torch.arange(start, start + n)
-        targets[b, :n] = torch.tensor(s.completion_ids, dtype=torch.long)
-        mask[b, :n] = 1.0
-    picked = hidden[torch.tensor(which, dtype=torch.long)[:, None], index]  # (B, W, H)
-    logits = model.lm_head(picked).float() / max(temperature, 1e-6)  # type: ignore[attr-defined]
-    logprobs = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    return logprobs * mask, mask
-
-
-def masked_completion_logprobs(
-    model: torch.nn.Module, samples: Sequence[Sample], pad: int, temperature: float
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """For masked samples (one move token each, drawn from the legal moves): the log-probability
-    ``(B, 1)`` of each move under the masked policy at ``temperature`` — the same distribution
-    the sampler drew from — its mask, and ``-log P(legal)`` ``(B,)`` under the full vocabulary
-    (at temperature 1: the model's own legality). Each distinct prompt is read once."""
-    from chessrl.lm.masked import legal_nll, masked_log_softmax, pad_ids
-    from chessrl.lm.models import right_padded
-
-    rows_of: dict[tuple[int, ...], int] = {}
-    for s in samples:
-        rows_of.setdefault(tuple(s.prompt_ids), len(rows_of))
-    rows = [list(r) for r in rows_of]
-    which = torch.tensor([rows_of[tuple(s.prompt_ids)] for s in samples], dtype=torch.long)
-    ids, attention = right_padded(rows, pad)
-    hidden = model.transformer(input_ids=ids, attention_mask=attention).last_hidden_state  # type: ignore[attr-defined]
-    last = torch.tensor([len(r) - 1 for r in rows], dtype=torch.long)
-    logits = model.lm_head(hidden[torch.arange(len(rows)), last]).float()[which]  # type: ignore[attr-defined]
-    legal = pad_ids([s.legal_ids or [] for s in samples])
-    logp = masked_log_softmax(logits, legal, temperature)
-    chosen = torch.tensor([(s.legal_ids or []).index(s.completion_ids[0]) for s in samples], dtype=torch.long)
-    picked = logp.gather(-1, chosen[:, None])
-    return picked, torch.ones_like(picked), legal_nll(logits, legal)
 
 
 def grpo_update(
@@ -615,151 +457,6 @@ def evaluate_tasks(
     if expected is not None:
         out["policy_reward"] = m["reward_policy"]
     return out
-
-
-OWN_OPPONENTS = ("self", "random", "start", "random+start")
-
-
-class OwnGames:
-    """Games the current policy plays, its moves drawn from the masked policy, each continued
-    from a position of the training games: the positions the policy itself reaches become
-    prompts. ``opponent``: ``self`` (the policy plays both sides), ``random`` (a random legal
-    mover), ``start`` (the policy's frozen start, its masked argmax: the sft model an SPRT
-    measures against) or ``random+start`` (games alternate between the two). Each call moves
-    every live game on by ``stride`` plies (one batched forward pass a ply) and asks its
-    position with the policy to move; a game that ends, or passes ``max_plies``, starts again
-    from the next start position.
-
-    >>> from chessrl.lm.models import build_model
-    >>> model, tok = build_model("tiny")
-    >>> games = OwnGames([("e2e4",), ("d2d4", "d7d5")], live=2, text_format="moves")
-    >>> prompts = games.prompts(model, tok, temperature=1.0)
-    >>> [len(p.text.split()) for p in prompts], prompts[0].phase
-    ([3, 4], 'own')
-    >>> games = OwnGames([("e2e4",)], live=1, text_format="board", opponent="random")
-    >>> [p] = games.prompts(model, tok, temperature=1.0)
-    >>> p.text.split()[1]  # the policy plays black here (black was to move at the start)
-    'b'
-    """
-
-    def __init__(
-        self, starts: Sequence[Sequence[str]], *, live: int, text_format: str = "moves", stride: int = 2,
-        max_plies: int = 160, opponent: str = "self", seed: int = 0,
-    ) -> None:  # fmt: skip
-        if not starts:
-            raise ValueError("OwnGames needs at least one start position")
-        if opponent not in OWN_OPPONENTS:
-            raise ValueError(f"unknown opponent {opponent!r}; opponents: {', '.join(OWN_OPPONENTS)}")
-        self.starts = [tuple(s) for s in starts]
-        self.next_start = 0
-        self.text_format, self.stride, self.max_plies = text_format, stride, max_plies
-        self.opponents = {"random+start": ("random", "start")}.get(opponent, (opponent,))
-        self.rng = random.Random(seed)
-        self.games: list[list[str]] = []
-        self.boards: list[chess.Board] = []  # each game's position, kept in step with its moves
-        self.sides: list[chess.Color] = []  # the colour the policy plays in each game
-        self.against: list[str] = []  # each game's opponent
-        for _ in range(live):
-            self._fresh(None)
-
-    def _fresh(self, i: int | None) -> None:
-        start = self.starts[self.next_start % len(self.starts)]
-        opponent = self.opponents[self.next_start % len(self.opponents)]
-        self.next_start += 1
-        side = len(start) % 2 == 0  # the side to move at the start: white after an even ply count
-        if i is None:
-            self.games.append(list(start))
-            self.boards.append(self._board(start))
-            self.sides.append(side)
-            self.against.append(opponent)
-        else:
-            self.games[i], self.sides[i], self.against[i] = list(start), side, opponent
-            self.boards[i] = self._board(start)
-
-    @staticmethod
-    def _board(moves: Sequence[str]) -> chess.Board:
-        board = chess.Board()
-        for m in moves:
-            board.push_uci(m)
-        return board
-
-    def _over(self, i: int, board: chess.Board) -> bool:
-        return board.is_game_over(claim_draw=True) or len(self.games[i]) >= self.max_plies
-
-    def _ply(
-        self, model: Any, tokenizer: object, temperature: float, start: Any, movers: tuple[str, ...]
-    ) -> None:
-        """One ply of every live game whose mover is in ``movers`` (``policy``, ``opponent``),
-        restarting the ones that ended first: the policy's moves in one batched pass, the start
-        model's in another, the random mover's drawn here."""
-        from chessrl.lm.formats import get_format
-        from chessrl.lm.masked import answer_spaced, masked_moves
-        from chessrl.lm.models import prompt_ids
-
-        fmt = get_format(self.text_format)
-        for i, board in enumerate(self.boards):
-            if self._over(i, board):
-                self._fresh(i)
-        boards = self.boards
-        turn: dict[str, list[int]] = {"policy": [], "start": [], "random": []}
-        for i, board in enumerate(boards):
-            if self.against[i] == "self" or board.turn == self.sides[i]:
-                if "policy" in movers:
-                    turn["policy"].append(i)
-            elif "opponent" in movers:
-                turn[self.against[i]].append(i)
-        for who, net, temp in (("policy", model, temperature), ("start", start, 0.0)):
-            idx = turn[who]
-            if not idx:
-                continue
-            if net is None:
-                raise ValueError("OwnGames: games against the start model need the start model")
-            rows = [prompt_ids(tokenizer, fmt.prompt_for(boards[i], self.games[i])) for i in idx]  # type: ignore[arg-type]
-            spaced = [answer_spaced(fmt, self.games[i]) for i in idx]
-            choices = masked_moves(net, tokenizer, [boards[i] for i in idx], rows, spaced, temperature=temp)
-            for i, choice in zip(idx, choices, strict=True):
-                self._push(i, choice.moves[0])
-        for i in turn["random"]:
-            self._push(i, self.rng.choice(sorted(m.uci() for m in boards[i].legal_moves)))
-
-    def _push(self, i: int, move: str) -> None:
-        self.games[i].append(move)
-        self.boards[i].push_uci(move)
-
-    def _waiting(self) -> bool:
-        """Whether a game has ended or waits for its opponent's move."""
-        for i, board in enumerate(self.boards):
-            if self._over(i, board) or (self.against[i] != "self" and board.turn != self.sides[i]):
-                return True
-        return False
-
-    def prompts(
-        self, model: torch.nn.Module, tokenizer: object, temperature: float = 1.0, start: Any = None
-    ) -> list[Prompt]:
-        """Move every live game on and return one policy prompt per game (phase ``own``), the
-        policy to move. ``start``: the frozen start model (opponent ``start``)."""
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.no_grad():
-                for _ in range(self.stride):
-                    self._ply(model, tokenizer, temperature, start, ("policy", "opponent"))
-                for _ in range(3):  # restarted games, or ones that ended on the policy's move
-                    if not self._waiting():
-                        break
-                    self._ply(model, tokenizer, temperature, start, ("opponent",))
-        finally:
-            model.train(was_training)
-        out = []
-        for g, board in zip(self.games, self.boards, strict=True):
-            if self.text_format == "moves":
-                prompt = moves_prompt(g, "own")
-            elif self.text_format == "board":
-                prompt = board_prompt(board.fen(), "own")
-            else:
-                prompt = policy_prompt(board.fen(), "own")
-            out.append(prompt)
-        return out
 
 
 def task_prompts(

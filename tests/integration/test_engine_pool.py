@@ -23,7 +23,6 @@ import ray
 from actors.engine_pool import EnginePool, PoolSettings
 from chessrl.engine.client import (
     UCI_ELO_RANGE,
-    EngineGroup,
     InvalidPositionError,
     PoolBusyError,
     SearchLimit,
@@ -31,6 +30,7 @@ from chessrl.engine.client import (
     UCIEngine,
     UnsupportedOptionError,
 )
+from chessrl.engine.group import EngineGroup
 
 pytestmark = pytest.mark.integration
 

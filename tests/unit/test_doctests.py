@@ -9,6 +9,7 @@ import pytest
 
 MODULES = [
     "chessrl.data.pgn",
+    "chessrl.data.pgn_filters",
     "chessrl.data.games",
     "chessrl.engine.client",
     "chessrl.engine.engine_games",
@@ -18,6 +19,7 @@ MODULES = [
     "chessrl.lm.lm_data",
     "chessrl.lm.legality",
     "chessrl.arena.rating",
+    "chessrl.arena.sprt",
     "chessrl.arena.players",
     "chessrl.arena.game",
     "chessrl.arena.suites",
@@ -26,6 +28,9 @@ MODULES = [
     "chessrl.search.network",
     "chessrl.search.mcts",
     "chessrl.search.mcts_node",
+    "chessrl.rl.ppo_learner",
+    "chessrl.rl.grpo_loss",
+    "chessrl.rl.own_games",
     "chessrl.search.mcts_tree",
     "chessrl.search.mcts_native",
     "chessrl.search.mcts_compiled",

@@ -127,7 +127,8 @@ def test_the_score_plot_draws_the_one_interval(tmp_path, monkeypatch) -> None:
 
 def test_the_sprt_report_of_even_pairs_has_width() -> None:
     from chessrl.arena.eval_report import sprt_markdown, sprt_summary_lines
-    from chessrl.arena.rating import pentanomial_elo, sprt_pentanomial
+    from chessrl.arena.rating import pentanomial_elo
+    from chessrl.arena.sprt import sprt_pentanomial
 
     counts = (0, 0, 10, 0, 0)  # ten pairs, each 1-1
     est, test = pentanomial_elo(counts), sprt_pentanomial(counts, 0, 20)

@@ -300,7 +300,7 @@ def test_own_games_against_an_opponent_ask_the_policy_side_only(tiny_policy, opp
     at its start), the opponent's replies are legal, and games go on between calls."""
     import chess
 
-    from chessrl.rl.grpo import OwnGames
+    from chessrl.rl.own_games import OwnGames
 
     model, tok = tiny_policy
     games = OwnGames(

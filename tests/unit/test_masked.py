@@ -127,7 +127,8 @@ def test_noise_level_rewards_get_small_advantages_and_a_blunder_a_large_one() ->
 
 @needs_stockfish
 def test_the_graded_reward_orders_moves_as_stockfish_does() -> None:
-    from chessrl.engine.client import EngineGroup, SearchLimit
+    from chessrl.engine.client import SearchLimit
+    from chessrl.engine.group import EngineGroup
 
     cases = {
         # a hanging queen: taking it is best, a king move leaves the material
@@ -219,7 +220,8 @@ def test_a_tokenizer_that_splits_moves_cannot_be_masked() -> None:
 
 def test_masked_ppo_plays_only_legal_moves_with_the_learners_log_probs(tiny) -> None:
     from chessrl.lm.legality import MoveTokens
-    from chessrl.rl.ppo import PPOSettings, action_terms, make_batch, play_episodes, random_opponent
+    from chessrl.rl.ppo import PPOSettings, make_batch, play_episodes, random_opponent
+    from chessrl.rl.ppo_learner import action_terms
     from chessrl.rl.reward import build_reward_model
 
     model, tok = tiny

@@ -18,7 +18,6 @@ from chessrl.data.games import game_id_for
 from chessrl.data.pgn import (
     MAX_GAME_BYTES,
     SKIP_REASONS,
-    TIME_CONTROL_CATEGORIES,
     GameFilter,
     PGNStreamError,
     PrepareCounts,
@@ -31,8 +30,8 @@ from chessrl.data.pgn import (
     read_pgn_file,
     result_of,
     termination_of,
-    time_control_category,
 )
+from chessrl.data.pgn_filters import TIME_CONTROL_CATEGORIES, time_control_category
 
 PGN_DIR = Path(__file__).resolve().parents[1] / "data" / "pgn"
 BOM = b"\xef\xbb\xbf"

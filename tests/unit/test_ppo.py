@@ -15,15 +15,13 @@ from chessrl.lm.models import build_model, prompt_ids
 from chessrl.rl.ppo import (
     Action,
     PPOSettings,
-    action_logprobs,
-    action_rewards,
-    legal_move_ids,
     make_batch,
     play_episodes,
     ppo_update,
     random_opponent,
     result_for,
 )
+from chessrl.rl.ppo_learner import action_logprobs, action_rewards, legal_move_ids
 from chessrl.rl.reward import build_reward_model
 
 
@@ -199,7 +197,7 @@ def test_critic_warm_up_leaves_the_policy_alone(tiny):
 def test_legal_move_loss_moves_probability_onto_the_legal_moves(tiny):
     """With the legal-move loss (and a zero advantage, so PPO itself does nothing), updates raise
     the probability mass on the legal moves of the actions' positions."""
-    from chessrl.rl.ppo import Batch
+    from chessrl.rl.ppo_learner import Batch
 
     policy, critic, tok = tiny
     table = MoveTokens(tok)

@@ -11,21 +11,17 @@ import sys
 import pytest
 
 from chessrl.arena.rating import (
-    PENTANOMIAL_EPSILON,
     EloEstimate,
     PlayerRating,
     elo_from_score,
     expected_score,
     match_elo,
-    pair_counts,
     pentanomial_elo,
-    pentanomial_llr,
     rate_players,
     score_bounds,
     score_interval,
-    sprt,
-    sprt_pentanomial,
 )
+from chessrl.arena.sprt import PENTANOMIAL_EPSILON, pair_counts, pentanomial_llr, sprt, sprt_pentanomial
 
 Z95 = 1.959963984540054  # the 97.5% quantile of the standard normal
 

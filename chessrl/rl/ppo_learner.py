@@ -1,0 +1,329 @@
+"""PPO's learner side, Ray-free: the log-probabilities and values of recorded actions, their
+rewards, GAE over each episode, and the clipped update (:mod:`chessrl.rl.ppo` plays the
+episodes that record them). The learner adds the reference policy's log-probability and the
+critic's value to each action, then (OpenRLHF's ``compute_reward``, veRL's GAE)::
+
+    r_t = score_t - kl_coef * (logprob_t - ref_logprob_t)         (k1, per action)
+    r_t = illegal_penalty                                          (an illegal move: the episode ends)
+    r_T += result_weight * result                                  (+1 / 0 / -1 from the policy's side)
+    A, R = GAE(r, V; gamma, lam) ; A whitened ; R = A_raw + V
+
+and takes ``ppo_epochs`` passes of clipped-surrogate and clipped-value minibatch steps
+(:mod:`chessrl.rl.policy_gradient`).
+
+>>> from chessrl.rl.ppo import PPOSettings
+>>> s = PPOSettings(kl_coef=0.1)
+>>> action_rewards([0.5, 1.0], [True, True], [-1.0, -1.2], [-1.1, -1.0], s, result=0.0)
+[0.49, 1.02]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from chessrl.lm.legality import MoveTokens
+from chessrl.lm.models import right_padded
+from chessrl.rl.policy_gradient import (
+    compute_gae_advantage_return,
+    compute_policy_loss,
+    compute_value_loss,
+    explained_variance,
+    masked_mean,
+)
+from chessrl.rl.reward import score_ids
+
+if TYPE_CHECKING:  # the settings and the recorded actions live with the episodes, which import this
+    from chessrl.rl.ppo import Action, PPOSettings
+
+
+def last_token_logits(model: Any, rows: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
+    """``(B, V)`` logits at each row's last token (right-padded batch, one forward pass)."""
+    device = next(model.parameters()).device
+    ids, mask = right_padded(rows, pad_id, device)
+    last = torch.tensor([len(r) - 1 for r in rows], device=device)
+    head = model.get_output_embeddings()
+    if head is None:  # no separate head to apply: the full logits
+        logits = model(input_ids=ids, attention_mask=mask).logits  # (B, width, V)
+        return logits[torch.arange(len(rows), device=device), last].float()
+    # the head on the last position only: (B, V) rather than (B, width, V)
+    hidden = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+    return head(hidden[torch.arange(len(rows), device=device), last]).float()
+
+
+def action_logprobs(
+    model: Any, rows: Sequence[Sequence[int]], actions: torch.Tensor, pad_id: int, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probability ``(B,)`` of each row's action token after its prompt, and the entropy
+    ``(B,)`` of that next-token distribution; differentiable when grad is on."""
+    logprob, entropy, _ = action_terms(model, rows, actions, pad_id, temperature)
+    return logprob, entropy
+
+
+def action_terms(
+    model: Any,
+    rows: Sequence[Sequence[int]],
+    actions: torch.Tensor,
+    pad_id: int,
+    temperature: float = 1.0,
+    legal_ids: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`action_logprobs` and the raw ``(B, V)`` logits they come from (one forward pass).
+    With ``legal_ids`` (``(B, W)``, -1 padded) the log-probs and entropy are the masked policy's:
+    the softmax over the legal moves alone."""
+    raw = last_token_logits(model, rows, pad_id)
+    if legal_ids is not None:
+        from chessrl.lm.masked import masked_log_softmax
+
+        legal_ids = legal_ids.to(raw.device)
+        logp = masked_log_softmax(raw, legal_ids, temperature)
+        valid = legal_ids >= 0
+        finite = logp.masked_fill(~valid, 0.0)  # -inf padding times 0 would make the gradient NaN
+        entropy = -(finite.exp() * finite * valid).sum(-1)
+        index = (legal_ids == actions.view(-1, 1).to(raw.device)).float().argmax(-1, keepdim=True)
+        return logp.gather(-1, index).squeeze(-1), entropy, raw
+    logp = torch.log_softmax(raw / temperature, dim=-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    return logp.gather(-1, actions.view(-1, 1).to(logp.device)).squeeze(-1), entropy, raw
+
+
+def state_values(critic: Any, rows: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
+    """``(B,)`` values of the states (a one-label sequence-classification model reads each row
+    up to its last token); differentiable when grad is on."""
+    ids, mask = right_padded(rows, pad_id, next(critic.parameters()).device)
+    return critic(input_ids=ids, attention_mask=mask).logits[:, 0].float()
+
+
+def action_rewards(
+    scores: Sequence[float],
+    legal: Sequence[bool],
+    logprobs: Sequence[float],
+    ref_logprobs: Sequence[float],
+    settings: PPOSettings,
+    result: float,
+) -> list[float]:
+    """The rewards of one episode's actions: the normalised score minus ``kl_coef`` times the k1
+    KL (behaviour log-prob minus the reference's), the penalty for an illegal move, the result
+    (times ``result_weight``) on the last action. See the module docstring's example."""
+    out = []
+    for score, ok, lp, ref in zip(scores, legal, logprobs, ref_logprobs, strict=True):
+        kl = lp - ref
+        out.append((score if ok else settings.illegal_penalty) - settings.kl_coef * kl)
+    if out:
+        out[-1] += settings.result_weight * result
+    return [round(r, 12) for r in out]
+
+
+@dataclass
+class Batch:
+    """One iteration's experience as flat tensors over its N actions (episode order kept)."""
+
+    rows: list[list[int]]
+    actions: torch.Tensor  # (N,) token ids
+    old_logprobs: torch.Tensor  # (N,)
+    advantages: torch.Tensor  # (N,) whitened
+    returns: torch.Tensor  # (N,)
+    old_values: torch.Tensor  # (N,)
+    rewards: torch.Tensor  # (N,)
+    kl: torch.Tensor  # (N,) k1 to the reference
+    legal: torch.Tensor  # (N,) bool
+    legal_ids: torch.Tensor | None = None  # (N, W) legal move token ids of each position, -1 padded
+    masked: bool = False  # log-probs are the masked policy's (over legal_ids)
+
+
+def make_batch(
+    actions: Sequence[Action],
+    policy_ref: Any,
+    critic: Any,
+    pad_id: int,
+    settings: PPOSettings,
+    chunk: int = 64,
+    moves_table: MoveTokens | None = None,
+) -> Batch:
+    """Reference log-probs and values for every action (no grad), the per-action rewards, and
+    GAE over each episode's actions (returns before whitening, advantages whitened over all)."""
+    by_episode: dict[str, list[Action]] = {}
+    for a in actions:
+        by_episode.setdefault(a.episode, []).append(a)
+    episodes = [sorted(v, key=lambda a: a.t) for v in by_episode.values()]
+    flat = [a for ep in episodes for a in ep]
+    rows = [a.prompt_ids for a in flat]
+    tokens = torch.tensor([a.action_id for a in flat])
+    legal_ids = legal_move_ids(rows, tokens.tolist(), moves_table) if moves_table is not None else None
+    if settings.masked and legal_ids is None:
+        raise ValueError("masked PPO needs the move tokens (moves_table) to list each position's legal moves")
+    masked = legal_ids if settings.masked else None
+    with torch.no_grad():
+        ref = torch.cat(
+            [
+                action_terms(
+                    policy_ref, rows[i : i + chunk], tokens[i : i + chunk], pad_id, settings.temperature,
+                    masked[i : i + chunk] if masked is not None else None,
+                )[0]
+                for i in range(0, len(rows), chunk)
+            ]
+        ).cpu()  # fmt: skip
+    values = torch.tensor(score_ids(critic, rows, pad_id, chunk))
+    old = torch.tensor([a.logprob for a in flat])
+    legal_scores = [a.score for a in flat if a.legal]
+    shift = sum(legal_scores) / len(legal_scores) if settings.center_scores and legal_scores else 0.0
+    width = max(len(ep) for ep in episodes)
+    rewards = torch.zeros(len(episodes), width)
+    vals = torch.zeros(len(episodes), width)
+    mask = torch.zeros(len(episodes), width)
+    position = 0
+    for e, ep in enumerate(episodes):
+        n = len(ep)
+        got = action_rewards(
+            [a.score - shift for a in ep],
+            [a.legal for a in ep],
+            old[position : position + n].tolist(),
+            ref[position : position + n].tolist(),
+            settings,
+            ep[-1].result,
+        )
+        rewards[e, :n] = torch.tensor(got)
+        vals[e, :n] = values[position : position + n]
+        mask[e, :n] = 1
+        position += n
+    whiten = int(mask.sum()) >= 2
+    advantages, returns = compute_gae_advantage_return(
+        rewards, vals, mask, settings.gamma, settings.lam, whiten
+    )
+    keep = mask.bool()
+    return Batch(
+        rows=rows,
+        actions=tokens,
+        old_logprobs=old,
+        advantages=advantages[keep],
+        returns=returns[keep],
+        old_values=values,
+        rewards=rewards[keep],
+        kl=old - ref,
+        legal=torch.tensor([a.legal for a in flat]),
+        legal_ids=legal_ids,
+        masked=settings.masked,
+    )
+
+
+def legal_move_ids(
+    rows: Sequence[Sequence[int]], actions: Sequence[int], moves_table: MoveTokens
+) -> torch.Tensor:
+    """``(N, W)`` token ids of the legal moves after each prompt (``-1`` padded), in the form
+    (space or not) of the action's token; a row whose action is not a move token has none."""
+    from chessrl.lm.legality import legal_move_targets, pad_legal_targets
+
+    flats, counts = [], []
+    for row, action in zip(rows, actions, strict=True):
+        flat, count = legal_move_targets([*row, action], moves_table, start_id=row[0])
+        n = count[len(row) - 1]
+        flats.append(flat[len(flat) - n :] if n else [])
+        counts.append([n])
+    return torch.from_numpy(pad_legal_targets(flats, counts)[:, 0, :])
+
+
+def ppo_update(
+    policy: Any,
+    critic: Any,
+    policy_opt: torch.optim.Optimizer | None,
+    critic_opt: torch.optim.Optimizer,
+    batch: Batch,
+    pad_id: int,
+    settings: PPOSettings,
+    generator: torch.Generator,
+) -> dict[str, float]:
+    """``ppo_epochs`` passes of shuffled minibatches: the clipped surrogate (token-mean over the
+    minibatch's actions; no policy step when ``policy_opt`` is None: critic warm-up) and the
+    clipped value loss. Returns the mean of each diagnostic over the minibatch steps."""
+    n = len(batch.rows)
+    totals: dict[str, float] = {}
+    steps = 0
+    for _ in range(settings.ppo_epochs):
+        order = torch.randperm(n, generator=generator).tolist()
+        for i in range(0, n, settings.minibatch):
+            part = _Minibatch(batch, order[i : i + settings.minibatch], pad_id, settings)
+            metrics: dict[str, float] = {}
+            if policy_opt is not None:
+                metrics.update(part.policy_step(policy, policy_opt))
+            metrics.update(part.critic_step(critic, critic_opt))
+            for k, v in metrics.items():
+                totals[k] = totals.get(k, 0.0) + v
+            steps += 1
+    out = {k: v / max(1, steps) for k, v in totals.items()}
+    legal = batch.legal.float()
+    out.update(
+        reward_mean=batch.rewards.mean().item(),
+        kl_to_ref=batch.kl.mean().item(),
+        legal_rate=legal.mean().item(),
+        explained_variance=float(
+            explained_variance(batch.old_values.view(1, -1), batch.returns.view(1, -1), torch.ones(1, n))
+        ),
+        actions=float(n),
+        legal_reward_mean=float(masked_mean(batch.rewards, batch.legal.float())) if n else 0.0,
+    )
+    return out
+
+
+class _Minibatch:
+    """One minibatch of :func:`ppo_update`: the batch's actions ``idx``, and a step of each model on them."""
+
+    def __init__(self, batch: Batch, idx: list[int], pad_id: int, settings: PPOSettings) -> None:
+        self.batch, self.idx, self.pad_id, self.settings = batch, idx, pad_id, settings
+        self.rows = [batch.rows[j] for j in idx]
+        self.mask = torch.ones(len(idx), 1)
+
+    def policy_step(self, policy: Any, policy_opt: torch.optim.Optimizer) -> dict[str, float]:
+        """One optimiser step of the policy: the clipped surrogate, minus the entropy bonus, plus
+        the legal-move term; returns its diagnostics."""
+        batch, idx, mask, settings = self.batch, self.idx, self.mask, self.settings
+        metrics: dict[str, float] = {}
+        logprob, entropy, raw = action_terms(
+            policy, self.rows, batch.actions[idx], self.pad_id, settings.temperature,
+            batch.legal_ids[idx] if batch.masked and batch.legal_ids is not None else None,
+        )  # fmt: skip
+        pg_loss, pg_metrics = compute_policy_loss(
+            batch.old_logprobs[idx].view(-1, 1).to(logprob.device),
+            logprob.view(-1, 1),
+            batch.advantages[idx].view(-1, 1).to(logprob.device),
+            mask.to(logprob.device),
+            clip_ratio_low=settings.clip,
+        )
+        loss = pg_loss - settings.entropy_coef * entropy.mean()
+        if settings.legal_coef > 0 and batch.legal_ids is not None:
+            from chessrl.lm.legality import legal_move_loss
+
+            legal_ids = batch.legal_ids[idx].unsqueeze(1).to(raw.device)
+            legal_loss, mass = legal_move_loss(raw.unsqueeze(1), legal_ids)
+            loss = loss + settings.legal_coef * legal_loss
+            metrics.update(legal_loss=legal_loss.item(), legal_mass=mass.item())
+        policy_opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), settings.max_grad_norm)
+        policy_opt.step()
+        metrics.update(
+            pg_loss=pg_loss.item(),
+            clipfrac=float(pg_metrics["pg_clipfrac"]),
+            approx_kl=float(pg_metrics["ppo_kl"]),
+            entropy=entropy.mean().item(),
+        )
+        return metrics
+
+    def critic_step(self, critic: Any, critic_opt: torch.optim.Optimizer) -> dict[str, float]:
+        """One optimiser step of the critic: the clipped value loss."""
+        batch, idx, mask = self.batch, self.idx, self.mask
+        values = state_values(critic, self.rows, self.pad_id)
+        vf_loss, vf_clipfrac = compute_value_loss(
+            values.view(-1, 1),
+            batch.returns[idx].view(-1, 1).to(values.device),
+            batch.old_values[idx].view(-1, 1).to(values.device),
+            mask.to(values.device),
+            cliprange_value=self.settings.value_clip,
+        )
+        critic_opt.zero_grad()
+        vf_loss.backward()
+        torch.nn.utils.clip_grad_norm_(critic.parameters(), self.settings.max_grad_norm)
+        critic_opt.step()
+        return {"value_loss": vf_loss.item(), "value_clipfrac": float(vf_clipfrac)}

@@ -1,0 +1,86 @@
+"""The typed config of every phase: one section per phase beside ``run``, ``ray`` and ``tracking``.
+
+A preset (``configs/tiny.yaml``) holds any subset of these sections; what it leaves out keeps
+the defaults of its section. Each field's docstring is its ``--flag``'s help text.
+
+Every name is imported from here (``from pipelines.config import SftConfig``); the sections
+live by phase:
+
+- ``pipelines.config.data``: ``prepare`` (:class:`PrepareConfig`);
+- ``pipelines.config.lm``: the language-model phases, ``sft``, ``preferences``, ``reward``,
+  ``dpo``, ``ppo`` and ``grpo`` (:class:`SftConfig` to :class:`GRPOConfig` and its
+  :class:`PositionMix`), and :data:`BatchSize`, a batch size that may be ``auto``;
+- ``pipelines.config.arena``: ``evaluate`` (:class:`EvaluateConfig`);
+- ``pipelines.config.search``: ``selfplay`` (:class:`SelfplayConfig`);
+- ``pipelines.config.graph``: the sections that drive other phases, ``rlaif`` (:class:`RlaifConfig`,
+  :data:`RLAIF_PHASES`) and ``tune`` (:class:`TuneConfig`, :data:`TUNE_DEFAULTS`);
+- this module: :class:`ChessRLConfig`, the root that lists every section.
+
+``run``, ``ray``, ``tracking`` and the loader (YAML, ``extends:``, overrides, ``--flags``) are
+:mod:`cluster.config`'s, which knows nothing about chess.
+
+>>> cfg = ChessRLConfig()
+>>> (cfg.run.name, cfg.prepare.min_elo, cfg.prepare.shard_games)
+('demo', 0, 2000)
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from cluster.config import RaySection, RunSection, Section, TrackingSection
+from pipelines.config.arena import EvaluateConfig
+from pipelines.config.data import PrepareConfig
+from pipelines.config.graph import RLAIF_PHASES, TUNE_DEFAULTS, TUNE_DISTRIBUTIONS, RlaifConfig, TuneConfig
+from pipelines.config.lm import (
+    BatchSize,
+    DPOConfig,
+    GRPOConfig,
+    PositionMix,
+    PPOConfig,
+    PreferencesConfig,
+    RewardConfig,
+    SftConfig,
+    positive_or_auto,
+)
+from pipelines.config.search import SelfplayConfig
+
+__all__ = [
+    "RLAIF_PHASES",
+    "TUNE_DEFAULTS",
+    "TUNE_DISTRIBUTIONS",
+    "BatchSize",
+    "ChessRLConfig",
+    "DPOConfig",
+    "EvaluateConfig",
+    "GRPOConfig",
+    "PPOConfig",
+    "PositionMix",
+    "PreferencesConfig",
+    "PrepareConfig",
+    "RewardConfig",
+    "RlaifConfig",
+    "SelfplayConfig",
+    "SftConfig",
+    "TuneConfig",
+    "positive_or_auto",
+]
+
+
+class ChessRLConfig(Section):
+    """The whole config: what a preset file holds."""
+
+    run: RunSection = Field(default_factory=RunSection)
+    ray: RaySection = Field(default_factory=RaySection)
+    tracking: TrackingSection = Field(default_factory=TrackingSection)
+    prepare: PrepareConfig = Field(default_factory=PrepareConfig)
+    sft: SftConfig = Field(default_factory=SftConfig)
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    preferences: PreferencesConfig = Field(default_factory=PreferencesConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    selfplay: SelfplayConfig = Field(default_factory=SelfplayConfig)
+    ppo: PPOConfig = Field(default_factory=PPOConfig)
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    dpo: DPOConfig = Field(default_factory=DPOConfig)
+    rlaif: RlaifConfig = Field(default_factory=RlaifConfig)
+    tune: TuneConfig = Field(default_factory=TuneConfig)
