@@ -29,31 +29,21 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
-import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 from chessrl.lm.formats import get_format
 from chessrl.lm.models import ModelLoadError, context_length, load_tokenizer, local_checkpoint
 from chessrl.rl.dpo import pair_ids
-from chessrl.rl.preferences import REQUIRED_COLUMNS
 from chessrl.rl.reward import heldout_board
 from cluster.errors import ConfigError, InputDataError, StorageError
-from cluster.progress import ProgressBoard
 from cluster.storage import Storage
-from pipelines.artifacts import TEXT_FORMAT_KEY
+from pipelines import trl_learner
+from pipelines.artifacts import TEXT_FORMAT_KEY, mark_text_format, read_heldout
 from pipelines.config import ChessRLConfig, DPOConfig
-from pipelines.learner import (
-    default_cpus_per_worker,
-    export_hf_checkpoint,
-    resume_folder,
-    torch_trainer,
-    training_finished,
-)
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, model_location
 
 SUMMARY = "dpo: preference pairs -> a better policy, directly (Ray Train TorchTrainer + TRL DPOTrainer)."
@@ -72,204 +62,117 @@ ID_COLUMNS: tuple[str, ...] = ("prompt_ids", "chosen_ids", "rejected_ids")
 def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     """Runs in every Ray Train worker: the policy and its frozen reference, TRL's DPOTrainer on
     this worker's stream of pairs, held-out measures on rank 0, checkpoints through Ray Train."""
-    import datasets
     import ray.train
-    import torch
-    from datasets.iterable_dataset import ExamplesIterable
-    from ray.train.huggingface.transformers import RayTrainReportCallback, prepare_trainer
-    from torch.utils.data import DataLoader
-    from transformers import TrainerCallback
-    from transformers.trainer_callback import PrinterCallback
     from trl import DPOConfig as TrlDPOConfig
     from trl import DPOTrainer
 
-    from chessrl.lm.models import load_pretrained, resolve_bf16
-    from chessrl.rl.dpo import choice_accuracy, completion_logps, implicit_accuracy
-    from cluster.progress import report_progress
-    from cluster.tracking import RunMetricsLogger
+    from chessrl.arena.saved_models import load_saved_model
+
+    class ShardDPOTrainer(PreTokenized, trl_learner.OwnShardLoader, DPOTrainer):  # type: ignore[misc]
+        """TRL's DPOTrainer on pairs tokenized by the driver, read from this worker's own shard as is."""
 
     # TRL asks the model is_gradient_checkpointing, which transformers 5 renamed: one
     # FutureWarning per step otherwise
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-    model, tokenizer = load_pretrained(cfg["policy"])
-    reference, _ = load_pretrained(cfg["reference"])
-    shard = ray.train.get_dataset_shard("train")
-    rank = ray.train.get_context().get_world_rank()
-    mlflow = RunMetricsLogger(cfg["tracking_uri"], cfg["tracking_run_id"]) if rank == 0 else None
+    model, tokenizer = load_saved_model(cfg["policy"], "policy")
+    reference, _ = load_saved_model(cfg["reference"], "policy")
+    setup = trl_learner.worker_setup(cfg)
+    # DPOTrainer reads one example while it is built (to tell text from images): that one comes
+    # from the driver's probe row, so the Ray shard's first epoch is not started and dropped
     probe = {k: cfg["probe"][k] for k in ID_COLUMNS}
-    streaming = {"on": False}
-
-    def rows() -> Any:
-        # DPOTrainer reads one example while it is built (to tell text from images): that one
-        # comes from the driver's probe row, so the Ray shard's first epoch is not started and
-        # dropped. Then cycle over the shard (max_steps decides the end); every worker's shard
-        # has the same number of rows, so the workers reach an epoch's end at the same step
-        if not streaming["on"]:
-            yield 0, probe
-            return
-        epoch = 0
-        while True:
-            seen = 0
-            for batch in shard.iter_batches(
-                batch_size=256,
-                batch_format="numpy",
-                local_shuffle_buffer_size=4096,
-                local_shuffle_seed=cfg["seed"] + epoch,
-            ):
-                for values in zip(*(batch[k] for k in ID_COLUMNS), strict=True):
-                    seen += 1
-                    yield seen, {k: v.tolist() for k, v in zip(ID_COLUMNS, values, strict=True)}
-            if not seen:
-                raise RuntimeError("this worker's shard of the preference pairs is empty")
-            epoch += 1
-
-    features = datasets.Features({k: datasets.Sequence(datasets.Value("int32")) for k in ID_COLUMNS})
-    train = datasets.IterableDataset(ExamplesIterable(rows, {}), info=datasets.DatasetInfo(features=features))
-
-    class ShardDPOTrainer(DPOTrainer):  # type: ignore[misc]
-        """TRL's DPOTrainer on pairs tokenized by the driver (:func:`chessrl.rl.dpo.pair_ids`), read
-        from this worker's own shard as is (accelerate would otherwise keep every
-        num_workers-th batch of it)."""
-
-        def _prepare_dataset(self, dataset: Any, *args: Any, **kwargs: Any) -> Any:
-            return dataset  # already prompt_ids / chosen_ids / rejected_ids
-
-        def get_train_dataloader(self) -> DataLoader:
-            return DataLoader(
-                self.train_dataset,
-                batch_size=self._train_batch_size,
-                collate_fn=self.data_collator,
-                num_workers=0,
-            )
-
-    heldout = [(r["prompt_ids"], r["chosen_ids"], r["rejected_ids"]) for r in cfg["heldout"]]
-    pad = tokenizer.pad_token_id
-
-    def logps(net: Any) -> tuple[list[float], list[float]]:
-        chosen = completion_logps(net, [(p, c) for p, c, _ in heldout], pad)
-        rejected = completion_logps(net, [(p, r) for p, _, r in heldout], pad)
-        return chosen, rejected
-
-    class HeldoutEval(TrainerCallback):  # type: ignore[misc]
-        """The held-out choice and implicit-reward accuracies every ``eval_every`` steps (rank 0),
-        into the trainer's log history (Ray Train's reported metrics), MLflow and a progress line."""
-
-        def __init__(self) -> None:
-            self.started = time.perf_counter()
-            self.pending: dict[str, float] = {}
-            self.reference: tuple[list[float], list[float]] | None = None
-
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            state.log_history.append({"resumed_from_step": state.global_step})
-            self.first_step = state.global_step
-            if rank == 0 and heldout:
-                # the reference's figure; the start's too unless --reference is another model
-                self.reference = logps(reference)
-                self.start_accuracy = choice_accuracy(*self.reference)
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            step = state.global_step
-            if rank != 0 or not (step % cfg["eval_every"] == 0 or step >= state.max_steps):
-                return
-            now = time.perf_counter()
-            metrics: dict[str, float] = {}
-            if heldout and self.reference is not None:
-                chosen, rejected = logps(kw["model"])
-                metrics = {
-                    "heldout_choice_accuracy": choice_accuracy(chosen, rejected) or 0.0,
-                    "heldout_reward_accuracy": implicit_accuracy(chosen, rejected, *self.reference) or 0.0,
-                    "reference_heldout_choice_accuracy": self.start_accuracy or 0.0,
-                }
-            metrics["heldout_eval_s"] = time.perf_counter() - now
-            done = max(1, step - self.first_step)
-            metrics["train_pairs_per_s"] = (
-                done * cfg["batch_size"] * cfg["world_size"] / max(1e-9, now - self.started)
-            )
-            self.started += metrics["heldout_eval_s"]  # the rate counts training time only
-            # "iteration": what tune's ASHA counts (pipelines.tune.phase_iterations)
-            state.log_history.append({**metrics, "step": step, "iteration": step})
-            if mlflow is not None:
-                mlflow.log(metrics, step=step)
-            self.pending = metrics
-            if step % args.logging_steps != 0:  # no loss is logged at this step
-                self.progress(state, {})
-
-        def on_log(
-            self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
-        ) -> None:
-            if logs and mlflow is not None:
-                mlflow.log({k.replace("/", "_"): v for k, v in logs.items()}, step=state.global_step)
-            if logs and "loss" in logs:
-                self.progress(state, logs)
-
-        def progress(self, state: Any, logs: dict[str, Any]) -> None:
-            """A driver progress line: the loss and reward margin, with the held-out figures at an
-            evaluation's step."""
-            metrics, self.pending = self.pending, {}
-            figures = []
-            if "loss" in logs:
-                figures.append(f"loss {float(logs['loss']):.3f}")
-            if "rewards/margins" in logs:
-                figures.append(f"margin {float(logs['rewards/margins']):+.3f}")
-            if "heldout_choice_accuracy" in metrics:
-                figures.append(
-                    f"held-out: Stockfish's move likelier {metrics['heldout_choice_accuracy']:.1%} "
-                    f"({cfg['reference_name']} {metrics['reference_heldout_choice_accuracy']:.1%}), "
-                    f"reward accuracy {metrics['heldout_reward_accuracy']:.1%}"
-                )
-            report_progress(
-                cfg["progress"],
-                state.global_step,
-                ", ".join(figures),
-                start=self.first_step,
-                show=bool(metrics),
-            )
-
-    use_gpu = bool(cfg["use_gpu"]) and torch.cuda.is_available()
-    bf16 = resolve_bf16(cfg["precision"], on_gpu=use_gpu)
+    rows = trl_learner.ShardRows(ray.train.get_dataset_shard("train"), cfg["seed"], ID_COLUMNS, probe=probe)
     losses = [cfg["loss_type"]] + (["sft"] if cfg["sft_weight"] > 0 else [])
-    args = TrlDPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="dpo-"),
-        max_steps=cfg["max_steps"],
-        per_device_train_batch_size=cfg["batch_size"],
-        learning_rate=cfg["learning_rate"],
-        lr_scheduler_type="cosine",
-        warmup_steps=cfg["warmup_steps"],
+    args = trl_learner.training_arguments(
+        TrlDPOConfig, cfg, "dpo", setup,
         weight_decay=cfg["weight_decay"],
         beta=cfg["beta"],
         loss_type=losses,
         loss_weights=[1.0, cfg["sft_weight"]] if len(losses) > 1 else None,
         label_smoothing=cfg["label_smoothing"],
         max_length=None,  # too-long pairs were dropped (and counted) before the split
-        # a divisor of eval_every: the loss is logged at every evaluation's step
-        logging_steps=max(d for d in range(1, 11) if cfg["eval_every"] % d == 0),
-        save_strategy="steps",
-        save_steps=cfg["eval_every"],
-        report_to="none",
-        use_cpu=not use_gpu,
-        bf16=bf16,
-        dataloader_num_workers=0,
-        seed=cfg["seed"],
-        disable_tqdm=True,
+        logging_steps=trl_learner.logging_divisor(cfg["eval_every"]),  # the loss is logged at every evaluation's step
         activation_checkpointing=False,
-        ddp_find_unused_parameters=False,
-    )
+    )  # fmt: skip
     trainer = ShardDPOTrainer(
-        model=model, ref_model=reference, args=args, train_dataset=train, processing_class=tokenizer
-    )
-    streaming["on"] = True
-    print(
-        f"[dpo] worker {rank}: {'cuda' if use_gpu else 'cpu'}, {'bf16 autocast' if bf16 else 'fp32'}, "
-        f"{torch.get_num_threads()} torch threads, loss {'+'.join(losses)}, beta {cfg['beta']:g}",
-        flush=True,
-    )
-    trainer.remove_callback(PrinterCallback)  # its metric dicts: the driver prints progress lines instead
-    trainer.add_callback(HeldoutEval())
-    trainer.add_callback(RayTrainReportCallback())
-    trainer = prepare_trainer(trainer)
-    resume = resume_folder("dpo")
-    if not training_finished(resume, cfg["max_steps"], "dpo"):  # a run killed after its last checkpoint: nothing to train
-        trainer.train(resume_from_checkpoint=resume)
+        model=model, ref_model=reference, args=args, train_dataset=trl_learner.stream_dataset(rows, ID_COLUMNS),
+        processing_class=tokenizer,
+    )  # fmt: skip
+    rows.start()
+    note = f", loss {'+'.join(losses)}, beta {cfg['beta']:g}"
+    evaluation = DPOEval(cfg, setup, reference, tokenizer.pad_token_id)
+    trl_learner.train_with_trl(trainer, "dpo", cfg, setup, evaluation, note)
+
+
+class PreTokenized:
+    """Mixin for TRL's DPOTrainer (before it in the bases): the pairs come tokenized by the driver
+    (:func:`chessrl.rl.dpo.pair_ids`), ``prompt_ids`` / ``chosen_ids`` / ``rejected_ids``."""
+
+    def _prepare_dataset(self, dataset: Any, *args: Any, **kwargs: Any) -> Any:
+        return dataset
+
+
+class DPOEval(trl_learner.PairsEval):
+    """The held-out choice and implicit-reward accuracies every ``eval_every`` steps (rank 0),
+    into the trainer's log history (Ray Train's reported metrics, with ``iteration``: what tune's
+    ASHA counts, :func:`pipelines.tune.phase_iterations`), MLflow and a progress line: the loss
+    and reward margin, with the held-out figures at an evaluation's step."""
+
+    every_rank_reports = True
+
+    def __init__(self, cfg: dict[str, Any], setup: trl_learner.WorkerSetup, reference: Any, pad: int) -> None:
+        super().__init__(cfg, setup)
+        self.reference_model, self.pad = reference, pad
+        self.heldout = [(r["prompt_ids"], r["chosen_ids"], r["rejected_ids"]) for r in cfg["heldout"]]
+        self.reference: tuple[list[float], list[float]] | None = None
+
+    def logps(self, net: Any) -> tuple[list[float], list[float]]:
+        """``net``'s log-probabilities of the held-out chosen and rejected moves."""
+        from chessrl.rl.dpo import completion_logps
+
+        chosen = completion_logps(net, [(p, c) for p, c, _ in self.heldout], self.pad)
+        rejected = completion_logps(net, [(p, r) for p, _, r in self.heldout], self.pad)
+        return chosen, rejected
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        from chessrl.rl.dpo import choice_accuracy
+
+        super().on_train_begin(args, state, control, **kw)
+        if self.rank == 0 and self.heldout:
+            # the reference's figure; the start's too unless --reference is another model
+            self.reference = self.logps(self.reference_model)
+            self.start_accuracy = choice_accuracy(*self.reference)
+
+    def measure(self, model: Any) -> dict[str, float]:
+        from chessrl.rl.dpo import choice_accuracy, implicit_accuracy
+
+        if not (self.heldout and self.reference is not None):
+            return {}
+        chosen, rejected = self.logps(model)
+        return {
+            "heldout_choice_accuracy": choice_accuracy(chosen, rejected) or 0.0,
+            "heldout_reward_accuracy": implicit_accuracy(chosen, rejected, *self.reference) or 0.0,
+            "reference_heldout_choice_accuracy": self.start_accuracy or 0.0,
+        }
+
+    def history_extra(self, step: int) -> dict[str, Any]:
+        return {"iteration": step}
+
+    def mlflow_logs(self, logs: dict[str, Any]) -> dict[str, Any]:
+        return {k.replace("/", "_"): v for k, v in logs.items()}
+
+    def figures(self, logs: dict[str, Any], metrics: dict[str, float]) -> list[str]:
+        figures = []
+        if "loss" in logs:
+            figures.append(f"loss {float(logs['loss']):.3f}")
+        if "rewards/margins" in logs:
+            figures.append(f"margin {float(logs['rewards/margins']):+.3f}")
+        if "heldout_choice_accuracy" in metrics:
+            figures.append(
+                f"held-out: Stockfish's move likelier {metrics['heldout_choice_accuracy']:.1%} "
+                f"({self.cfg['reference_name']} {metrics['reference_heldout_choice_accuracy']:.1%}), "
+                f"reward accuracy {metrics['heldout_reward_accuracy']:.1%}"
+            )
+        return figures
 
 
 def model_facts(path: str, key: str) -> dict[str, Any]:
@@ -435,210 +338,77 @@ def tokenize_pairs(
     }
 
 
-def heldout_quality(
-    context: PhaseContext, cfg: DPOConfig, models: dict[str, str], text_format: str
-) -> dict[str, Any]:
-    """The start and final policies' paired move quality on ``heldout_positions`` positions of the
-    held-out games (:func:`chessrl.arena.move_quality.paired_move_quality`, Stockfish at
-    ``quality_nodes``), asked in the policy's text format; empty without a games table."""
-    from chessrl.arena.move_quality import heldout_positions, paired_move_quality, stockfish_expected
-    from chessrl.lm.lm_data import split_games
-    from chessrl.lm.models import load_pretrained
-    from pipelines.artifacts import read_games
+@dataclass(frozen=True)
+class DPOData:
+    """What the dpo learner trains and measures on: the training pairs (a materialized Ray dataset
+    of token ids, ``train_pairs`` of them; ``left_out`` more of other kinds, too long or
+    unreadable), the held-out pairs, and the probe row DPOTrainer reads while it is built."""
 
-    source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
-    if cfg.heldout_positions == 0 or cfg.quality_nodes == 0 or (not cfg.games and not source.exists()):
-        return {}
-    _, held, _ = split_games(read_games(source), context.config.sft.heldout_fraction)
-    if not held:
-        return {}
-    positions = heldout_positions(held, cfg.heldout_positions, context.config.run.seed + 1)
-    loaded = {name: load_pretrained(path) for name, path in models.items()}
-    with stockfish_expected(cfg.quality_nodes) as expected:
-        quality = paired_move_quality(loaded, positions, text_format, expected)
-    context.tracking.log_metrics({f"quality_{k}": v for k, v in quality.items()})
-    return quality
+    source: Storage
+    train: Any
+    train_pairs: int
+    left_out: int
+    held_rows: list[dict[str, Any]]
+    probe: dict[str, Any]
 
 
-def run_dpo(context: PhaseContext) -> PhaseResult:
-    import ray
-    import ray.data
-    from ray.data.expressions import col
-
-    from pipelines.artifacts import read_heldout
-
+def dpo_data(
+    context: PhaseContext, preferences: tuple[Storage, list[str], list[str], set[str]], tokenizer: Any,
+    text_format: str, max_length: int,
+) -> DPOData:  # fmt: skip
+    """The preference pairs tokenized in Ray Data in the policy's ``text_format``: those of the
+    kinds asked for that fit the policy's context for training, and the held-out ones (the table's
+    held-out files, else its held-out boards)."""
     cfg = context.config.dpo
-    log = context.log
-    seed = context.config.run.seed
-    found = check_dpo(context.config, Inputs.of_context(context))
-    assert found.preferences is not None and found.text_format is not None  # nothing is taken as given here
-    policy, reference, text_format = found.policy, found.reference, found.text_format
-    tokenizer = load_tokenizer(policy)
-    max_length = context_length(None, str(local_checkpoint(policy)))
-    source, train_files, held_files, present = found.preferences
-    data_context = ray.data.DataContext.get_current()
-    data_context.enable_progress_bars = sys.stderr.isatty()
-    data_context.print_on_execution_start = False
+    source, train_files, held_files, present = preferences
+    trl_learner.quiet_ray_data()
     split_by_board = not held_files
-    columns = [*REQUIRED_COLUMNS, *(c for c in ("fen", "kind") if c in present)]
     stage = {
         "tokenizer": tokenizer, "text_format": text_format, "kinds": list(cfg.kinds),
         "max_length": max_length, "holdout": split_by_board,
     }  # fmt: skip
-    tokenized = (
-        ray.data.read_parquet([source.path(f) for f in train_files], filesystem=source.fs)
-        .select_columns(columns)
-        .map_batches(tokenize_pairs, fn_kwargs=stage, batch_size=512, batch_format="numpy")
-        .materialize()
-    )
-    total = tokenized.count()
-    kept = tokenized.filter(expr=col("keep"))
+    columns, total, kept = trl_learner.tokenized_pairs(source, train_files, present, tokenize_pairs, stage, "keep")
     if split_by_board:
-        train = kept.filter(expr=~col("held"))
-        held_rows = [
-            {k: list(r[k]) for k in ID_COLUMNS} for r in kept.filter(expr=col("held")).take(cfg.heldout_pairs)
-        ]
+        train, held_rows = trl_learner.board_split(kept, cfg.heldout_pairs, ID_COLUMNS)
     else:
         train = kept
         # the training pairs' rules (kinds, rebuildable, fits), applied by the same stage
-        rows = read_heldout(source, held_files, cfg.heldout_pairs * 2, seed)
+        rows = read_heldout(source, held_files, cfg.heldout_pairs * 2, context.config.run.seed)
         batch = {c: [r.get(c) for r in rows] for c in columns}
         ids = tokenize_pairs(batch, **{**stage, "holdout": False}) if rows else {"keep": []}
         held_rows = [
             {k: ids[k][i].tolist() for k in ID_COLUMNS} for i, keep in enumerate(ids["keep"]) if keep
         ][: cfg.heldout_pairs]
-    # materialized here: the trainer's workers may take every CPU, leaving none for Ray Data tasks
-    train = train.select_columns(list(ID_COLUMNS)).materialize()
-    train_pairs = train.count()
+    train, train_pairs = trl_learner.training_pairs(
+        train, ID_COLUMNS, source, cfg, "dpo", f"of the kinds {', '.join(cfg.kinds)} that fit the policy"
+    )
     left_out = total - kept.count()
-    if train_pairs < cfg.batch_size * cfg.num_workers:
-        raise InputDataError(
-            f"{source.uri} has {train_pairs} training pairs of the kinds {', '.join(cfg.kinds)} that fit the policy: "
-            f"fewer than one step (dpo.batch_size {cfg.batch_size} x {cfg.num_workers} worker(s)); make more with "
-            "`chess-rl preferences --positions N`, or lower --batch-size"
-        )
     [probe] = train.take(1)
-    cpus_per_worker = cfg.cpus_per_worker or default_cpus_per_worker(cfg.num_workers)
-    log(
-        f"{train_pairs:,} training pairs ({', '.join(cfg.kinds)}) and {len(held_rows):,} held-out pairs from "
-        f"{source.uri}"
-        + (f" ({left_out:,} of other kinds, too long or unreadable left out)" if left_out else "")
-        + f"; policy {policy} ({text_format} format), reference {'the policy as it starts' if reference == policy else reference}; "
-        f"{cfg.loss_type} loss, beta {cfg.beta:g}"
-        + (f", sft weight {cfg.sft_weight:g}" if cfg.sft_weight else "")
-        + f"; {cfg.num_workers} worker(s) x {cpus_per_worker} CPU"
-        + (" + 1 GPU" if cfg.use_gpu else "")
-    )
-    trainer = torch_trainer(
-        context,
-        "dpo",
-        train_loop_per_worker,
-        {
-            "policy": policy,
-            "reference": reference,
-            "reference_name": "start" if reference == policy else "reference",
-            "max_steps": cfg.max_steps,
-            "batch_size": cfg.batch_size,
-            "learning_rate": cfg.learning_rate,
-            "warmup_steps": cfg.warmup_steps,
-            "weight_decay": cfg.weight_decay,
-            "beta": cfg.beta,
-            "loss_type": cfg.loss_type,
-            "sft_weight": cfg.sft_weight,
-            "label_smoothing": cfg.label_smoothing,
-            "eval_every": cfg.eval_every,
-            "use_gpu": cfg.use_gpu,
-            "precision": cfg.precision,
-            "seed": seed,
-            "world_size": cfg.num_workers,
-            "heldout": held_rows,
-            "probe": {k: list(probe[k]) for k in ID_COLUMNS},
-            "tracking_uri": context.tracking.uri,
-            "tracking_run_id": context.tracking.run_id,
-        },
-        num_workers=cfg.num_workers,
-        cpus_per_worker=cpus_per_worker,
-        use_gpu=cfg.use_gpu,
-        datasets={"train": train},
-        progress=(board := ProgressBoard(log, "step", cfg.max_steps)),
-    )
-    started = time.perf_counter()
-    with board:
-        result = trainer.fit()
-    seconds = time.perf_counter() - started
-    if result.checkpoint is None:
-        raise RuntimeError("dpo finished without a checkpoint")
-    from ray.train.huggingface.transformers import RayTrainReportCallback
-
-    def keep_format(folder: Path) -> None:
-        config = json.loads((folder / "config.json").read_text())
-        config[TEXT_FORMAT_KEY] = text_format
-        (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-
-    model_out = context.phase_storage("dpo").child("model")
-    export_hf_checkpoint(
-        result.checkpoint, model_out, keep_format, subfolder=RayTrainReportCallback.CHECKPOINT_NAME
-    )
-    metrics = {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}
-    context.tracking.log_metrics({k.replace("/", "_"): v for k, v in metrics.items()})
-    quality: dict[str, Any] = {}
-    if cfg.heldout_positions and cfg.quality_nodes:
-        log(
-            f"trained in {seconds:.0f} s; the start and final policies on {cfg.heldout_positions} held-out positions"
-        )
-        quality = heldout_quality(context, cfg, {"start": policy, "final": location(model_out)}, text_format)
-    summary = {
-        "phase": "dpo",
-        "policy": policy,
-        "reference": reference,
-        "text_format": text_format,
-        "preferences": source.uri,
-        "kinds": list(cfg.kinds),
-        "train_pairs": train_pairs,
-        "heldout_pairs": len(held_rows),
-        "left_out_pairs": left_out,
-        "loss_type": cfg.loss_type,
-        "beta": cfg.beta,
-        "sft_weight": cfg.sft_weight,
-        "steps": int(metrics.get("step", 0)),
-        "resumed_from_step": int(metrics.get("resumed_from_step", 0)),
-        "loss": metrics.get("loss"),
-        "train_reward_accuracy": metrics.get("rewards/accuracies"),
-        "train_reward_margin": metrics.get("rewards/margins"),
-        "heldout_choice_accuracy": metrics.get("heldout_choice_accuracy"),
-        "reference_heldout_choice_accuracy": metrics.get("reference_heldout_choice_accuracy"),
-        "heldout_reward_accuracy": metrics.get("heldout_reward_accuracy"),
-        "train_pairs_per_s": metrics.get("train_pairs_per_s"),
-        "quality": quality,
-        "model": model_out.uri,
-        "seconds": round(seconds, 1),
-    }
-    context.phase_storage("dpo").write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True))
-    return PhaseResult(summary=summary, lines=summary_lines(summary, cfg), ok=True)
+    return DPOData(source, train, train_pairs, left_out, held_rows, {k: list(probe[k]) for k in ID_COLUMNS})
 
 
-def summary_lines(summary: dict[str, Any], cfg: DPOConfig) -> list[str]:
-    """The phase's closing lines."""
+def summary_lines(summary: dict[str, Any], quality_nodes: int) -> list[str]:
+    """The phase's closing lines (the paired move quality's at ``quality_nodes``)."""
     from chessrl.arena.move_quality import quality_line
 
-    def pct(key: str) -> str:
-        return "n/a" if summary.get(key) is None else f"{float(summary[key]):.1%}"
-
+    pct = partial(trl_learner.percent, summary)
     return [
         "dpo summary",
         f"  pairs         {summary['train_pairs']:,} training ({', '.join(summary['kinds'])}), "
         f"{summary['heldout_pairs']:,} held out"
         + (f" ({summary['left_out_pairs']:,} left out)" if summary["left_out_pairs"] else ""),
-        f"  steps         {summary['steps']} in {summary['seconds']:.0f} s ({summary['loss_type']}, beta "
-        f"{summary['beta']:g}; loss {float(summary['loss'] if summary['loss'] is not None else 'nan'):.3f}, "
-        f"training reward accuracy {pct('train_reward_accuracy')})"
-        + (f", resumed from step {summary['resumed_from_step']}" if summary["resumed_from_step"] else ""),
+        trl_learner.steps_line(
+            summary, summary["seconds"],
+            f"{summary['loss_type']}, beta {summary['beta']:g}; "
+            f"loss {float(summary['loss'] if summary['loss'] is not None else 'nan'):.3f}, "
+            f"training reward accuracy {pct('train_reward_accuracy')}",
+        ),  # fmt: skip
         f"  held-out      Stockfish's move the likelier on {pct('heldout_choice_accuracy')} of pairs "
         f"({'start' if summary['reference'] == summary['policy'] else 'reference'}: "
         f"{pct('reference_heldout_choice_accuracy')}); implicit reward accuracy {pct('heldout_reward_accuracy')}",
         *(
             [
-                f"  paired        {quality_line(summary['quality'])} (masked argmax, Stockfish {cfg.quality_nodes} nodes)"
+                f"  paired        {quality_line(summary['quality'])} (masked argmax, Stockfish {quality_nodes} nodes)"
             ]
             if summary["quality"]
             else []
@@ -646,6 +416,69 @@ def summary_lines(summary: dict[str, Any], cfg: DPOConfig) -> list[str]:
         f"  throughput    {float(summary['train_pairs_per_s'] or 0):,.0f} pairs/s",
         f"  model         {summary['model']}",
     ]
+
+
+def run_dpo(context: PhaseContext) -> PhaseResult:
+    """Check the inputs, tokenize the pairs (:func:`dpo_data`), train in Ray Train, export the
+    policy, measure the start and final policies' move quality, summarise."""
+    cfg = context.config.dpo
+    found = check_dpo(context.config, Inputs.of_context(context))
+    assert found.preferences is not None and found.text_format is not None  # nothing is taken as given here
+    policy, reference, text_format = found.policy, found.reference, found.text_format
+    tokenizer = load_tokenizer(policy)
+    max_length = context_length(None, str(local_checkpoint(policy)))
+    cpus_per_worker = trl_learner.learner_cpus(cfg)
+    data = dpo_data(context, found.preferences, tokenizer, text_format, max_length)
+    context.log(
+        f"{data.train_pairs:,} training pairs ({', '.join(cfg.kinds)}) and {len(data.held_rows):,} held-out pairs from "
+        f"{data.source.uri}"
+        + (f" ({data.left_out:,} of other kinds, too long or unreadable left out)" if data.left_out else "")
+        + f"; policy {policy} ({text_format} format), reference {'the policy as it starts' if reference == policy else reference}; "
+        f"{cfg.loss_type} loss, beta {cfg.beta:g}"
+        + (f", sft weight {cfg.sft_weight:g}" if cfg.sft_weight else "")
+        + f"; {trl_learner.workers_text(cfg, cpus_per_worker)}"
+    )
+    loop_config = trl_learner.learner_config(
+        context, cfg, policy=policy, reference=reference,
+        reference_name="start" if reference == policy else "reference",
+        weight_decay=cfg.weight_decay, beta=cfg.beta, loss_type=cfg.loss_type, sft_weight=cfg.sft_weight,
+        label_smoothing=cfg.label_smoothing, world_size=cfg.num_workers, heldout=data.held_rows, probe=data.probe,
+    )  # fmt: skip
+    result, seconds = trl_learner.fit_learner(
+        context, "dpo", cfg, train_loop_per_worker, loop_config, data.train, cpus_per_worker
+    )
+    model_out = trl_learner.export_model(
+        context, "dpo", result, lambda folder: mark_text_format(folder, text_format)
+    )
+    metrics = trl_learner.final_metrics(result)
+    context.tracking.log_metrics({k.replace("/", "_"): v for k, v in metrics.items()})
+    quality: dict[str, Any] = {}
+    if cfg.heldout_positions and cfg.quality_nodes:
+        context.log(
+            f"trained in {seconds:.0f} s; the start and final policies on {cfg.heldout_positions} held-out positions"
+        )
+        models = {"start": policy, "final": location(model_out)}
+        quality = trl_learner.heldout_quality(context, cfg, models, text_format)
+    summary = trl_learner.learner_summary(
+        {
+            "phase": "dpo", "policy": policy, "reference": reference, "text_format": text_format,
+            "preferences": data.source.uri, "kinds": list(cfg.kinds), "train_pairs": data.train_pairs,
+            "heldout_pairs": len(data.held_rows), "left_out_pairs": data.left_out,
+            "loss_type": cfg.loss_type, "beta": cfg.beta, "sft_weight": cfg.sft_weight,
+        },
+        metrics,
+        {
+            "train_reward_accuracy": metrics.get("rewards/accuracies"),
+            "train_reward_margin": metrics.get("rewards/margins"),
+            **{k: metrics.get(k) for k in ("heldout_choice_accuracy", "reference_heldout_choice_accuracy")},
+            "heldout_reward_accuracy": metrics.get("heldout_reward_accuracy"),
+            "train_pairs_per_s": metrics.get("train_pairs_per_s"),
+            "quality": quality,
+        },
+        model_out, seconds,
+    )  # fmt: skip
+    trl_learner.write_summary(context, "dpo", summary)
+    return PhaseResult(summary=summary, lines=summary_lines(summary, cfg.quality_nodes), ok=True)
 
 
 PHASE = Phase(name="dpo", section="dpo", section_model=DPOConfig, run=run_dpo, check=check_dpo,

@@ -15,12 +15,12 @@ How the pieces fit (the formulas are :mod:`chessrl.rl.grpo` and :mod:`chessrl.rl
    middlegames, 20% endgames) and turns them into prompts, ``policy_share`` policy tasks
    (``P: <FEN> M:``) and the rest environment tasks (``A: <FEN>+<move>+<history>+``), written to
    ``grpo/prompts.json`` with the mix drawn. It starts the EnginePool (``<run>/engine-pool-<i>``).
-2. The learner (a Ray Train ``TorchTrainer``) takes ``prompts_per_iteration`` prompts per
-   iteration and samples ``group_size`` completions of each (one batched generation per task,
-   the prompt read once per group). Policy-task completions are scored by Stockfish at
-   ``stockfish_nodes`` (one batched EnginePool call for the positions before and after every
-   distinct legal move); environment-task completions are checked field by field against
-   python-chess. Group advantages, then one optimizer step of the loss type's objective with a
+2. The learner (a Ray Train ``TorchTrainer``, :mod:`pipelines.grpo_loop`) takes
+   ``prompts_per_iteration`` prompts per iteration and samples ``group_size`` completions of
+   each (one batched generation per task, the prompt read once per group). Policy-task
+   completions are scored by Stockfish at ``stockfish_nodes`` (one batched EnginePool call for
+   the positions before and after every distinct legal move); environment-task completions are
+   checked field by field against python-chess. Group advantages, then one optimizer step of the loss type's objective with a
    k3 KL to the frozen start.
 3. Every ``checkpoint_interval`` iterations: a Ray Train checkpoint (policy, optimiser,
    iteration). Running the same command again resumes from it.
@@ -39,13 +39,12 @@ lm:<run>/grpo/model,masked lm:<start>,masked --adjudicate-cp 300``.
 from __future__ import annotations
 
 import json
-import os
 import random
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from chessrl.rl.grpo import GRPOSettings, Prompt
@@ -54,7 +53,9 @@ from cluster.progress import ProgressBoard
 from cluster.storage import Storage
 from pipelines.artifacts import sft_folder
 from pipelines.config import ChessRLConfig, GRPOConfig
-from pipelines.learner import LearnerLog, largest_node_cpus, torch_trainer
+from pipelines.grpo_loop import expected_scores, train_loop_per_worker
+from pipelines.learner import largest_node_cpus, torch_trainer
+from pipelines.loop_learner import curve, numeric_metrics, read_metrics
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location
 
 SUMMARY = "grpo: GRPO of an sft policy with Stockfish-verified rewards (Ray Train learner + EnginePool)."
@@ -240,142 +241,6 @@ def max_new_tokens(cfg: GRPOConfig, move_tokens: int) -> dict[str, int]:
     return {"policy": cfg.max_new_tokens_policy or policy, "environment": cfg.max_new_tokens_environment}
 
 
-def train_loop_per_worker(cfg: dict[str, Any]) -> None:
-    """The learner: sample groups, score them, one GRPO step; checkpoint; repeat."""
-    import copy
-
-    import ray.train
-    import torch
-    from ray.train import Checkpoint
-
-    from chessrl.engine.client import SearchLimit
-    from chessrl.lm.models import load_pretrained
-    from chessrl.rl.grpo import OwnGames, batch_metrics, grpo_update, sample_groups, score_samples
-    from cluster.progress import report_progress
-    from cluster.tracking import RunMetricsLogger
-
-    torch.set_num_threads(max(1, min(int(cfg["threads"]), os.cpu_count() or 1)))
-    settings = GRPOSettings(**cfg["settings"])
-    phase = Storage.from_uri(cfg["phase_uri"])
-    planned = json.loads(phase.read_text("prompts.json"))
-    prompts = [Prompt(**p) for p in planned["prompts"]]
-    own = int(planned["drawn"].get("own_per_iteration", 0))
-    policy, tokenizer = load_pretrained(cfg["policy_path"])
-    reference = None
-    if settings.beta > 0:
-        reference = copy.deepcopy(policy).eval()
-        for p in reference.parameters():
-            p.requires_grad_(False)
-    start_model = reference  # the own games' opponent "start": the frozen start policy
-    if start_model is None and own and "start" in cfg["own_opponent"]:
-        start_model = copy.deepcopy(policy).eval()
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg["learning_rate"], weight_decay=0.0)
-    state: dict[str, Any] = {"iteration": 0, "samples": 0, "seconds": 0.0}
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder:
-            saved = torch.load(os.path.join(folder, "learner.pt"), map_location="cpu", weights_only=False)
-        policy.load_state_dict(saved["policy"])
-        optimizer.load_state_dict(saved["optimizer"])
-        state = saved["state"]
-        torch.set_rng_state(saved["rng"])
-        print(f"[grpo] learner resumes at iteration {state['iteration']}", flush=True)
-    else:
-        torch.manual_seed(cfg["seed"])
-    first_iteration = state["iteration"]
-    pool = cfg["engine_pool"]
-    limit = SearchLimit(nodes=cfg["stockfish_nodes"])
-    mlflow = RunMetricsLogger(cfg["tracking_uri"], cfg["tracking_run_id"])
-    log = LearnerLog(phase.child("logs"))
-    limits = cfg["max_new_tokens"]
-    # dr_grpo's constant length: the longest answer a task in the plan may give (the moves
-    # format's one token, not the 128 of an environment task it never asks)
-    norm_length = max(limits[t] for t in {p.task for p in prompts})
-    per = cfg["prompts_per_iteration"]
-    started = time.perf_counter() - state["seconds"]
-    # the policy's own games (not checkpointed: after a resume they start again from the table)
-    own_games = None
-    if own:
-        own_games = OwnGames(
-            planned["starts"], live=own, text_format=cfg["text_format"], opponent=cfg["own_opponent"],
-            seed=cfg["seed"],
-        )  # fmt: skip
-
-    def expected(fens: list[str]) -> list[float]:
-        return [a.score.expected for a in pool.analyse(fens, limit)]
-
-    def save_checkpoint(metrics: dict[str, Any], final: bool = False) -> None:
-        folder = tempfile.mkdtemp(prefix="grpo-ckpt-")
-        torch.save(
-            {"policy": policy.state_dict(), "optimizer": optimizer.state_dict(), "state": state,
-             "rng": torch.get_rng_state()},
-            os.path.join(folder, "learner.pt"),
-        )  # fmt: skip
-        log.sync()
-        ray.train.report(
-            {**metrics, "done": int(final)},
-            checkpoint=Checkpoint.from_directory(folder),
-            delete_local_checkpoint_after_upload=True,
-        )
-
-    metrics: dict[str, Any] = {}
-    while state["iteration"] < cfg["iterations"]:
-        if cfg["time_limit_s"] is not None and time.perf_counter() - started > cfg["time_limit_s"]:
-            break
-        batch = prompts[state["iteration"] * per : (state["iteration"] + 1) * per - own]
-        t0 = time.perf_counter()
-        policy.eval()
-        if own_games is not None:
-            batch = batch + own_games.prompts(policy, tokenizer, settings.temperature, start=start_model)
-        samples = sample_groups(policy, tokenizer, batch, settings, limits)
-        t1 = time.perf_counter()
-        score_samples(samples, expected, settings)
-        t2 = time.perf_counter()
-        got = grpo_update(policy, reference, optimizer, samples, pad, settings,
-                          minibatch=cfg["minibatch"], norm_length=norm_length)  # fmt: skip
-        t3 = time.perf_counter()
-        state["iteration"] += 1
-        state["samples"] += len(samples)
-        state["seconds"] = time.perf_counter() - started
-        own_rewards = [x.reward for x in samples if x.prompt.phase == "own"]
-        metrics = {
-            "iteration": state["iteration"], **batch_metrics(samples), **got,
-            **({"reward_own": sum(own_rewards) / len(own_rewards)} if own_rewards else {}),
-            "samples": len(samples), "samples_total": state["samples"],
-            "samples_per_s": len(samples) / max(t3 - t0, 1e-9),
-            "generate_s": t1 - t0, "score_s": t2 - t1, "learn_s": t3 - t2, "elapsed_s": state["seconds"],
-        }  # fmt: skip
-        log.write(metrics, state["iteration"])
-        mlflow.log(metrics, step=state["iteration"])
-        report_progress(
-            cfg["progress"], state["iteration"],
-            f"reward {metrics['reward_mean']:+.3f} "
-            f"(policy {metrics['reward_policy']:+.3f}, env {metrics['reward_environment']:.3f}), "
-            f"legal {metrics['legal_rate']:.1%}, env exact {metrics['env_exact']:.1%}, "
-            f"zero-variance groups {metrics['zero_variance_groups']:.0%}, KL {metrics['kl']:.4f}, "
-            f"{metrics['samples_per_s']:.1f} samples/s (generate {t1 - t0:.1f} s, Stockfish {t2 - t1:.1f} s, "
-            f"learn {t3 - t2:.1f} s)",
-            start=first_iteration, show=True,
-        )  # fmt: skip
-        if state["iteration"] % cfg["checkpoint_interval"] == 0 and state["iteration"] < cfg["iterations"]:
-            save_checkpoint(metrics)
-    from pipelines.artifacts import mark_text_format
-
-    model_dir = tempfile.mkdtemp(prefix="grpo-model-")
-    policy.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    mark_text_format(model_dir, cfg["text_format"])
-    out = phase.child("model")
-    for name in sorted(os.listdir(model_dir)):
-        out.upload_file(os.path.join(model_dir, name), name)
-    phase.write_text("learner_state.json", json.dumps(state, indent=1))
-    log.close()
-    save_checkpoint(
-        {**metrics, "iteration": state["iteration"], "samples_total": state["samples"]}, final=True
-    )
-
-
 def heldout_scores(
     prompts: list[dict[str, Any]],
     models: dict[str, str],
@@ -385,7 +250,7 @@ def heldout_scores(
 ) -> dict[str, dict[str, float]]:
     """Each model's greedy legal-move rate and environment accuracy on the held-out prompts and,
     with ``expected`` (Stockfish's expected scores), the policy reward of its greedy moves."""
-    from chessrl.lm.models import load_pretrained
+    from chessrl.arena.saved_models import load_saved_model
     from chessrl.rl.grpo import evaluate_tasks
 
     if not prompts:
@@ -393,7 +258,7 @@ def heldout_scores(
     asked = [Prompt(**p) for p in prompts]
     out = {}
     for name, path in models.items():
-        model, tokenizer = load_pretrained(path)
+        model, tokenizer = load_saved_model(path, "policy")
         out[name] = evaluate_tasks(model, tokenizer, asked, limits, expected, settings)
     return out
 
@@ -404,7 +269,7 @@ def heldout_quality(
     """The start and final policies' paired move quality on the held-out policy prompts
     (:func:`chessrl.arena.move_quality.paired_move_quality`); empty without any."""
     from chessrl.arena.move_quality import paired_move_quality
-    from chessrl.lm.models import load_pretrained
+    from chessrl.arena.saved_models import load_saved_model
 
     positions = [
         (p["fen"], p["text"].split() if text_format == "moves" else [])
@@ -413,31 +278,17 @@ def heldout_quality(
     ]
     if not positions:
         return {}
-    loaded = {name: load_pretrained(path) for name, path in models.items()}
+    loaded = {name: load_saved_model(path, "policy") for name, path in models.items()}
     return paired_move_quality(loaded, positions, text_format, expected)
 
 
-def run_grpo(context: PhaseContext) -> PhaseResult:
-    from actors.engine_pool import EnginePool
-    from cluster.runtime import release_actor_name
-
-    cfg = context.config.grpo
-    run = context.config.run
-    log = context.log
-    phase = context.phase_storage("grpo")
-    found = check_grpo(context.config, Inputs.of_context(context), log)
-    settings, policy_path, facts = found.settings, found.policy, found.facts
-    assert facts is not None  # nothing is taken as given here
-    prompts, heldout, drawn = plan_prompts(context, cfg)
-    limits = max_new_tokens(cfg, facts["move_tokens"])
-    phase.makedirs()
-    starts = drawn.pop("starts")
-    phase.write_text(
-        "prompts.json", json.dumps({"prompts": prompts, "heldout": heldout, "drawn": drawn, "starts": starts})
-    )
+def learner_resources(
+    context: PhaseContext, cfg: GRPOConfig, policy_path: str, prompts: list[dict[str, Any]], limits: dict[str, int]
+) -> tuple[float, float, int]:
+    """CPUs of each engine and of the learner (no more than the largest node has: one worker
+    cannot span nodes), and the learner's minibatch (``auto``: measured for the longest prompt)."""
     cpus = float(context.ray.resources.get("CPU", 1))
     engine_cpus = min(0.5, cpus / 4)
-    # no more than the largest node has: one worker cannot span nodes
     learner_cpus = cfg.cpus_per_worker or max(0.5, min(cpus - cfg.engines * engine_cpus, largest_node_cpus()))
     batch_size = cfg.batch_size
     if batch_size == "auto":
@@ -447,70 +298,114 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
         tokenizer = load_tokenizer(policy_path)
         longest = max(len(prompt_ids(tokenizer, p["text"])) for p in prompts)
         batch_size = auto_batch_size(
-            policy_path, longest + max(limits.values()), log=log, share=cfg.auto_batch_memory_share,
+            policy_path, longest + max(limits.values()), log=context.log, share=cfg.auto_batch_memory_share,
             cpus=learner_cpus,
         )  # fmt: skip
-    log(
-        f"policy {policy_path} (vocab {facts['vocab']}, context {facts['context']}); {drawn['train_games']:,} training games: "
+    return engine_cpus, learner_cpus, batch_size
+
+
+def log_plan(context: PhaseContext, found: GRPOInputs, drawn: dict[str, Any], learner_cpus: float) -> None:
+    """What the run trains: the policy, the prompts' mix, the iterations, Stockfish, the learner."""
+    cfg, facts = context.config.grpo, found.facts
+    assert facts is not None  # nothing is taken as given here
+    context.log(
+        f"policy {found.policy} (vocab {facts['vocab']}, context {facts['context']}); {drawn['train_games']:,} training games: "
         f"positions {', '.join(f'{k} {v}' for k, v in drawn['phases'].items())}; tasks "
         f"{drawn['tasks'].get('policy', 0)} policy / {drawn['tasks'].get('environment', 0)} environment "
         f"({drawn['policy_share']:.0%} policy)"
     )
-    log(
+    context.log(
         f"{cfg.iterations} iterations of {cfg.prompts_per_iteration} {cfg.text_format} prompts x {cfg.group_size} completions, "
         f"loss {cfg.loss_type}, beta {cfg.beta:g}, clip {cfg.clip:g}, temperature {cfg.temperature:g}; "
         f"Stockfish {cfg.stockfish_nodes} nodes on {cfg.engines} engine(s); learner {learner_cpus:g} CPU"
         + (f", at most {cfg.time_limit_minutes:g} min" if cfg.time_limit_minutes else "")
     )
+
+
+def loop_config(
+    context: PhaseContext, found: GRPOInputs, limits: dict[str, int], batch_size: int, pool: Any, learner_cpus: float
+) -> dict[str, Any]:
+    """The learner loop's config (:func:`pipelines.grpo_loop.train_loop_per_worker`)."""
+    cfg, run = context.config.grpo, context.config.run
+    return {
+        "phase_uri": context.phase_storage("grpo").uri, "policy_path": found.policy,
+        "settings": found.settings.__dict__, "text_format": cfg.text_format, "own_opponent": cfg.own_opponent,
+        "seed": run.seed, "iterations": cfg.iterations, "prompts_per_iteration": cfg.prompts_per_iteration,
+        "learning_rate": cfg.learning_rate, "minibatch": batch_size, "max_new_tokens": limits,
+        "stockfish_nodes": cfg.stockfish_nodes, "engine_pool": pool, "checkpoint_interval": cfg.checkpoint_interval,
+        "time_limit_s": cfg.time_limit_minutes * 60 if cfg.time_limit_minutes else None,
+        "threads": max(1, round(learner_cpus)),
+        "tracking_uri": context.tracking.uri, "tracking_run_id": context.tracking.run_id,
+    }  # fmt: skip
+
+
+def run_grpo(context: PhaseContext) -> PhaseResult:
+    """Check the inputs, plan the prompts, start the EnginePool, train, summarise."""
+    from actors.engine_pool import EnginePool
+    from cluster.runtime import release_actor_name
+
+    cfg = context.config.grpo
+    phase = context.phase_storage("grpo")
+    found = check_grpo(context.config, Inputs.of_context(context), context.log)
+    assert found.facts is not None  # nothing is taken as given here
+    prompts, heldout, drawn = plan_prompts(context, cfg)
+    limits = max_new_tokens(cfg, found.facts["move_tokens"])
+    phase.makedirs()
+    starts = drawn.pop("starts")
+    phase.write_text(
+        "prompts.json", json.dumps({"prompts": prompts, "heldout": heldout, "drawn": drawn, "starts": starts})
+    )
+    engine_cpus, learner_cpus, batch_size = learner_resources(context, cfg, found.policy, prompts, limits)
+    log_plan(context, found, drawn, learner_cpus)
     for i in range(cfg.engines):
-        release_actor_name(f"{run.name}/engine-pool-{i}", None)
-    pool = EnginePool.create(cfg.engines, 1, run=run.name, num_cpus_per_engine=engine_cpus)
+        release_actor_name(f"{context.config.run.name}/engine-pool-{i}", None)
+    pool = EnginePool.create(cfg.engines, 1, run=context.config.run.name, num_cpus_per_engine=engine_cpus)
     trainer = torch_trainer(
-        context, "grpo", train_loop_per_worker,
-        {
-            "phase_uri": phase.uri, "policy_path": policy_path, "settings": settings.__dict__,
-            "text_format": cfg.text_format,
-            "own_opponent": cfg.own_opponent,
-            "seed": run.seed, "iterations": cfg.iterations, "prompts_per_iteration": cfg.prompts_per_iteration,
-            "learning_rate": cfg.learning_rate, "minibatch": batch_size, "max_new_tokens": limits,
-            "stockfish_nodes": cfg.stockfish_nodes, "engine_pool": pool, "checkpoint_interval": cfg.checkpoint_interval,
-            "time_limit_s": cfg.time_limit_minutes * 60 if cfg.time_limit_minutes else None,
-            "threads": max(1, round(learner_cpus)),
-            "tracking_uri": context.tracking.uri, "tracking_run_id": context.tracking.run_id,
-        },
+        context, "grpo", train_loop_per_worker, loop_config(context, found, limits, batch_size, pool, learner_cpus),
         num_workers=1, cpus_per_worker=learner_cpus, use_gpu=False,
-        progress=(board := ProgressBoard(log, "iteration", cfg.iterations)),
+        progress=(board := ProgressBoard(context.log, "iteration", cfg.iterations)),
     )  # fmt: skip
     started = time.perf_counter()
-    scores: dict[str, dict[str, float]] = {}
-    quality: dict[str, Any] = {}
     try:
         with board:
             result = trainer.fit()
         seconds = time.perf_counter() - started
-        if phase.exists("model/config.json"):
-            from chessrl.engine.client import SearchLimit
-
-            final_path = model_location(None, phase.child("model"), "grpo", "grpo")
-            limit = SearchLimit(nodes=cfg.stockfish_nodes)
-            log(
-                f"trained in {seconds:.0f} s; the start and final policies on {len(heldout)} held-out prompts"
-            )
-
-            def expected(fens: list[str]) -> list[float]:
-                return [a.score.expected for a in pool.analyse(fens, limit)]
-
-            models = {"start": policy_path, "final": final_path}
-            scores = heldout_scores(heldout, models, limits, expected, settings)
-            quality = heldout_quality(heldout, models, cfg.text_format, expected)
-            if quality:
-                context.tracking.log_metrics({f"quality_{k}": v for k, v in quality.items()})
+        scores, quality = heldout_results(context, found, heldout, limits, pool, seconds)
     finally:
         pool.shutdown()
-    final = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
-    logs = phase.child("logs")
-    rows = [json.loads(line) for line in logs.read_text("metrics.jsonl").splitlines() if line.strip()] \
-        if logs.exists("metrics.jsonl") else []  # fmt: skip
+    return summarise(context, found.policy, result, seconds, drawn, scores, quality)
+
+
+def heldout_results(
+    context: PhaseContext, found: GRPOInputs, heldout: list[dict[str, Any]], limits: dict[str, int], pool: Any,
+    seconds: float,
+) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
+    """The start and final policies on the held-out prompts (:func:`heldout_scores`) and their
+    paired move quality (:func:`heldout_quality`, logged to MLflow); empty without a final model."""
+    from chessrl.engine.client import SearchLimit
+
+    cfg, phase = context.config.grpo, context.phase_storage("grpo")
+    if not phase.exists("model/config.json"):
+        return {}, {}
+    final_path = model_location(None, phase.child("model"), "grpo", "grpo")
+    context.log(f"trained in {seconds:.0f} s; the start and final policies on {len(heldout)} held-out prompts")
+    expected = partial(expected_scores, pool, SearchLimit(nodes=cfg.stockfish_nodes))
+    models = {"start": found.policy, "final": final_path}
+    scores = heldout_scores(heldout, models, limits, expected, found.settings)
+    quality = heldout_quality(heldout, models, cfg.text_format, expected)
+    if quality:
+        context.tracking.log_metrics({f"quality_{k}": v for k, v in quality.items()})
+    return scores, quality
+
+
+def summarise(
+    context: PhaseContext, policy_path: str, result: Any, seconds: float, drawn: dict[str, Any],
+    scores: dict[str, dict[str, float]], quality: dict[str, Any],
+) -> PhaseResult:
+    """``summary.json`` and the summary lines."""
+    cfg, phase = context.config.grpo, context.phase_storage("grpo")
+    final = numeric_metrics(result)
+    rows = read_metrics(phase.child("logs"))
     first, last = (rows[0], rows[-1]) if rows else ({}, {})
     summary = {
         "phase": "grpo", "iterations": int(final.get("iteration", 0)), "samples": int(final.get("samples_total", 0)),
@@ -520,7 +415,6 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
         "model": phase.uri_of("model"),
     }  # fmt: skip
     phase.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))
-
     lines = summary_lines(summary, scores, cfg.stockfish_nodes, policy_path)
     if quality:
         from chessrl.arena.move_quality import quality_line
@@ -540,8 +434,7 @@ def summary_lines(
     drawn, first, last, seconds = summary["drawn"], summary["first"], summary["last"], summary["seconds"]
     env = drawn["tasks"].get("environment", 0) > 0
 
-    def curve(key: str, fmt: str) -> str:
-        return f"{format(first.get(key, float('nan')), fmt)} -> {format(last.get(key, float('nan')), fmt)}"
+    trend = partial(curve, first, last)
 
     return [
         "grpo summary",
@@ -549,11 +442,11 @@ def summary_lines(
         f"({summary['samples_per_s']:.1f} samples/s)",
         f"  mix           {drawn['policy_share']:.1%} policy tasks; positions "
         + ", ".join(f"{k} {v}" for k, v in drawn["phases"].items()),
-        f"  reward        policy {curve('reward_policy', '+.3f')}"
-        + (f", environment {curve('reward_environment', '.3f')}" if env else ""),
-        f"  sampled       legal {curve('legal_rate', '.1%')}"
-        + (f", env exact {curve('env_exact', '.1%')}" if env else "")
-        + f", zero-variance groups {curve('zero_variance_groups', '.0%')}",
+        f"  reward        policy {trend('reward_policy', '+.3f')}"
+        + (f", environment {trend('reward_environment', '.3f')}" if env else ""),
+        f"  sampled       legal {trend('legal_rate', '.1%')}"
+        + (f", env exact {trend('env_exact', '.1%')}" if env else "")
+        + f", zero-variance groups {trend('zero_variance_groups', '.0%')}",
         *(
             [
                 f"  held-out      greedy legal-move rate {scores['start']['legal_rate']:.1%} -> {scores['final']['legal_rate']:.1%}"

@@ -15,10 +15,10 @@ How the pieces fit (the formulas are :mod:`chessrl.rl.ppo` and :mod:`chessrl.rl.
    of a start position against an opponent of the pool (``self``, ``random``, weak Stockfish),
    one batched forward pass per move for all games, the RewardServer scores each legal move,
    newer weights are pulled between moves. A round is one rollout shard under ``rollouts/``.
-3. The learner (a Ray Train ``TorchTrainer``) publishes its weights as version ``v``, reads the
-   shards it has not read through Ray Data until it has ``episodes_per_iteration`` episodes,
-   drops episodes more than ``max_staleness`` versions old, adds the reference's log-probs and
-   the critic's values, and takes ``ppo_epochs`` passes of clipped PPO (the first
+3. The learner (a Ray Train ``TorchTrainer``, :mod:`pipelines.ppo_loop`) publishes its weights
+   as version ``v``, reads the shards it has not read until it has ``episodes_per_iteration``
+   episodes, drops episodes more than ``max_staleness`` versions old, adds the reference's
+   log-probs and the critic's values, and takes ``ppo_epochs`` passes of clipped PPO (the first
    ``critic_warmup`` iterations train only the critic). Then it publishes ``v + 1``.
 4. Every ``checkpoint_interval`` iterations: a Ray Train checkpoint (policy, critic, both
    optimisers, version, shards read). Running the same command again resumes from it.
@@ -35,11 +35,8 @@ import math
 import os
 import sys
 import tempfile
-import time
 import uuid
-from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from chessrl.rl.ppo import PPOSettings
@@ -47,8 +44,11 @@ from cluster.errors import ConfigError, StorageError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
 from pipelines.config import ChessRLConfig, PPOConfig
-from pipelines.learner import LearnerLog, RolloutFeed, largest_node_cpus, torch_trainer
+from pipelines.learner import largest_node_cpus, torch_trainer
+from pipelines.loop_learner import curve, fit_then_stop, numeric_metrics, read_metrics, stop_collectors
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location
+from pipelines.ppo_loop import train_loop_per_worker
+from pipelines.trl_learner import heldout_quality
 
 SUMMARY = "ppo: PPO of the sft policy against the reward model (rollout collectors, RewardServer, Ray Train learner)."
 DESCRIPTION = (
@@ -221,9 +221,9 @@ def heldout_legal_rates(
 ) -> dict[str, dict[str, float]]:
     """The greedy legal-move rate and top-1 agreement of each model on ``cfg.heldout_positions``
     positions of the held-out games (the split sft used); empty without a games table."""
+    from chessrl.arena.saved_models import load_saved_model
     from chessrl.lm.lm_data import split_games
     from chessrl.lm.lm_eval import evaluate_moves, sample_positions
-    from chessrl.lm.models import load_pretrained
     from pipelines.artifacts import read_games
 
     source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
@@ -235,212 +235,9 @@ def heldout_legal_rates(
     )
     out = {}
     for name, path in models.items():
-        model, tokenizer = load_pretrained(path)
+        model, tokenizer = load_saved_model(path, "policy")
         out[name] = evaluate_moves(model, tokenizer, positions) | {"positions": len(positions)}
     return out
-
-
-def heldout_quality(context: PhaseContext, cfg: PPOConfig, models: dict[str, str]) -> dict[str, Any]:
-    """The start and final policies' paired move quality on ``heldout_positions`` positions of the
-    held-out games (:func:`chessrl.arena.move_quality.paired_move_quality`, Stockfish at
-    ``quality_nodes``); logged to MLflow; empty without a games table or with quality_nodes 0."""
-    from chessrl.arena.move_quality import heldout_positions, paired_move_quality, stockfish_expected
-    from chessrl.lm.lm_data import split_games
-    from chessrl.lm.models import load_pretrained
-    from pipelines.artifacts import read_games
-
-    source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
-    if cfg.heldout_positions == 0 or cfg.quality_nodes == 0 or (not cfg.games and not source.exists()):
-        return {}
-    _, held, _ = split_games(read_games(source), context.config.sft.heldout_fraction)
-    if not held:
-        return {}
-    positions = heldout_positions(held, cfg.heldout_positions, context.config.run.seed + 1)
-    loaded = {name: load_pretrained(path) for name, path in models.items()}
-    with stockfish_expected(cfg.quality_nodes) as expected:
-        quality = paired_move_quality(loaded, positions, "moves", expected)
-    context.tracking.log_metrics({f"quality_{k}": v for k, v in quality.items()})
-    return quality
-
-
-def train_loop_per_worker(cfg: dict[str, Any]) -> None:
-    """The learner: publish, read new rollout shards, PPO-update, checkpoint; repeat."""
-    import copy
-
-    import ray
-    import ray.data
-    import ray.train
-    import torch
-    from ray.train import Checkpoint
-
-    from chessrl.lm.legality import MoveTokens
-    from chessrl.lm.models import load_pretrained
-    from chessrl.rl.ppo import actions_from_rows, make_batch, ppo_update, stale_episodes
-    from chessrl.rl.reward import load_reward_model
-    from cluster.progress import report_progress
-    from cluster.tracking import RunMetricsLogger
-
-    torch.set_num_threads(max(1, min(int(cfg["threads"]), os.cpu_count() or 1)))
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    settings = PPOSettings(**cfg["settings"])
-    phase = Storage.from_uri(cfg["phase_uri"])
-    rollouts = phase.child("rollouts")
-    policy, tokenizer = load_pretrained(cfg["policy_path"])
-    reference = copy.deepcopy(policy).eval()
-    for p in reference.parameters():
-        p.requires_grad_(False)
-    critic, _ = load_reward_model(cfg["reward_path"])
-    moves_table = MoveTokens(tokenizer)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    policy_opt = torch.optim.AdamW(policy.parameters(), lr=cfg["learning_rate"], weight_decay=0.0)
-    critic_opt = torch.optim.AdamW(critic.parameters(), lr=cfg["critic_learning_rate"], weight_decay=0.0)
-    state: dict[str, Any] = {"iteration": 0, "version": 0, "read": [], "episodes": 0, "actions": 0,
-                             "stale_dropped": 0, "seconds": 0.0}  # fmt: skip
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder:
-            saved = torch.load(os.path.join(folder, "learner.pt"), map_location="cpu", weights_only=False)
-        policy.load_state_dict(saved["policy"])
-        critic.load_state_dict(saved["critic"])
-        policy_opt.load_state_dict(saved["policy_opt"])
-        critic_opt.load_state_dict(saved["critic_opt"])
-        state = saved["state"]
-        print(
-            f"[ppo] learner resumes at iteration {state['iteration']} (version {state['version']})",
-            flush=True,
-        )
-    server = ray.get_actor(cfg["server_name"], namespace=cfg["namespace"])
-    mlflow = RunMetricsLogger(cfg["tracking_uri"], cfg["tracking_run_id"])
-    log = LearnerLog(phase.child("logs"))
-    generator = torch.Generator().manual_seed(cfg["seed"] * 31 + state["iteration"])
-    started = time.perf_counter() - state["seconds"]
-    first_iteration = state["iteration"]
-    time_limit = cfg["time_limit_s"]
-
-    def publish() -> None:
-        weights = {k: v.detach().cpu().numpy() for k, v in policy.state_dict().items()}
-        state["version"] = ray.get(server.publish.remote(weights, state["version"]))
-
-    feed = RolloutFeed(rollouts, read=state["read"], reader=cfg["rollout_reader"]).start()
-
-    def take_episodes() -> list[Any] | None:
-        """New shards' actions until ``episodes_per_iteration`` episodes (None: out of time)."""
-        actions: list[Any] = []
-        episodes: set[str] = set()
-        while len(episodes) < cfg["episodes_per_iteration"]:
-            if time_limit is not None and time.perf_counter() - started > time_limit:
-                return None
-            ready = feed.take(timeout=0.5)
-            if not ready:
-                failure = ray.get(server.failure.remote())
-                if failure:
-                    raise RuntimeError(f"a rollout collector failed: {failure}")
-                continue
-            for names, rows in ready:
-                got = actions_from_rows(rows)
-                stale = stale_episodes(got, state["version"], cfg["max_staleness"])
-                state["stale_dropped"] += len(stale)
-                actions += [a for a in got if a.episode not in stale]
-                episodes |= {a.episode for a in got if a.episode not in stale}
-                state["read"] += names
-        return actions
-
-    def save_checkpoint(metrics: dict[str, Any], final: bool = False) -> None:
-        folder = tempfile.mkdtemp(prefix="ppo-ckpt-")
-        torch.save(
-            {"policy": policy.state_dict(), "critic": critic.state_dict(), "policy_opt": policy_opt.state_dict(),
-             "critic_opt": critic_opt.state_dict(), "state": state},
-            os.path.join(folder, "learner.pt"),
-        )  # fmt: skip
-        log.sync()
-        ray.train.report({**metrics, "done": int(final)}, checkpoint=Checkpoint.from_directory(folder),
-                         delete_local_checkpoint_after_upload=True)
-
-    publish()
-    metrics: dict[str, Any] = {}
-    report_s = log_s = 0.0
-    while state["iteration"] < cfg["iterations"]:
-        if time_limit is not None and time.perf_counter() - started > time_limit:
-            break
-        wait_started = time.perf_counter()
-        actions = take_episodes()
-        if actions is None:
-            break
-        wait_s = time.perf_counter() - wait_started
-        learn_started = time.perf_counter()
-        warmup = state["iteration"] < cfg["critic_warmup"]
-        # eval mode throughout (dropout off, as OpenRLHF does): the ratio compares the same function
-        policy.eval()
-        critic.eval()
-        batch = make_batch(actions, reference, critic, pad, settings, moves_table=moves_table)
-        opt = None if warmup else policy_opt
-        got = ppo_update(policy, critic, opt, critic_opt, batch, pad, settings, generator)
-        learn_s = time.perf_counter() - learn_started
-        state["iteration"] += 1
-        lags = [state["version"] - a.version for a in actions]
-        episodes = {a.episode for a in actions}
-        finished = [a for a in actions if a.last]
-        results = Counter(a.result for a in finished if a.legal)
-        state["episodes"] += len(episodes)
-        state["actions"] += len(actions)
-        publish_started = time.perf_counter()
-        publish()
-        publish_s = time.perf_counter() - publish_started
-        state["seconds"] = time.perf_counter() - started
-        metrics = {
-            "iteration": state["iteration"], "version": state["version"], "critic_warmup": int(warmup),
-            **{k: float(v) for k, v in got.items()},
-            "episodes": len(episodes), "episodes_total": state["episodes"],
-            "episode_length": len(actions) / max(1, len(episodes)),
-            "illegal_end_rate": sum(not a.legal for a in finished) / max(1, len(finished)),
-            "win_rate": results[1.0] / max(1, len(finished)), "loss_rate": results[-1.0] / max(1, len(finished)),
-            "version_lag_mean": sum(lags) / max(1, len(lags)), "version_lag_max": max(lags, default=0),
-            "stale_dropped": state["stale_dropped"],
-            "episodes_per_s": len(episodes) / max(wait_s + learn_s, 1e-9),
-            "learner_step_s": learn_s, "wait_s": wait_s, "publish_s": publish_s, "report_s": report_s,
-            "log_s": log_s, "elapsed_s": state["seconds"],
-        }  # fmt: skip
-        log_started = time.perf_counter()
-        log.write(metrics, state["iteration"])
-        mlflow.log(metrics, step=state["iteration"])
-        report_progress(
-            cfg["progress"], state["iteration"],
-            f"reward {metrics['reward_mean']:+.3f}, KL {metrics['kl_to_ref']:.4f}, legal {metrics['legal_rate']:.1%}, "
-            + ("critic warm-up, " if warmup else f"clip {metrics.get('clipfrac', 0):.2f}, ")
-            + f"value loss {metrics['value_loss']:.3f}, EV {metrics['explained_variance']:+.2f}, "
-            f"{len(episodes)} episodes (lag <= {metrics['version_lag_max']}), learn {learn_s:.1f} s, wait {wait_s:.1f} s",
-            start=first_iteration, show=True,
-        )  # fmt: skip
-        log_s = time.perf_counter() - log_started  # logged with the next iteration
-        # Ray Train hears from the learner at checkpoints only: a report is a barrier with the
-        # controller that took ~1.2 s (Ray 2.60, 2 CPUs), more than a tiny model's whole step;
-        # the metrics of every iteration go to MLflow, metrics.jsonl and the console above
-        report_started = time.perf_counter()
-        if state["iteration"] % cfg["checkpoint_interval"] == 0 and state["iteration"] < cfg["iterations"]:
-            save_checkpoint(metrics)
-        report_s = time.perf_counter() - report_started  # logged with the next iteration
-    feed.stop()
-    ray.get(server.stop.remote())
-    phase.write_text("learner_state.json", json.dumps(state, indent=1))
-    export_models(policy, critic, tokenizer, phase)
-    log.close()
-    save_checkpoint({**metrics, "iteration": state["iteration"], "episodes_total": state["episodes"],
-                     "actions_total": state["actions"], "stale_dropped": state["stale_dropped"]}, final=True)  # fmt: skip
-
-
-def export_models(policy: Any, critic: Any, tokenizer: Any, phase: Storage) -> None:
-    """The policy (``model/``) and critic (``critic/``) as Hugging Face folders with the tokenizer."""
-    from chessrl.lm.models import make_tokenizer_config_generic
-
-    for name, model in (("model", policy), ("critic", critic)):
-        folder = Path(tempfile.mkdtemp(prefix=f"ppo-{name}-"))
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        make_tokenizer_config_generic(folder)
-        out = phase.child(name)
-        for path in sorted(folder.iterdir()):
-            if path.is_file():
-                out.upload_file(path, path.name)
 
 
 def plot_curves(rows: list[dict[str, Any]], path: str) -> None:
@@ -468,35 +265,53 @@ def plot_curves(rows: list[dict[str, Any]], path: str) -> None:
     plt.close(fig)
 
 
-def run_ppo(context: PhaseContext) -> PhaseResult:
-    import ray
+@dataclass
+class PPOActors:
+    """The actors the ppo learner trains with: the parameter server (``server_name`` in
+    ``namespace``), the reward servers' client, the EnginePool of the Stockfish opponents (or
+    None), the rollout collectors and their runs."""
 
-    from actors.parameter_server import ParameterServer
-    from actors.reward_server import RewardClient
-    from actors.rollout import RolloutCollector, RolloutSpec, list_rollout_shards
-    from cluster.runtime import release_actor_name
+    server_name: str
+    namespace: str
+    server: Any
+    reward: Any
+    engine_pool: Any
+    collectors: list[Any]
+    runs: list[Any]
 
-    cfg = context.config.ppo
-    run = context.config.run
-    log = context.log
-    phase = context.phase_storage("ppo")
-    found = check_ppo(context.config, Inputs.of_context(context))
-    opponents, policy_path, reward_path, facts = found.opponents, found.policy, found.reward, found.facts
-    assert facts is not None  # nothing is taken as given here
-    pool = start_pool(context, cfg)
-    phase.makedirs()
-    phase.write_text("starts.json", json.dumps(pool))
+    def stop(self) -> list[dict[str, Any]]:
+        """Stop them all; each collector's summary (or its error)."""
+        summaries = stop_collectors(self.server, self.collectors, self.runs)
+        self.reward.shutdown()
+        if self.engine_pool is not None:
+            self.engine_pool.shutdown()
+        return summaries
+
+
+def learner_resources(context: PhaseContext, cfg: PPOConfig) -> tuple[float, float, float, int]:
+    """CPUs of each collector, each reward server and the learner, and the learner's threads
+    (no more than the largest node has: one worker cannot span nodes)."""
     cpus = float(context.ray.resources.get("CPU", 1))
     collector_cpus, server_cpus, learner_cpus = split_ppo_cpus(cpus, cfg.collectors, cfg.reward_servers)
-    largest = largest_node_cpus()  # one worker cannot span nodes
+    largest = largest_node_cpus()
     learner_cpus = cfg.cpus_per_worker or min(learner_cpus, largest)
     threads = cfg.learner_threads or min(
         learner_threads(cpus, cfg.collectors * collector_cpus + cfg.reward_servers * server_cpus), int(largest)
     )
-    log(
-        f"policy {policy_path}, reward model {reward_path} (vocab {facts['vocab']}, context {facts['context']}); "
-        f"{len(pool)} start games; opponents {', '.join(o.text for o in opponents)}"
-    )
+    return collector_cpus, server_cpus, learner_cpus, threads
+
+
+def start_actors(context: PhaseContext, found: PPOInputs, collector_cpus: float, server_cpus: float) -> PPOActors:
+    """The parameter server, the reward servers, an EnginePool when an opponent is Stockfish, and
+    the rollout collectors, each collector running (names from an earlier run released first)."""
+    import ray
+
+    from actors.parameter_server import ParameterServer
+    from actors.reward_server import RewardClient
+    from actors.rollout import RolloutCollector, RolloutSpec
+    from cluster.runtime import release_actor_name
+
+    cfg, run, phase = context.config.ppo, context.config.run, context.phase_storage("ppo")
     namespace = ray.get_runtime_context().namespace
     server_name = f"{run.name}/parameter-server"
     names = [server_name, *(f"{run.name}/rollout-collector-{i}" for i in range(cfg.collectors)),
@@ -505,28 +320,61 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
         release_actor_name(name, namespace)
     server = ParameterServer.options(name=server_name, namespace=namespace).remote()
     reward = RewardClient.create(
-        reward_path, cfg.reward_servers, run=run.name, num_cpus=server_cpus, threads=1, max_wait_ms=2.0
+        found.reward, cfg.reward_servers, run=run.name, num_cpus=server_cpus, threads=1, max_wait_ms=2.0
     )
     engine_pool = None
-    if any(o.kind == "stockfish" for o in opponents):
+    if any(o.kind == "stockfish" for o in found.opponents):
         from actors.engine_pool import EnginePool
 
         engine_pool = EnginePool.create(1, 1, run=run.name, num_cpus_per_engine=0.25)
     spec = RolloutSpec(
         run=run.name, rollout_uri=phase.uri_of("rollouts"), status_uri=phase.uri_of("collectors"),
-        policy_path=policy_path, settings=ppo_settings(cfg), opponents=tuple(cfg.opponents),
+        policy_path=found.policy, settings=ppo_settings(cfg), opponents=tuple(cfg.opponents),
         phase_uri=phase.uri, concurrent_games=cfg.concurrent_games, max_actions=cfg.max_actions,
         rounds_per_version=rounds_per_version(cfg), seed=run.seed, server_name=server_name,
         namespace=namespace, reward_servers=tuple(f"{run.name}/reward-server-{i}" for i in range(cfg.reward_servers)),
         engine_pool=engine_pool, stockfish_nodes=cfg.stockfish_nodes, invocation=uuid.uuid4().hex,
     )  # fmt: skip
     collectors = [
-        RolloutCollector.options(name=f"{run.name}/rollout-collector-{i}", num_cpus=collector_cpus).remote(
-            spec, i
-        )
+        RolloutCollector.options(name=f"{run.name}/rollout-collector-{i}", num_cpus=collector_cpus).remote(spec, i)
         for i in range(cfg.collectors)
     ]
     runs = [c.run.remote() for c in collectors]
+    return PPOActors(server_name, namespace, server, reward, engine_pool, collectors, runs)
+
+
+def loop_config(context: PhaseContext, found: PPOInputs, threads: int, actors: PPOActors) -> dict[str, Any]:
+    """The learner loop's config (:func:`train_loop_per_worker`)."""
+    cfg, run = context.config.ppo, context.config.run
+    return {
+        "phase_uri": context.phase_storage("ppo").uri, "policy_path": found.policy, "reward_path": found.reward,
+        "settings": ppo_settings(cfg).__dict__, "seed": run.seed, "iterations": cfg.iterations,
+        "episodes_per_iteration": cfg.episodes_per_iteration, "max_staleness": cfg.max_staleness,
+        "critic_warmup": cfg.critic_warmup, "learning_rate": cfg.learning_rate,
+        "critic_learning_rate": cfg.critic_learning_rate, "checkpoint_interval": cfg.checkpoint_interval,
+        "time_limit_s": cfg.time_limit_minutes * 60 if cfg.time_limit_minutes else None,
+        "threads": threads, "rollout_reader": cfg.rollout_reader, "server_name": actors.server_name,
+        "namespace": actors.namespace, "tracking_uri": context.tracking.uri, "tracking_run_id": context.tracking.run_id,
+    }  # fmt: skip
+
+
+def run_ppo(context: PhaseContext) -> PhaseResult:
+    """Check the inputs, start the actors, train, summarise."""
+    cfg = context.config.ppo
+    log = context.log
+    phase = context.phase_storage("ppo")
+    found = check_ppo(context.config, Inputs.of_context(context))
+    facts = found.facts
+    assert facts is not None  # nothing is taken as given here
+    pool = start_pool(context, cfg)
+    phase.makedirs()
+    phase.write_text("starts.json", json.dumps(pool))
+    collector_cpus, server_cpus, learner_cpus, threads = learner_resources(context, cfg)
+    log(
+        f"policy {found.policy}, reward model {found.reward} (vocab {facts['vocab']}, context {facts['context']}); "
+        f"{len(pool)} start games; opponents {', '.join(o.text for o in found.opponents)}"
+    )
+    actors = start_actors(context, found, collector_cpus, server_cpus)
     log(
         f"{cfg.collectors} collector(s) x {cfg.concurrent_games} games ({collector_cpus:g} CPU each), "
         f"{cfg.reward_servers} reward server(s), learner {learner_cpus:g} CPU ({threads} threads); {cfg.iterations} iterations of "
@@ -534,41 +382,24 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
         + (f", at most {cfg.time_limit_minutes:g} min" if cfg.time_limit_minutes else "")
     )
     trainer = torch_trainer(
-        context, "ppo", train_loop_per_worker,
-        {
-            "phase_uri": phase.uri, "policy_path": policy_path, "reward_path": reward_path,
-            "settings": ppo_settings(cfg).__dict__, "seed": run.seed, "iterations": cfg.iterations,
-            "episodes_per_iteration": cfg.episodes_per_iteration, "max_staleness": cfg.max_staleness,
-            "critic_warmup": cfg.critic_warmup, "learning_rate": cfg.learning_rate,
-            "critic_learning_rate": cfg.critic_learning_rate, "checkpoint_interval": cfg.checkpoint_interval,
-            "time_limit_s": cfg.time_limit_minutes * 60 if cfg.time_limit_minutes else None,
-            "threads": threads, "rollout_reader": cfg.rollout_reader, "server_name": server_name, "namespace": namespace,
-            "tracking_uri": context.tracking.uri, "tracking_run_id": context.tracking.run_id,
-        },
+        context, "ppo", train_loop_per_worker, loop_config(context, found, threads, actors),
         num_workers=1, cpus_per_worker=learner_cpus, use_gpu=False,
         progress=(board := ProgressBoard(log, "iteration", cfg.iterations)),
     )  # fmt: skip
-    started = time.perf_counter()
-    try:
-        with board:
-            result = trainer.fit()
-    finally:
-        ray.get(server.stop.remote())
-        summaries = []
-        for c, ref in zip(collectors, runs, strict=True):
-            try:
-                summaries.append(ray.get(ref, timeout=120))
-            except Exception as exc:  # noqa: BLE001 - reported, not fatal
-                summaries.append({"error": str(exc).splitlines()[0]})
-            ray.kill(c)
-        ray.kill(server)
-        reward.shutdown()
-        if engine_pool is not None:
-            engine_pool.shutdown()
-    seconds = time.perf_counter() - started
-    final = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
-    rows = [json.loads(line) for line in phase.child("logs").read_text("metrics.jsonl").splitlines() if line.strip()] \
-        if phase.child("logs").exists("metrics.jsonl") else []  # fmt: skip
+    result, seconds, summaries = fit_then_stop(trainer, board, actors.stop)
+    return summarise(context, found.policy, result, seconds, summaries)
+
+
+def summarise(
+    context: PhaseContext, policy_path: str, result: Any, seconds: float, summaries: list[dict[str, Any]]
+) -> PhaseResult:
+    """The curves' plot, the start and final policies on held-out positions, ``summary.json``
+    and the summary lines."""
+    from actors.rollout import list_rollout_shards
+
+    cfg, phase = context.config.ppo, context.phase_storage("ppo")
+    final = numeric_metrics(result)
+    rows = read_metrics(phase.child("logs"))
     if rows:
         png = os.path.join(tempfile.mkdtemp(prefix="ppo-plot-"), "curves.png")
         plot_curves(rows, png)
@@ -578,7 +409,9 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     quality: dict[str, Any] = {}
     if phase.exists("model/config.json"):
         final_path = model_location(None, phase.child("model"), "ppo", "ppo")
-        log(f"trained in {seconds:.0f} s; the start and final policies on {cfg.heldout_positions} held-out positions")
+        context.log(
+            f"trained in {seconds:.0f} s; the start and final policies on {cfg.heldout_positions} held-out positions"
+        )
         heldout = heldout_legal_rates(context, cfg, {"start": policy_path, "final": final_path})
         quality = heldout_quality(context, cfg, {"start": policy_path, "final": final_path})
     shards = list_rollout_shards(phase.child("rollouts"))
@@ -596,19 +429,24 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
         "quality": quality,
     }  # fmt: skip
     phase.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))
+    lines = summary_lines(summary, cfg, seconds, phase.uri_of("curves.png"))
+    return PhaseResult(summary=summary, lines=lines, ok=summary["iterations"] > 0)
 
+
+def summary_lines(summary: dict[str, Any], cfg: PPOConfig, seconds: float, curves: str) -> list[str]:
+    """The ``ppo summary`` the driver prints: the learner, the reward, KL and legal-rate curves
+    (first -> last iteration), the held-out start -> final figures and the next command."""
     from chessrl.arena.move_quality import quality_line
 
-    def curve(key: str, fmt: str) -> str:
-        return f"{format(first.get(key, float('nan')), fmt)} -> {format(last.get(key, float('nan')), fmt)}"
-
-    lines = [
+    first, last, heldout, quality = summary["first"], summary["last"], summary["heldout"], summary["quality"]
+    return [
         "ppo summary",
         f"  learner       {summary['iterations']} iterations, {summary['episodes']} episodes, "
         f"{summary['actions']} actions in {seconds:.0f} s ({summary['stale_dropped']} stale episodes dropped)",
-        f"  reward        {curve('reward_mean', '+.3f')}   (legal moves only: {curve('legal_reward_mean', '+.3f')})",
-        f"  KL to sft     {curve('kl_to_ref', '.4f')}",
-        f"  legal rate    {curve('legal_rate', '.1%')}",
+        f"  reward        {curve(first, last, 'reward_mean', '+.3f')}   "
+        f"(legal moves only: {curve(first, last, 'legal_reward_mean', '+.3f')})",
+        f"  KL to sft     {curve(first, last, 'kl_to_ref', '.4f')}",
+        f"  legal rate    {curve(first, last, 'legal_rate', '.1%')}",
         *(
             [
                 f"  held-out      greedy legal-move rate {heldout['start']['legal_rate']:.1%} (start) -> "
@@ -618,13 +456,12 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
             else []
         ),
         *([f"  paired        {quality_line(quality)} (masked argmax, Stockfish {cfg.quality_nodes} nodes)"] if quality else []),
-        f"  collectors    {len(shards)} shards written, {summary['shards_read']} read, "
+        f"  collectors    {summary['shards_written']} shards written, {summary['shards_read']} read, "
         f"{summary['collector_restarts']} restart(s)",
         f"  model         {summary['model']}",
-        f"  curves        {phase.uri_of('curves.png')}",
+        f"  curves        {curves}",
         f"  next          chess-rl evaluate --mode sprt --players lm:{summary['model']},masked sft,masked --adjudicate-cp 300",
     ]
-    return PhaseResult(summary=summary, lines=lines, ok=summary["iterations"] > 0)
 
 
 PHASE = Phase(name="ppo", section="ppo", section_model=PPOConfig, run=run_ppo, check=check_ppo,

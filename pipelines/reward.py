@@ -28,29 +28,21 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from chessrl.lm.formats import get_format
 from chessrl.lm.models import ModelLoadError, context_length, load_tokenizer, local_checkpoint
-from chessrl.rl.preferences import LEGAL_KINDS, REQUIRED_COLUMNS, mover_cp_after
+from chessrl.rl.preferences import LEGAL_KINDS, mover_cp_after
 from chessrl.rl.reward import TEXT_FORMAT_KEY, heldout_board, pair_texts, query_ids, reward_format, text_ids
-from cluster.errors import ConfigError, InputDataError, StorageError
-from cluster.progress import ProgressBoard
+from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
+from pipelines import trl_learner
 from pipelines.artifacts import preference_table, read_heldout
 from pipelines.config import ChessRLConfig, RewardConfig
-from pipelines.learner import (
-    default_cpus_per_worker,
-    export_hf_checkpoint,
-    resume_folder,
-    torch_trainer,
-    training_finished,
-)
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location
 
 SUMMARY = "reward: preference pairs -> a reward model (Ray Train TorchTrainer + TRL RewardTrainer)."
@@ -63,175 +55,61 @@ DESCRIPTION = (
 )
 
 
+#: The columns of a tokenized pair, as TRL's RewardTrainer reads them.
+PAIR_COLUMNS: tuple[str, ...] = ("chosen_ids", "rejected_ids")
+
+
 def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     """Runs in every Ray Train worker: the RM from the backbone, TRL's RewardTrainer on this
     worker's stream of pairs, held-out evaluation on rank 0, checkpoints through Ray Train."""
-    import datasets
     import ray.train
-    import torch
-    from datasets.iterable_dataset import ExamplesIterable
-    from ray.train.huggingface.transformers import RayTrainReportCallback, prepare_trainer
-    from torch.utils.data import DataLoader
-    from transformers import TrainerCallback
-    from transformers.trainer_callback import PrinterCallback
     from trl import RewardConfig as TrlRewardConfig
     from trl import RewardTrainer
 
-    from chessrl.lm.models import resolve_bf16
-    from chessrl.rl.reward import evaluate_reward_model
-    from cluster.progress import report_progress
-    from cluster.tracking import RunMetricsLogger
+    class ShardRewardTrainer(trl_learner.OwnShardLoader, RewardTrainer):  # type: ignore[misc]
+        """TRL's RewardTrainer reading this worker's own shard as is."""
 
     model, tokenizer = reward_model_from_backbone(cfg["base_model"])
-    shard = ray.train.get_dataset_shard("train")
-    rank = ray.train.get_context().get_world_rank()
-    mlflow = RunMetricsLogger(cfg["tracking_uri"], cfg["tracking_run_id"]) if rank == 0 else None
-
-    def rows() -> Any:
-        # cycle over the shard: max_steps decides when training ends. Every worker's shard has the
-        # same number of rows and every step takes batch_size of them, so the workers reach the
-        # end of an epoch (where Ray Data's split waits for all of them) at the same step
-        epoch = 0
-        while True:
-            seen = 0
-            for batch in shard.iter_batches(
-                batch_size=256,
-                batch_format="numpy",
-                local_shuffle_buffer_size=4096,
-                local_shuffle_seed=cfg["seed"] + epoch,
-            ):
-                for chosen, rejected in zip(batch["chosen_ids"], batch["rejected_ids"], strict=True):
-                    seen += 1
-                    yield seen, {"chosen_ids": chosen.tolist(), "rejected_ids": rejected.tolist()}
-            if not seen:
-                raise RuntimeError("this worker's shard of the preference pairs is empty")
-            epoch += 1
-
-    features = datasets.Features(
-        {
-            "chosen_ids": datasets.Sequence(datasets.Value("int32")),
-            "rejected_ids": datasets.Sequence(datasets.Value("int32")),
-        }
-    )
-    # ExamplesIterable with declared features: TRL sees tokenized columns without reading an
-    # example (reading one would start, then drop, an epoch of the Ray shard)
-    train = datasets.IterableDataset(ExamplesIterable(rows, {}), info=datasets.DatasetInfo(features=features))
-
-    class ShardRewardTrainer(RewardTrainer):  # type: ignore[misc]
-        """TRL's RewardTrainer reading this worker's own shard as is: accelerate would otherwise
-        keep every num_workers-th batch of it (its split of an unsharded iterable dataset)."""
-
-        def get_train_dataloader(self) -> DataLoader:
-            return DataLoader(
-                self.train_dataset,
-                batch_size=self._train_batch_size,
-                collate_fn=self.data_collator,
-                num_workers=0,
-            )
-
-    heldout = cfg["heldout"]
-    spearman_set = cfg["spearman"]
-
-    class HeldoutEval(TrainerCallback):  # type: ignore[misc]
-        """Held-out pairwise accuracy and Spearman every ``eval_every`` steps (rank 0), into the
-        trainer's log history (Ray Train's reported metrics), MLflow and one progress line."""
-
-        def __init__(self) -> None:
-            self.started = time.perf_counter()
-            self.pending: dict[str, float] | None = None
-
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            state.log_history.append({"resumed_from_step": state.global_step})
-            self.first_step = state.global_step
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            step = state.global_step
-            if rank != 0 or not (step % cfg["eval_every"] == 0 or step >= state.max_steps):
-                return
-            now = time.perf_counter()
-            metrics = evaluate_reward_model(
-                kw["model"], heldout, spearman_set, tokenizer.pad_token_id, LEGAL_KINDS
-            )
-            metrics["heldout_eval_s"] = time.perf_counter() - now
-            done = max(1, step - self.first_step)
-            metrics["train_pairs_per_s"] = (
-                done * cfg["batch_size"] * cfg["world_size"] / max(1e-9, now - self.started)
-            )
-            self.started += metrics["heldout_eval_s"]  # the rate counts training time only
-            state.log_history.append({**metrics, "step": step})
-            if mlflow is not None:
-                mlflow.log(metrics, step=step)
-            self.pending = metrics
-            if step % args.logging_steps != 0:  # no loss is logged at this step
-                self.progress(state, None)
-
-        def on_log(
-            self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
-        ) -> None:
-            if logs and mlflow is not None:
-                mlflow.log(logs, step=state.global_step)
-            if logs and "loss" in logs:
-                self.progress(state, float(logs["loss"]))
-
-        def progress(self, state: Any, loss: float | None) -> None:
-            """A driver progress line: the loss, with the held-out figures at an evaluation's step."""
-            if rank != 0:
-                return
-            metrics, self.pending = self.pending or {}, None
-            figures = [f"loss {loss:.3f}"] if loss is not None else []
-            for key, text in (
-                ("heldout_accuracy", "held-out accuracy {:.1%}"),
-                ("heldout_accuracy_legal", "on legal moves {:.1%}"),
-                ("heldout_spearman", "Spearman {:.3f}"),
-            ):
-                if key in metrics:
-                    figures.append(text.format(metrics[key]))
-            report_progress(
-                cfg["progress"],
-                state.global_step,
-                ", ".join(figures),
-                start=self.first_step,
-                show=bool(metrics),
-            )
-
-    use_gpu = bool(cfg["use_gpu"]) and torch.cuda.is_available()
-    bf16 = resolve_bf16(cfg["precision"], on_gpu=use_gpu)
-    args = TrlRewardConfig(
-        output_dir=tempfile.mkdtemp(prefix="reward-"),
-        max_steps=cfg["max_steps"],
-        per_device_train_batch_size=cfg["batch_size"],
-        learning_rate=cfg["learning_rate"],
-        lr_scheduler_type="cosine",
-        warmup_steps=cfg["warmup_steps"],
+    setup = trl_learner.worker_setup(cfg)
+    rows = trl_learner.ShardRows(ray.train.get_dataset_shard("train"), cfg["seed"], PAIR_COLUMNS)
+    args = trl_learner.training_arguments(
+        TrlRewardConfig, cfg, "reward", setup,
         weight_decay=cfg["weight_decay"],
         center_rewards_coefficient=cfg["center_rewards_coefficient"],
         max_length=None,  # too-long pairs were dropped (and counted) before the split
-        # a divisor of eval_every: the loss is logged at every evaluation's step
-        logging_steps=max(d for d in range(1, 11) if cfg["eval_every"] % d == 0),
-        save_strategy="steps",
-        save_steps=cfg["eval_every"],
-        report_to="none",
-        use_cpu=not use_gpu,
-        bf16=bf16,
-        dataloader_num_workers=0,
-        seed=cfg["seed"],
-        disable_tqdm=True,
+        logging_steps=trl_learner.logging_divisor(cfg["eval_every"]),  # the loss is logged at every evaluation's step
         activation_checkpointing=False,  # (gradient_checkpointing: a deprecated alias that warns)
-        ddp_find_unused_parameters=False,
-    )
+    )  # fmt: skip
+    train = trl_learner.stream_dataset(rows, PAIR_COLUMNS)
     trainer = ShardRewardTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
-    print(
-        f"[reward] worker {rank}: {'cuda' if use_gpu else 'cpu'}, {'bf16 autocast' if bf16 else 'fp32'}, "
-        f"{torch.get_num_threads()} torch threads",
-        flush=True,
-    )
-    trainer.remove_callback(PrinterCallback)  # its metric dicts: the driver prints progress lines instead
-    trainer.add_callback(HeldoutEval())
-    trainer.add_callback(RayTrainReportCallback())
-    trainer = prepare_trainer(trainer)
-    resume = resume_folder("reward")
-    if not training_finished(resume, cfg["max_steps"], "reward"):  # a run killed after its last checkpoint: nothing to train
-        trainer.train(resume_from_checkpoint=resume)
+    trl_learner.train_with_trl(trainer, "reward", cfg, setup, RewardEval(cfg, setup, tokenizer.pad_token_id))
+
+
+class RewardEval(trl_learner.PairsEval):
+    """Held-out pairwise accuracy and Spearman every ``eval_every`` steps (rank 0), into the
+    trainer's log history (Ray Train's reported metrics), MLflow and one progress line: the
+    loss, with the held-out figures at an evaluation's step."""
+
+    def __init__(self, cfg: dict[str, Any], setup: trl_learner.WorkerSetup, pad_token_id: int) -> None:
+        super().__init__(cfg, setup)
+        self.pad_token_id = pad_token_id
+
+    def measure(self, model: Any) -> dict[str, float]:
+        from chessrl.rl.reward import evaluate_reward_model
+
+        cfg = self.cfg
+        return evaluate_reward_model(model, cfg["heldout"], cfg["spearman"], self.pad_token_id, LEGAL_KINDS)
+
+    def figures(self, logs: dict[str, Any], metrics: dict[str, float]) -> list[str]:
+        figures = [f"loss {float(logs['loss']):.3f}"] if "loss" in logs else []
+        for key, text in (
+            ("heldout_accuracy", "held-out accuracy {:.1%}"),
+            ("heldout_accuracy_legal", "on legal moves {:.1%}"),
+            ("heldout_spearman", "Spearman {:.3f}"),
+        ):
+            if key in metrics:
+                figures.append(text.format(metrics[key]))
+        return figures
 
 
 def reward_model_from_backbone(path: str) -> tuple[Any, Any]:
@@ -452,14 +330,105 @@ def normalizer_stats(checkpoint: Any, sample: list[dict[str, Any]], name: str) -
     return statistics.fmean(scores), statistics.pstdev(scores) if len(scores) > 1 else 1.0
 
 
+@dataclass(frozen=True)
+class RewardData:
+    """What the reward learner trains and measures on: the training pairs (a materialized Ray
+    dataset of token ids, ``train_pairs`` of them; ``too_long`` more left out), the held-out
+    pairs, the Spearman positions and the training pairs the normalisation scores."""
+
+    source: Storage
+    train: Any
+    train_pairs: int
+    too_long: int
+    held_rows: list[dict[str, Any]]
+    spearman: list[dict[str, Any]]
+    sample: list[dict[str, Any]]
+
+
+def reward_data(
+    context: PhaseContext, preferences: tuple[Storage, list[str], list[str], set[str]], tokenizer: Any,
+    max_length: int, text_format: str,
+) -> RewardData:  # fmt: skip
+    """The preference pairs tokenized in Ray Data in the judge's ``text_format``: those that fit
+    the model's context for training, the held-out ones (the table's held-out files, else its
+    held-out boards), the Spearman positions and the sample for the normalisation."""
+    cfg = context.config.reward
+    source, train_files, held_files, present = preferences
+    trl_learner.quiet_ray_data()
+    # tokenize in Ray Data, then keep what fits the model's context
+    split_by_board = not held_files
+    stage = {"tokenizer": tokenizer, "max_length": max_length, "holdout": split_by_board, "text_format": text_format}
+    _, total, fitting = trl_learner.tokenized_pairs(source, train_files, present, tokenize_pairs, stage, "fits")
+    held_pairs: list[dict[str, Any]] = []
+    if split_by_board:
+        train, held_rows = trl_learner.board_split(fitting, cfg.heldout_pairs, PAIR_COLUMNS, more=("kind",))
+    else:
+        train = fitting
+        held_pairs = read_heldout(source, held_files, cfg.heldout_pairs, context.config.run.seed)
+        held_rows = [
+            {"chosen_ids": ids[0], "rejected_ids": ids[1], "kind": str(p.get("kind") or "worse")}
+            for p in held_pairs
+            if (ids := pair_ids(tokenizer, text_format, p)) is not None
+        ]
+        held_rows = [r for r in held_rows if max(len(r["chosen_ids"]), len(r["rejected_ids"])) <= max_length]
+    train, train_pairs = trl_learner.training_pairs(train, PAIR_COLUMNS, source, cfg, "reward", "that fit the model")
+    too_long = total - fitting.count()
+    spearman = (
+        spearman_positions(context, held_pairs, tokenizer, text_format)
+        if held_pairs and cfg.spearman_positions
+        else []
+    )
+    sample = [{k: list(r[k]) for k in PAIR_COLUMNS} for r in train.take(cfg.normalize_pairs)]
+    return RewardData(source, train, train_pairs, too_long, held_rows, spearman, sample)
+
+
+def add_normalizer(folder: Path, mean: float, std: float, text_format: str) -> None:
+    """The reward's mean and std, and the text format it reads (the RewardServer asks in it),
+    into the exported model's ``config.json``."""
+    config = json.loads((folder / "config.json").read_text())
+    config.update(chessrl_reward_mean=mean, chessrl_reward_std=std)
+    config[TEXT_FORMAT_KEY] = text_format
+    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+
+
+def summary_lines(summary: dict[str, Any], seconds: float) -> list[str]:
+    """The phase's closing lines: the pairs, the steps in ``seconds``, the held-out accuracies
+    and Spearman correlation, the normalisation, the throughput and the model."""
+    pct = partial(trl_learner.percent, summary)
+    return [
+        "reward summary",
+        f"  pairs         {summary['train_pairs']:,} training, {summary['heldout_pairs']:,} held out, read as "
+        f"{summary['text_format']} text"
+        + (
+            f" ({summary['too_long_pairs']:,} too long or without a position, left out)"
+            if summary["too_long_pairs"]
+            else ""
+        ),
+        trl_learner.steps_line(
+            summary, seconds, f"loss {float(summary['loss'] or 'nan'):.3f}, training accuracy {pct('train_accuracy')}"
+        ),
+        f"  held-out      pairwise accuracy {pct('heldout_accuracy')} "
+        f"(on pairs of legal moves {pct('heldout_accuracy_legal')}; Stockfish's move above a random "
+        f"legal one {pct('heldout_accuracy_random')}); "
+        + (
+            f"Spearman {float(summary['heldout_spearman']):.3f} with Stockfish over the legal moves of "
+            f"{summary['spearman_positions']} positions"
+            if summary["heldout_spearman"] is not None
+            else "no Spearman (no held-out positions)"
+        ),
+        f"  normalisation reward mean {summary['reward_mean']:.3f}, std {summary['reward_std']:.3f} (saved in the model's config)",
+        f"  throughput    {float(summary['train_pairs_per_s'] or 0):,.0f} pairs/s",
+        f"  model         {summary['model']}",
+    ]
+
+
 def run_reward(context: PhaseContext) -> PhaseResult:
+    """Check the inputs, tokenize the pairs (:func:`reward_data`), train in Ray Train, score the
+    training sample for the normalisation, export the model with it, summarise."""
     import ray
-    import ray.data
-    from ray.data.expressions import col
+    from ray.train.huggingface.transformers import RayTrainReportCallback
 
     cfg = context.config.reward
-    log = context.log
-    seed = context.config.run.seed
     found = check_reward(context.config, Inputs.of_context(context))
     base, local = found.base, found.local
     assert local is not None and found.preferences is not None  # nothing is taken as given here
@@ -467,175 +436,50 @@ def run_reward(context: PhaseContext) -> PhaseResult:
     max_length = context_length(None, str(local))
     # what the judge reads: the configured format, else the backbone's own
     text_format = cfg.text_format or reward_format(json.loads((local / "config.json").read_text())).name
-    source, train_files, held_files, present = found.preferences
-    data_context = ray.data.DataContext.get_current()
-    data_context.enable_progress_bars = sys.stderr.isatty()
-    data_context.print_on_execution_start = False
-    # tokenize in Ray Data, then keep what fits the model's context
-    split_by_board = not held_files
-    columns = [*REQUIRED_COLUMNS, *(c for c in ("fen", "kind") if c in present)]
-    tokenized = (
-        ray.data.read_parquet([source.path(f) for f in train_files], filesystem=source.fs)
-        .select_columns(columns)
-        .map_batches(
-            tokenize_pairs,
-            fn_kwargs={
-                "tokenizer": tokenizer,
-                "max_length": max_length,
-                "holdout": split_by_board,
-                "text_format": text_format,
-            },  # fmt: skip
-            batch_size=512,
-            batch_format="numpy",
-        )
-        .materialize()
+    data = reward_data(context, found.preferences, tokenizer, max_length, text_format)
+    cpus_per_worker = trl_learner.learner_cpus(cfg)
+    context.log(
+        f"{data.train_pairs:,} training pairs, {len(data.held_rows):,} held-out pairs and {len(data.spearman)} "
+        f"held-out positions for the rank correlation, from {data.source.uri}"
+        + (f" ({data.too_long:,} pairs longer than the model's {max_length} tokens left out)" if data.too_long else "")
+        + f"; backbone {base}, reading the {text_format} text; {trl_learner.workers_text(cfg, cpus_per_worker)}"
     )
-    total = tokenized.count()
-    fitting = tokenized.filter(expr=col("fits"))
-    if split_by_board:
-        train = fitting.filter(expr=~col("held"))
-        held_rows = [
-            {"chosen_ids": list(r["chosen_ids"]), "rejected_ids": list(r["rejected_ids"]), "kind": r["kind"]}
-            for r in fitting.filter(expr=col("held")).take(cfg.heldout_pairs)
-        ]
-        held_pairs: list[dict[str, Any]] = []
-    else:
-        train = fitting
-        held_pairs = read_heldout(source, held_files, cfg.heldout_pairs, seed)
-        held_rows = [
-            {"chosen_ids": ids[0], "rejected_ids": ids[1], "kind": str(p.get("kind") or "worse")}
-            for p in held_pairs
-            if (ids := pair_ids(tokenizer, text_format, p)) is not None
-        ]
-        held_rows = [r for r in held_rows if max(len(r["chosen_ids"]), len(r["rejected_ids"])) <= max_length]
-    # materialized here: the trainer's workers may take every CPU, leaving none for Ray Data tasks
-    train = train.select_columns(["chosen_ids", "rejected_ids"]).materialize()
-    train_pairs = train.count()
-    too_long = total - fitting.count()
-    if train_pairs < cfg.batch_size * cfg.num_workers:
-        raise InputDataError(
-            f"{source.uri} has {train_pairs} training pairs that fit the model: fewer than one step "
-            f"(reward.batch_size {cfg.batch_size} x {cfg.num_workers} worker(s)); make more with "
-            "`chess-rl preferences --positions N`, or lower --batch-size"
-        )
-    spearman = (
-        spearman_positions(context, held_pairs, tokenizer, text_format)
-        if held_pairs and cfg.spearman_positions
-        else []
+    loop_config = trl_learner.learner_config(
+        context, cfg, base_model=base, weight_decay=cfg.weight_decay,
+        center_rewards_coefficient=cfg.center_rewards_coefficient, world_size=cfg.num_workers,
+        heldout=data.held_rows, spearman=data.spearman,
+    )  # fmt: skip
+    result, seconds = trl_learner.fit_learner(
+        context, "reward", cfg, train_loop_per_worker, loop_config, data.train, cpus_per_worker
     )
-    sample = [
-        {"chosen_ids": list(r["chosen_ids"]), "rejected_ids": list(r["rejected_ids"])}
-        for r in train.take(cfg.normalize_pairs)
-    ]
-    cpus_per_worker = cfg.cpus_per_worker or default_cpus_per_worker(cfg.num_workers)
-    log(
-        f"{train_pairs:,} training pairs, {len(held_rows):,} held-out pairs and {len(spearman)} held-out "
-        f"positions for the rank correlation, from {source.uri}"
-        + (f" ({too_long:,} pairs longer than the model's {max_length} tokens left out)" if too_long else "")
-        + f"; backbone {base}, reading the {text_format} text; {cfg.num_workers} worker(s) x {cpus_per_worker} CPU"
-        + (" + 1 GPU" if cfg.use_gpu else "")
+    context.log(
+        f"trained in {seconds:.0f} s; scoring {len(data.sample):,} training pairs for the reward's mean and std (its normalisation)"
     )
-    trainer = torch_trainer(
-        context,
-        "reward",
-        train_loop_per_worker,
-        {
-            "base_model": base,
-            "max_steps": cfg.max_steps,
-            "batch_size": cfg.batch_size,
-            "learning_rate": cfg.learning_rate,
-            "warmup_steps": cfg.warmup_steps,
-            "weight_decay": cfg.weight_decay,
-            "center_rewards_coefficient": cfg.center_rewards_coefficient,
-            "eval_every": cfg.eval_every,
-            "use_gpu": cfg.use_gpu,
-            "precision": cfg.precision,
-            "seed": seed,
-            "world_size": cfg.num_workers,
-            "heldout": held_rows,
-            "spearman": spearman,
-            "tracking_uri": context.tracking.uri,
-            "tracking_run_id": context.tracking.run_id,
-        },
-        num_workers=cfg.num_workers,
-        cpus_per_worker=cpus_per_worker,
-        use_gpu=cfg.use_gpu,
-        datasets={"train": train},
-        progress=(board := ProgressBoard(log, "step", cfg.max_steps)),
-    )
-    started = time.perf_counter()
-    with board:
-        result = trainer.fit()
-    seconds = time.perf_counter() - started
-    if result.checkpoint is None:
-        raise RuntimeError("reward finished without a checkpoint")
-    from ray.train.huggingface.transformers import RayTrainReportCallback
-
     name = RayTrainReportCallback.CHECKPOINT_NAME
-    log(
-        f"trained in {seconds:.0f} s; scoring {len(sample):,} training pairs for the reward's mean and std (its normalisation)"
+    mean, std = ray.get(ray.remote(num_cpus=1)(normalizer_stats).remote(result.checkpoint, data.sample, name))
+    model_out = trl_learner.export_model(
+        context, "reward", result, lambda folder: add_normalizer(folder, mean, std, text_format)
     )
-    mean, std = ray.get(ray.remote(num_cpus=1)(normalizer_stats).remote(result.checkpoint, sample, name))
-
-    def add_normalizer(folder: Path) -> None:
-        config = json.loads((folder / "config.json").read_text())
-        config.update(chessrl_reward_mean=mean, chessrl_reward_std=std)
-        config[TEXT_FORMAT_KEY] = text_format  # what it reads: the RewardServer asks in it
-        (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
-
-    model_out = context.phase_storage("reward").child("model")
-    export_hf_checkpoint(result.checkpoint, model_out, add_normalizer, subfolder=name)
-    metrics = {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}
+    metrics = trl_learner.final_metrics(result)
     context.tracking.log_metrics({**metrics, "reward_mean": mean, "reward_std": std})
-    summary = {
-        "phase": "reward",
-        "preferences": source.uri,
-        "base_model": base,
-        "text_format": text_format,
-        "train_pairs": train_pairs,
-        "heldout_pairs": len(held_rows),
-        "too_long_pairs": too_long,
-        "spearman_positions": len(spearman),
-        "steps": int(metrics.get("step", 0)),
-        "resumed_from_step": int(metrics.get("resumed_from_step", 0)),
-        "loss": metrics.get("loss"),
-        "train_accuracy": metrics.get("accuracy"),
-        "heldout_accuracy": metrics.get("heldout_accuracy"),
-        "heldout_accuracy_legal": metrics.get("heldout_accuracy_legal"),
-        "heldout_accuracy_random": metrics.get("heldout_accuracy_random"),
-        "heldout_spearman": metrics.get("heldout_spearman"),
-        "train_pairs_per_s": metrics.get("train_pairs_per_s"),
-        "reward_mean": mean,
-        "reward_std": std,
-        "model": model_out.uri,
-        "seconds": round(seconds, 1),
-    }
-    context.phase_storage("reward").write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True))
-
-    def pct(key: str) -> str:
-        return "n/a" if summary[key] is None else f"{float(summary[key]):.1%}"
-
-    lines = [
-        "reward summary",
-        f"  pairs         {train_pairs:,} training, {len(held_rows):,} held out, read as {text_format} text"
-        + (f" ({too_long:,} too long or without a position, left out)" if too_long else ""),
-        f"  steps         {summary['steps']} in {seconds:.0f} s (loss {float(summary['loss'] or 'nan'):.3f}, "
-        f"training accuracy {pct('train_accuracy')})"
-        + (f", resumed from step {summary['resumed_from_step']}" if summary["resumed_from_step"] else ""),
-        f"  held-out      pairwise accuracy {pct('heldout_accuracy')} "
-        f"(on pairs of legal moves {pct('heldout_accuracy_legal')}; Stockfish's move above a random "
-        f"legal one {pct('heldout_accuracy_random')}); "
-        + (
-            f"Spearman {float(summary['heldout_spearman']):.3f} with Stockfish over the legal moves of "
-            f"{len(spearman)} positions"
-            if summary["heldout_spearman"] is not None
-            else "no Spearman (no held-out positions)"
-        ),
-        f"  normalisation reward mean {mean:.3f}, std {std:.3f} (saved in the model's config)",
-        f"  throughput    {float(summary['train_pairs_per_s'] or 0):,.0f} pairs/s",
-        f"  model         {model_out.uri}",
-    ]
-    return PhaseResult(summary=summary, lines=lines, ok=True)
+    summary = trl_learner.learner_summary(
+        {
+            "phase": "reward", "preferences": data.source.uri, "base_model": base, "text_format": text_format,
+            "train_pairs": data.train_pairs, "heldout_pairs": len(data.held_rows),
+            "too_long_pairs": data.too_long, "spearman_positions": len(data.spearman),
+        },
+        metrics,
+        {
+            "train_accuracy": metrics.get("accuracy"),
+            **{k: metrics.get(k) for k in ("heldout_accuracy", "heldout_accuracy_legal", "heldout_accuracy_random")},
+            "heldout_spearman": metrics.get("heldout_spearman"),
+            "train_pairs_per_s": metrics.get("train_pairs_per_s"),
+            "reward_mean": mean, "reward_std": std,
+        },
+        model_out, seconds,
+    )  # fmt: skip
+    trl_learner.write_summary(context, "reward", summary)
+    return PhaseResult(summary=summary, lines=summary_lines(summary, seconds), ok=True)
 
 
 PHASE = Phase(name="reward", section="reward", section_model=RewardConfig, run=run_reward, check=check_reward,

@@ -46,6 +46,7 @@ __all__ = [
     "ReplayBatch",
     "decode_rows",
     "list_shards",
+    "newest_shards",
     "positions_table",
     "read_shards",
     "shard_path",
@@ -123,6 +124,22 @@ def list_shards(storage: Storage) -> list[str]:
         return []
     found = [rel for rel in storage.list_files() if _SHARD.match(rel)]
     return sorted(found, key=lambda rel: (int(rel.split("/")[0]), rel))
+
+
+def newest_shards(window: Sequence[tuple[str, int]], positions: int) -> list[str]:
+    """The newest shards of ``window`` (``(shard, rows)``, oldest first) holding about
+    ``positions`` rows: a learner's sliding window, newest first.
+
+    >>> newest_shards([("a", 32), ("b", 32), ("c", 32)], 40)
+    ['c', 'b']
+    """
+    picked, rows = [], 0
+    for rel, n in reversed(window):
+        if rows >= positions:
+            break
+        picked.append(rel)
+        rows += n
+    return picked
 
 
 @dataclass

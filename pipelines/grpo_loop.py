@@ -1,0 +1,135 @@
+"""The ``grpo`` learner, in its Ray Train worker (:func:`train_loop_per_worker`, started by
+:func:`pipelines.grpo.run_grpo`): each iteration it samples groups of completions of the planned
+prompts (and of the policy's own games' positions), scores them (Stockfish through the
+EnginePool, python-chess) and takes one GRPO step; :class:`pipelines.loop_learner.LoopLearner`
+does the resume, the reports, the checkpoints and the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from functools import partial
+from typing import Any
+
+from chessrl.rl.grpo import GRPOSettings, Prompt
+from cluster.storage import Storage
+from pipelines.artifacts import mark_text_format
+from pipelines.loop_learner import LoopLearner, export_pretrained, frozen_copy
+
+
+def train_loop_per_worker(cfg: dict[str, Any]) -> None:
+    """The learner: sample groups, score them, one GRPO step; checkpoint; repeat."""
+    import torch
+
+    from chessrl.engine.client import SearchLimit
+    from chessrl.rl.grpo import grpo_update, sample_groups, score_samples
+    from chessrl.rl.own_games import OwnGames
+
+    torch.set_num_threads(max(1, min(int(cfg["threads"]), os.cpu_count() or 1)))
+    settings = GRPOSettings(**cfg["settings"])
+    planned = json.loads(Storage.from_uri(cfg["phase_uri"]).read_text("prompts.json"))
+    prompts = [Prompt(**p) for p in planned["prompts"]]
+    own = int(planned["drawn"].get("own_per_iteration", 0))
+    policy, tokenizer, reference, start_model = learner_models(cfg, settings, own)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg["learning_rate"], weight_decay=0.0)
+    learner = LoopLearner(
+        "grpo", cfg, {"iteration": 0, "samples": 0, "seconds": 0.0}, {"policy": policy, "optimizer": optimizer},
+        extra=lambda: {"rng": torch.get_rng_state()},
+    )  # fmt: skip
+    saved = learner.resume("learner resumes at iteration {iteration}")
+    if saved is not None:
+        torch.set_rng_state(saved["rng"])
+    else:
+        torch.manual_seed(cfg["seed"])
+    state = learner.state
+    expected = partial(expected_scores, cfg["engine_pool"], SearchLimit(nodes=cfg["stockfish_nodes"]))
+    limits = cfg["max_new_tokens"]
+    # dr_grpo's constant length: the longest answer a task in the plan may give (the moves
+    # format's one token, not the 128 of an environment task it never asks)
+    norm_length = max(limits[t] for t in {p.task for p in prompts})
+    per = cfg["prompts_per_iteration"]
+    # the policy's own games (not checkpointed: after a resume they start again from the table)
+    own_games = None
+    if own:
+        own_games = OwnGames(
+            planned["starts"], live=own, text_format=cfg["text_format"], opponent=cfg["own_opponent"],
+            seed=cfg["seed"],
+        )  # fmt: skip
+    metrics: dict[str, Any] = {}
+    while state["iteration"] < cfg["iterations"] and not learner.out_of_time():
+        batch = prompts[state["iteration"] * per : (state["iteration"] + 1) * per - own]
+        t0 = time.perf_counter()
+        policy.eval()
+        if own_games is not None:
+            batch = batch + own_games.prompts(policy, tokenizer, settings.temperature, start=start_model)
+        samples = sample_groups(policy, tokenizer, batch, settings, limits)
+        t1 = time.perf_counter()
+        score_samples(samples, expected, settings)
+        t2 = time.perf_counter()
+        got = grpo_update(policy, reference, optimizer, samples, pad, settings,
+                          minibatch=cfg["minibatch"], norm_length=norm_length)  # fmt: skip
+        t3 = time.perf_counter()
+        state["iteration"] += 1
+        state["samples"] += len(samples)
+        metrics = iteration_metrics(state, samples, got, (t0, t1, t2, t3), learner.tick())
+        learner.record(metrics, progress_line(metrics))
+        learner.maybe_checkpoint(metrics)
+    export_pretrained(
+        policy, tokenizer, learner.phase.child("model"), "grpo-model-",
+        partial(mark_text_format, text_format=cfg["text_format"]),
+    )  # fmt: skip
+    learner.finish({**metrics, "iteration": state["iteration"], "samples_total": state["samples"]})
+
+
+def learner_models(cfg: dict[str, Any], settings: GRPOSettings, own: int) -> tuple[Any, Any, Any, Any]:
+    """The policy and its tokenizer, the frozen reference of the KL penalty (None without one:
+    beta 0) and the own games' ``start`` opponent (the reference, or a copy of the start policy
+    when there is none)."""
+    import copy
+
+    from chessrl.arena.saved_models import load_saved_model
+
+    policy, tokenizer = load_saved_model(cfg["policy_path"], "policy")
+    reference = frozen_copy(policy) if settings.beta > 0 else None
+    start_model = reference  # the own games' opponent "start": the frozen start policy
+    if start_model is None and own and "start" in cfg["own_opponent"]:
+        start_model = copy.deepcopy(policy).eval()
+    return policy, tokenizer, reference, start_model
+
+
+def expected_scores(pool: Any, limit: Any, fens: list[str]) -> list[float]:
+    """Stockfish's expected score of each position, from the EnginePool at ``limit``."""
+    return [a.score.expected for a in pool.analyse(fens, limit)]
+
+
+def iteration_metrics(
+    state: dict[str, Any], samples: list[Any], got: dict[str, Any], times: tuple[float, ...], elapsed: float
+) -> dict[str, Any]:
+    """An iteration's metrics: the samples' (:func:`chessrl.rl.grpo.batch_metrics`), the update's,
+    the counts and the timings (``times``: before generating, scoring, learning, and after)."""
+    from chessrl.rl.grpo import batch_metrics
+
+    t0, t1, t2, t3 = times
+    own_rewards = [x.reward for x in samples if x.prompt.phase == "own"]
+    return {
+        "iteration": state["iteration"], **batch_metrics(samples), **got,
+        **({"reward_own": sum(own_rewards) / len(own_rewards)} if own_rewards else {}),
+        "samples": len(samples), "samples_total": state["samples"],
+        "samples_per_s": len(samples) / max(t3 - t0, 1e-9),
+        "generate_s": t1 - t0, "score_s": t2 - t1, "learn_s": t3 - t2, "elapsed_s": elapsed,
+    }  # fmt: skip
+
+
+def progress_line(metrics: dict[str, Any]) -> str:
+    """An iteration's line on the driver's progress board."""
+    return (
+        f"reward {metrics['reward_mean']:+.3f} "
+        f"(policy {metrics['reward_policy']:+.3f}, env {metrics['reward_environment']:.3f}), "
+        f"legal {metrics['legal_rate']:.1%}, env exact {metrics['env_exact']:.1%}, "
+        f"zero-variance groups {metrics['zero_variance_groups']:.0%}, KL {metrics['kl']:.4f}, "
+        f"{metrics['samples_per_s']:.1f} samples/s (generate {metrics['generate_s']:.1f} s, "
+        f"Stockfish {metrics['score_s']:.1f} s, learn {metrics['learn_s']:.1f} s)"
+    )

@@ -1,0 +1,161 @@
+"""The ``ppo`` learner, in its Ray Train worker (:func:`train_loop_per_worker`, started by
+:func:`pipelines.ppo.run_ppo`): it publishes the policy's weights to the parameter server, reads
+the rollout shards the collectors write until it has an iteration's episodes, takes PPO passes
+of the policy and the critic, and publishes again; :class:`pipelines.loop_learner.LoopLearner`
+does the resume, the reports, the checkpoints and the end.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from typing import Any
+
+from chessrl.rl.ppo import PPOSettings
+from cluster.storage import Storage
+from pipelines.learner import RolloutFeed
+from pipelines.loop_learner import LoopLearner, export_pretrained, frozen_copy
+
+
+def train_loop_per_worker(cfg: dict[str, Any]) -> None:
+    """The learner: publish, read new rollout shards, PPO-update, checkpoint; repeat."""
+    import ray
+    import ray.data
+    import torch
+
+    from chessrl.arena.saved_models import load_saved_model
+    from chessrl.lm.legality import MoveTokens
+    from chessrl.rl.ppo import make_batch, ppo_update
+
+    torch.set_num_threads(max(1, min(int(cfg["threads"]), os.cpu_count() or 1)))
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    settings = PPOSettings(**cfg["settings"])
+    policy, tokenizer = load_saved_model(cfg["policy_path"], "policy")
+    reference = frozen_copy(policy)
+    critic, _ = load_saved_model(cfg["reward_path"], "reward")
+    moves_table = MoveTokens(tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    policy_opt = torch.optim.AdamW(policy.parameters(), lr=cfg["learning_rate"], weight_decay=0.0)
+    critic_opt = torch.optim.AdamW(critic.parameters(), lr=cfg["critic_learning_rate"], weight_decay=0.0)
+    learner = LoopLearner(
+        "ppo", cfg,
+        {"iteration": 0, "version": 0, "read": [], "episodes": 0, "actions": 0, "stale_dropped": 0, "seconds": 0.0},
+        {"policy": policy, "critic": critic, "policy_opt": policy_opt, "critic_opt": critic_opt},
+    )  # fmt: skip
+    learner.resume("learner resumes at iteration {iteration} (version {version})")
+    state = learner.state
+    server = ray.get_actor(cfg["server_name"], namespace=cfg["namespace"])
+    generator = torch.Generator().manual_seed(cfg["seed"] * 31 + state["iteration"])
+    feed = RolloutFeed(learner.phase.child("rollouts"), read=state["read"], reader=cfg["rollout_reader"]).start()
+    publish(server, policy, state)
+    metrics: dict[str, Any] = {}
+    while state["iteration"] < cfg["iterations"] and not learner.out_of_time():
+        wait_started = time.perf_counter()
+        actions = take_episodes(learner, feed, server)
+        if actions is None:
+            break
+        wait_s = time.perf_counter() - wait_started
+        learn_started = time.perf_counter()
+        warmup = state["iteration"] < cfg["critic_warmup"]
+        # eval mode throughout (dropout off, as OpenRLHF does): the ratio compares the same function
+        policy.eval()
+        critic.eval()
+        batch = make_batch(actions, reference, critic, pad, settings, moves_table=moves_table)
+        opt = None if warmup else policy_opt
+        got = ppo_update(policy, critic, opt, critic_opt, batch, pad, settings, generator)
+        learn_s = time.perf_counter() - learn_started
+        state["iteration"] += 1
+        figures = episode_figures(actions, state["version"])
+        state["episodes"] += figures["episodes"]
+        state["actions"] += len(actions)
+        publish_started = time.perf_counter()
+        publish(server, policy, state)
+        publish_s = time.perf_counter() - publish_started
+        metrics = {
+            "iteration": state["iteration"], "version": state["version"], "critic_warmup": int(warmup),
+            **{k: float(v) for k, v in got.items()},
+            "episodes": figures["episodes"], "episodes_total": state["episodes"], **figures,
+            "stale_dropped": state["stale_dropped"],
+            "episodes_per_s": figures["episodes"] / max(wait_s + learn_s, 1e-9),
+            "learner_step_s": learn_s, "wait_s": wait_s, "publish_s": publish_s, "report_s": learner.report_s,
+            "log_s": learner.log_s, "elapsed_s": learner.tick(),
+        }  # fmt: skip
+        learner.record(metrics, progress_line(metrics))  # its time: log_s of the next iteration
+        learner.maybe_checkpoint(metrics)  # its time: report_s of the next iteration
+    feed.stop()
+    ray.get(server.stop.remote())
+    export_models(policy, critic, tokenizer, learner.phase)
+    learner.finish({**metrics, "iteration": state["iteration"], "episodes_total": state["episodes"],
+                    "actions_total": state["actions"], "stale_dropped": state["stale_dropped"]})  # fmt: skip
+
+
+def publish(server: Any, policy: Any, state: dict[str, Any]) -> None:
+    """The policy's weights to the parameter server; ``state["version"]`` becomes their version."""
+    import ray
+
+    weights = {k: v.detach().cpu().numpy() for k, v in policy.state_dict().items()}
+    state["version"] = ray.get(server.publish.remote(weights, state["version"]))
+
+
+def take_episodes(learner: LoopLearner, feed: RolloutFeed, server: Any) -> list[Any] | None:
+    """New shards' actions until ``episodes_per_iteration`` episodes, those more than
+    ``max_staleness`` versions old dropped (None: out of time). A collector's failure is raised."""
+    import ray
+
+    from chessrl.rl.ppo import actions_from_rows, stale_episodes
+
+    cfg, state = learner.cfg, learner.state
+    actions: list[Any] = []
+    episodes: set[str] = set()
+    while len(episodes) < cfg["episodes_per_iteration"]:
+        if learner.out_of_time():
+            return None
+        ready = feed.take(timeout=0.5)
+        if not ready:
+            failure = ray.get(server.failure.remote())
+            if failure:
+                raise RuntimeError(f"a rollout collector failed: {failure}")
+            continue
+        for names, rows in ready:
+            got = actions_from_rows(rows)
+            stale = stale_episodes(got, state["version"], cfg["max_staleness"])
+            state["stale_dropped"] += len(stale)
+            actions += [a for a in got if a.episode not in stale]
+            episodes |= {a.episode for a in got if a.episode not in stale}
+            state["read"] += names
+    return actions
+
+
+def episode_figures(actions: list[Any], version: int) -> dict[str, Any]:
+    """An iteration's episodes: how many, their length, how they ended (wins and losses of the
+    legal endings) and how many versions behind ``version`` their actions were played."""
+    lags = [version - a.version for a in actions]
+    episodes = {a.episode for a in actions}
+    finished = [a for a in actions if a.last]
+    results = Counter(a.result for a in finished if a.legal)
+    return {
+        "episodes": len(episodes), "episode_length": len(actions) / max(1, len(episodes)),
+        "illegal_end_rate": sum(not a.legal for a in finished) / max(1, len(finished)),
+        "win_rate": results[1.0] / max(1, len(finished)), "loss_rate": results[-1.0] / max(1, len(finished)),
+        "version_lag_mean": sum(lags) / max(1, len(lags)), "version_lag_max": max(lags, default=0),
+    }  # fmt: skip
+
+
+def progress_line(metrics: dict[str, Any]) -> str:
+    """An iteration's line on the driver's progress board."""
+    return (
+        f"reward {metrics['reward_mean']:+.3f}, KL {metrics['kl_to_ref']:.4f}, legal {metrics['legal_rate']:.1%}, "
+        + ("critic warm-up, " if metrics["critic_warmup"] else f"clip {metrics.get('clipfrac', 0):.2f}, ")
+        + f"value loss {metrics['value_loss']:.3f}, EV {metrics['explained_variance']:+.2f}, "
+        f"{metrics['episodes']} episodes (lag <= {metrics['version_lag_max']}), "
+        f"learn {metrics['learner_step_s']:.1f} s, wait {metrics['wait_s']:.1f} s"
+    )
+
+
+def export_models(policy: Any, critic: Any, tokenizer: Any, phase: Storage) -> None:
+    """The policy (``model/``) and critic (``critic/``) as Hugging Face folders with the tokenizer."""
+    from chessrl.lm.models import make_tokenizer_config_generic
+
+    for name, model in (("model", policy), ("critic", critic)):
+        export_pretrained(model, tokenizer, phase.child(name), f"ppo-{name}-", make_tokenizer_config_generic)

@@ -1,0 +1,552 @@
+"""The learner skeleton of the phases that train through a TRL ``Trainer`` inside Ray Train
+(``sft``, ``reward``, ``dpo``): what each of them did alike, once, so that a phase's worker loop
+is its model, its trainer and its held-out measures, and its driver reads check -> data ->
+:func:`fit_learner` -> export -> summary.
+
+In a Ray Train worker (the phase's ``train_loop_per_worker``)::
+
+    setup = worker_setup(cfg)                        # rank, MLflow (rank 0), device, bf16
+    rows = ShardRows(ray.train.get_dataset_shard("train"), cfg["seed"], ("chosen_ids", "rejected_ids"))
+    args = training_arguments(TrlRewardConfig, cfg, "reward", setup, weight_decay=...)
+    trainer = Trainer(model=model, args=args, train_dataset=stream_dataset(rows, rows.columns), ...)
+    train_with_trl(trainer, "reward", cfg, setup, MyEval(cfg, setup))   # resume, report, train
+
+where ``MyEval`` is a :class:`LearnerCallback` (``resumed_from_step``, the evaluation cadence,
+the log history, MLflow and the driver's progress lines; :class:`PairsEval` for a trainer on
+preference pairs). On the driver::
+
+    result, seconds = fit_learner(context, "reward", cfg, train_loop_per_worker,
+                                  learner_config(context, cfg, base_model=...), train, cpus)
+    model_out = export_model(context, "reward", result, edit)
+    summary = learner_summary({"phase": "reward", ...}, final_metrics(result), {...}, model_out, seconds)
+    write_summary(context, "reward", summary)
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cluster.errors import InputDataError
+from cluster.progress import ProgressBoard, report_progress
+from cluster.storage import Storage
+from pipelines.learner import (
+    default_cpus_per_worker,
+    export_hf_checkpoint,
+    resume_folder,
+    torch_trainer,
+    training_finished,
+)
+from pipelines.phase import PhaseContext
+
+# ---------------------------------------------------------------------------------------------
+# In the Ray Train worker
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """Where a learner worker runs: its rank, the phase's MLflow run (rank 0; None on the other
+    ranks), whether it trains on a GPU, and whether under bf16 autocast."""
+
+    rank: int
+    mlflow: Any
+    use_gpu: bool
+    bf16: bool
+
+
+def worker_setup(cfg: dict[str, Any]) -> WorkerSetup:
+    """This worker's :class:`WorkerSetup`, from the loop config (``use_gpu``, ``precision`` and
+    the MLflow run of :func:`learner_config`)."""
+    import ray.train
+    import torch
+
+    from chessrl.lm.models import resolve_bf16
+    from cluster.tracking import RunMetricsLogger
+
+    rank = ray.train.get_context().get_world_rank()
+    mlflow = RunMetricsLogger(cfg["tracking_uri"], cfg["tracking_run_id"]) if rank == 0 else None
+    use_gpu = bool(cfg["use_gpu"]) and torch.cuda.is_available()
+    return WorkerSetup(rank, mlflow, use_gpu, resolve_bf16(cfg["precision"], on_gpu=use_gpu))
+
+
+def shard_epochs(shard: Any, seed: int) -> Iterator[Any]:
+    """The worker's dataset shard pass after pass, without end (``max_steps``, not epochs, decides
+    when training ends): each pass its batches of 256 rows as numpy, shuffled locally with the
+    seed of its epoch."""
+    epoch = 0
+    while True:
+        yield shard.iter_batches(
+            batch_size=256,
+            batch_format="numpy",
+            local_shuffle_buffer_size=4096,
+            local_shuffle_seed=seed + epoch,
+        )
+        epoch += 1
+
+
+class ShardRows:
+    """For ``ExamplesIterable``: ``(key, row)`` of the shard's rows without end, each of
+    ``columns`` as a list. Every worker's shard has the same number of rows and every step takes
+    batch_size of them, so the workers reach the end of an epoch (where Ray Data's split waits for
+    all of them) at the same step; a shard without rows is an error.
+
+    With ``probe`` (a row), the rows are that one row until :meth:`start`: a trainer that reads an
+    example while it is built gets it there, so the Ray shard's first epoch is not started and
+    dropped."""
+
+    def __init__(
+        self, shard: Any, seed: int, columns: Sequence[str], probe: dict[str, Any] | None = None
+    ) -> None:
+        self.shard, self.seed, self.columns, self.probe = shard, seed, tuple(columns), probe
+
+    def start(self) -> None:
+        """From now on, the shard's rows."""
+        self.probe = None
+
+    def __call__(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        if self.probe is not None:
+            yield 0, self.probe
+            return
+        for batches in shard_epochs(self.shard, self.seed):
+            seen = 0
+            for batch in batches:
+                for values in zip(*(batch[k] for k in self.columns), strict=True):
+                    seen += 1
+                    yield seen, {k: v.tolist() for k, v in zip(self.columns, values, strict=True)}
+            if not seen:
+                raise RuntimeError("this worker's shard of the preference pairs is empty")
+
+
+def stream_dataset(
+    examples: Callable[[], Iterator[tuple[Any, dict[str, Any]]]], int_columns: Sequence[str] = ()
+) -> Any:
+    """A ``datasets.IterableDataset`` of ``examples()`` (``(key, example)`` pairs).
+
+    ExamplesIterable, not IterableDataset.from_generator: that one fingerprints the generator
+    with dill, which disassembles the closure (the Ray shard included) into the worker's log. With
+    ``int_columns`` declared (int32 sequences), TRL sees tokenized columns without reading an
+    example (reading one would start, then drop, an epoch of the Ray shard)."""
+    import datasets
+    from datasets.iterable_dataset import ExamplesIterable
+
+    info = None
+    if int_columns:
+        features = datasets.Features({k: datasets.Sequence(datasets.Value("int32")) for k in int_columns})
+        info = datasets.DatasetInfo(features=features)
+    return datasets.IterableDataset(ExamplesIterable(examples, {}), info=info)
+
+
+class OwnShardLoader:
+    """Mixin for a TRL trainer (before it in the bases): it reads this worker's own shard as is;
+    accelerate would otherwise keep every num_workers-th batch of it (its split of an unsharded
+    iterable dataset)."""
+
+    def get_train_dataloader(self) -> Any:
+        from torch.utils.data import DataLoader
+
+        return DataLoader(
+            self.train_dataset,  # type: ignore[attr-defined]
+            batch_size=self._train_batch_size,  # type: ignore[attr-defined]
+            collate_fn=self.data_collator,  # type: ignore[attr-defined]
+            num_workers=0,
+        )
+
+
+def logging_divisor(eval_every: int) -> int:
+    """The most steps, up to 10, between two logs of the loss that divide ``eval_every``: the loss
+    is logged at every evaluation's step."""
+    return max(d for d in range(1, 11) if eval_every % d == 0)
+
+
+def training_arguments(
+    args_class: type, cfg: dict[str, Any], phase: str, setup: WorkerSetup, **fields: Any
+) -> Any:
+    """``args_class`` (the TRL config of the phase's trainer) with what every phase sets alike:
+    ``max_steps`` steps of ``batch_size`` examples a worker, a cosine schedule after
+    ``warmup_steps``, a checkpoint every ``eval_every`` steps, the worker's device and bf16, no
+    reporting or tqdm of transformers' own, no dataloader workers; ``fields``: the phase's own."""
+    return args_class(
+        output_dir=tempfile.mkdtemp(prefix=f"{phase}-"),
+        max_steps=cfg["max_steps"],
+        per_device_train_batch_size=cfg["batch_size"],
+        learning_rate=cfg["learning_rate"],
+        lr_scheduler_type="cosine",
+        warmup_steps=cfg["warmup_steps"],
+        save_strategy="steps",
+        save_steps=cfg["eval_every"],
+        report_to="none",
+        use_cpu=not setup.use_gpu,
+        bf16=setup.bf16,
+        dataloader_num_workers=0,
+        seed=cfg["seed"],
+        disable_tqdm=True,
+        ddp_find_unused_parameters=False,  # every GPT-2 parameter is used: skip DDP's extra graph walk
+        **fields,
+    )
+
+
+class LearnerCallback:
+    """What every TRL learner reports alike, as the trainer callback :func:`train_with_trl`
+    installs: ``resumed_from_step`` into the log history when training begins (0 for a fresh
+    run; the checkpoint's step when a re-run resumed, the trainer's state restored), the
+    evaluation cadence (:meth:`eval_due`), measures into the log history (Ray Train's reported
+    metrics) and the phase's MLflow run (:meth:`record`), progress lines to the driver's board
+    (:meth:`report`). A phase overrides :meth:`on_step_end` and :meth:`on_log` with its own."""
+
+    def __init__(self, cfg: dict[str, Any], setup: WorkerSetup) -> None:
+        self.cfg = cfg
+        self.rank, self.mlflow = setup.rank, setup.mlflow
+        self.start_step = 0
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        state.log_history.append({"resumed_from_step": state.global_step})
+        self.start_step = state.global_step
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        """After each optimizer step: nothing here."""
+
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
+    ) -> None:
+        """At each of the trainer's logs: nothing here."""
+
+    def eval_due(self, state: Any) -> bool:
+        """Whether this step is an evaluation's: every ``eval_every`` steps, and the last."""
+        return state.global_step % self.cfg["eval_every"] == 0 or state.global_step >= state.max_steps
+
+    def record(self, state: Any, metrics: dict[str, Any], **extra: Any) -> None:
+        """``metrics`` of this step into the log history (with ``step`` and ``extra``) and MLflow."""
+        state.log_history.append({**metrics, "step": state.global_step, **extra})
+        if self.mlflow is not None:
+            self.mlflow.log(metrics, step=state.global_step)
+
+    def report(self, state: Any, figures: str, *, show: bool = False) -> None:
+        """A report to the driver's progress board (``show``: a line now)."""
+        report_progress(self.cfg["progress"], state.global_step, figures, start=self.start_step, show=show)
+
+
+class PairsEval(LearnerCallback):
+    """Held-out measures of a trainer on preference pairs every ``eval_every`` steps on rank 0
+    (:meth:`measure`), with the training pairs a second (training time only), into the log
+    history, MLflow and one progress line: the logged figures with the held-out ones at an
+    evaluation's step (:meth:`figures`)."""
+
+    #: Progress lines from every rank's logs, not rank 0's alone.
+    every_rank_reports = False
+
+    def __init__(self, cfg: dict[str, Any], setup: WorkerSetup) -> None:
+        super().__init__(cfg, setup)
+        self.started = time.perf_counter()
+        self.pending: dict[str, float] = {}
+
+    def measure(self, model: Any) -> dict[str, float]:
+        """The held-out measures of ``model`` (rank 0, at an evaluation's step)."""
+        raise NotImplementedError
+
+    def figures(self, logs: dict[str, Any], metrics: dict[str, float]) -> list[str]:
+        """A progress line's figures: from the trainer's ``logs`` and the held-out ``metrics``."""
+        raise NotImplementedError
+
+    def history_extra(self, step: int) -> dict[str, Any]:
+        """More keys of an evaluation's entry in the log history."""
+        return {}
+
+    def mlflow_logs(self, logs: dict[str, Any]) -> dict[str, Any]:
+        """The trainer's logs as they go to MLflow."""
+        return logs
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        step = state.global_step
+        if self.rank != 0 or not self.eval_due(state):
+            return
+        now = time.perf_counter()
+        metrics = self.measure(kw["model"])
+        metrics["heldout_eval_s"] = time.perf_counter() - now
+        done = max(1, step - self.start_step)
+        metrics["train_pairs_per_s"] = (
+            done * self.cfg["batch_size"] * self.cfg["world_size"] / max(1e-9, now - self.started)
+        )
+        self.started += metrics["heldout_eval_s"]  # the rate counts training time only
+        self.record(state, metrics, **self.history_extra(step))
+        self.pending = metrics
+        if step % args.logging_steps != 0:  # no loss is logged at this step
+            self.progress(state, {})
+
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
+    ) -> None:
+        if logs and self.mlflow is not None:
+            self.mlflow.log(self.mlflow_logs(logs), step=state.global_step)
+        if logs and "loss" in logs:
+            self.progress(state, logs)
+
+    def progress(self, state: Any, logs: dict[str, Any]) -> None:
+        """A driver progress line: the logged figures, with the held-out ones at an evaluation's step."""
+        if self.rank != 0 and not self.every_rank_reports:
+            return
+        metrics, self.pending = self.pending, {}
+        self.report(state, ", ".join(self.figures(logs, metrics)), show=bool(metrics))
+
+
+def trainer_callback(hooks: LearnerCallback) -> Any:
+    """``hooks`` as a transformers ``TrainerCallback`` (transformers is imported in the worker
+    only)."""
+    from transformers import TrainerCallback
+
+    class Hooks(TrainerCallback):  # type: ignore[misc]
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            hooks.on_train_begin(args, state, control, **kw)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            hooks.on_step_end(args, state, control, **kw)
+
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
+        ) -> None:
+            hooks.on_log(args, state, control, logs=logs, **kw)
+
+    return Hooks()
+
+
+def train_with_trl(
+    trainer: Any,
+    phase: str,
+    cfg: dict[str, Any],
+    setup: WorkerSetup,
+    callback: LearnerCallback,
+    note: str = "",
+) -> None:
+    """Train ``trainer`` in this Ray Train worker as every TRL phase does: a line on the worker's
+    device, bf16, threads and ``note``; transformers' PrinterCallback out (its metric dicts: the
+    driver prints progress lines instead), ``callback`` and Ray's report callback (a Ray Train
+    checkpoint at each save) in; then resume from Ray Train's latest checkpoint, or train nothing
+    when that checkpoint is already the last step (a run killed after its last checkpoint)."""
+    import torch
+    from ray.train.huggingface.transformers import RayTrainReportCallback, prepare_trainer
+    from transformers.trainer_callback import PrinterCallback
+
+    print(
+        f"[{phase}] worker {setup.rank}: {'cuda' if setup.use_gpu else 'cpu'}, "
+        f"{'bf16 autocast' if setup.bf16 else 'fp32'}, {torch.get_num_threads()} torch threads{note}",
+        flush=True,
+    )
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(trainer_callback(callback))
+    trainer.add_callback(RayTrainReportCallback())
+    trainer = prepare_trainer(trainer)
+    resume = resume_folder(phase)
+    if not training_finished(resume, cfg["max_steps"], phase):
+        trainer.train(resume_from_checkpoint=resume)
+
+
+# ---------------------------------------------------------------------------------------------
+# On the driver
+# ---------------------------------------------------------------------------------------------
+
+
+def quiet_ray_data() -> None:
+    """Ray Data's progress bars on a terminal only, and no line as each execution starts."""
+    import sys
+
+    import ray.data
+
+    data_context = ray.data.DataContext.get_current()
+    data_context.enable_progress_bars = sys.stderr.isatty()
+    data_context.print_on_execution_start = False
+
+
+def learner_cpus(cfg: Any) -> float:
+    """The CPUs of a learner worker: the section's ``cpus_per_worker``, else the cluster's split."""
+    return cfg.cpus_per_worker or default_cpus_per_worker(cfg.num_workers)
+
+
+def workers_text(cfg: Any, cpus_per_worker: float) -> str:
+    """The learner's workers, as the phase's log line says them."""
+    return f"{cfg.num_workers} worker(s) x {cpus_per_worker} CPU" + (" + 1 GPU" if cfg.use_gpu else "")
+
+
+def learner_config(context: PhaseContext, cfg: Any, **fields: Any) -> dict[str, Any]:
+    """The loop config every TRL learner reads: the phase section's training settings, the run's
+    seed and the phase's MLflow run; ``fields``: the phase's own (they win)."""
+    return {
+        "max_steps": cfg.max_steps,
+        "batch_size": cfg.batch_size,
+        "learning_rate": cfg.learning_rate,
+        "warmup_steps": cfg.warmup_steps,
+        "eval_every": cfg.eval_every,
+        "use_gpu": cfg.use_gpu,
+        "precision": cfg.precision,
+        "seed": context.config.run.seed,
+        "tracking_uri": context.tracking.uri,
+        "tracking_run_id": context.tracking.run_id,
+        **fields,
+    }
+
+
+def fit_learner(
+    context: PhaseContext, phase: str, cfg: Any,
+    loop: Callable[[dict[str, Any]], None], loop_config: dict[str, Any], train: Any, cpus_per_worker: float,
+    folder: str | None = None,
+) -> tuple[Any, float]:  # fmt: skip
+    """Run the phase's learner (``cfg.num_workers`` workers of ``cpus_per_worker`` CPUs, a GPU
+    each with ``cfg.use_gpu``, ``train`` their dataset) under a progress board of
+    ``cfg.max_steps`` steps, checkpoints under the run's ``folder`` (default: ``phase``), where a
+    re-run resumes; its result, which has a checkpoint, and the seconds it took."""
+    trainer = torch_trainer(
+        context, folder or phase, loop, loop_config,
+        num_workers=cfg.num_workers, cpus_per_worker=cpus_per_worker, use_gpu=cfg.use_gpu,
+        datasets={"train": train}, progress=(board := ProgressBoard(context.log, "step", cfg.max_steps)),
+    )  # fmt: skip
+    started = time.perf_counter()
+    with board:
+        result = trainer.fit()
+    seconds = time.perf_counter() - started
+    if result.checkpoint is None:
+        raise RuntimeError(f"{phase} finished without a checkpoint")
+    return result, seconds
+
+
+def export_model(
+    context: PhaseContext, folder: str, result: Any, edit: Callable[[Any], None] | None = None
+) -> Storage:
+    """The learner's last checkpoint saved as the phase's model, ``<run>/<folder>/model``, without
+    the training state (:func:`pipelines.learner.export_hf_checkpoint`; ``edit`` may change its
+    files first); its storage."""
+    from ray.train.huggingface.transformers import RayTrainReportCallback
+
+    model_out = context.phase_storage(folder).child("model")
+    export_hf_checkpoint(result.checkpoint, model_out, edit, subfolder=RayTrainReportCallback.CHECKPOINT_NAME)
+    return model_out
+
+
+def final_metrics(result: Any) -> dict[str, Any]:
+    """The numbers among the learner's last reported metrics."""
+    return {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}
+
+
+def learner_summary(
+    head: dict[str, Any], metrics: dict[str, Any], tail: dict[str, Any], model_out: Storage, seconds: float
+) -> dict[str, Any]:
+    """A TRL phase's summary, in this order: ``head`` (what it read), the steps trained, the step a
+    re-run resumed from and the last logged loss (of the learner's final ``metrics``), ``tail``
+    (its measures), the model's location and the seconds of training."""
+    return {
+        **head,
+        "steps": int(metrics.get("step", 0)),
+        "resumed_from_step": int(metrics.get("resumed_from_step", 0)),
+        "loss": metrics.get("loss"),
+        **tail,
+        "model": model_out.uri,
+        "seconds": round(seconds, 1),
+    }
+
+
+def write_summary(context: PhaseContext, folder: str, summary: dict[str, Any]) -> None:
+    """``summary.json`` in the run's ``folder``."""
+    context.phase_storage(folder).write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True))
+
+
+def steps_line(summary: dict[str, Any], seconds: float, figures: str) -> str:
+    """The summary's steps line: the steps in ``seconds`` with ``figures``, and where a re-run resumed."""
+    return f"  steps         {summary['steps']} in {seconds:.0f} s ({figures})" + (
+        f", resumed from step {summary['resumed_from_step']}" if summary["resumed_from_step"] else ""
+    )
+
+
+def tokenized_pairs(
+    source: Storage,
+    files: Sequence[str],
+    present: set[str],
+    stage: Callable[..., Any],
+    kwargs: dict[str, Any],
+    keep: str,
+) -> tuple[list[str], int, Any]:
+    """The preference table's training ``files`` through the phase's tokenizing ``stage`` in Ray
+    Data (materialized): the columns read (the required ones, and ``fen`` and ``kind`` where the
+    table has them), how many pairs were read, and the pairs whose ``keep`` flag is set."""
+    import ray.data
+    from ray.data.expressions import col
+
+    from chessrl.rl.preferences import REQUIRED_COLUMNS
+
+    columns = [*REQUIRED_COLUMNS, *(c for c in ("fen", "kind") if c in present)]
+    tokenized = (
+        ray.data.read_parquet([source.path(f) for f in files], filesystem=source.fs)
+        .select_columns(columns)
+        .map_batches(stage, fn_kwargs=kwargs, batch_size=512, batch_format="numpy")
+        .materialize()
+    )
+    return columns, tokenized.count(), tokenized.filter(expr=col(keep))
+
+
+def board_split(
+    kept: Any, limit: int, id_columns: Sequence[str], more: Sequence[str] = ()
+) -> tuple[Any, list[dict[str, Any]]]:
+    """A table without a held-out split: its pairs of held-out boards (``held``), up to ``limit``
+    of them as rows (the ``id_columns`` as lists, and ``more``), and the others for training."""
+    from ray.data.expressions import col
+
+    held = [
+        {**{k: list(r[k]) for k in id_columns}, **{k: r[k] for k in more}}
+        for r in kept.filter(expr=col("held")).take(limit)
+    ]
+    return kept.filter(expr=~col("held")), held
+
+
+def training_pairs(
+    train: Any, id_columns: Sequence[str], source: Storage, cfg: Any, phase: str, which: str
+) -> tuple[Any, int]:
+    """The training pairs' ``id_columns``, materialized here (the trainer's workers may take every
+    CPU, leaving none for Ray Data tasks), and how many there are; fewer than one step of
+    ``cfg.batch_size`` pairs for each of ``cfg.num_workers`` workers is one clear error, which
+    says the pairs as ``which``."""
+    train = train.select_columns(list(id_columns)).materialize()
+    count = train.count()
+    if count < cfg.batch_size * cfg.num_workers:
+        raise InputDataError(
+            f"{source.uri} has {count} training pairs {which}: fewer than one step "
+            f"({phase}.batch_size {cfg.batch_size} x {cfg.num_workers} worker(s)); make more with "
+            "`chess-rl preferences --positions N`, or lower --batch-size"
+        )
+    return train, count
+
+
+def percent(summary: dict[str, Any], key: str) -> str:
+    """A summary's share as a percentage, ``n/a`` where it has none.
+
+    >>> percent({"accuracy": 0.4567, "spearman": None}, "accuracy"), percent({"spearman": None}, "spearman")
+    ('45.7%', 'n/a')
+    """
+    value = summary.get(key)
+    return "n/a" if value is None else f"{float(value):.1%}"
+
+
+def heldout_quality(
+    context: PhaseContext, cfg: Any, models: dict[str, str], text_format: str = "moves"
+) -> dict[str, Any]:
+    """The start and final policies' paired move quality on ``cfg.heldout_positions`` positions
+    of the held-out games (:func:`chessrl.arena.move_quality.paired_move_quality`, Stockfish at
+    ``cfg.quality_nodes``), asked in the policies' ``text_format``; logged to MLflow; empty
+    without a games table (``cfg.games``, else the run's) or with either setting 0."""
+    from chessrl.arena.move_quality import heldout_positions, paired_move_quality, stockfish_expected
+    from chessrl.arena.saved_models import load_saved_model
+    from chessrl.lm.lm_data import split_games
+    from pipelines.artifacts import read_games
+
+    source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
+    if cfg.heldout_positions == 0 or cfg.quality_nodes == 0 or (not cfg.games and not source.exists()):
+        return {}
+    _, held, _ = split_games(read_games(source), context.config.sft.heldout_fraction)
+    if not held:
+        return {}
+    positions = heldout_positions(held, cfg.heldout_positions, context.config.run.seed + 1)
+    loaded = {name: load_saved_model(path, "policy") for name, path in models.items()}
+    with stockfish_expected(cfg.quality_nodes) as expected:
+        quality = paired_move_quality(loaded, positions, text_format, expected)
+    context.tracking.log_metrics({f"quality_{k}": v for k, v in quality.items()})
+    return quality
