@@ -41,9 +41,9 @@ from chessrl.rl.dpo import pair_ids
 from chessrl.rl.reward import heldout_board
 from cluster.errors import ConfigError, InputDataError, StorageError
 from cluster.storage import Storage
-from pipelines import trl_learner
 from pipelines.artifacts import TEXT_FORMAT_KEY, mark_text_format, read_heldout
 from pipelines.config import ChessRLConfig, DPOConfig
+from pipelines.learner import trl as trl_learner
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, model_location
 
 SUMMARY = "dpo: preference pairs -> a better policy, directly (Ray Train TorchTrainer + TRL DPOTrainer)."

@@ -15,7 +15,7 @@ How the pieces fit (the formulas are :mod:`chessrl.rl.grpo` and :mod:`chessrl.rl
    middlegames, 20% endgames) and turns them into prompts, ``policy_share`` policy tasks
    (``P: <FEN> M:``) and the rest environment tasks (``A: <FEN>+<move>+<history>+``), written to
    ``grpo/prompts.json`` with the mix drawn. It starts the EnginePool (``<run>/engine-pool-<i>``).
-2. The learner (a Ray Train ``TorchTrainer``, :mod:`pipelines.grpo_loop`) takes
+2. The learner (a Ray Train ``TorchTrainer``, :mod:`pipelines.learner.grpo`) takes
    ``prompts_per_iteration`` prompts per iteration and samples ``group_size`` completions of
    each (one batched generation per task, the prompt read once per group). Policy-task
    completions are scored by Stockfish at ``stockfish_nodes`` (one batched EnginePool call for
@@ -53,9 +53,9 @@ from cluster.progress import ProgressBoard
 from cluster.storage import Storage
 from pipelines.artifacts import sft_folder
 from pipelines.config import ChessRLConfig, GRPOConfig
-from pipelines.grpo_loop import expected_scores, train_loop_per_worker
 from pipelines.learner import largest_node_cpus, torch_trainer
-from pipelines.loop_learner import curve, numeric_metrics, read_metrics
+from pipelines.learner.grpo import expected_scores, train_loop_per_worker
+from pipelines.learner.loop import curve, numeric_metrics, read_metrics
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location
 
 SUMMARY = "grpo: GRPO of an sft policy with Stockfish-verified rewards (Ray Train learner + EnginePool)."
@@ -325,7 +325,7 @@ def log_plan(context: PhaseContext, found: GRPOInputs, drawn: dict[str, Any], le
 def loop_config(
     context: PhaseContext, found: GRPOInputs, limits: dict[str, int], batch_size: int, pool: Any, learner_cpus: float
 ) -> dict[str, Any]:
-    """The learner loop's config (:func:`pipelines.grpo_loop.train_loop_per_worker`)."""
+    """The learner loop's config (:func:`pipelines.learner.grpo.train_loop_per_worker`)."""
     cfg, run = context.config.grpo, context.config.run
     return {
         "phase_uri": context.phase_storage("grpo").uri, "policy_path": found.policy,

@@ -15,7 +15,7 @@ How the pieces fit (the formulas are :mod:`chessrl.rl.ppo` and :mod:`chessrl.rl.
    of a start position against an opponent of the pool (``self``, ``random``, weak Stockfish),
    one batched forward pass per move for all games, the RewardServer scores each legal move,
    newer weights are pulled between moves. A round is one rollout shard under ``rollouts/``.
-3. The learner (a Ray Train ``TorchTrainer``, :mod:`pipelines.ppo_loop`) publishes its weights
+3. The learner (a Ray Train ``TorchTrainer``, :mod:`pipelines.learner.ppo`) publishes its weights
    as version ``v``, reads the shards it has not read until it has ``episodes_per_iteration``
    episodes, drops episodes more than ``max_staleness`` versions old, adds the reference's
    log-probs and the critic's values, and takes ``ppo_epochs`` passes of clipped PPO (the first
@@ -45,10 +45,10 @@ from cluster.progress import ProgressBoard
 from cluster.storage import Storage
 from pipelines.config import ChessRLConfig, PPOConfig
 from pipelines.learner import largest_node_cpus, torch_trainer
-from pipelines.loop_learner import curve, fit_then_stop, numeric_metrics, read_metrics, stop_collectors
+from pipelines.learner.loop import curve, fit_then_stop, numeric_metrics, read_metrics, stop_collectors
+from pipelines.learner.ppo import train_loop_per_worker
+from pipelines.learner.trl import heldout_quality
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location
-from pipelines.ppo_loop import train_loop_per_worker
-from pipelines.trl_learner import heldout_quality
 
 SUMMARY = "ppo: PPO of the sft policy against the reward model (rollout collectors, RewardServer, Ray Train learner)."
 DESCRIPTION = (

@@ -40,9 +40,9 @@ from chessrl.rl.preferences import LEGAL_KINDS, mover_cp_after
 from chessrl.rl.reward import TEXT_FORMAT_KEY, heldout_board, pair_texts, query_ids, reward_format, text_ids
 from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
-from pipelines import trl_learner
 from pipelines.artifacts import preference_table, read_heldout
 from pipelines.config import ChessRLConfig, RewardConfig
+from pipelines.learner import trl as trl_learner
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location
 
 SUMMARY = "reward: preference pairs -> a reward model (Ray Train TorchTrainer + TRL RewardTrainer)."

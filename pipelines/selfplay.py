@@ -47,10 +47,10 @@ from cluster.runtime import release_actor_name
 from cluster.storage import Storage
 from pipelines.config import ChessRLConfig, SelfplayConfig
 from pipelines.learner import torch_trainer
-from pipelines.loop_learner import fit_then_stop, numeric_metrics, stop_collectors
+from pipelines.learner.loop import fit_then_stop, numeric_metrics, stop_collectors
+from pipelines.learner.selfplay import load_weights, numpy_state, save_weights, train_loop_per_worker
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult
 from pipelines.selfplay_gate import final_evaluation, json_safe
-from pipelines.selfplay_learner import load_weights, numpy_state, save_weights, train_loop_per_worker
 
 SUMMARY = "selfplay: AlphaZero-style training (batched-MCTS collectors, parameter server, Ray Train learner, gating)."
 DESCRIPTION = (
@@ -252,7 +252,7 @@ LEARNER_KEYS = (
 
 
 def learner_config(context: PhaseContext, phase: Storage, actors: SelfplayActors, cpus: float) -> dict[str, Any]:
-    """The loop config of :func:`pipelines.selfplay_learner.train_loop_per_worker` (``cpus`` per worker)."""
+    """The loop config of :func:`pipelines.learner.selfplay.train_loop_per_worker` (``cpus`` per worker)."""
     cfg, run = context.config.selfplay, context.config.run
     return {
         "run": run.name, "phase_uri": phase.uri, "net": net_config(cfg).__dict__,

@@ -29,11 +29,11 @@ from chessrl.lm.models import ModelLoadError, context_length, load_tokenizer, lo
 from chessrl.lm.tokenizer import build_chess_tokenizer
 from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
-from pipelines import trl_learner
 from pipelines.artifacts import mark_text_format, sft_folder
 from pipelines.config import ChessRLConfig, SftConfig
+from pipelines.learner import trl as trl_learner
+from pipelines.learner.sft import train_loop_per_worker
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult
-from pipelines.sft_learner import train_loop_per_worker
 
 SUMMARY = "sft: games Parquet -> a GPT-2-style chess policy (Ray Train TorchTrainer + TRL SFTTrainer)."
 DESCRIPTION = (

@@ -56,6 +56,11 @@ MODULES = [
     "cluster.progress",
     "pipelines.matches",
     "pipelines.learner",
+    "pipelines.learner.loop",
+    "pipelines.learner.trl",
+    "pipelines.selfplay_gate",
+    "pipelines.selfplay",
+    "chessrl.search.replay",
     "chessrl.rl.dpo",
     "chessrl.lm.masked",
 ]

@@ -1,5 +1,18 @@
-"""The Ray Train learner every training phase builds the same way: scaling, storage (resume by
-``(storage_path, name)``), and the export of a Hugging Face checkpoint as the phase's model.
+"""The learner of every training phase, in one place: the Ray Train ``TorchTrainer`` every phase
+builds the same way (scaling, storage and resume by ``(storage_path, name)``, the checkpoint to
+resume from, the export of a Hugging Face checkpoint as the phase's model), the metrics log and
+the rollout feed, here; the two halves of the skeleton and each phase's worker loop beside it:
+
+- :mod:`pipelines.learner.trl`: the skeleton of the phases that train through a TRL ``Trainer``
+  (sft, reward, dpo): worker setup, shard streaming, shared arguments, the callback, ``train_with_trl``;
+  on the driver ``fit_learner``, export and the summary.
+- :mod:`pipelines.learner.loop`: the skeleton of hand-written loops (ppo, grpo, selfplay):
+  ``LoopLearner`` (state, resume, time limit, reports, checkpoint cadence, finish), ``fit_then_stop``.
+- :mod:`pipelines.learner.sft`, :mod:`pipelines.learner.ppo`, :mod:`pipelines.learner.grpo`,
+  :mod:`pipelines.learner.selfplay`: those phases' ``train_loop_per_worker`` (reward's and dpo's
+  are short enough to stay in their phase modules).
+
+Nothing here is a phase: phase modules import it, never each other.
 
     trainer = torch_trainer(context, "reward", train_loop_per_worker, loop_config,
                             num_workers=2, cpus_per_worker=1, use_gpu=False, datasets={"train": ds})

@@ -1,7 +1,7 @@
 """The ``grpo`` learner, in its Ray Train worker (:func:`train_loop_per_worker`, started by
 :func:`pipelines.grpo.run_grpo`): each iteration it samples groups of completions of the planned
 prompts (and of the policy's own games' positions), scores them (Stockfish through the
-EnginePool, python-chess) and takes one GRPO step; :class:`pipelines.loop_learner.LoopLearner`
+EnginePool, python-chess) and takes one GRPO step; :class:`pipelines.learner.loop.LoopLearner`
 does the resume, the reports, the checkpoints and the end.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 from chessrl.rl.grpo import GRPOSettings, Prompt
 from cluster.storage import Storage
 from pipelines.artifacts import mark_text_format
-from pipelines.loop_learner import LoopLearner, export_pretrained, frozen_copy
+from pipelines.learner.loop import LoopLearner, export_pretrained, frozen_copy
 
 
 def train_loop_per_worker(cfg: dict[str, Any]) -> None:

@@ -4,7 +4,7 @@ a cadence and ends the run, so that each phase's loop is its algorithm; :func:`f
 :func:`export_pretrained` are the reference model and the export those loops share. On the
 driver: :func:`fit_then_stop` (the fit, then the actors stopped), :func:`stop_collectors`,
 :func:`numeric_metrics`, :func:`read_metrics` and :func:`curve` for the summary. (The phases
-that train through a TRL ``Trainer``, sft, reward and dpo, build on :mod:`pipelines.trl_learner`;
+that train through a TRL ``Trainer``, sft, reward and dpo, build on :mod:`pipelines.learner.trl`;
 both build on :mod:`pipelines.learner`.)
 """
 

@@ -3,7 +3,7 @@ replay window, gate, publish. Not a phase: :mod:`pipelines.selfplay` starts it.
 
 :func:`train_loop_per_worker` is the algorithm; :class:`SelfplayLearner` holds what it works on
 (the networks, the optimizer, the source of new games) and its steps; resuming, the reports,
-checkpoints and the end are :class:`pipelines.loop_learner.LoopLearner`'s (``loop``).
+checkpoints and the end are :class:`pipelines.learner.loop.LoopLearner`'s (``loop``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from chessrl.search.network import NetConfig
 from cluster.storage import Storage
-from pipelines.loop_learner import LoopLearner
+from pipelines.learner.loop import LoopLearner
 from pipelines.selfplay_gate import play_gate
 
 
@@ -123,7 +123,7 @@ def progress_text(state: dict[str, Any], metrics: dict[str, Any], got: dict[str,
 
 class SelfplayLearner:
     """One Ray Train worker's learner: the network in training, the best one, the optimizer, and
-    ``loop`` (:class:`~pipelines.loop_learner.LoopLearner`: the state a checkpoint carries, the
+    ``loop`` (:class:`~pipelines.learner.loop.LoopLearner`: the state a checkpoint carries, the
     logs, the reports); on rank 0 also the source of new games and the gate. A worker that finds
     a Ray Train checkpoint resumes from it."""
 

@@ -1,7 +1,7 @@
 """The ``ppo`` learner, in its Ray Train worker (:func:`train_loop_per_worker`, started by
 :func:`pipelines.ppo.run_ppo`): it publishes the policy's weights to the parameter server, reads
 the rollout shards the collectors write until it has an iteration's episodes, takes PPO passes
-of the policy and the critic, and publishes again; :class:`pipelines.loop_learner.LoopLearner`
+of the policy and the critic, and publishes again; :class:`pipelines.learner.loop.LoopLearner`
 does the resume, the reports, the checkpoints and the end.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 from chessrl.rl.ppo import PPOSettings
 from cluster.storage import Storage
 from pipelines.learner import RolloutFeed
-from pipelines.loop_learner import LoopLearner, export_pretrained, frozen_copy
+from pipelines.learner.loop import LoopLearner, export_pretrained, frozen_copy
 
 
 def train_loop_per_worker(cfg: dict[str, Any]) -> None:

@@ -2,7 +2,7 @@
 :func:`pipelines.sft.run_sft`): the model built from a preset or loaded, TRL's SFTTrainer (or,
 on a CPU or with the legal-move loss, :func:`own_loss_sft_trainer_class`) on the worker's shard of
 packed blocks, and the held-out legal-move rate every ``eval_every`` steps (:class:`SftEval`);
-:func:`pipelines.trl_learner.train_with_trl` does the resume, the reports and the checkpoints.
+:func:`pipelines.learner.trl.train_with_trl` does the resume, the reports and the checkpoints.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from chessrl.lm.lm_eval import HeldoutPosition, evaluate_moves
-from pipelines import trl_learner
+from pipelines.learner import trl as trl_learner
 
 
 def train_loop_per_worker(cfg: dict[str, Any]) -> None:
