@@ -6,7 +6,7 @@
     pool.play(fen, Strength(elo=1500), SearchLimit(nodes=5_000))
     pool.shutdown()
 
-Each ``EnginePoolActor`` is a thin shell around :class:`chessrl.engine.client.EngineGroup` (one
+Each ``EnginePoolActor`` is a thin shell around :class:`chessrl.engine.group.EngineGroup` (one
 Stockfish per CPU it holds, a watchdog on every search, an LRU cache, a bounded queue): it adds
 resources, a name (``<run>/engine-pool-<i>``), restarts and Ray metrics. :class:`EnginePool` is a
 plain class, not an actor: it splits a batch into chunks, spreads them over the actors with a
@@ -28,15 +28,14 @@ from ray.util import metrics
 
 from chessrl.engine.client import (
     Analysis,
-    EngineGroup,
     EngineNotFoundError,
     PoolBusyError,
     Score,
     SearchLimit,
     Strength,
     board_from,
-    per_position,
 )
+from chessrl.engine.group import EngineGroup, per_position
 
 LATENCY_BOUNDARIES_S = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
 
@@ -196,14 +195,9 @@ class EnginePool:
 
     # -- batched calls --------------------------------------------------------------------------
     def analyse(
-        self,
-        positions: Sequence[str | chess.Board],
-        limit: SearchLimit | Sequence[SearchLimit],
-        multipv: int = 1,
-        *,
-        fresh: bool = False,
-        chunk_size: int | None = None,
-    ) -> list[Analysis]:
+        self, positions: Sequence[str | chess.Board], limit: SearchLimit | Sequence[SearchLimit], multipv: int = 1,
+        *, fresh: bool = False, chunk_size: int | None = None,
+    ) -> list[Analysis]:  # fmt: skip
         """Analyse positions over every actor; answers in input order (one limit, or one each)."""
         fens = [p.fen() if isinstance(p, chess.Board) else board_from(p).fen() for p in positions]
         limits = per_position(limit, len(fens))

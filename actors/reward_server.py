@@ -47,11 +47,12 @@ class RewardServer:
     ) -> None:  # fmt: skip
         import torch
 
-        from chessrl.rl.reward import Normalizer, PositionCache, load_reward_model, reward_format
+        from chessrl.arena.saved_models import load_saved_model
+        from chessrl.rl.reward import Normalizer, PositionCache, reward_format
 
         if threads:
             torch.set_num_threads(threads)
-        self.model, self.tokenizer = load_reward_model(model_path)
+        self.model, self.tokenizer = load_saved_model(model_path, "reward")
         self.normalizer = Normalizer.from_config(self.model.config)
         self.text_format = reward_format(self.model.config)  # what it reads: the moves, or the board
         self.pad = (

@@ -26,12 +26,14 @@ import os
 import random
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import ray
 from ray.util import metrics
 
+from actors.collector_status import CollectorStatus
 from chessrl.rl.ppo import PPOSettings
 
 _SHARD = re.compile(r"^shard-(\d+)-(\d+)\.parquet$")
@@ -85,7 +87,7 @@ class _Stopped(Exception):
 
 
 @ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=-1)
-class RolloutCollector:
+class RolloutCollector(CollectorStatus):
     """``concurrent_games`` episodes at once; each finished round is one rollout shard."""
 
     def __init__(self, spec: RolloutSpec, index: int) -> None:
@@ -113,18 +115,6 @@ class RolloutCollector:
         )
         for metric in (self._episodes, self._actions, self._legal):
             metric.set_default_tags(tags)
-
-    def _read_status(self) -> dict[str, Any]:
-        name = f"collector-{self.index:02d}.json"
-        return json.loads(self.status.read_text(name)) if self.status.exists(name) else {}
-
-    def _write_status(self, **fields: Any) -> None:
-        record = {
-            "index": self.index, "pid": os.getpid(), "invocation": self.spec.invocation,
-            "starts": self.starts, "lifetime_starts": self.lifetime_starts, "next_shard": self.next_shard,
-        }  # fmt: skip
-        record.update(fields)
-        self.status.write_text(f"collector-{self.index:02d}.json", json.dumps(record))
 
     @staticmethod
     def _split(spent: dict[str, float]) -> dict[str, float]:
@@ -186,113 +176,164 @@ class RolloutCollector:
         return choose
 
     def _run(self, max_rounds: int | None) -> dict[str, Any]:
+        """Rounds with the latest weights until the server says stop: see :meth:`run`."""
         import torch
-
-        from actors.reward_server import RewardClient
-        from chessrl.lm.legality import MoveTokens
-        from chessrl.lm.models import load_pretrained
-        from chessrl.rl.ppo import play_episodes, rollout_table, start_positions
-        from chessrl.rl.reward import RewardQuery
-        from chessrl.search.replay import write_shard
 
         spec = self.spec
         torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
         server = ray.get_actor(spec.server_name, namespace=spec.namespace)
-        # a step's moves checked and tokenised here (this collector's CPU, its games cached), so the
-        # shared server does only forward passes
-        reward = RewardClient(
-            [ray.get_actor(n, namespace=spec.namespace) for n in spec.reward_servers], prepare_here=True
-        )
-        policy, tokenizer = load_pretrained(spec.policy_path)
-        policy.eval()
-        moves_table = MoveTokens(tokenizer)
-        seed = spec.seed * 1000 + self.index * 100 + self.lifetime_starts  # a restart plays new games
-        generator = torch.Generator().manual_seed(seed)
-        opponents = self._opponents(policy, tokenizer, moves_table, generator)
-        from cluster.storage import Storage
-
-        starts = json.loads(Storage.from_uri(spec.phase_uri).read_text("starts.json"))
-        pool = [{"moves": " ".join(m)} for m in starts]
-        state = {"version": -1, "rounds_at_version": 0}
-
-        def load(newer: Any) -> None:
-            version, [ref] = newer
-            policy.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in ray.get(ref).items()})
-            policy.eval()
-            if version != state["version"]:
-                state["rounds_at_version"] = 0
-            state["version"] = version
-
-        def refresh() -> tuple[Any, int] | None:
-            stopped, newer = ray.get(server.poll.remote(state["version"]))
-            if stopped:
-                raise _Stopped
-            if newer is None:
-                return None
-            load(newer)
-            return policy, state["version"]
-
-        # where this collector's time goes (seconds, cumulative; in its status file and the bench's table)
-        spent = dict.fromkeys(("round", "score", "opponents", "weights", "write", "idle"), 0.0)
-
-        def timed(key: str, fn: Any) -> Any:
-            def call(*args: Any) -> Any:
-                began = time.perf_counter()
-                try:
-                    return fn(*args)
-                finally:
-                    spent[key] += time.perf_counter() - began
-
-            return call
-
-        def score(queries: list[tuple[list[str], str]]) -> list[float]:
-            return reward.score_batch([RewardQuery(tuple(moves), move) for moves, move in queries])
-
-        score, refresh = timed("score", score), timed("weights", refresh)
-        opponents = [timed("opponents", o) for o in opponents]
-
+        play = self._setup(server)
+        weights, spent = play.weights, play.spent
         rounds = episodes = actions_written = 0
         self._write_status(state="running")
         started = time.perf_counter()
         while max_rounds is None or rounds < max_rounds:
-            stopped, newer = ray.get(server.poll.remote(state["version"]))
+            stopped, newer = ray.get(server.poll.remote(weights.version))
             if stopped:
                 break
             if newer is not None:
-                load(newer)
-            if state["version"] < 0 or state["rounds_at_version"] >= spec.rounds_per_version:
+                weights.load(newer)
+            if weights.version < 0 or weights.rounds_at_version >= spec.rounds_per_version:
                 time.sleep(0.05)  # nothing published yet, or this version's share is played
                 spent["idle"] += 0.05
                 continue
-            n = self.next_shard
-            starts = start_positions(
-                pool, spec.concurrent_games, seed=seed * 100_003 + n, max_ply=10**6,
-                prefix=f"c{self.index}-{n:06d}",
-            )  # fmt: skip
-            began = time.perf_counter()
             try:
-                actions = play_episodes(
-                    policy, tokenizer, moves_table, starts, opponents, spec.settings, spec.max_actions,
-                    state["version"], generator, score, refresh=refresh,
-                )  # fmt: skip
+                n_starts, n_actions = self._round(play)
             except _Stopped:
                 break
-            spent["round"] += time.perf_counter() - began
-            began = time.perf_counter()
-            table = rollout_table(actions)
-            write_shard(self.rollouts, rollout_shard_name(self.index, n), table)
-            spent["write"] += time.perf_counter() - began
-            self.next_shard += 1
             rounds += 1
-            state["rounds_at_version"] += 1
-            episodes += len(starts)
-            actions_written += table.num_rows
-            self._episodes.inc(len(starts))
-            self._actions.inc(table.num_rows)
-            self._legal.set(sum(a.legal for a in actions) / max(1, len(actions)))
-            self._write_status(state="running", last_shard=rollout_shard_name(self.index, n), seconds=self._split(spent))
+            weights.rounds_at_version += 1
+            episodes += n_starts
+            actions_written += n_actions
         self._write_status(state="stopped", seconds=self._split(spent))
         return {
             "collector": self.index, "rounds": rounds, "episodes": episodes, "actions": actions_written,
             "seconds": time.perf_counter() - started, "starts": self.starts,
         }  # fmt: skip
+
+    def _setup(self, server: Any) -> _Rounds:
+        """The policy (loaded through :func:`chessrl.arena.saved_models.load_saved_model`), its
+        opponents, the reward client and the start positions, each timed into ``spent``."""
+        import torch
+
+        from actors.reward_server import RewardClient
+        from chessrl.arena.saved_models import load_saved_model
+        from chessrl.lm.legality import MoveTokens
+        from chessrl.rl.reward import RewardQuery
+        from cluster.storage import Storage
+
+        spec = self.spec
+        # a step's moves checked and tokenised here (this collector's CPU, its games cached), so the
+        # shared server does only forward passes
+        reward = RewardClient(
+            [ray.get_actor(n, namespace=spec.namespace) for n in spec.reward_servers], prepare_here=True
+        )
+        policy, tokenizer = load_saved_model(spec.policy_path, "policy")
+        policy.eval()
+        moves_table = MoveTokens(tokenizer)
+        seed = spec.seed * 1000 + self.index * 100 + self.lifetime_starts  # a restart plays new games
+        generator = torch.Generator().manual_seed(seed)
+        opponents = self._opponents(policy, tokenizer, moves_table, generator)
+        starts = json.loads(Storage.from_uri(spec.phase_uri).read_text("starts.json"))
+        # where this collector's time goes (seconds, cumulative; in its status file and the bench's table)
+        spent = dict.fromkeys(("round", "score", "opponents", "weights", "write", "idle"), 0.0)
+        weights = _Weights(policy, server)
+
+        def score(queries: list[tuple[list[str], str]]) -> list[float]:
+            return reward.score_batch([RewardQuery(tuple(moves), move) for moves, move in queries])
+
+        return _Rounds(
+            policy, tokenizer, moves_table, [_timed(spent, "opponents", o) for o in opponents], generator,
+            _timed(spent, "score", score), _timed(spent, "weights", weights.refresh), weights, spent,
+            [{"moves": " ".join(m)} for m in starts], seed,
+        )  # fmt: skip
+
+    def _round(self, play: _Rounds) -> tuple[int, int]:
+        """One round of ``concurrent_games`` episodes with the current weights, written as the
+        next shard; returns the episodes and actions written."""
+        from chessrl.rl.ppo import play_episodes, rollout_table, start_positions
+        from chessrl.search.replay import write_shard
+
+        spec, spent, n = self.spec, play.spent, self.next_shard
+        starts = start_positions(
+            play.start_games, spec.concurrent_games, seed=play.seed * 100_003 + n, max_ply=10**6,
+            prefix=f"c{self.index}-{n:06d}",
+        )  # fmt: skip
+        began = time.perf_counter()
+        actions = play_episodes(
+            play.policy, play.tokenizer, play.moves_table, starts, play.opponents, spec.settings,
+            spec.max_actions, play.weights.version, play.generator, play.score, refresh=play.refresh,
+        )  # fmt: skip
+        spent["round"] += time.perf_counter() - began
+        began = time.perf_counter()
+        table = rollout_table(actions)
+        write_shard(self.rollouts, rollout_shard_name(self.index, n), table)
+        spent["write"] += time.perf_counter() - began
+        self.next_shard += 1
+        self._episodes.inc(len(starts))
+        self._actions.inc(table.num_rows)
+        self._legal.set(sum(a.legal for a in actions) / max(1, len(actions)))
+        self._write_status(state="running", last_shard=rollout_shard_name(self.index, n), seconds=self._split(spent))
+        return len(starts), table.num_rows
+
+
+class _Weights:
+    """The policy's weights as the ParameterServer publishes them: the version in use and the
+    rounds played with it (at most ``rounds_per_version``: the backpressure)."""
+
+    def __init__(self, policy: Any, server: Any) -> None:
+        self.policy, self.server = policy, server
+        self.version, self.rounds_at_version = -1, 0
+
+    def load(self, newer: Any) -> None:
+        """Load ``(version, [ref])`` from a poll into the policy."""
+        import torch
+
+        version, [ref] = newer
+        self.policy.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in ray.get(ref).items()})
+        self.policy.eval()
+        if version != self.version:
+            self.rounds_at_version = 0
+        self.version = version
+
+    def refresh(self) -> tuple[Any, int] | None:
+        """Between moves: ``(policy, version)`` after loading newer weights, else None; raises
+        :class:`_Stopped` when the server says stop."""
+        stopped, newer = ray.get(self.server.poll.remote(self.version))
+        if stopped:
+            raise _Stopped
+        if newer is None:
+            return None
+        self.load(newer)
+        return self.policy, self.version
+
+
+@dataclass
+class _Rounds:
+    """What a collector's rounds play with: the policy and its move table, the (timed)
+    opponents, reward and weight refresh, the games the episodes start from and the seed."""
+
+    policy: Any
+    tokenizer: Any
+    moves_table: Any
+    opponents: list[Any]
+    generator: Any
+    score: Callable[[list[tuple[list[str], str]]], list[float]]
+    refresh: Callable[[], tuple[Any, int] | None]
+    weights: _Weights
+    spent: dict[str, float]
+    start_games: list[dict[str, str]]
+    seed: int
+
+
+def _timed(spent: dict[str, float], key: str, fn: Any) -> Any:
+    """``fn``, its seconds added to ``spent[key]``."""
+
+    def call(*args: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            spent[key] += time.perf_counter() - began
+
+    return call

@@ -19,8 +19,6 @@ kill (that shard stays on storage; a resumed learner's window does not list it).
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -29,6 +27,7 @@ import pyarrow as pa
 import ray
 from ray.util import metrics
 
+from actors.collector_status import CollectorStatus
 from chessrl.search.mcts import MCTSConfig
 from chessrl.search.network import NetConfig
 from chessrl.search.selfplay import SelfPlaySettings
@@ -57,7 +56,7 @@ class CollectorSpec:
 
 
 @ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=-1)
-class SelfPlayCollector:
+class SelfPlayCollector(CollectorStatus):
     """B games at once with batched MCTS; finished games go to fixed-size replay shards."""
 
     def __init__(self, spec: CollectorSpec, index: int, queue: Any) -> None:
@@ -91,22 +90,6 @@ class SelfPlayCollector:
         )
         for metric in (self._games, self._positions, self._batch):
             metric.set_default_tags(tags)
-
-    def _read_status(self) -> dict[str, Any]:
-        name = f"collector-{self.index:02d}.json"
-        return json.loads(self.status.read_text(name)) if self.status.exists(name) else {}
-
-    def _write_status(self, **fields: Any) -> None:
-        record = {
-            "index": self.index,
-            "pid": os.getpid(),
-            "invocation": self.spec.invocation,
-            "starts": self.starts,
-            "lifetime_starts": self.lifetime_starts,
-            "next_shard": self.next_shard,
-        }
-        record.update(fields)
-        self.status.write_text(f"collector-{self.index:02d}.json", json.dumps(record))
 
     def _hand_over(self, note: dict[str, Any], server: Any) -> bool:
         """Put a shard's note on the learner's queue, waiting while it is full (backpressure);

@@ -34,14 +34,15 @@ def _probe_in_fresh_process(model_ref: str, batch_size: int, length: int, device
     """A Ray task body: build or load the model, probe it, report the result and the device."""
     import torch
 
+    from chessrl.arena.saved_models import load_saved_model
     from chessrl.lm.batch_size import device_memory_bytes, device_name, probe
-    from chessrl.lm.models import build_model, load_pretrained
+    from chessrl.lm.models import build_model
 
     torch.manual_seed(0)
     if model_ref.startswith("preset:"):
         model, _ = build_model(model_ref.split(":", 1)[1])
     else:
-        model, _ = load_pretrained(model_ref)
+        model, _ = load_saved_model(model_ref, "policy")
     result = probe(model, batch_size, length, device=device)
     return {"result": result.__dict__, "device": device_name(device), "memory": device_memory_bytes(device)}
 

@@ -24,14 +24,13 @@ games. Then: ``games.pgn``, ``results.json``, ``report.md`` and the plots (``sco
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,12 +46,7 @@ from chessrl.arena.eval_report import (
 )
 from chessrl.arena.game import ArenaGame, Opening, book_openings, game_pgn, random_openings
 from chessrl.arena.ladder import (
-    Ladder,
     LadderSettings,
-    describe,
-    estimate,
-    fit_ladder,
-    informative_rungs,
     ladder_record,
     stockfish_build,
 )
@@ -62,18 +56,26 @@ from chessrl.arena.players import (
 )
 from chessrl.arena.rating import (
     match_elo,
-    pair_counts,
     pentanomial_elo,
-    pentanomial_llr,
     rate_players,
-    sprt_pentanomial,
 )
+from chessrl.arena.saved_models import check_saved_model
+from chessrl.arena.sprt import pair_counts, pentanomial_llr, sprt_pentanomial
 from chessrl.arena.suites import SuitePosition, move_quality, read_epd_suite, score_cp
 from chessrl.engine.client import SearchLimit, find_stockfish
 from cluster.errors import ConfigError, InputDataError, StorageError, UserError
 from cluster.storage import Storage, split_uri
 from pipelines.config import ChessRLConfig, EvaluateConfig
-from pipelines.matches import Arena, GameTask, Settings, schedule_pairs, suite_task
+from pipelines.matches import (
+    Arena,
+    GameTask,
+    Settings,
+    ensure_ladder,
+    place_on_ladder,
+    schedule_pairs,
+    sprt_tasks,
+    suite_task,
+)
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, saved_model
 
 SUMMARY = "evaluate: arenas of players as Ray tasks -> scores, Elo, suites, PGN and a report."
@@ -139,58 +141,19 @@ def suite_path(path: str) -> str:
 def check_evaluate(config: ChessRLConfig, inputs: Inputs) -> EvaluateInputs:
     """Every input of ``evaluate``, before any game: the players (syntax, count, names), the
     ladder, the sft model and self-play network the ``sft`` and ``mcts`` players load, each
-    ``lm:``/``mcts:``/``uci:`` path, the opening book and every EPD suite, read to the end. A
-    model an earlier phase of the same graph run writes is taken as given."""
+    ``lm:``/``mcts:``/``uci:`` path and the model or network it names (readable: see
+    :func:`chessrl.arena.saved_models.check_saved_model`), the opening book and every EPD suite,
+    read to the end. A model an earlier phase of the same graph run writes is taken as given."""
     cfg = config.evaluate
-    specs = [parse_player_spec(s) for s in cfg.players]
-    if cfg.mode == "sprt" and len(specs) != 2:
-        raise ConfigError(
-            f"evaluate.players (--players): --mode sprt plays exactly two players (A against B), got {len(specs)}: "
-            f"{' '.join(cfg.players)}"
-        )
-    if len(specs) < 2:
-        raise ConfigError(f"evaluate.players (--players) needs at least two players, got {cfg.players}")
-    labels = [s.label for s in specs]
-    if len(set(labels)) != len(labels):
-        dupes = sorted(label for label, c in Counter(labels).items() if c > 1)
-        raise ConfigError(f"evaluate.players (--players) names a player twice: {', '.join(dupes)}")
+    specs = check_player_specs(cfg)
     ladder_settings(cfg, config.run.seed)
-    sft_model = None
-    if any(s.kind == "sft" for s in specs):
-        model = inputs.folder("sft").child("model")
-        if not inputs.will_write("sft") and not model.exists("config.json"):
-            raise StorageError(
-                f"player 'sft': no model at {model.uri}: run `chess-rl sft` first, or use lm:DIR"
-            )
-        sft_model = location(model)
-    selfplay_best = None
-    if any(s.kind == "mcts" and s.path is None for s in specs):
-        phase = inputs.folder("selfplay")
-        if not inputs.will_write("selfplay") and not phase.exists("best.pt"):
-            raise StorageError(
-                f"player 'mcts': no network at {phase.uri_of('best.pt')}: run `chess-rl selfplay` first, "
-                "or use mcts:FILE.pt"
-            )
-        selfplay_best = phase.uri_of("best.pt") if not phase.is_local else phase.path("best.pt")
-    written = {location(inputs.folder(p).child("model")) for p in inputs.produced}
+    sft_model, selfplay_best = run_models(specs, inputs)
+    if sft_model is not None and not inputs.will_write("sft"):
+        _readable(sft_model, "policy", "player 'sft'")
+    if selfplay_best is not None and not inputs.will_write("selfplay"):
+        _readable(selfplay_best, "network", "player 'mcts'")
     for s in specs:
-        if s.kind == "mcts" and s.path and not _file_exists(s.path):
-            raise StorageError(f"player {s.label!r}: no network file at {s.path}")
-        if s.kind == "lm" and str(s.path) not in written:
-            saved_model(str(s.path), f"player {s.label!r}")
-        path = sft_model if s.kind == "sft" else s.path
-        if (
-            s.masked
-            and path is not None
-            and str(path) not in written
-            and not (s.kind == "sft" and inputs.will_write("sft"))
-        ):
-            from chessrl.lm.masked import check_maskable
-            from chessrl.lm.models import load_tokenizer
-
-            check_maskable(load_tokenizer(str(path)), f"evaluate.players (--players): player {s.label!r}")
-        if s.kind == "uci" and not Path(str(s.path)).is_file():
-            raise ConfigError(f"evaluate.players: player {s.label!r}: no engine at {s.path}")
+        check_player_inputs(s, sft_model, inputs)
     openings = None
     if cfg.openings:
         try:
@@ -208,6 +171,81 @@ def check_evaluate(config: ChessRLConfig, inputs: Inputs) -> EvaluateInputs:
     return EvaluateInputs(specs, sft_model, selfplay_best, openings, suites)
 
 
+def check_player_specs(cfg: EvaluateConfig) -> list[PlayerSpec]:
+    """The players parsed: at least two (exactly two for an SPRT), no name twice."""
+    specs = [parse_player_spec(s) for s in cfg.players]
+    if cfg.mode == "sprt" and len(specs) != 2:
+        raise ConfigError(
+            f"evaluate.players (--players): --mode sprt plays exactly two players (A against B), got {len(specs)}: "
+            f"{' '.join(cfg.players)}"
+        )
+    if len(specs) < 2:
+        raise ConfigError(f"evaluate.players (--players) needs at least two players, got {cfg.players}")
+    labels = [s.label for s in specs]
+    if len(set(labels)) != len(labels):
+        dupes = sorted(label for label, c in Counter(labels).items() if c > 1)
+        raise ConfigError(f"evaluate.players (--players) names a player twice: {', '.join(dupes)}")
+    return specs
+
+
+def run_models(specs: list[PlayerSpec], inputs: Inputs) -> tuple[str | None, str | None]:
+    """This run's sft model and self-play network, where an ``sft`` or bare ``mcts`` player
+    plays them: there, or written by an earlier phase of the graph run."""
+    sft_model = None
+    if any(s.kind == "sft" for s in specs):
+        model = inputs.folder("sft").child("model")
+        if not inputs.will_write("sft") and not model.exists("config.json"):
+            raise StorageError(
+                f"player 'sft': no model at {model.uri}: run `chess-rl sft` first, or use lm:DIR"
+            )
+        sft_model = location(model)
+    selfplay_best = None
+    if any(s.kind == "mcts" and s.path is None for s in specs):
+        phase = inputs.folder("selfplay")
+        if not inputs.will_write("selfplay") and not phase.exists("best.pt"):
+            raise StorageError(
+                f"player 'mcts': no network at {phase.uri_of('best.pt')}: run `chess-rl selfplay` first, "
+                "or use mcts:FILE.pt"
+            )
+        selfplay_best = phase.uri_of("best.pt") if not phase.is_local else phase.path("best.pt")
+    return sft_model, selfplay_best
+
+
+def check_player_inputs(s: PlayerSpec, sft_model: str | None, inputs: Inputs) -> None:
+    """What one player loads: an ``mcts:`` network and an ``lm:`` model readable, a masked
+    model's tokenizer one move a token, a ``uci:`` engine there. A model an earlier phase of the
+    graph run writes is taken as given."""
+    written = {location(inputs.folder(p).child("model")) for p in inputs.produced}
+    path = sft_model if s.kind == "sft" else s.path
+    if s.kind == "mcts" and s.path:
+        if not _file_exists(s.path):
+            raise StorageError(f"player {s.label!r}: no network file at {s.path}")
+        _readable(s.path, "network", f"player {s.label!r}")
+    if s.kind == "lm" and str(s.path) not in written:
+        saved_model(str(s.path), f"player {s.label!r}")
+        _readable(str(s.path), "policy", f"player {s.label!r}")
+    if (
+        s.masked
+        and path is not None
+        and str(path) not in written
+        and not (s.kind == "sft" and inputs.will_write("sft"))
+    ):
+        from chessrl.lm.masked import check_maskable
+        from chessrl.lm.models import load_tokenizer
+
+        check_maskable(load_tokenizer(str(path)), f"evaluate.players (--players): player {s.label!r}")
+    if s.kind == "uci" and not Path(str(s.path)).is_file():
+        raise ConfigError(f"evaluate.players: player {s.label!r}: no engine at {s.path}")
+
+
+def _readable(path: str, kind: str, who: str) -> None:
+    """:func:`check_saved_model`, its one line prefixed with the player."""
+    try:
+        check_saved_model(path, kind)
+    except UserError as exc:
+        raise type(exc)(f"{who}: {exc}") from None
+
+
 def _file_exists(path: str) -> bool:
     if "://" not in path or path.startswith("file://"):
         return Path(path.removeprefix("file://")).is_file()
@@ -215,164 +253,103 @@ def _file_exists(path: str) -> bool:
     return storage.exists(name)
 
 
-def _triples(games: Iterable[ArenaGame]) -> list[tuple[str, str, float]]:
-    return [(g.white, g.black, g.score_for(g.white)) for g in games]
-
-
-def ensure_ladder(arena: Arena, ls: LadderSettings, root: Storage, build: str) -> tuple[Ladder, int]:
-    """The ladder for these settings and this Stockfish build: read from ``<storage>/ladder/<key>``
-    when it was rated with the same build, otherwise rated now (its games resume like any other).
-    Returns the ladder and how many calibration games this call played."""
-    folder = root.child(f"ladder/{ls.key()}")
-    if folder.exists("ladder.json"):
-        try:
-            ladder = Ladder.from_json(folder.read_text("ladder.json"))
-        except (ValueError, KeyError, TypeError) as exc:
-            arena.log(f"ladder: {folder.uri_of('ladder.json')} is unreadable ({exc}): rating the rungs again")
-        else:
-            if ladder.stockfish == build and ladder.settings_key == ls.key():
-                arena.log(
-                    f"ladder: reusing {folder.uri_of('ladder.json')} ({ladder.games} games, {build}); no ladder games to play"
-                )
-                return ladder, 0
-            arena.log(
-                f"ladder: {folder.uri_of('ladder.json')} was rated with {ladder.stockfish}, this is {build}: "
-                "rating the rungs again with this build"
-            )
-    specs = {s.label: s for s in (parse_player_spec(r) for r in ls.rungs)}
-    openings = random_openings(max(1, (ls.games + 1) // 2), ls.random_plies, ls.seed)
-    tasks = schedule_pairs([(specs[a], specs[b]) for a, b in ls.pairs()], ls.games, openings, ls.seed)
-    games_folder = folder.child(f"games/{hashlib.sha256(build.encode()).hexdigest()[:12]}")
-    before = len(games_folder.list_files())
-    games = arena.play(tasks, games_folder, "ladder calibration")
-    played = len(games_folder.list_files()) - before
-    ladder = fit_ladder(_triples(games.values()), ls, build)
-    folder.write_text("ladder.json", ladder.to_json())
-    arena.log("ladder rated:\n  " + "\n  ".join(describe(ladder)))
-    return ladder, played
-
-
-def place_on_ladder(
-    arena: Arena, cfg: EvaluateConfig, candidate: PlayerSpec, ls: LadderSettings, ladder: Ladder,
-    earlier: list[ArenaGame], out: Storage, seed: int,
-) -> tuple[list[ArenaGame], dict[str, Any]]:  # fmt: skip
-    """The candidate's games against the rungs: a placement match against every rung, then more
-    games against the rungs where its estimated score is informative."""
-    specs = {s.label: s for s in (parse_player_spec(r) for r in ls.rungs)}
-    openings = random_openings(
-        max(1, cfg.ladder_match_games, cfg.placement_games), cfg.random_plies, seed + 1
-    )
-    folder = out.child("ladder-games")
-    placement = arena.play(
-        schedule_pairs([(candidate, specs[r]) for r in ladder.ratings], cfg.placement_games, openings, seed + 1, "place-"),
-        folder, "ladder placement",
-    )  # fmt: skip
-    fixed = {label: ladder.elo(label) for label in ladder.ratings}
-    rated = [*earlier, *placement.values()]
-    informative = informative_rungs(ladder, estimate(candidate.label, _triples(rated), fixed))
-    more: dict[str, ArenaGame] = {}
-    if cfg.ladder_match_games:
-        tasks = schedule_pairs(
-            [(candidate, specs[r]) for r in informative], cfg.ladder_match_games, openings, seed + 2, "match-"
-        )
-        more = arena.play(tasks, folder, f"ladder match against {', '.join(informative)}")
-    games = [*placement.values(), *more.values()]
-    return games, {"informative": informative, "placement_games": len(placement), "match_games": len(more)}
-
-
 def run_evaluate(context: PhaseContext) -> PhaseResult:
+    """check -> start the engine pool -> play (the arena, the ladder, the suites, move quality,
+    or an SPRT match) -> summarise (results, report, PGN, metrics)."""
     import ray
 
     cfg = context.config.evaluate
-    log = context.log
     found = check_evaluate(context.config, Inputs.of_context(context))
-    specs, sft_model, selfplay_best = found.specs, found.sft_model, found.selfplay_best
-    seed = context.config.run.seed
+    specs, seed = found.specs, context.config.run.seed
     ls = ladder_settings(cfg, seed)
     rung_specs = [parse_player_spec(r) for r in ls.rungs] if ls else []
     openings = found.openings or random_openings(max(1, (cfg.games + 1) // 2), cfg.random_plies, seed)
     out = context.phase_storage("evaluate").child(cfg.name)
     settings = Settings(
-        sft_model, selfplay_best, cfg.lm_temperature, cfg.lm_retries, cfg.on_illegal, cfg.stockfish_nodes, cfg.max_plies,
-        cfg.resign_cp, cfg.resign_plies, cfg.adjudicate_cp,
+        found.sft_model, found.selfplay_best, cfg.lm_temperature, cfg.lm_retries, cfg.on_illegal,
+        cfg.stockfish_nodes, cfg.max_plies, cfg.resign_cp, cfg.resign_plies, cfg.adjudicate_cp,
     )  # fmt: skip
     engine_players = [s for s in (*specs, *rung_specs) if s.kind == "stockfish"]
-    needs_pool = (
-        bool(engine_players)
-        or cfg.resign_cp is not None
-        or cfg.adjudicate_cp is not None
-        or (cfg.quality_nodes > 0 and cfg.mode != "sprt")
-    )
-    pool = None
-    if needs_pool:
-        from actors.engine_pool import EnginePool
-
-        pool = EnginePool.create(
-            1, cfg.engines, run=f"{context.config.run.name}-evaluate", num_cpus_per_engine=0.5
-        )
+    pool = start_pool(context, bool(engine_players))
     try:
         if pool is not None:
-            for s in engine_players:
-                try:
-                    pool.play("8/8/8/8/8/8/6k1/4K2R w K - 0 1", s.strength(), SearchLimit(nodes=1))
-                except UserError as exc:
-                    key = "evaluate.players" if s in specs else "evaluate.ladder_rungs"
-                    raise ConfigError(f"{key}: player {s.label!r}: {exc}") from None
+            check_engine_players(pool, engine_players, specs)
         limit = cfg.max_parallel or max(1, int(ray.cluster_resources().get("CPU", 1)))
         arena = Arena(
-            settings, pool.actors if pool is not None else None, pool.engines_per_actor if pool is not None else 1, limit, log
+            settings, pool.actors if pool is not None else None, pool.engines_per_actor if pool is not None else 1,
+            limit, context.log,
         )  # fmt: skip
         if cfg.mode == "sprt":
             return run_sprt(arena, cfg, specs, openings, out, seed, context)
-        tasks = schedule(cfg, specs, openings, seed)
-        log(f"{cfg.mode} of {', '.join(s.label for s in specs)}; {len(openings)} openings")
-        played = arena.play(tasks, out.child("games"), "games")
-        games = [played[t.key] for t in tasks]
-
-        ladder_info: dict[str, Any] | None = None
-        ladder_games: list[ArenaGame] = []
-        if ls is not None:
-            build = stockfish_build(find_stockfish())
-            ladder, calibration_played = ensure_ladder(
-                arena, ls, Storage.from_uri(context.config.run.storage), build
-            )
-            earlier = [g for g in games if {g.white, g.black} - {specs[0].label} <= ladder.ratings.keys()]
-            ladder_games, info = place_on_ladder(arena, cfg, specs[0], ls, ladder, earlier, out, seed)
-            ladder_info = {
-                **ladder_record(ladder), **info, "calibration_played": calibration_played,
-                "candidate_games": len(ladder_games) + len(earlier),
-            }  # fmt: skip
-
-        suite_results: list[dict[str, Any]] = []
-        if found.suites:
-            remote_suites = ray.remote(num_cpus=1)(suite_task)
-            suite_results = ray.get(
-                remote_suites.remote(specs[0], settings, found.suites, arena.actors, arena.engines)
-            )
-        quality = (
-            candidate_quality(pool, specs[0].label, games, cfg.quality_nodes)
-            if pool and cfg.quality_nodes
-            else None
-        )
+        played = play_arena(arena, found, openings, out, ls, pool, context)
     finally:
         if pool is not None:
             pool.shutdown()
-
+    games, suite_results, quality, ladder_games, ladder_info = played
     results = summarize(specs, games, suite_results, quality, ladder_games, ladder_info)
     write_outputs(out, cfg, [*games, *ladder_games], results, context)
     lines = summary_lines(results, out.uri_of("report.md"), out.uri_of("games.pgn"))
     return PhaseResult(summary=results, lines=lines, ok=True)
 
 
-def sprt_tasks(specs: list[PlayerSpec], openings: list[Opening], games: int, seed: int) -> list[GameTask]:
-    """Game pairs: pair ``i`` plays opening ``i`` twice, A with white then with black."""
-    a, b = specs
-    tasks = []
-    for i in range(max(1, games // 2)):
-        opening = openings[i % len(openings)]
-        tasks.append(GameTask(f"pair-{i:05d}-a-white", a, b, opening, seed * 100_003 + 2 * i))
-        tasks.append(GameTask(f"pair-{i:05d}-b-white", b, a, opening, seed * 100_003 + 2 * i + 1))
-    return tasks
+def start_pool(context: PhaseContext, engine_players: bool) -> Any:
+    """The engine pool, where Stockfish plays (``engine_players``), resigns or adjudicates games,
+    or scores the candidate's moves; else None."""
+    cfg = context.config.evaluate
+    if not (
+        engine_players
+        or cfg.resign_cp is not None
+        or cfg.adjudicate_cp is not None
+        or (cfg.quality_nodes > 0 and cfg.mode != "sprt")
+    ):
+        return None
+    from actors.engine_pool import EnginePool
+
+    return EnginePool.create(1, cfg.engines, run=f"{context.config.run.name}-evaluate", num_cpus_per_engine=0.5)
+
+
+def check_engine_players(pool: Any, engine_players: list[PlayerSpec], specs: list[PlayerSpec]) -> None:
+    """Each Stockfish player's strength, tried on one position before any game."""
+    for s in engine_players:
+        try:
+            pool.play("8/8/8/8/8/8/6k1/4K2R w K - 0 1", s.strength(), SearchLimit(nodes=1))
+        except UserError as exc:
+            key = "evaluate.players" if s in specs else "evaluate.ladder_rungs"
+            raise ConfigError(f"{key}: player {s.label!r}: {exc}") from None
+
+
+def play_arena(
+    arena: Arena, found: EvaluateInputs, openings: list[Opening], out: Storage, ls: LadderSettings | None,
+    pool: Any, context: PhaseContext,
+) -> tuple[list[ArenaGame], list[dict[str, Any]], dict[str, float] | None, list[ArenaGame], dict[str, Any] | None]:  # fmt: skip
+    """The gauntlet or round robin, then the ladder, the suites and the candidate's move quality:
+    ``(games, suite results, quality, ladder games, ladder record)``."""
+    import ray
+
+    cfg, specs, seed = context.config.evaluate, found.specs, context.config.run.seed
+    tasks = schedule(cfg, specs, openings, seed)
+    context.log(f"{cfg.mode} of {', '.join(s.label for s in specs)}; {len(openings)} openings")
+    played = arena.play(tasks, out.child("games"), "games")
+    games = [played[t.key] for t in tasks]
+    ladder_info: dict[str, Any] | None = None
+    ladder_games: list[ArenaGame] = []
+    if ls is not None:
+        build = stockfish_build(find_stockfish())
+        ladder, calibration_played = ensure_ladder(arena, ls, Storage.from_uri(context.config.run.storage), build)
+        earlier = [g for g in games if {g.white, g.black} - {specs[0].label} <= ladder.ratings.keys()]
+        ladder_games, info = place_on_ladder(arena, cfg, specs[0], ls, ladder, earlier, out, seed)
+        ladder_info = {
+            **ladder_record(ladder), **info, "calibration_played": calibration_played,
+            "candidate_games": len(ladder_games) + len(earlier),
+        }  # fmt: skip
+    suite_results: list[dict[str, Any]] = []
+    if found.suites:
+        remote_suites = ray.remote(num_cpus=1)(suite_task)
+        suite_results = ray.get(remote_suites.remote(specs[0], arena.settings, found.suites, arena.actors, arena.engines))
+    quality = (
+        candidate_quality(pool, specs[0].label, games, cfg.quality_nodes) if pool and cfg.quality_nodes else None
+    )
+    return games, suite_results, quality, ladder_games, ladder_info
 
 
 def sprt_state(

@@ -1,7 +1,9 @@
 """Games between players as Ray tasks, one task per game, for every phase that plays matches
 (``evaluate``'s gauntlets, ladder and SPRT; the RL phases' comparisons): the game task, the
-players built inside it, and :class:`Arena`, which plays a list of tasks at most ``limit`` at
-once and writes each game to storage as it finishes, so a re-run plays only what is missing.
+players built inside it (models loaded through :mod:`chessrl.arena.saved_models`), the schedules
+(pairs, SPRT game pairs), the ladder's calibration and the candidate's placement on it, and
+:class:`Arena`, which plays a list of tasks at most ``limit`` at once and writes each game to
+storage as it finishes, so a re-run plays only what is missing.
 
     arena = Arena(settings, pool.actors, pool.engines_per_actor, limit=2, log=print)
     games = arena.play(schedule_pairs([(a, b)], 10, openings, seed=7), storage.child("games"), "games")
@@ -9,6 +11,7 @@ once and writes each game to storage as it finishes, so a re-run plays only what
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -16,7 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chessrl.arena.game import ArenaGame, Opening, play_game
+from chessrl.arena.game import ArenaGame, Opening, play_game, random_openings
+from chessrl.arena.ladder import Ladder, LadderSettings, describe, estimate, fit_ladder, informative_rungs
 from chessrl.arena.players import (
     LMPlayer,
     MCTSPlayer,
@@ -25,12 +29,15 @@ from chessrl.arena.players import (
     RandomPlayer,
     StockfishPlayer,
     UCIPlayer,
+    parse_player_spec,
 )
+from chessrl.arena.saved_models import load_saved_model
 from chessrl.arena.suites import SuitePosition, run_suite, score_cp
 from chessrl.engine.client import SearchLimit
 from cluster.errors import UserError
 from cluster.progress import progress_line
 from cluster.storage import Storage
+from pipelines.config import EvaluateConfig
 
 #: The longest gap between two progress lines of a match (and the last game always has one).
 PROGRESS_EVERY_S = 15.0
@@ -84,12 +91,10 @@ def build_player(spec: PlayerSpec, settings: Settings, pool: Any) -> Player:
     if spec.kind == "random":
         return RandomPlayer(spec.label)
     if spec.kind in ("sft", "lm"):
-        from chessrl.lm.models import load_pretrained
-
         path = settings.sft_model if spec.kind == "sft" else spec.path
         assert path is not None
         if path not in _MODELS:
-            _MODELS[path] = load_pretrained(path)
+            _MODELS[path] = load_saved_model(path, "policy")
         model, tokenizer = _MODELS[path]
         return LMPlayer(
             model, tokenizer, name=spec.label, temperature=settings.lm_temperature, retries=settings.lm_retries,
@@ -97,12 +102,10 @@ def build_player(spec: PlayerSpec, settings: Settings, pool: Any) -> Player:
             text_format=getattr(model.config, "chessrl_text_format", None) or "moves", masked=spec.masked,
         )  # fmt: skip
     if spec.kind == "mcts":
-        from chessrl.search.network import load_network
-
         path = spec.path or settings.selfplay_best
         assert path is not None
         if path not in _MODELS:
-            _MODELS[path] = (load_network(path), None)
+            _MODELS[path] = (load_saved_model(path, "network"), None)
         return MCTSPlayer(
             _MODELS[path][0], spec.simulations or 32, name=spec.label, search=spec.search or "puct"
         )
@@ -252,3 +255,80 @@ class Arena:
                                                          figures=match_figures(finished.values())))  # fmt: skip
                     shown = now
         return finished
+
+
+def triples(games: Iterable[ArenaGame]) -> list[tuple[str, str, float]]:
+    """``(white, black, white's score)`` of each game, as the rating fits read them."""
+    return [(g.white, g.black, g.score_for(g.white)) for g in games]
+
+
+def ensure_ladder(arena: Arena, ls: LadderSettings, root: Storage, build: str) -> tuple[Ladder, int]:
+    """The ladder for these settings and this Stockfish build: read from ``<storage>/ladder/<key>``
+    when it was rated with the same build, otherwise rated now (its games resume like any other).
+    Returns the ladder and how many calibration games this call played."""
+    folder = root.child(f"ladder/{ls.key()}")
+    if folder.exists("ladder.json"):
+        try:
+            ladder = Ladder.from_json(folder.read_text("ladder.json"))
+        except (ValueError, KeyError, TypeError) as exc:
+            arena.log(f"ladder: {folder.uri_of('ladder.json')} is unreadable ({exc}): rating the rungs again")
+        else:
+            if ladder.stockfish == build and ladder.settings_key == ls.key():
+                arena.log(
+                    f"ladder: reusing {folder.uri_of('ladder.json')} ({ladder.games} games, {build}); no ladder games to play"
+                )
+                return ladder, 0
+            arena.log(
+                f"ladder: {folder.uri_of('ladder.json')} was rated with {ladder.stockfish}, this is {build}: "
+                "rating the rungs again with this build"
+            )
+    specs = {s.label: s for s in (parse_player_spec(r) for r in ls.rungs)}
+    openings = random_openings(max(1, (ls.games + 1) // 2), ls.random_plies, ls.seed)
+    tasks = schedule_pairs([(specs[a], specs[b]) for a, b in ls.pairs()], ls.games, openings, ls.seed)
+    games_folder = folder.child(f"games/{hashlib.sha256(build.encode()).hexdigest()[:12]}")
+    before = len(games_folder.list_files())
+    games = arena.play(tasks, games_folder, "ladder calibration")
+    played = len(games_folder.list_files()) - before
+    ladder = fit_ladder(triples(games.values()), ls, build)
+    folder.write_text("ladder.json", ladder.to_json())
+    arena.log("ladder rated:\n  " + "\n  ".join(describe(ladder)))
+    return ladder, played
+
+
+def place_on_ladder(
+    arena: Arena, cfg: EvaluateConfig, candidate: PlayerSpec, ls: LadderSettings, ladder: Ladder,
+    earlier: list[ArenaGame], out: Storage, seed: int,
+) -> tuple[list[ArenaGame], dict[str, Any]]:  # fmt: skip
+    """The candidate's games against the rungs: a placement match against every rung, then more
+    games against the rungs where its estimated score is informative."""
+    specs = {s.label: s for s in (parse_player_spec(r) for r in ls.rungs)}
+    openings = random_openings(
+        max(1, cfg.ladder_match_games, cfg.placement_games), cfg.random_plies, seed + 1
+    )
+    folder = out.child("ladder-games")
+    placement = arena.play(
+        schedule_pairs([(candidate, specs[r]) for r in ladder.ratings], cfg.placement_games, openings, seed + 1, "place-"),
+        folder, "ladder placement",
+    )  # fmt: skip
+    fixed = {label: ladder.elo(label) for label in ladder.ratings}
+    rated = [*earlier, *placement.values()]
+    informative = informative_rungs(ladder, estimate(candidate.label, triples(rated), fixed))
+    more: dict[str, ArenaGame] = {}
+    if cfg.ladder_match_games:
+        tasks = schedule_pairs(
+            [(candidate, specs[r]) for r in informative], cfg.ladder_match_games, openings, seed + 2, "match-"
+        )
+        more = arena.play(tasks, folder, f"ladder match against {', '.join(informative)}")
+    games = [*placement.values(), *more.values()]
+    return games, {"informative": informative, "placement_games": len(placement), "match_games": len(more)}
+
+
+def sprt_tasks(specs: list[PlayerSpec], openings: list[Opening], games: int, seed: int) -> list[GameTask]:
+    """Game pairs: pair ``i`` plays opening ``i`` twice, A with white then with black."""
+    a, b = specs
+    tasks = []
+    for i in range(max(1, games // 2)):
+        opening = openings[i % len(openings)]
+        tasks.append(GameTask(f"pair-{i:05d}-a-white", a, b, opening, seed * 100_003 + 2 * i))
+        tasks.append(GameTask(f"pair-{i:05d}-b-white", b, a, opening, seed * 100_003 + 2 * i + 1))
+    return tasks

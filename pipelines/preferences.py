@@ -28,8 +28,11 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from chessrl.arena.saved_models import check_saved_model
 from chessrl.arena.suites import score_cp
 from chessrl.engine.client import SearchLimit
 from chessrl.lm.formats import get_format
@@ -84,8 +87,12 @@ def policy_text_format(policy: str) -> str:
 
 def check_preferences(config: ChessRLConfig, inputs: Inputs) -> tuple[str, Storage]:
     """Every input of ``preferences``, before Ray starts: the policy and the games table
-    (``game_id`` and ``moves``, at least one game). Returns both."""
+    (``game_id`` and ``moves``, at least one game). Returns both. A policy is checked readable
+    (:func:`chessrl.arena.saved_models.check_saved_model`) unless an earlier phase of the graph
+    run writes it."""
     policy = policy_location(config, inputs)
+    if config.preferences.policy or not inputs.will_write("sft"):
+        check_saved_model(policy, "policy")
     source = games_location(config, inputs)
     if config.preferences.games or not inputs.will_write("prepare"):
         games_table(source)
@@ -166,15 +173,9 @@ def shard_pairs(
 
 
 def run_preferences(context: PhaseContext) -> PhaseResult:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    import ray
-
-    from actors.engine_pool import EnginePool
-    from actors.policy_sampler import PolicySampler
-
+    """check -> plan the shards -> start the samplers and the engine pool and make the shards
+    not yet written -> summarise every shard (``summary.json``, metrics, the summary lines)."""
     cfg = context.config.preferences
-    log = context.log
     seed = context.config.run.seed
     policy, source = check_preferences(context.config, Inputs.of_context(context))
     text_format = policy_text_format(policy)
@@ -183,129 +184,34 @@ def run_preferences(context: PhaseContext) -> PhaseResult:
     rule = PairRule(margin_cp=cfg.margin_cp, ranked=cfg.ranked_pairs)
     train, held = plan_positions(rows, cfg, context.config.sft.heldout_fraction, seed)
     out = context.phase_storage("preferences")
-    shards: list[tuple[str, list[PrefPosition]]] = []
-    for name, positions in (("train", train), ("heldout", held)):
-        for i in range(0, len(positions), cfg.shard_positions):
-            shards.append(
-                (
-                    f"{name}/shard-{i // cfg.shard_positions:05d}.parquet",
-                    positions[i : i + cfg.shard_positions],
-                )
-            )
+    shards = [
+        (f"{name}/shard-{i // cfg.shard_positions:05d}.parquet", positions[i : i + cfg.shard_positions])
+        for name, positions in (("train", train), ("heldout", held))
+        for i in range(0, len(positions), cfg.shard_positions)
+    ]
     done = {f for f in out.list_files() if f.endswith(".parquet")}
     pending = [(name, positions) for name, positions in shards if name not in done]
-    log(
+    context.log(
         f"{len(train):,} training and {len(held):,} held-out positions from {len(rows):,} games at {source.uri}; "
         f"{len(shards)} shards ({len(shards) - len(pending)} already written, {len(pending)} to make); "
         f"policy {policy} (asked in its {text_format} format), k={cfg.k}, Stockfish at {cfg.nodes:,} nodes"
     )
-    totals: Counter[str] = Counter()
-    kinds: Counter[str] = Counter()
-    phases: Counter[str] = Counter()
-    gaps = [0] * len(GAP_EDGES)
-    restarts = 0
     started = time.perf_counter()
-    made = 0
+    made, totals, restarts = 0, Counter[str](), 0
     if pending:
-        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        engines = cfg.engines or cpus  # half a CPU each: the samplers mostly wait for the engines
-        pool = EnginePool.create(
-            1, engines, run=f"{context.config.run.name}-preferences", num_cpus_per_engine=0.5
-        )
-        samplers = [
-            # half a CPU reserved, every core's threads used: it runs while the engines wait for it
-            PolicySampler.options(name=f"{context.config.run.name}/policy-sampler-{i}", num_cpus=0.5).remote(
-                policy, f"{context.config.run.name}/policy-sampler-{i}", threads=cpus
-            )
-            for i in range(cfg.samplers)
-        ]
-        try:
-            limit = SearchLimit(nodes=cfg.nodes)
-            number = {name: i for i, (name, _) in enumerate(shards)}  # seeds follow the shard, not the run
-
-            def ask(positions: list[PrefPosition], index: int) -> list[Any]:
-                chunks = [
-                    positions[i : i + cfg.batch_positions]
-                    for i in range(0, len(positions), cfg.batch_positions)
-                ]
-                return [
-                    samplers[j % len(samplers)].propose.remote(
-                        [p.asked(fmt) for p in chunk], cfg.k, cfg.temperature, seed * 1_000_003 + index * 1009 + j
-                    )
-                    for j, chunk in enumerate(chunks)
-                ]
-
-            # the samplers work one shard ahead: the next shard's proposals are generated while the
-            # engines score this one
-            asked = ask(pending[0][1], number[pending[0][0]])
-            for done_now, (name, positions) in enumerate(pending):
-                index = number[name]
-                proposals = [c for chunk in ray.get(asked) for c in chunk]
-                if done_now + 1 < len(pending):
-                    asked = ask(pending[done_now + 1][1], number[pending[done_now + 1][0]])
-                shard_rows, skipped = shard_pairs(
-                    positions, proposals, pool, limit, rule, cfg.random_moves, seed * 7919 + index
-                )
-                shard_rows, dropped = cap_invalid_share(shard_rows, cfg.max_invalid_share, seed + index)
-                skipped["invalid_share_cap"] += dropped
-                buffer = io.BytesIO()
-                pq.write_table(
-                    pa.Table.from_pylist(shard_rows, schema=PREFERENCE_SCHEMA), buffer, compression="zstd"
-                )
-                out.write_bytes(name, buffer.getvalue())
-                made += len(shard_rows)
-                totals.update(skipped)
-                log(
-                    f"{name}: {len(shard_rows)} pairs from {len(positions)} positions "
-                    f"({done_now + 1}/{len(pending)} shards, {made / (time.perf_counter() - started):.1f} pairs/s)"
-                )
-            restarts = sum(
-                int(s.get("restarts", 0)) for s in ray.get([a.stats.remote() for a in pool.actors])
-            )
-        finally:
-            pool.shutdown()
-            for sampler in samplers:
-                ray.kill(sampler, no_restart=True)
+        numbers = {name: i for i, (name, _) in enumerate(shards)}  # seeds follow the shard, not the run
+        made, totals, restarts = make_shards(context, policy, fmt, rule, pending, numbers, out, started)
     seconds = time.perf_counter() - started
-    counts: dict[str, int] = {}
-    for name, _ in shards:
-        table = pq.read_table(io.BytesIO(out.read_bytes(name)))
-        counts[name.split("/")[0]] = counts.get(name.split("/")[0], 0) + table.num_rows
-        kinds.update(table.column("kind").to_pylist())
-        phases.update(table.column("phase").to_pylist())
-        for gap in (
-            c - r
-            for c, r in zip(
-                table.column("chosen_score").to_pylist(),
-                table.column("rejected_score").to_pylist(),
-                strict=True,
-            )
-        ):
-            gaps[next((i for i, edge in enumerate(GAP_EDGES) if gap < edge), len(GAP_EDGES) - 1)] += 1
+    counts, kinds, phases, gaps = shard_stats(out, [name for name, _ in shards])
     summary = {
-        "phase": "preferences",
-        "games": source.uri,
-        "policy": policy,
-        "text_format": text_format,
+        "phase": "preferences", "games": source.uri, "policy": policy, "text_format": text_format,
         "positions": {"train": len(train), "heldout": len(held)},
         "pairs": {"train": counts.get("train", 0), "heldout": counts.get("heldout", 0)},
-        "made_now": made,
-        "shards": len(shards),
-        "shards_made_now": len(pending),
-        "skipped": dict(totals),
-        "kinds": dict(kinds),
-        "phases": dict(phases),
-        "gap_histogram_cp": {
-            f"<{edge}" if edge < GAP_EDGES[-1] else f">={GAP_EDGES[-2]}": n
-            for edge, n in zip(GAP_EDGES, gaps, strict=True)
-        },
-        "pairs_per_s": made / seconds if made and seconds > 0 else 0.0,
-        "seconds": round(seconds, 1),
-        "engine_restarts": restarts,
-        "k": cfg.k,
-        "margin_cp": cfg.margin_cp,
-        "nodes": cfg.nodes,
-    }
+        "made_now": made, "shards": len(shards), "shards_made_now": len(pending), "skipped": dict(totals),
+        "kinds": dict(kinds), "phases": dict(phases), "gap_histogram_cp": gaps,
+        "pairs_per_s": made / seconds if made and seconds > 0 else 0.0, "seconds": round(seconds, 1),
+        "engine_restarts": restarts, "k": cfg.k, "margin_cp": cfg.margin_cp, "nodes": cfg.nodes,
+    }  # fmt: skip
     out.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True))
     context.tracking.log_metrics(
         {
@@ -315,6 +221,130 @@ def run_preferences(context: PhaseContext) -> PhaseResult:
         }
     )
     return PhaseResult(summary=summary, lines=summary_lines(summary, out), ok=True)
+
+
+def make_shards(
+    context: PhaseContext, policy: str, fmt: Any, rule: PairRule, pending: list[tuple[str, list[PrefPosition]]],
+    numbers: dict[str, int], out: Storage, started: float,
+) -> tuple[int, Counter[str], int]:  # fmt: skip
+    """Start the engine pool and the policy samplers, make every pending shard, stop them.
+    Returns the pairs made, the skipped proposals by reason and the engine restarts (pairs/s
+    in the log lines count from ``started``)."""
+    import ray
+
+    from actors.engine_pool import EnginePool
+    from actors.policy_sampler import PolicySampler
+
+    cfg, run = context.config.preferences, context.config.run.name
+    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    engines = cfg.engines or cpus  # half a CPU each: the samplers mostly wait for the engines
+    pool = EnginePool.create(1, engines, run=f"{run}-preferences", num_cpus_per_engine=0.5)
+    samplers = [
+        # half a CPU reserved, every core's threads used: it runs while the engines wait for it
+        PolicySampler.options(name=f"{run}/policy-sampler-{i}", num_cpus=0.5).remote(
+            policy, f"{run}/policy-sampler-{i}", threads=cpus
+        )
+        for i in range(cfg.samplers)
+    ]
+    try:
+        maker = ShardMaker(cfg, fmt, rule, context.config.run.seed, samplers, pool, out, context.log)
+        made, totals = maker.make(pending, numbers, started)
+        restarts = sum(int(s.get("restarts", 0)) for s in ray.get([a.stats.remote() for a in pool.actors]))
+    finally:
+        pool.shutdown()
+        for sampler in samplers:
+            ray.kill(sampler, no_restart=True)
+    return made, totals, restarts
+
+
+@dataclass
+class ShardMaker:
+    """Makes shards of pairs: the samplers propose ``k`` moves a position, one shard ahead of
+    the engine pool, which scores the proposals of the shard before (:func:`shard_pairs`)."""
+
+    cfg: PreferencesConfig
+    fmt: Any
+    rule: PairRule
+    seed: int
+    samplers: list[Any]
+    pool: Any
+    out: Storage
+    log: Callable[[str], None]
+
+    def ask(self, positions: list[PrefPosition], index: int) -> list[Any]:
+        """The samplers' calls for one shard's positions (``batch_positions`` a call)."""
+        cfg = self.cfg
+        chunks = [positions[i : i + cfg.batch_positions] for i in range(0, len(positions), cfg.batch_positions)]
+        return [
+            self.samplers[j % len(self.samplers)].propose.remote(
+                [p.asked(self.fmt) for p in chunk], cfg.k, cfg.temperature, self.seed * 1_000_003 + index * 1009 + j
+            )
+            for j, chunk in enumerate(chunks)
+        ]  # fmt: skip
+
+    def make(
+        self, pending: list[tuple[str, list[PrefPosition]]], numbers: dict[str, int], started: float
+    ) -> tuple[int, Counter[str]]:
+        """Every pending shard, written whole; returns the pairs made and the skipped proposals."""
+        import ray
+
+        cfg, seed = self.cfg, self.seed
+        limit = SearchLimit(nodes=cfg.nodes)
+        made, totals = 0, Counter[str]()
+        asked = self.ask(pending[0][1], numbers[pending[0][0]])
+        for done_now, (name, positions) in enumerate(pending):
+            index = numbers[name]
+            proposals = [c for chunk in ray.get(asked) for c in chunk]
+            if done_now + 1 < len(pending):  # the next shard's proposals, while the engines score this one
+                asked = self.ask(pending[done_now + 1][1], numbers[pending[done_now + 1][0]])
+            shard_rows, skipped = shard_pairs(
+                positions, proposals, self.pool, limit, self.rule, cfg.random_moves, seed * 7919 + index
+            )
+            shard_rows, dropped = cap_invalid_share(shard_rows, cfg.max_invalid_share, seed + index)
+            skipped["invalid_share_cap"] += dropped
+            self.out.write_bytes(name, parquet_bytes(shard_rows))
+            made += len(shard_rows)
+            totals.update(skipped)
+            self.log(
+                f"{name}: {len(shard_rows)} pairs from {len(positions)} positions "
+                f"({done_now + 1}/{len(pending)} shards, {made / (time.perf_counter() - started):.1f} pairs/s)"
+            )
+        return made, totals
+
+
+def parquet_bytes(rows: list[dict[str, Any]]) -> bytes:
+    """A shard's pairs as Parquet (:data:`PREFERENCE_SCHEMA`, zstd)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buffer = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows, schema=PREFERENCE_SCHEMA), buffer, compression="zstd")
+    return buffer.getvalue()
+
+
+def shard_stats(
+    out: Storage, names: list[str]
+) -> tuple[dict[str, int], Counter[str], Counter[str], dict[str, int]]:
+    """Over every shard: pairs by split, by kind and by game phase, and the histogram of
+    centipawn gaps (chosen score - rejected score) on :data:`GAP_EDGES`."""
+    import pyarrow.parquet as pq
+
+    counts: dict[str, int] = {}
+    kinds: Counter[str] = Counter()
+    phases: Counter[str] = Counter()
+    gaps = [0] * len(GAP_EDGES)
+    for name in names:
+        table = pq.read_table(io.BytesIO(out.read_bytes(name)))
+        counts[name.split("/")[0]] = counts.get(name.split("/")[0], 0) + table.num_rows
+        kinds.update(table.column("kind").to_pylist())
+        phases.update(table.column("phase").to_pylist())
+        chosen, rejected = table.column("chosen_score").to_pylist(), table.column("rejected_score").to_pylist()
+        for gap in (c - r for c, r in zip(chosen, rejected, strict=True)):
+            gaps[next((i for i, edge in enumerate(GAP_EDGES) if gap < edge), len(GAP_EDGES) - 1)] += 1
+    histogram = {
+        f"<{edge}" if edge < GAP_EDGES[-1] else f">={GAP_EDGES[-2]}": n for edge, n in zip(GAP_EDGES, gaps, strict=True)
+    }
+    return counts, kinds, phases, histogram
 
 
 def summary_lines(summary: dict[str, Any], out: Storage) -> list[str]:

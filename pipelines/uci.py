@@ -178,11 +178,11 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     try:
         quiet_libraries()
         from chessrl import __version__
-        from chessrl.lm.models import load_pretrained
+        from chessrl.arena.saved_models import load_saved_model
         from cluster.errors import UserError
 
         try:
-            model, tokenizer = load_pretrained(args.model)
+            model, tokenizer = load_saved_model(args.model, "policy")
         except UserError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -1,5 +1,6 @@
 """Players for arenas: one protocol, and a player for a language model, Stockfish, a random mover
-and any external UCI engine. Ray-free; the evaluate phase builds them inside its game tasks.
+and any external UCI engine. Ray-free; the evaluate phase builds them inside its game tasks, the
+models they play loaded through :func:`chessrl.arena.saved_models.load_saved_model`.
 
 >>> player = RandomPlayer()
 >>> player.new_game(seed=3)

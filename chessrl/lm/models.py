@@ -50,7 +50,8 @@ PRESETS: dict[str, dict[str, int]] = {
 
 
 class ModelLoadError(UserError):
-    """A --base-model that is not a transformers checkpoint."""
+    """A saved model (language model, reward model, self-play network) that cannot be read: one
+    line naming the folder or file (see :mod:`chessrl.arena.saved_models`)."""
 
 
 def build_model(preset: str, tokenizer: PreTrainedTokenizerBase | None = None) -> tuple[GPT2LMHeadModel, Any]:
@@ -263,11 +264,44 @@ def local_checkpoint(path: str, *, cache_dir: str | None = None) -> Path:
 def load_pretrained(path: str, *, cache_dir: str | None = None) -> tuple[Any, Any]:
     """``(model, tokenizer)`` from a saved folder or an ``s3://`` prefix holding one."""
     local = local_checkpoint(path, cache_dir=cache_dir)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(local)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load {path}: {str(exc).splitlines()[0]}") from None
+    model = _from_pretrained(AutoModelForCausalLM, local, path, "")
     return model, load_tokenizer(str(local))
+
+
+def load_reward_model(path: str) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of a saved reward model (``AutoModelForSequenceClassification``,
+    one label, the language model's tokenizer) from a folder or an ``s3://`` prefix; in eval
+    mode, its GELUs fused (:func:`fuse_gelu`: it is scored in batches)."""
+    from transformers import AutoModelForSequenceClassification
+
+    local = local_checkpoint(path)
+    model = _from_pretrained(AutoModelForSequenceClassification, local, path, "the reward model ")
+    if model.config.num_labels != 1:
+        raise ModelLoadError(f"{path} has {model.config.num_labels} labels; a reward model has one")
+    tokenizer = load_tokenizer(str(local))
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    fuse_gelu(model)
+    return model.eval(), tokenizer
+
+
+def _from_pretrained(auto_class: Any, local: Path, path: str, what: str) -> Any:
+    """``auto_class.from_pretrained(local)``, any failure one :class:`ModelLoadError`: ``cannot
+    load <what><path>: ...``, or for a damaged safetensors file (one that slipped past
+    :func:`chessrl.arena.saved_models.check_saved_model`) a line naming that file."""
+    from safetensors import SafetensorError
+
+    try:
+        return auto_class.from_pretrained(local)
+    except SafetensorError as exc:
+        shards = sorted(p.name for p in local.glob("*.safetensors"))
+        name = f"{path.rstrip('/')}/{shards[0]}" if len(shards) == 1 else f"a weights file under {path}"
+        raise ModelLoadError(
+            f"{name} is not a readable safetensors file ({str(exc).splitlines()[0]}); "
+            "copy the model again or re-export it"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot load {what}{path}: {str(exc).splitlines()[0]}") from None
 
 
 def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
@@ -353,14 +387,9 @@ def prompt_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
 
 @torch.no_grad()
 def propose_moves(
-    model: Any,
-    tokenizer: PreTrainedTokenizerBase,
-    prompt: str,
-    *,
-    n: int = 1,
-    temperature: float = 0.0,
+    model: Any, tokenizer: PreTrainedTokenizerBase, prompt: str, *, n: int = 1, temperature: float = 0.0,
     max_new_tokens: int | None = None,
-) -> list[str]:
+) -> list[str]:  # fmt: skip
     """``n`` completions of ``prompt`` (greedy when temperature is 0), each long enough for a
     move: 2 tokens with the chess tokenizer (a move is one token), 8 with another tokenizer."""
     if max_new_tokens is None:
@@ -390,14 +419,9 @@ def move_tokens(tokenizer: PreTrainedTokenizerBase) -> int:
 
 @torch.no_grad()
 def propose_moves_batch(
-    model: Any,
-    tokenizer: PreTrainedTokenizerBase,
-    prompts: list[str],
-    *,
-    n: int = 1,
-    temperature: float = 1.0,
+    model: Any, tokenizer: PreTrainedTokenizerBase, prompts: list[str], *, n: int = 1, temperature: float = 1.0,
     max_new_tokens: int | None = None,
-) -> list[list[str]]:
+) -> list[list[str]]:  # fmt: skip
     """``n`` completions for every prompt, batched: one forward pass over all the (left-padded)
     prompts, ``n`` first tokens drawn from each prompt's last logits, then the cache repeated ``n``
     times for the few tokens after (a move is one token with the chess tokenizer). Greedy when
@@ -425,35 +449,17 @@ def propose_moves_batch(
         while end < len(order) and (end + 1 - start) * len(rows[order[end]]) <= budget:
             end += 1
         batch = [order[i] for i in range(start, end)]
-        texts = _complete(model, tokenizer, [rows[i] for i in batch], n, temperature, steps)
-        for i, completions in zip(batch, texts, strict=True):
-            out[i] = completions
+        seqs = complete_ids(model, tokenizer, [rows[i] for i in batch], n, temperature, steps)
+        texts = tokenizer.batch_decode(seqs, skip_special_tokens=True)
+        for k, i in enumerate(batch):
+            out[i] = texts[k * n : (k + 1) * n]
         start = end
     return out
 
 
-def _complete(
-    model: Any,
-    tokenizer: PreTrainedTokenizerBase,
-    rows: list[list[int]],
-    n: int,
-    temperature: float,
-    steps: int,
-) -> list[list[str]]:
-    """:func:`propose_moves_batch` for one batch of tokenised prompts."""
-    seqs = complete_ids(model, tokenizer, rows, n, temperature, steps)
-    texts = tokenizer.batch_decode(seqs, skip_special_tokens=True)
-    return [texts[i * n : (i + 1) * n] for i in range(len(rows))]
-
-
 @torch.no_grad()
 def complete_ids(
-    model: Any,
-    tokenizer: PreTrainedTokenizerBase,
-    rows: list[list[int]],
-    n: int,
-    temperature: float,
-    steps: int,
+    model: Any, tokenizer: PreTrainedTokenizerBase, rows: list[list[int]], n: int, temperature: float, steps: int
 ) -> torch.Tensor:
     """``n`` completions of at most ``steps`` tokens for each tokenised prompt of ``rows``, as
     token ids ``(len(rows) * n, <= steps)``, prompt-major (the ``n`` of the first prompt first).

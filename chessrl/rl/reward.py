@@ -391,25 +391,11 @@ def heldout_board(fen: str, share: int = 20) -> bool:
 
 
 def load_reward_model(path: str) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` of a saved reward model (``AutoModelForSequenceClassification``,
-    one label) from a folder or an ``s3://`` prefix; in eval mode, its GELUs fused
-    (:func:`chessrl.lm.models.fuse_gelu`: it is scored in batches)."""
-    from transformers import AutoModelForSequenceClassification
+    """:func:`chessrl.lm.models.load_reward_model`, named here too for the callers that score with
+    this module (imported when called: this module stays free of torch and transformers)."""
+    from chessrl.lm.models import load_reward_model as load
 
-    from chessrl.lm.models import ModelLoadError, fuse_gelu, load_tokenizer, local_checkpoint
-
-    local = local_checkpoint(path)
-    try:
-        model = AutoModelForSequenceClassification.from_pretrained(local)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load the reward model {path}: {str(exc).splitlines()[0]}") from None
-    if model.config.num_labels != 1:
-        raise ModelLoadError(f"{path} has {model.config.num_labels} labels; a reward model has one")
-    tokenizer = load_tokenizer(str(local))
-    if model.config.pad_token_id is None:
-        model.config.pad_token_id = tokenizer.pad_token_id
-    fuse_gelu(model)
-    return model.eval(), tokenizer
+    return load(path)
 
 
 def build_reward_model(preset: str = "tiny", tokenizer: Any = None) -> tuple[Any, Any]:

@@ -53,6 +53,7 @@ MODULES = [
     "pipelines.config",
     "pipelines.tune",
     "chessrl.arena.eval_report",
+    "chessrl.arena.saved_models",
     "cluster.progress",
     "pipelines.matches",
     "pipelines.learner",
