@@ -208,12 +208,13 @@ def _check_torch_file(folder: Storage, name: str, shown: str, again: str) -> Non
 
 def _read_problem(folder: Storage, name: str, problem: Any) -> str | None:
     """``problem(stream, size)`` on ``folder/name`` opened for random access."""
-    size = folder.info(name).size or 0
+    size = folder.info(name).size
     try:
         with folder.fs.open_input_file(folder.path(name)) as stream:
-            return problem(stream, size)
+            return problem(stream, stream.size() if size is None else size)
     except OSError as exc:
-        raise StorageError(f"cannot read {folder.uri_of(name)}: {str(exc).splitlines()[0]}") from None
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise StorageError(f"cannot read {folder.uri_of(name)}: {first}") from None
 
 
 def _load_network(path: str) -> Any:

@@ -285,6 +285,11 @@ def load_reward_model(path: str) -> tuple[Any, Any]:
     return model.eval(), tokenizer
 
 
+def _first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none)."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
 def _from_pretrained(auto_class: Any, local: Path, path: str, what: str) -> Any:
     """``auto_class.from_pretrained(local)``, any failure one :class:`ModelLoadError`: ``cannot
     load <what><path>: ...``, or for a damaged safetensors file (one that slipped past
@@ -297,11 +302,11 @@ def _from_pretrained(auto_class: Any, local: Path, path: str, what: str) -> Any:
         shards = sorted(p.name for p in local.glob("*.safetensors"))
         name = f"{path.rstrip('/')}/{shards[0]}" if len(shards) == 1 else f"a weights file under {path}"
         raise ModelLoadError(
-            f"{name} is not a readable safetensors file ({str(exc).splitlines()[0]}); "
+            f"{name} is not a readable safetensors file ({_first_line(exc)}); "
             "copy the model again or re-export it"
         ) from None
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load {what}{path}: {str(exc).splitlines()[0]}") from None
+        raise ModelLoadError(f"cannot load {what}{path}: {_first_line(exc)}") from None
 
 
 def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
@@ -312,7 +317,7 @@ def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
     try:
         tokenizer = AutoTokenizer.from_pretrained(local)
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load the tokenizer of {path}: {str(exc).splitlines()[0]}") from None
+        raise ModelLoadError(f"cannot load the tokenizer of {path}: {_first_line(exc)}") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return add_prompt_start(tokenizer)

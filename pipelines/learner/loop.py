@@ -90,7 +90,6 @@ class LoopLearner:
         """Load Ray Train's latest checkpoint, if any: each part's state_dict and the state; the
         lead prints ``[<name>] <message>`` (``message`` formatted with the state's keys). Returns
         the saved dict, None on a fresh start. The clock restarts from the state's seconds."""
-        import time
 
         import ray.train
         import torch
@@ -106,8 +105,15 @@ class LoopLearner:
             if self.lead:
                 print(f"[{self.name}] " + message.format(**self.state), flush=True)
         self.first_iteration = int(self.state["iteration"])
-        self.started = time.perf_counter() - float(self.state.get(self.clock, 0.0))
+        self.start_clock()
         return saved
+
+    def start_clock(self) -> None:
+        """Count training time from now on (plus what the state says earlier runs trained):
+        :meth:`resume` calls it; a loop with more set-up after resuming calls it again."""
+        import time
+
+        self.started = time.perf_counter() - float(self.state.get(self.clock, 0.0))
 
     def elapsed(self) -> float:
         """Seconds trained, this run's and those of the runs it resumes."""
@@ -193,12 +199,21 @@ class LoopLearner:
             delete_local_checkpoint_after_upload=True,
         )
 
-    def finish(self, metrics: dict[str, Any], state_file: str | None = "learner_state.json") -> None:
+    def finish(
+        self,
+        metrics: dict[str, Any],
+        state_file: str | None = "learner_state.json",
+        export: Callable[[], None] | None = None,
+    ) -> None:
         """The end of the loop: the state as JSON in the phase's folder (``state_file``; None:
-        not written), the logs closed, and the final checkpoint with ``metrics`` and ``done`` 1."""
+        not written), then ``export()`` (the phase's models, after the state: a failed export
+        leaves the state behind), the logs closed, and the final checkpoint with ``metrics`` and
+        ``done`` 1."""
+        if self.lead and state_file is not None:
+            self.phase.write_text(state_file, json.dumps(self.state, indent=1))
+        if export is not None:
+            export()
         if self.lead:
-            if state_file is not None:
-                self.phase.write_text(state_file, json.dumps(self.state, indent=1))
             assert self.log is not None
             self.log.close()
         self.save_checkpoint(metrics, final=True)

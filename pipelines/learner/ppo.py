@@ -85,9 +85,9 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         learner.maybe_checkpoint(metrics)  # its time: report_s of the next iteration
     feed.stop()
     ray.get(server.stop.remote())
-    export_models(policy, critic, tokenizer, learner.phase)
     learner.finish({**metrics, "iteration": state["iteration"], "episodes_total": state["episodes"],
-                    "actions_total": state["actions"], "stale_dropped": state["stale_dropped"]})  # fmt: skip
+                    "actions_total": state["actions"], "stale_dropped": state["stale_dropped"]},
+                   export=lambda: export_models(policy, critic, tokenizer, learner.phase))  # fmt: skip
 
 
 def publish(server: Any, policy: Any, state: dict[str, Any]) -> None:

@@ -161,6 +161,7 @@ class SelfplayLearner:
         self.server = ray.get_actor(cfg["server_name"], namespace=cfg["namespace"])
         self.own_play = self._own_play() if cfg["producer_workers"] == 0 and self.lead else None
         self.rng = random.Random(cfg["seed"] + self.state["iteration"])
+        self.loop.start_clock()  # learn_seconds counts from here, after the set-up (as it always did)
 
     def _set_device(self) -> None:
         """Threads, device and mixed precision (AMP on CUDA only; a grad scaler for float16)."""

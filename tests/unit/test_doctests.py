@@ -59,6 +59,7 @@ MODULES = [
     "pipelines.learner",
     "pipelines.learner.loop",
     "pipelines.learner.trl",
+    "pipelines.artifacts",
     "pipelines.selfplay_gate",
     "pipelines.selfplay",
     "chessrl.search.replay",
