@@ -43,6 +43,7 @@ from cluster.errors import ConfigError, InputDataError, StorageError
 from cluster.storage import Storage
 from pipelines.artifacts import TEXT_FORMAT_KEY, mark_text_format, read_heldout
 from pipelines.config import ChessRLConfig, DPOConfig
+from pipelines.learner import final_metrics
 from pipelines.learner import trl as trl_learner
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, model_location
 
@@ -450,7 +451,7 @@ def run_dpo(context: PhaseContext) -> PhaseResult:
     model_out = trl_learner.export_model(
         context, "dpo", result, lambda folder: mark_text_format(folder, text_format)
     )
-    metrics = trl_learner.final_metrics(result)
+    metrics = final_metrics(result)
     context.tracking.log_metrics({k.replace("/", "_"): v for k, v in metrics.items()})
     quality: dict[str, Any] = {}
     if cfg.heldout_positions and cfg.quality_nodes:

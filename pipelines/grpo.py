@@ -53,9 +53,9 @@ from cluster.progress import ProgressBoard
 from cluster.storage import Storage
 from pipelines.artifacts import sft_folder
 from pipelines.config import ChessRLConfig, GRPOConfig
-from pipelines.learner import largest_node_cpus, torch_trainer
+from pipelines.learner import final_metrics, largest_node_cpus, torch_trainer
 from pipelines.learner.grpo import expected_scores, train_loop_per_worker
-from pipelines.learner.loop import curve, numeric_metrics, read_metrics
+from pipelines.learner.loop import curve, read_metrics
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location
 
 SUMMARY = "grpo: GRPO of an sft policy with Stockfish-verified rewards (Ray Train learner + EnginePool)."
@@ -404,7 +404,7 @@ def summarise(
 ) -> PhaseResult:
     """``summary.json`` and the summary lines."""
     cfg, phase = context.config.grpo, context.phase_storage("grpo")
-    final = numeric_metrics(result)
+    final = final_metrics(result)
     rows = read_metrics(phase.child("logs"))
     first, last = (rows[0], rows[-1]) if rows else ({}, {})
     summary = {

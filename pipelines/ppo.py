@@ -44,8 +44,8 @@ from cluster.errors import ConfigError, StorageError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
 from pipelines.config import ChessRLConfig, PPOConfig
-from pipelines.learner import largest_node_cpus, torch_trainer
-from pipelines.learner.loop import curve, fit_then_stop, numeric_metrics, read_metrics, stop_collectors
+from pipelines.learner import final_metrics, largest_node_cpus, torch_trainer
+from pipelines.learner.loop import curve, fit_then_stop, read_metrics, stop_collectors
 from pipelines.learner.ppo import train_loop_per_worker
 from pipelines.learner.trl import heldout_quality
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location
@@ -398,7 +398,7 @@ def summarise(
     from actors.rollout import list_rollout_shards
 
     cfg, phase = context.config.ppo, context.phase_storage("ppo")
-    final = numeric_metrics(result)
+    final = final_metrics(result)
     rows = read_metrics(phase.child("logs"))
     if rows:
         png = os.path.join(tempfile.mkdtemp(prefix="ppo-plot-"), "curves.png")

@@ -42,6 +42,7 @@ from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
 from pipelines.artifacts import preference_table, read_heldout
 from pipelines.config import ChessRLConfig, RewardConfig
+from pipelines.learner import final_metrics
 from pipelines.learner import trl as trl_learner
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location
 
@@ -460,7 +461,7 @@ def run_reward(context: PhaseContext) -> PhaseResult:
     model_out = trl_learner.export_model(
         context, "reward", result, lambda folder: add_normalizer(folder, mean, std, text_format)
     )
-    metrics = trl_learner.final_metrics(result)
+    metrics = final_metrics(result)
     context.tracking.log_metrics({**metrics, "reward_mean": mean, "reward_std": std})
     summary = trl_learner.learner_summary(
         {

@@ -46,8 +46,8 @@ from cluster.progress import ProgressBoard
 from cluster.runtime import release_actor_name
 from cluster.storage import Storage
 from pipelines.config import ChessRLConfig, SelfplayConfig
-from pipelines.learner import torch_trainer
-from pipelines.learner.loop import fit_then_stop, numeric_metrics, stop_collectors
+from pipelines.learner import final_metrics, torch_trainer
+from pipelines.learner.loop import fit_then_stop, stop_collectors
 from pipelines.learner.selfplay import load_weights, numpy_state, save_weights, train_loop_per_worker
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult
 from pipelines.selfplay_gate import final_evaluation, json_safe
@@ -346,7 +346,7 @@ def run_selfplay(context: PhaseContext) -> PhaseResult:
         context, phase, cpus, (best_saved, gen0_saved), net_cfg.__dict__, mcts_config(cfg).__dict__
     )
     summary = selfplay_summary(
-        phase, numeric_metrics(result), learn_seconds, int(best_saved["version"]), collectors, evaluation, params
+        phase, final_metrics(result), learn_seconds, int(best_saved["version"]), collectors, evaluation, params
     )
     phase.write_text("summary.json", json.dumps(json_safe(summary), indent=2, sort_keys=True, default=str))
     lines = summary_lines(cfg, summary, learn_seconds, eval_lines)

@@ -31,6 +31,7 @@ from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
 from pipelines.artifacts import mark_text_format, sft_folder
 from pipelines.config import ChessRLConfig, SftConfig
+from pipelines.learner import final_metrics
 from pipelines.learner import trl as trl_learner
 from pipelines.learner.sft import train_loop_per_worker
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult
@@ -342,7 +343,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     model_out = trl_learner.export_model(
         context, folder, result, edit=lambda path: mark_text_format(path, cfg.text_format)
     )
-    metrics = trl_learner.final_metrics(result)
+    metrics = final_metrics(result)
     context.tracking.log_metrics(metrics)
     summary = trl_learner.learner_summary(
         {

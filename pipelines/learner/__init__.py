@@ -174,6 +174,11 @@ def training_finished(resume: str | None, max_steps: int, phase: str | None = No
     return True
 
 
+def final_metrics(result: Any) -> dict[str, Any]:
+    """The numbers among a Ray Train result's last reported metrics (every phase's summary)."""
+    return {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
+
+
 class LearnerLog:
     """``metrics.jsonl`` and TensorBoard events in a local folder, copied to remote storage on
     :meth:`sync` (a local storage is written in place)."""

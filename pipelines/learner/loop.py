@@ -3,7 +3,7 @@
 a cadence and ends the run, so that each phase's loop is its algorithm; :func:`frozen_copy` and
 :func:`export_pretrained` are the reference model and the export those loops share. On the
 driver: :func:`fit_then_stop` (the fit, then the actors stopped), :func:`stop_collectors`,
-:func:`numeric_metrics`, :func:`read_metrics` and :func:`curve` for the summary. (The phases
+:func:`read_metrics` and :func:`curve` for the summary. (The phases
 that train through a TRL ``Trainer``, sft, reward and dpo, build on :mod:`pipelines.learner.trl`;
 both build on :mod:`pipelines.learner`.)
 """
@@ -260,11 +260,6 @@ def stop_collectors(server: Any, collectors: list[Any], runs: list[Any]) -> list
         ray.kill(collector)
     ray.kill(server)
     return summaries
-
-
-def numeric_metrics(result: Any) -> dict[str, Any]:
-    """The numbers among a Ray Train result's last reported metrics."""
-    return {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
 
 
 def read_metrics(logs: Storage) -> list[dict[str, Any]]:

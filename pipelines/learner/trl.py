@@ -424,11 +424,6 @@ def export_model(
     return model_out
 
 
-def final_metrics(result: Any) -> dict[str, Any]:
-    """The numbers among the learner's last reported metrics."""
-    return {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}
-
-
 def learner_summary(
     head: dict[str, Any], metrics: dict[str, Any], tail: dict[str, Any], model_out: Storage, seconds: float
 ) -> dict[str, Any]:
