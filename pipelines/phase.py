@@ -345,17 +345,34 @@ class _LastLine:
 
 
 _LAST_LINE = _LastLine()
+_LINE_LOCK = threading.RLock()  # a reminder and a driver line never interleave
 
 
-def phase_logger(name: str) -> Callable[[str], None]:
-    """``[name] message`` lines on stderr (silent with ``CHESS_RL_QUIET=1``)."""
+def _say(line: str, message: str, write: Callable[[str], None] | None) -> None:
+    """Print ``line`` (or hand it to ``write``) and remember ``message`` as the last thing said.
+    Module-level so that a logger pickled into a Ray task refers to it instead of copying a lock."""
+    with _LINE_LOCK:
+        if write is None:
+            print(line, file=sys.stderr, flush=True)
+        else:
+            write(line)
+        _LAST_LINE.at = _LAST_LINE.text_at = time.monotonic()
+        _LAST_LINE.text = message
+
+
+def phase_logger(name: str, write: Callable[[str], None] | None = None) -> Callable[[str], None]:
+    """``[name] message`` lines on stderr (silent with ``CHESS_RL_QUIET=1``), or to ``write``.
+
+    >>> lines = []
+    >>> phase_logger("grpo", write=lines.append)("scoring the held-out prompts")
+    >>> lines
+    ['[grpo] scoring the held-out prompts']
+    """
     quiet = os.environ.get("CHESS_RL_QUIET") == "1"
 
     def log(message: str) -> None:
         if not quiet:
-            print(f"[{name}] {message}", file=sys.stderr, flush=True)
-            _LAST_LINE.at = _LAST_LINE.text_at = time.monotonic()
-            _LAST_LINE.text = message
+            _say(f"[{name}] {message}", message, write)
 
     return log
 
@@ -371,13 +388,16 @@ def keep_talking(log: Callable[[str], None], every_s: float = 25.0) -> Iterator[
 
     def watch() -> None:
         while not stop.wait(1.0):
-            if time.monotonic() - _LAST_LINE.at >= every_s:
+            with _LINE_LOCK:  # a driver line printed meanwhile waits, then is the one named next
+                if time.monotonic() - _LAST_LINE.at < every_s:
+                    continue
                 text, text_at = _LAST_LINE.text, _LAST_LINE.text_at
                 since = clock(time.monotonic() - text_at)
                 log(f"still working, {since} since: {text[:100]}{'...' if len(text) > 100 else ''}")
                 _LAST_LINE.text, _LAST_LINE.text_at = text, text_at  # the next one names the same line
 
-    _LAST_LINE.at = _LAST_LINE.text_at = time.monotonic()
+    with _LINE_LOCK:
+        _LAST_LINE.at = time.monotonic()  # silence counts from here; "since" from the line it names
     watcher = threading.Thread(target=watch, name="keep-talking", daemon=True)
     watcher.start()
     try:

@@ -65,6 +65,7 @@ MODULES = [
     "chessrl.search.replay",
     "chessrl.rl.dpo",
     "chessrl.lm.masked",
+    "pipelines.phase",
 ]
 
 

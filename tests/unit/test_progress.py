@@ -105,19 +105,35 @@ def test_a_quiet_learner_gets_a_line_saying_so() -> None:
     assert "working on the next iteration (none reported for" in lines[2]
 
 
-def test_a_silent_driver_says_it_is_still_working(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_silent_driver_says_it_is_still_working() -> None:
     from pipelines.phase import keep_talking, phase_logger
 
-    log = phase_logger("grpo")
+    lines: list[str] = []  # the logger's own sink: nothing else the process prints reaches it
+    log = phase_logger("grpo", write=lines.append)
+    log("scoring the held-out prompts")
     with keep_talking(log, every_s=1.0):
-        log("scoring the held-out prompts")
         time.sleep(2.6)
-    lines = capsys.readouterr().err.splitlines()
     assert lines[0] == "[grpo] scoring the held-out prompts"
     reminders = lines[1:]
     assert 1 <= len(reminders) <= 3, lines
-    assert all(re.fullmatch(r"\[grpo\] still working, 0:0\d since: scoring the held-out prompts", r) for r in reminders)
+    assert all(re.fullmatch(r"\[grpo\] still working, 0:0\d since: scoring the held-out prompts", r) for r in reminders), lines
     assert len(set(lines)) == len(lines), lines  # each reminder counts from the line it names
+
+
+def test_a_line_printed_while_a_reminder_is_due_is_the_one_named_next() -> None:
+    from pipelines.phase import keep_talking, phase_logger
+
+    lines: list[str] = []
+    log = phase_logger("ppo", write=lines.append)
+    log("loading the policy")
+    with keep_talking(log, every_s=0.5):
+        time.sleep(1.3)
+        log("collecting episodes")
+        time.sleep(2.2)
+    named = [line.split(" since: ")[1] for line in lines if "still working" in line]
+    first_new = lines.index("[ppo] collecting episodes")
+    assert set(named[: first_new - 1]) <= {"loading the policy"}, lines
+    assert named[first_new - 1 :] and set(named[first_new - 1 :]) == {"collecting episodes"}, lines
 
 
 def test_a_board_makes_its_queue_actor_only_when_the_handle_is_first_used(monkeypatch) -> None:
@@ -137,3 +153,16 @@ def test_a_board_makes_its_queue_actor_only_when_the_handle_is_first_used(monkey
     handle = board.handle
     assert isinstance(handle, CountingQueue) and board.handle is handle
     assert made == [{"num_cpus": 0}]
+
+
+def test_a_phase_logger_survives_the_trip_into_a_ray_task(capsys: pytest.CaptureFixture[str]) -> None:
+    """Contexts carry their logger into Ray tasks (tune trials, graph nodes): it must pickle."""
+    import pickle
+
+    from ray import cloudpickle
+
+    from pipelines.phase import phase_logger
+
+    log = pickle.loads(cloudpickle.dumps(phase_logger("sft")))
+    log("loading the model")
+    assert capsys.readouterr().err == "[sft] loading the model\n"
