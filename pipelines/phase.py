@@ -393,11 +393,14 @@ def keep_talking(log: Callable[[str], None], every_s: float = 25.0) -> Iterator[
                     continue
                 text, text_at = _LAST_LINE.text, _LAST_LINE.text_at
                 since = clock(time.monotonic() - text_at)
-                log(f"still working, {since} since: {text[:100]}{'...' if len(text) > 100 else ''}")
+                said = f" since: {text[:100]}{'...' if len(text) > 100 else ''}" if text else " elapsed"
+                log(f"still working, {since}{said}")
                 _LAST_LINE.text, _LAST_LINE.text_at = text, text_at  # the next one names the same line
 
-    with _LINE_LOCK:
-        _LAST_LINE.at = time.monotonic()  # silence counts from here; "since" from the line it names
+    with _LINE_LOCK:  # silence counts from here; "since" from the line a reminder names
+        _LAST_LINE.at = time.monotonic()
+        if not _LAST_LINE.text:  # nothing said yet in this process: the time is the block's
+            _LAST_LINE.text_at = _LAST_LINE.at
     watcher = threading.Thread(target=watch, name="keep-talking", daemon=True)
     watcher.start()
     try:
