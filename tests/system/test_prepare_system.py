@@ -226,3 +226,20 @@ def test_a_model_saved_to_s3_loads_back_through_base_model_paths(s3, moto_s3, tm
     model.eval()
     with torch.no_grad():
         assert torch.allclose(model(ids).logits, loaded(ids).logits, atol=1e-6)
+
+    # the one loader reads S3 by file info and ranged reads: a truncated upload is one line naming it
+    from chessrl.arena.saved_models import check_saved_model, load_saved_model
+    from chessrl.lm.models import ModelLoadError
+
+    check_saved_model("s3://chess-models/tiny", "policy")
+    damaged = Storage.from_uri("s3://chess-models/damaged")
+    for path in (tmp_path / "local").iterdir():
+        data = path.read_bytes()
+        damaged.write_bytes(path.name, data[: len(data) // 2] if path.name == "model.safetensors" else data)
+    with pytest.raises(ModelLoadError) as error:
+        load_saved_model("s3://chess-models/damaged", "policy")
+    size = (tmp_path / "local" / "model.safetensors").stat().st_size
+    assert str(error.value) == (
+        f"s3://chess-models/damaged/model.safetensors is not a readable safetensors file "
+        f"(truncated: {size // 2:,} of {size:,} bytes); copy the model again or re-export it"
+    )
