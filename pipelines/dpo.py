@@ -45,7 +45,7 @@ from pipelines.artifacts import TEXT_FORMAT_KEY, mark_text_format, read_heldout
 from pipelines.config import ChessRLConfig, DPOConfig
 from pipelines.learner import final_metrics
 from pipelines.learner import trl as trl_learner
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, model_location
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, model_location, readable_model
 
 SUMMARY = "dpo: preference pairs -> a better policy, directly (Ray Train TorchTrainer + TRL DPOTrainer)."
 DESCRIPTION = (
@@ -192,6 +192,7 @@ def model_facts(path: str, key: str) -> dict[str, Any]:
             f"{'/'.join(arch) or 'checkpoint'}; dpo trains a GPT-2-style policy (GPT2LMHeadModel), "
             "e.g. this run's sft model"
         )
+    readable_model(path, key)
     return config
 
 

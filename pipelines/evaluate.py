@@ -59,7 +59,6 @@ from chessrl.arena.rating import (
     pentanomial_elo,
     rate_players,
 )
-from chessrl.arena.saved_models import check_saved_model
 from chessrl.arena.sprt import pair_counts, pentanomial_llr, sprt_pentanomial
 from chessrl.arena.suites import SuitePosition, move_quality, read_epd_suite, score_cp
 from chessrl.engine.client import SearchLimit, find_stockfish
@@ -76,7 +75,7 @@ from pipelines.matches import (
     sprt_tasks,
     suite_task,
 )
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, saved_model
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, readable_model, saved_model
 
 SUMMARY = "evaluate: arenas of players as Ray tasks -> scores, Elo, suites, PGN and a report."
 DESCRIPTION = (
@@ -149,9 +148,9 @@ def check_evaluate(config: ChessRLConfig, inputs: Inputs) -> EvaluateInputs:
     ladder_settings(cfg, config.run.seed)
     sft_model, selfplay_best = run_models(specs, inputs)
     if sft_model is not None and not inputs.will_write("sft"):
-        _readable(sft_model, "policy", "player 'sft'")
+        readable_model(sft_model, "player 'sft'")
     if selfplay_best is not None and not inputs.will_write("selfplay"):
-        _readable(selfplay_best, "network", "player 'mcts'")
+        readable_model(selfplay_best, "player 'mcts'", "network")
     for s in specs:
         check_player_inputs(s, sft_model, inputs)
     openings = None
@@ -220,10 +219,10 @@ def check_player_inputs(s: PlayerSpec, sft_model: str | None, inputs: Inputs) ->
     if s.kind == "mcts" and s.path:
         if not _file_exists(s.path):
             raise StorageError(f"player {s.label!r}: no network file at {s.path}")
-        _readable(s.path, "network", f"player {s.label!r}")
+        readable_model(s.path, f"player {s.label!r}", "network")
     if s.kind == "lm" and str(s.path) not in written:
         saved_model(str(s.path), f"player {s.label!r}")
-        _readable(str(s.path), "policy", f"player {s.label!r}")
+        readable_model(str(s.path), f"player {s.label!r}")
     if (
         s.masked
         and path is not None
@@ -236,14 +235,6 @@ def check_player_inputs(s: PlayerSpec, sft_model: str | None, inputs: Inputs) ->
         check_maskable(load_tokenizer(str(path)), f"evaluate.players (--players): player {s.label!r}")
     if s.kind == "uci" and not Path(str(s.path)).is_file():
         raise ConfigError(f"evaluate.players: player {s.label!r}: no engine at {s.path}")
-
-
-def _readable(path: str, kind: str, who: str) -> None:
-    """:func:`check_saved_model`, its one line prefixed with the player."""
-    try:
-        check_saved_model(path, kind)
-    except UserError as exc:
-        raise type(exc)(f"{who}: {exc}") from None
 
 
 def _file_exists(path: str) -> bool:

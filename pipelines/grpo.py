@@ -56,7 +56,7 @@ from pipelines.config import ChessRLConfig, GRPOConfig
 from pipelines.learner import final_metrics, largest_node_cpus, torch_trainer
 from pipelines.learner.grpo import expected_scores, train_loop_per_worker
 from pipelines.learner.loop import curve, read_metrics
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, readable_model
 
 SUMMARY = "grpo: GRPO of an sft policy with Stockfish-verified rewards (Ray Train learner + EnginePool)."
 DESCRIPTION = (
@@ -97,6 +97,7 @@ def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bo
             f"grpo.policy (--policy): {path} is a {config.get('model_type')} "
             f"{'/'.join(config.get('architectures') or [])} checkpoint; grpo needs a GPT-2-style language model"
         )
+    readable_model(path, "grpo.policy (--policy)")
     tokenizer = load_tokenizer(path)
     if masked:
         from chessrl.lm.masked import check_maskable

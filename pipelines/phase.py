@@ -216,6 +216,18 @@ def saved_model(path: str, key: str) -> str:
     return path
 
 
+def readable_model(path: str, key: str, kind: str = "policy") -> None:
+    """:func:`chessrl.arena.saved_models.check_saved_model` (config.json and every weights file
+    whole, without loading), its one line prefixed with ``key``: a damaged model is refused in
+    the driver, before Ray starts, like a missing one."""
+    from chessrl.arena.saved_models import check_saved_model
+
+    try:
+        check_saved_model(path, kind)
+    except UserError as exc:
+        raise type(exc)(f"{key}: {exc}") from None
+
+
 def location(folder: Storage) -> str:
     """How a phase hands a folder on: a local path, or the URI."""
     return folder.root if folder.is_local else folder.uri

@@ -48,7 +48,7 @@ from pipelines.learner import final_metrics, largest_node_cpus, torch_trainer
 from pipelines.learner.loop import curve, fit_then_stop, read_metrics, stop_collectors
 from pipelines.learner.ppo import train_loop_per_worker
 from pipelines.learner.trl import heldout_quality
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, readable_model
 
 SUMMARY = "ppo: PPO of the sft policy against the reward model (rollout collectors, RewardServer, Ray Train learner)."
 DESCRIPTION = (
@@ -138,6 +138,8 @@ def check_models(policy_path: str, reward_path: str, max_tokens: int) -> dict[st
             f"ppo.reward_model (--reward-model): {reward_path} is not a reward model ({', '.join(reward_arch) or 'no architectures'}); "
             "train one with `chess-rl reward`"
         )
+    readable_model(policy_path, "ppo.policy (--policy)")
+    readable_model(reward_path, "ppo.reward_model (--reward-model)", "reward")
     policy_tok, reward_tok = load_tokenizer(policy_path), load_tokenizer(reward_path)
     if policy_tok.get_vocab() != reward_tok.get_vocab():
         raise ConfigError(

@@ -32,7 +32,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from chessrl.arena.saved_models import check_saved_model
 from chessrl.arena.suites import score_cp
 from chessrl.engine.client import SearchLimit
 from chessrl.lm.formats import get_format
@@ -51,7 +50,7 @@ from chessrl.rl.preferences import (
 from cluster.storage import Storage
 from pipelines.artifacts import games_table, read_games
 from pipelines.config import ChessRLConfig, PreferencesConfig
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, readable_model
 
 SUMMARY = "preferences: positions from games -> policy proposals (batched) -> Stockfish-judged pairs (Parquet)."
 DESCRIPTION = (
@@ -92,7 +91,7 @@ def check_preferences(config: ChessRLConfig, inputs: Inputs) -> tuple[str, Stora
     run writes it."""
     policy = policy_location(config, inputs)
     if config.preferences.policy or not inputs.will_write("sft"):
-        check_saved_model(policy, "policy")
+        readable_model(policy, "preferences.policy (--policy)")
     source = games_location(config, inputs)
     if config.preferences.games or not inputs.will_write("prepare"):
         games_table(source)

@@ -44,7 +44,7 @@ from pipelines.artifacts import preference_table, read_heldout
 from pipelines.config import ChessRLConfig, RewardConfig
 from pipelines.learner import final_metrics
 from pipelines.learner import trl as trl_learner
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, readable_model
 
 SUMMARY = "reward: preference pairs -> a reward model (Ray Train TorchTrainer + TRL RewardTrainer)."
 DESCRIPTION = (
@@ -149,6 +149,7 @@ def check_backbone(path: str, key: str = "reward.base_model (--base-model)") -> 
             "GPT2ForSequenceClassification, so it needs a GPT-2-style one (model_type gpt2), "
             "e.g. this run's sft model"
         )
+    readable_model(path, key)
     return local
 
 

@@ -34,7 +34,7 @@ from pipelines.config import ChessRLConfig, SftConfig
 from pipelines.learner import final_metrics
 from pipelines.learner import trl as trl_learner
 from pipelines.learner.sft import train_loop_per_worker
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, readable_model
 
 SUMMARY = "sft: games Parquet -> a GPT-2-style chess policy (Ray Train TorchTrainer + TRL SFTTrainer)."
 DESCRIPTION = (
@@ -185,6 +185,7 @@ def check_sft(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: Non
             local = local_checkpoint(cfg.base_model)
         except ModelLoadError as exc:
             raise ModelLoadError(f"sft.base_model (--base-model): {exc}") from None
+        readable_model(cfg.base_model, "sft.base_model (--base-model)")
         tokenizer, n_positions = load_tokenizer(str(local)), context_length(None, str(local))
     else:
         tokenizer, n_positions = build_chess_tokenizer(), context_length(cfg.model)

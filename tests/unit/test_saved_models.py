@@ -1,7 +1,7 @@
 """The one loader for saved models (:mod:`chessrl.arena.saved_models`): its cheap check for each
 kind (a good file, a truncated copy, header garbage, a missing file), loading through it, and
-``chess-rl evaluate`` / ``chess-rl uci`` with a truncated ``model.safetensors``: one ``error:``
-line naming the file, exit 2, Ray never started."""
+``chess-rl evaluate`` / ``chess-rl uci`` / every phase that starts from a saved model with a
+truncated ``model.safetensors``: one ``error:`` line naming the file, exit 2, Ray never started."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from chessrl.arena import saved_models
 from chessrl.arena.saved_models import check_saved_model, load_saved_model
 from chessrl.lm.models import ModelLoadError
 from chessrl.search.network import NetConfig, PolicyValueNet
-from pipelines import evaluate, phase, uci
+from pipelines import dpo, evaluate, grpo, phase, ppo, preferences, reward, sft, uci
 from pipelines.phase import EXIT_USER_ERROR
 
 REPO = Path(__file__).resolve().parents[2]
@@ -209,3 +209,38 @@ def test_uci_with_a_truncated_model_is_one_line_and_exit_2(saved, tmp_path, caps
         f"error: {folder}/model.safetensors is not a readable safetensors file "
         f"(truncated: {kept:,} of {whole:,} bytes); copy the model again or re-export it"
     )
+
+
+@pytest.mark.parametrize(
+    ("command", "flag", "damaged"),
+    [
+        (sft.main, "--base-model", "policy"),
+        (preferences.main, "--policy", "policy"),
+        (reward.main, "--base-model", "policy"),
+        (dpo.main, "--policy", "policy"),
+        (ppo.main, "--policy", "policy"),
+        (ppo.main, "--reward-model", "reward"),
+        (grpo.main, "--policy", "policy"),
+    ],
+    ids=["sft", "preferences", "reward", "dpo", "ppo policy", "ppo reward model", "grpo"],
+)
+def test_a_phase_given_a_truncated_model_fails_before_ray(saved, tmp_path, capsys, no_ray, command, flag, damaged):
+    """The training phases check the weights in the driver too, not only config.json: a
+    truncated copy is refused before Ray starts, where it would otherwise fail in a Ray worker."""
+    folder = copy(saved[damaged], tmp_path / "model")
+    kept, whole = truncate(folder / "model.safetensors")
+    others = {"--reward-model": str(saved["reward"])} if command is ppo.main else {}
+    if flag == "--reward-model":
+        others = {"--policy": str(saved["policy"])}
+    storage = tmp_path / "runs"
+    argv = ["--config", "tiny", "--storage", str(storage), "--run-name", "r", "--no-tracking",
+            flag, str(folder), *[x for pair in others.items() for x in pair]]  # fmt: skip
+    line = one_error_line(command(argv), capsys.readouterr().err)
+    name = {sft.main: "sft", preferences.main: "preferences", reward.main: "reward", dpo.main: "dpo",
+            ppo.main: "ppo", grpo.main: "grpo"}[command]  # fmt: skip
+    key = f"{name}.{flag[2:].replace('-', '_')} ({flag})"
+    assert line == (
+        f"error: {key}: {folder}/model.safetensors is not a readable safetensors file "
+        f"(truncated: {kept:,} of {whole:,} bytes); copy the model again or re-export it"
+    )
+    assert not (storage / "r").exists()
