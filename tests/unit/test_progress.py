@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -57,6 +58,17 @@ def test_report_without_a_board_or_with_a_broken_one_does_not_raise() -> None:
     report_progress(Gone(), 3, "x")
 
 
+def until(condition: Callable[[], object], timeout_s: float = 10.0) -> bool:
+    """Poll ``condition`` until it holds (True) or ``timeout_s`` passes (False): a board's thread
+    gets there when the machine lets it, so no test waits a fixed time and hopes."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def test_board_prints_shown_reports_throttles_the_rest_and_prints_the_newest_at_the_end() -> None:
     lines: list[str] = []
     queue = ListQueue()
@@ -77,8 +89,8 @@ def test_board_prints_a_held_back_report_once_every_s_has_passed() -> None:
     queue = ListQueue()
     with ProgressBoard(lines.append, "step", 10, every_s=0.2, queue=queue, poll_s=0.05):
         report_progress(queue, 1, "loss 2.0")
-        time.sleep(0.6)
-        assert lines and lines[0].startswith("step 1/10")
+        assert until(lambda: lines), "the held-back report never came"
+        assert lines[0].startswith("step 1/10")
     # nothing new arrived: the end prints no report again, only "still working" lines came after
     assert all("working on the next step" in line for line in lines[1:])
 
@@ -89,7 +101,7 @@ def test_the_last_unit_is_always_printed() -> None:
     with ProgressBoard(lines.append, "iteration", 3, every_s=3600, queue=queue, poll_s=0.05):
         report_progress(queue, 1, "a")
         report_progress(queue, 3, "c")
-        time.sleep(0.3)
+        assert until(lambda: lines), "the last unit was not printed"
         assert [line.split(" (")[0] for line in lines] == ["iteration 3/3"]
 
 
@@ -97,10 +109,11 @@ def test_a_quiet_learner_gets_a_line_saying_so() -> None:
     lines: list[str] = []
     queue = ListQueue()
     with ProgressBoard(lines.append, "iteration", 5, every_s=0.5, queue=queue, poll_s=0.05):
-        time.sleep(1.0)  # nothing printed for over 1.5 x every_s: the learner is starting
-        assert lines and lines[0] == "the learner is starting, 0:01 elapsed (5 iterations in all)"
+        # nothing printed for over 1.5 x every_s: the learner is starting
+        assert until(lambda: lines), "no line while the learner was quiet"
+        assert re.fullmatch(r"the learner is starting, 0:0[0-3] elapsed \(5 iterations in all\)", lines[0]), lines
         report_progress(queue, 1, "reward +0.1", show=True)
-        time.sleep(1.1)
+        assert until(lambda: len(lines) >= 3), lines
     assert lines[1].startswith("iteration 1/5 (20%)")
     assert "working on the next iteration (none reported for" in lines[2]
 
