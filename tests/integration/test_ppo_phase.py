@@ -119,10 +119,13 @@ def check_outputs(phase: Path, iterations: int, out: str) -> None:
     spent = json.loads((phase / "collectors" / "collector-00.json").read_text())["seconds"]
     assert set(spent) == {"sample", "score", "opponents", "weights", "write", "idle"} and spent["score"] > 0
     assert metrics[0]["critic_warmup"] == 1 and "clipfrac" in metrics[-1]
-    # nothing read twice; nothing lost but what a collector may play after the learner's last read
+    # nothing read twice; nothing lost but what a collector may play after the learner's last read:
+    # what was left of its rounds with the weights that read used, then a full allowance with the
+    # final weights (rounds_per_version each: 2 x (16 / 8) x (1 + max_staleness 1) = 8 in tiny)
     assert len(learner["read"]) == len(set(learner["read"])) == summary["shards_read"]
     written = {p.name for p in (phase / "rollouts").glob("shard-*.parquet")}
-    assert set(learner["read"]) <= written and len(written - set(learner["read"])) <= 4
+    unread = written - set(learner["read"])
+    assert set(learner["read"]) <= written and len(unread) <= 2 * 2 * (1 + 1), sorted(unread)
     # the policy loads and plays through transformers alone
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
