@@ -212,33 +212,30 @@ def test_uci_with_a_truncated_model_is_one_line_and_exit_2(saved, tmp_path, caps
 
 
 @pytest.mark.parametrize(
-    ("command", "flag", "damaged"),
+    ("phase_module", "flag", "damaged", "other"),
     [
-        (sft.main, "--base-model", "policy"),
-        (preferences.main, "--policy", "policy"),
-        (reward.main, "--base-model", "policy"),
-        (dpo.main, "--policy", "policy"),
-        (ppo.main, "--policy", "policy"),
-        (ppo.main, "--reward-model", "reward"),
-        (grpo.main, "--policy", "policy"),
+        (sft, "--base-model", "policy", []),
+        (preferences, "--policy", "policy", []),
+        (reward, "--base-model", "policy", []),
+        (dpo, "--policy", "policy", []),
+        (ppo, "--policy", "policy", ["--reward-model", "reward"]),
+        (ppo, "--reward-model", "reward", ["--policy", "policy"]),
+        (grpo, "--policy", "policy", []),
     ],
     ids=["sft", "preferences", "reward", "dpo", "ppo policy", "ppo reward model", "grpo"],
 )
-def test_a_phase_given_a_truncated_model_fails_before_ray(saved, tmp_path, capsys, no_ray, command, flag, damaged):
+def test_a_phase_given_a_truncated_model_fails_before_ray(
+    saved, tmp_path, capsys, no_ray, phase_module, flag, damaged, other
+) -> None:
     """The training phases check the weights in the driver too, not only config.json: a
     truncated copy is refused before Ray starts, where it would otherwise fail in a Ray worker."""
     folder = copy(saved[damaged], tmp_path / "model")
     kept, whole = truncate(folder / "model.safetensors")
-    others = {"--reward-model": str(saved["reward"])} if command is ppo.main else {}
-    if flag == "--reward-model":
-        others = {"--policy": str(saved["policy"])}
     storage = tmp_path / "runs"
     argv = ["--config", "tiny", "--storage", str(storage), "--run-name", "r", "--no-tracking",
-            flag, str(folder), *[x for pair in others.items() for x in pair]]  # fmt: skip
-    line = one_error_line(command(argv), capsys.readouterr().err)
-    name = {sft.main: "sft", preferences.main: "preferences", reward.main: "reward", dpo.main: "dpo",
-            ppo.main: "ppo", grpo.main: "grpo"}[command]  # fmt: skip
-    key = f"{name}.{flag[2:].replace('-', '_')} ({flag})"
+            flag, str(folder), *[str(saved[x]) if x in saved else x for x in other]]  # fmt: skip
+    line = one_error_line(phase_module.main(argv), capsys.readouterr().err)
+    key = f"{phase_module.PHASE.name}.{flag[2:].replace('-', '_')} ({flag})"
     assert line == (
         f"error: {key}: {folder}/model.safetensors is not a readable safetensors file "
         f"(truncated: {kept:,} of {whole:,} bytes); copy the model again or re-export it"
