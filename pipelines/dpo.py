@@ -363,7 +363,7 @@ def dpo_data(
     held-out files, else its held-out boards)."""
     cfg = context.config.dpo
     source, train_files, held_files, present = preferences
-    trl_learner.quiet_ray_data()
+    trl_learner.configure_ray_data()
     split_by_board = not held_files
     stage = {
         "tokenizer": tokenizer, "text_format": text_format, "kinds": list(cfg.kinds),

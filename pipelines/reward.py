@@ -356,7 +356,7 @@ def reward_data(
     held-out boards), the Spearman positions and the sample for the normalisation."""
     cfg = context.config.reward
     source, train_files, held_files, present = preferences
-    trl_learner.quiet_ray_data()
+    trl_learner.configure_ray_data()
     # tokenize in Ray Data, then keep what fits the model's context
     split_by_board = not held_files
     stage = {"tokenizer": tokenizer, "max_length": max_length, "holdout": split_by_board, "text_format": text_format}

@@ -256,7 +256,7 @@ def packed_blocks(texts: list[dict[str, str]], cfg: SftConfig, found: SftInputs)
     its game tokens and the games cut to a block's length."""
     import ray.data
 
-    trl_learner.quiet_ray_data()
+    trl_learner.configure_ray_data()
     dataset = (
         ray.data.from_items(texts)
         .map_batches(

@@ -54,8 +54,18 @@ class ModelLoadError(UserError):
     line naming the folder or file (see :mod:`chessrl.arena.saved_models`)."""
 
 
-def build_model(preset: str, tokenizer: PreTrainedTokenizerBase | None = None) -> tuple[GPT2LMHeadModel, Any]:
-    """A randomly initialised GPT-2 of the preset's shape, sized to ``tokenizer`` (default: chess)."""
+def build_model(
+    preset: str, tokenizer: PreTrainedTokenizerBase | None = None, seed: int = 0
+) -> tuple[GPT2LMHeadModel, Any]:
+    """A randomly initialised GPT-2 of the preset's shape, sized to ``tokenizer`` (default: chess),
+    its weights drawn from ``seed`` (sft passes the run's seed, so two seeds are two starts).
+
+    >>> a, _ = build_model("tiny", seed=1)
+    >>> b, _ = build_model("tiny", seed=1)
+    >>> c, _ = build_model("tiny", seed=2)
+    >>> bool(torch.equal(a.lm_head.weight, b.lm_head.weight)), bool(torch.equal(a.lm_head.weight, c.lm_head.weight))
+    (True, False)
+    """
     if preset not in PRESETS:
         raise ValueError(f"unknown model preset {preset!r}; presets: {', '.join(PRESETS)}")
     tok = tokenizer if tokenizer is not None else build_chess_tokenizer(PRESETS[preset]["n_positions"])
@@ -71,9 +81,9 @@ def build_model(preset: str, tokenizer: PreTrainedTokenizerBase | None = None) -
         attn_pdrop=0.0,
         **PRESETS[preset],
     )
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     model = GPT2LMHeadModel(config)
-    compose_move_embeddings(model, tok)
+    compose_move_embeddings(model, tok, seed=seed)
     return model, tok
 
 

@@ -26,7 +26,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     if cfg["base_model"]:
         model, tokenizer = load_saved_model(cfg["base_model"], "policy")
     else:
-        model, tokenizer = build_model(cfg["model"])
+        model, tokenizer = build_model(cfg["model"], seed=cfg["seed"])
     if cfg["dropout"] is not None:
         set_dropout(model, cfg["dropout"])
     legal_weight = float(cfg["legal_loss_weight"])

@@ -349,13 +349,18 @@ def train_with_trl(
 # ---------------------------------------------------------------------------------------------
 
 
-def quiet_ray_data() -> None:
-    """Ray Data's progress bars on a terminal only, and no line as each execution starts."""
+def configure_ray_data() -> None:
+    """Ray Data for a learner's input, set in the driver before its dataset is built: blocks in
+    order (``preserve_order``: without it a map's blocks come out in the order its tasks finish,
+    which the machine's load decides, so the same seed would train on another order, and the
+    Train ingest inherits the setting), progress bars on a terminal only, and no line as each
+    execution starts."""
     import sys
 
     import ray.data
 
     data_context = ray.data.DataContext.get_current()
+    data_context.execution_options.preserve_order = True
     data_context.enable_progress_bars = sys.stderr.isatty()
     data_context.print_on_execution_start = False
 
