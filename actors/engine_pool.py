@@ -1,6 +1,6 @@
 """EnginePool: Stockfish processes as long-lived Ray actors, several actors behind one handle.
 
-    pool = EnginePool.create(n_actors=1, engines_per_actor=2, run="demo")
+    pool = EnginePool.spread(4, run="demo")   # 4 engines over the nodes: one actor a node, each its share
     [a] = pool.analyse(["6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1"], SearchLimit(nodes=20_000))
     a.best_move, a.score.mate        # ('d1d8', 1)
     pool.play(fen, Strength(elo=1500), SearchLimit(nodes=5_000))
@@ -139,12 +139,15 @@ class EnginePoolActor:
 
 
 class EnginePool:
-    """Several EnginePoolActors behind one handle (a plain class; pass it to tasks freely)."""
+    """Several EnginePoolActors behind one handle (a plain class; pass it to tasks freely).
+
+    ``engines``: each actor's Stockfish count (one number for all of them, or one per actor:
+    :meth:`spread` makes actors of different sizes, one per node)."""
 
     def __init__(
         self,
         actors: Sequence[Any],
-        engines_per_actor: int,
+        engines: int | Sequence[int],
         *,
         max_inflight_per_actor: int | None = None,
         max_queue: int = PoolSettings.max_queue,
@@ -152,10 +155,20 @@ class EnginePool:
         if not actors:
             raise ValueError("an engine pool needs at least one actor")
         self.actors = list(actors)
-        self.engines_per_actor = engines_per_actor
+        counts = [int(engines)] * len(self.actors) if isinstance(engines, int) else [int(n) for n in engines]
+        if len(counts) != len(self.actors) or min(counts) < 1:
+            raise ValueError(
+                f"engine counts {counts} do not match {len(self.actors)} actor(s) of at least one engine"
+            )
+        self.engine_counts = counts
         self.max_queue = max_queue  # each actor's queue bound: no chunk may be bigger
-        self.max_inflight = max_inflight_per_actor or 2 * engines_per_actor
+        self.max_inflight = [max_inflight_per_actor or 2 * n for n in counts]
         self._next = itertools.cycle(range(len(self.actors)))
+
+    @property
+    def engines(self) -> int:
+        """Stockfish processes over every actor."""
+        return sum(self.engine_counts)
 
     @classmethod
     def create(
@@ -167,20 +180,49 @@ class EnginePool:
         settings: PoolSettings | None = None,
         num_cpus_per_engine: float = 1.0,
     ) -> EnginePool:
-        """Start ``n_actors`` named actors (``<run>/engine-pool-<i>``), spread over the cluster."""
-        s = settings or PoolSettings(engines_per_actor=engines_per_actor)
-        if s.engines_per_actor != engines_per_actor:
-            s = PoolSettings(**{**asdict(s), "engines_per_actor": engines_per_actor})
+        """Start ``n_actors`` named actors (``<run>/engine-pool-<i>``) of ``engines_per_actor``
+        engines each, spread over the cluster (each must fit a node: :meth:`spread` sizes them
+        to the nodes)."""
         actors = [
-            EnginePoolActor.options(
-                name=f"{run}/engine-pool-{i}",
-                num_cpus=num_cpus_per_engine * engines_per_actor,
-                max_concurrency=4 * engines_per_actor + 4,
-                scheduling_strategy="SPREAD",
-            ).remote(f"{run}/engine-pool-{i}", asdict(s))
+            _start_actor(f"{run}/engine-pool-{i}", engines_per_actor, settings, num_cpus_per_engine, "SPREAD")
             for i in range(n_actors)
         ]
-        pool = cls(actors, engines_per_actor, max_queue=s.max_queue)
+        return cls._started(actors, [engines_per_actor] * n_actors, settings)
+
+    @classmethod
+    def spread(
+        cls,
+        engines: int,
+        *,
+        run: str = "chess-rl",
+        settings: PoolSettings | None = None,
+        num_cpus_per_engine: float = 1.0,
+        key: str = "engines",
+    ) -> EnginePool:
+        """``engines`` Stockfish processes over the cluster's nodes: one actor per node, each
+        with that node's share (:func:`engine_split`), so no actor asks for more CPUs than its
+        node has (one actor holding them all waits forever where no node is that big). Each
+        actor prefers its node (soft affinity: it runs elsewhere if the node has gone).
+        ``engines`` beyond what the nodes hold is one :class:`ValueError` naming ``key``."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+        split = engine_split(engines, [n["Resources"]["CPU"] for n in nodes], num_cpus_per_engine, key=key)
+        actors, counts = [], []
+        for node, count in zip(nodes, split, strict=True):
+            if count:
+                strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=True)
+                actors.append(
+                    _start_actor(
+                        f"{run}/engine-pool-{len(actors)}", count, settings, num_cpus_per_engine, strategy
+                    )
+                )
+                counts.append(count)
+        return cls._started(actors, counts, settings)
+
+    @classmethod
+    def _started(cls, actors: list[Any], counts: list[int], settings: PoolSettings | None) -> EnginePool:
+        pool = cls(actors, counts, max_queue=(settings or PoolSettings()).max_queue)
         try:
             ray.get([a.stats.remote() for a in actors])  # engines are up (or the error surfaces here)
         except ray.exceptions.RayActorError as exc:
@@ -203,7 +245,7 @@ class EnginePool:
         limits = per_position(limit, len(fens))
         if not fens:
             return []
-        slots = len(self.actors) * self.engines_per_actor
+        slots = self.engines
         size = min(chunk_size or max(1, min(32, -(-len(fens) // (2 * slots)))), self.max_queue)
         chunks = [(start, fens[start : start + size]) for start in range(0, len(fens), size)]
         results: list[Analysis | None] = [None] * len(fens)
@@ -239,7 +281,7 @@ class EnginePool:
     def _free_actor(self, inflight: list[int]) -> int | None:
         for _ in range(len(self.actors)):
             i = next(self._next)
-            if inflight[i] < self.max_inflight:
+            if inflight[i] < self.max_inflight[i]:
                 return i
         return None
 
@@ -281,6 +323,54 @@ class EnginePool:
     def shutdown(self) -> None:
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
+
+
+def engine_split(
+    engines: int, node_cpus: Sequence[float], cpus_per_engine: float = 1.0, *, key: str = "engines"
+) -> list[int]:
+    """Engines per node: ``engines`` spread over nodes of ``node_cpus`` CPUs, each node holding
+    at most ``floor(cpus / cpus_per_engine)`` of them, filled in proportion to what each holds
+    (one at a time to the node with the most room left, ties to the first).
+
+    >>> engine_split(5, [2, 3])
+    [2, 3]
+    >>> engine_split(4, [2, 3])
+    [2, 2]
+    >>> engine_split(3, [16, 2], 0.5)   # 32 and 4 engines' room: each node gets some
+    [2, 1]
+    >>> engine_split(6, [2, 3])
+    Traceback (most recent call last):
+    ...
+    ValueError: engines 6 needs 6 CPUs at 1 each; the cluster's nodes hold 5 engines (2 node(s), the largest 3 CPUs): ask for at most 5
+    """
+    if engines < 1:
+        raise ValueError(f"{key} must be at least 1, got {engines}")
+    room = [int(c / cpus_per_engine + 1e-9) for c in node_cpus]
+    if engines > sum(room):
+        raise ValueError(
+            f"{key} {engines} needs {engines * cpus_per_engine:g} CPUs at {cpus_per_engine:g} each; the cluster's "
+            f"nodes hold {sum(room)} engines ({len(room)} node(s), the largest {max(node_cpus, default=0):g} CPUs): "
+            f"ask for at most {sum(room)}"
+        )
+    split = [0] * len(room)
+    for _ in range(engines):
+        best = max(range(len(room)), key=lambda i: ((room[i] - split[i]) / max(room[i], 1), -i))
+        split[best] += 1
+    return split
+
+
+def _start_actor(
+    name: str, engines: int, settings: PoolSettings | None, num_cpus_per_engine: float, strategy: Any
+) -> Any:
+    s = settings or PoolSettings(engines_per_actor=engines)
+    if s.engines_per_actor != engines:
+        s = PoolSettings(**{**asdict(s), "engines_per_actor": engines})
+    return EnginePoolActor.options(
+        name=name,
+        num_cpus=num_cpus_per_engine * engines,
+        max_concurrency=4 * engines + 4,
+        scheduling_strategy=strategy,
+    ).remote(name, asdict(s))
 
 
 def _unwrap(call: Any) -> Any:

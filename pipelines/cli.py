@@ -18,6 +18,10 @@ PHASES: dict[str, tuple[str, str]] = {
         "pipelines.prepare",
         "PGN files (.pgn, .pgn.zst; local or s3://) and/or --generate N Stockfish games -> games Parquet",
     ),
+    "annotate": (
+        "pipelines.annotate",
+        "positions (training games, the policy's own games, random games) -> Stockfish's value of every legal move",
+    ),
     "sft": ("pipelines.sft", "games Parquet -> a GPT-2-style policy (Ray Train + TRL SFTTrainer), resumable"),
     "evaluate": (
         "pipelines.evaluate",

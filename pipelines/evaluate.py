@@ -267,7 +267,7 @@ def run_evaluate(context: PhaseContext) -> PhaseResult:
             check_engine_players(pool, engine_players, specs)
         limit = cfg.max_parallel or max(1, int(ray.cluster_resources().get("CPU", 1)))
         arena = Arena(
-            settings, pool.actors if pool is not None else None, pool.engines_per_actor if pool is not None else 1,
+            settings, pool.actors if pool is not None else None, pool.engine_counts if pool is not None else 1,
             limit, context.log,
         )  # fmt: skip
         if cfg.mode == "sprt":
@@ -296,7 +296,9 @@ def start_pool(context: PhaseContext, engine_players: bool) -> Any:
         return None
     from actors.engine_pool import EnginePool
 
-    return EnginePool.create(1, cfg.engines, run=f"{context.config.run.name}-evaluate", num_cpus_per_engine=0.5)
+    return EnginePool.spread(
+        cfg.engines, run=f"{context.config.run.name}-evaluate", num_cpus_per_engine=0.5, key="evaluate.engines"
+    )
 
 
 def check_engine_players(pool: Any, engine_players: list[PlayerSpec], specs: list[PlayerSpec]) -> None:

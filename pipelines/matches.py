@@ -5,7 +5,7 @@ players built inside it (models loaded through :mod:`chessrl.arena.saved_models`
 :class:`Arena`, which plays a list of tasks at most ``limit`` at once and writes each game to
 storage as it finishes, so a re-run plays only what is missing.
 
-    arena = Arena(settings, pool.actors, pool.engines_per_actor, limit=2, log=print)
+    arena = Arena(settings, pool.actors, pool.engine_counts, limit=2, log=print)
     games = arena.play(schedule_pairs([(a, b)], 10, openings, seed=7), storage.child("games"), "games")
 """
 
@@ -118,7 +118,7 @@ def build_player(spec: PlayerSpec, settings: Settings, pool: Any) -> Player:
     return UCIPlayer(spec.path, limit, name=spec.label)
 
 
-def _pool(actors: list[Any] | None, engines: int) -> Any:
+def _pool(actors: list[Any] | None, engines: int | list[int]) -> Any:
     if not actors:
         return None
     from actors.engine_pool import EnginePool
@@ -127,7 +127,7 @@ def _pool(actors: list[Any] | None, engines: int) -> Any:
 
 
 def play_one(
-    task: GameTask, settings: Settings, pool_actors: list[Any] | None, engines: int
+    task: GameTask, settings: Settings, pool_actors: list[Any] | None, engines: int | list[int]
 ) -> dict[str, Any]:
     """A Ray task: play one game and return it as a dict."""
     pool = _pool(pool_actors, engines)
@@ -157,7 +157,7 @@ def suite_task(
     settings: Settings,
     suites: Sequence[tuple[str, Sequence[SuitePosition]]],
     pool_actors: list[Any] | None,
-    engines: int,
+    engines: int | list[int],
 ) -> list[dict[str, Any]]:
     """A Ray task: the candidate on every EPD suite, ``(name, positions)`` as the driver read
     them (:func:`chessrl.arena.suites.read_epd_suite`, before any game)."""
@@ -202,7 +202,7 @@ class Arena:
 
     settings: Settings
     actors: list[Any] | None
-    engines: int
+    engines: int | list[int]
     limit: int
     log: Callable[[str], None]
 

@@ -237,7 +237,7 @@ def make_shards(
     cfg, run = context.config.preferences, context.config.run.name
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     engines = cfg.engines or cpus  # half a CPU each: the samplers mostly wait for the engines
-    pool = EnginePool.create(1, engines, run=f"{run}-preferences", num_cpus_per_engine=0.5)
+    pool = EnginePool.spread(engines, run=f"{run}-preferences", num_cpus_per_engine=0.5, key="preferences.engines")
     samplers = [
         # half a CPU reserved, every core's threads used: it runs while the engines wait for it
         PolicySampler.options(name=f"{run}/policy-sampler-{i}", num_cpus=0.5).remote(

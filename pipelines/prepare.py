@@ -260,12 +260,7 @@ def run_generate(
         find_stockfish()  # same machine as the actors: a missing engine is one clear line, before any actor starts
     engines = cfg.engines or max(1, int(ray.cluster_resources().get("CPU", 1)))
     started = time.perf_counter()
-    pool = EnginePool.create(
-        n_actors=1,
-        engines_per_actor=engines,
-        run=context.config.run.name,
-        settings=PoolSettings(engines_per_actor=engines),
-    )
+    pool = EnginePool.spread(engines, run=context.config.run.name, settings=PoolSettings(), key="prepare.engines")
     context.log(
         f"generating {settings.games} games with {engines} Stockfish process(es): nodes {list(settings.nodes_levels)}, "
         f"{settings.random_plies[0]}-{settings.random_plies[1]} random opening plies, seed {settings.seed}"

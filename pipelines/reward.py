@@ -294,7 +294,7 @@ def spearman_positions(
         import ray
 
         engines = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        pool = EnginePool.create(1, engines, run=f"{context.config.run.name}-reward", num_cpus_per_engine=0.5)
+        pool = EnginePool.spread(engines, run=f"{context.config.run.name}-reward", num_cpus_per_engine=0.5)
         try:
             scored = pool.analyse(children, SearchLimit(nodes=cfg.spearman_nodes), fresh=True)
         finally:

@@ -132,9 +132,13 @@ class PositionSampler:
         """(game, ply) pairs per phase."""
         return {p: len(v) for p, v in self.index.items()}
 
-    def sample(self, n: int, mix: Mapping[str, float] | None = None) -> list[Position]:
+    def sample(
+        self, n: int, mix: Mapping[str, float] | None = None, *, seed: int | None = None
+    ) -> list[Position]:
         """``n`` positions in the mix (default :data:`DEFAULT_MIX`); a phase with no position is
-        drawn from the phases that have some, in their shares."""
+        drawn from the phases that have some, in their shares. ``seed``: this draw from its own
+        seed (the same positions whatever was drawn before), else from the sampler's."""
+        rng = random.Random(seed) if seed is not None else self.rng
         shares = check_mix(mix or DEFAULT_MIX)
         have = [p for p in PHASES if self.index[p]]
         if not any(shares[p] for p in have):
@@ -144,9 +148,9 @@ class PositionSampler:
         picks: list[Position] = []
         for phase, count in zip(PHASES, split_counts(n, [shares[p] for p in PHASES]), strict=True):
             for _ in range(count):
-                g, ply = self.rng.choice(self.index[phase])
+                g, ply = rng.choice(self.index[phase])
                 picks.append(self._position(g, ply, phase))
-        self.rng.shuffle(picks)
+        rng.shuffle(picks)
         return picks
 
     def _position(self, g: int, ply: int, phase: str) -> Position:
@@ -162,3 +166,33 @@ def phase_counts(positions: Iterable[Position]) -> dict[str, int]:
     """How many positions of each phase (every phase named, zeros included)."""
     counts = Counter(p.phase for p in positions)
     return {p: counts.get(p, 0) for p in PHASES}
+
+
+def random_game_positions(n: int, *, seed: int, max_plies: int = 200, per_game: int = 4) -> list[Position]:
+    """``n`` positions from games between two random movers (the chaos a random opponent makes,
+    which human and engine games never show), ``per_game`` plies drawn from each game, seeded;
+    positions without a legal move are left out.
+
+    >>> picks = random_game_positions(6, seed=3)
+    >>> len(picks), picks == random_game_positions(6, seed=3), all(p.board().legal_moves.count() for p in picks)
+    (6, True, True)
+    """
+    rng = random.Random(seed)
+    picks: list[Position] = []
+    game = 0
+    while len(picks) < n:
+        board, moves = chess.Board(), []
+        while len(moves) < max_plies and not board.is_game_over():
+            move = rng.choice(sorted(m.uci() for m in board.legal_moves))
+            board.push_uci(move)
+            moves.append(move)
+        plies = [p for p in range(len(moves)) if p > 0]  # before the game's last move: a move is legal there
+        for ply in sorted(rng.sample(plies, min(per_game, len(plies)))):
+            if len(picks) >= n:
+                break
+            replay = chess.Board()
+            for move in moves[:ply]:
+                replay.push_uci(move)
+            picks.append(Position(replay.fen(), tuple(moves[:ply]), moves[ply], phase_of(replay, ply), game))
+        game += 1
+    return picks

@@ -4,6 +4,8 @@
   its typed limits, scores and analyses.
 - :mod:`~chessrl.engine.group`: a group of them with a cache, a bounded queue and restarts.
 - :mod:`~chessrl.engine.uci`: the lean blocking UCI client they use.
+- :mod:`~chessrl.engine.annotation`: Stockfish's value of every legal move of a board (the
+  annotated-positions table's rows), and their colour flips.
 - :mod:`~chessrl.engine.engine_games`: Stockfish-against-Stockfish games for a training corpus.
 - :mod:`~chessrl.engine.uci_server`: the engine side: a policy served as a UCI engine.
 

@@ -6,7 +6,7 @@ the defaults of its section. Each field's docstring is its ``--flag``'s help tex
 Every name is imported from here (``from pipelines.config import SftConfig``); the sections
 live by phase:
 
-- ``pipelines.config.data``: ``prepare`` (:class:`PrepareConfig`);
+- ``pipelines.config.data``: ``prepare`` and ``annotate`` (:class:`PrepareConfig`, :class:`AnnotateConfig`);
 - ``pipelines.config.lm``: the language-model phases, ``sft``, ``preferences``, ``reward``,
   ``dpo``, ``ppo`` and ``grpo`` (:class:`SftConfig` to :class:`GRPOConfig` and its
   :class:`PositionMix`), and :data:`BatchSize`, a batch size that may be ``auto``;
@@ -30,7 +30,7 @@ from pydantic import Field
 
 from cluster.config import RaySection, RunSection, Section, TrackingSection
 from pipelines.config.arena import EvaluateConfig
-from pipelines.config.data import PrepareConfig
+from pipelines.config.data import AnnotateConfig, AnnotateSource, PrepareConfig
 from pipelines.config.graph import RLAIF_PHASES, TUNE_DEFAULTS, TUNE_DISTRIBUTIONS, RlaifConfig, TuneConfig
 from pipelines.config.lm import (
     BatchSize,
@@ -47,6 +47,8 @@ from pipelines.config.search import SelfplayConfig
 
 __all__ = [
     "RLAIF_PHASES",
+    "AnnotateConfig",
+    "AnnotateSource",
     "TUNE_DEFAULTS",
     "TUNE_DISTRIBUTIONS",
     "BatchSize",
@@ -74,6 +76,7 @@ class ChessRLConfig(Section):
     ray: RaySection = Field(default_factory=RaySection)
     tracking: TrackingSection = Field(default_factory=TrackingSection)
     prepare: PrepareConfig = Field(default_factory=PrepareConfig)
+    annotate: AnnotateConfig = Field(default_factory=AnnotateConfig)
     sft: SftConfig = Field(default_factory=SftConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     preferences: PreferencesConfig = Field(default_factory=PreferencesConfig)

@@ -1,6 +1,9 @@
-"""``prepare``'s section: PGN files (and generated engine games) -> the games table."""
+"""The data phases' sections: ``prepare`` (PGN files and generated engine games -> the games
+table) and ``annotate`` (positions -> Stockfish's value of every legal move)."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -58,3 +61,43 @@ class PrepareConfig(Section):
         if not 0 <= t_lo <= t_hi:
             raise ValueError(f"generate_temperature must be 0 <= min <= max, got {t_lo} {t_hi}")
         return self
+
+
+#: Where ``annotate``'s positions come from: the games table's training games, games the policy
+#: plays (masked, against a random mover, its start or itself: DAgger), random-mover games.
+AnnotateSource = Literal["games", "policy", "random"]
+
+
+class AnnotateConfig(Section):
+    """``annotate``: positions -> Stockfish's value of every legal move (the annotated table)."""
+
+    games: str | None = None
+    """The games table (default: this run's <run>/prepare/games); only its training games give
+    training positions (sft's split by game id), its held-out games the held-out positions."""
+    policy: str | None = None
+    """The policy whose own games give the ``policy`` source's positions (default: this run's
+    board sft model, <run>/sft-board/model)."""
+    sources: list[AnnotateSource] = Field(default_factory=lambda: ["games", "random"], min_length=1)
+    """Where training positions come from: games (the games table), policy (the policy's own
+    masked games against policy_opponents), random (random-mover games)."""
+    positions: int = Field(4000, ge=1)
+    """Training positions from each source."""
+    heldout_positions: int = Field(500, ge=0)
+    """Positions from the held-out games (for held-out evaluations; never trained on)."""
+    nodes: int = Field(100, ge=1)
+    """Stockfish nodes for each legal move: one MultiPV search of nodes x legal moves scores them all."""
+    engines: int | None = Field(None, ge=1)
+    """Stockfish processes, spread over the nodes (default: one per CPU of the cluster)."""
+    shard_positions: int = Field(1024, ge=1)
+    """Positions per Parquet shard (each written whole; a re-run keeps the written ones)."""
+    policy_opponents: list[Literal["random", "self", "start"]] = Field(
+        default_factory=lambda: ["random", "self"], min_length=1
+    )
+    """Who the policy plays for the policy source (games alternate between them; start is the
+    policy's own masked argmax)."""
+    policy_temperature: float = Field(1.0, gt=0)
+    """Sampling temperature of the policy's masked moves in its own games."""
+    policy_workers: int = Field(1, ge=1)
+    """Ray tasks playing the policy's games at once (each takes one CPU from the engines)."""
+    max_plies: int = Field(200, ge=1)
+    """A policy or random game ends after this many plies."""

@@ -151,3 +151,32 @@ def test_rlaif_as_one_job_on_two_nodes_with_s3(
             f"{label} node {node[:8]}: {sum(ran.values())} tasks and actors, most: {dict(ran.most_common(10))}"
         )
     assert set(where) == {head, worker}, where
+
+
+def test_annotate_spreads_its_engines_over_both_nodes(two_nodes: Cluster, s3, repo: Path):
+    """Two Stockfish processes on a cluster of two one-CPU nodes: one engine actor on each node,
+    each asking for one CPU (one actor asking for the cluster's two CPUs, as every phase's pool
+    did, waits forever: no node holds it)."""
+    s3.create_bucket(Bucket="annotate-runs")
+    job_id = f"annotate-{uuid.uuid4().hex[:8]}"
+    result = two_nodes.submit(
+        ["--submission-id", job_id, "--no-wait", "--working-dir", str(repo), "--",
+         "python", "-m", "pipelines.annotate", "--config", "tiny", "--run-name", "ann", "--no-tracking",
+         "--storage", "s3://annotate-runs/runs", "--sources", "random", "--positions", "24",
+         "--heldout-positions", "0", "--nodes", "20", "--engines", "2"],
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:] + two_nodes.logs()
+    job = two_nodes.wait_job(job_id, deadline_s=180)
+    logs = two_nodes.cli("job", "logs", "--address", two_nodes.url, job_id, timeout=120).stdout
+    if job.get("status") not in ("SUCCEEDED", "FAILED", "STOPPED"):
+        two_nodes.cli("job", "stop", "--address", two_nodes.url, "--no-wait", job_id)
+    assert job.get("status") == "SUCCEEDED", f"{job}\n{logs[-4000:]}"
+    assert "annotate summary" in logs and "random 24" in logs, logs[-3000:]
+    nodes = {n["node_id"]: n for n in two_nodes.state("nodes")}
+    engines = [
+        a
+        for a in two_nodes.state("actors", f"job_id={job['job_id']}")
+        if a["class_name"] == "EnginePoolActor"
+    ]
+    assert {a["node_id"] for a in engines} == set(nodes), engines
+    assert all(a["required_resources"].get("CPU") == 1 for a in engines), engines

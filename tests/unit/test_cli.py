@@ -21,6 +21,7 @@ def test_help_lists_the_phases(
     built = [line.split()[0] for line in lines[phases_at + 1 : end]]
     assert built == [
         "prepare",
+        "annotate",
         "sft",
         "evaluate",
         "preferences",
@@ -61,5 +62,5 @@ def test_unknown_phase_exits_2_and_says_what_exists(capsys: pytest.CaptureFixtur
     assert captured.out == ""
     assert (
         captured.err
-        == "error: unknown phase 'prepar'; phases: prepare, sft, evaluate, preferences, reward, ppo, grpo, dpo, selfplay, rlaif, tune, uci (chess-rl --help)\n"
+        == "error: unknown phase 'prepar'; phases: prepare, annotate, sft, evaluate, preferences, reward, ppo, grpo, dpo, selfplay, rlaif, tune, uci (chess-rl --help)\n"
     )

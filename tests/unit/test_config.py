@@ -150,7 +150,7 @@ def test_unreadable_yaml_is_a_config_error(tmp_path: Path) -> None:
 def test_unknown_section_suggests_and_lists_sections() -> None:
     err = config_error(data={"prepar": {}})
     assert str(err) == (
-        "my.yaml: prepar: unknown section (did you mean 'prepare'?); allowed keys: dpo, evaluate, grpo, ppo, preferences, prepare, ray, reward, rlaif, run, selfplay, sft, tracking, tune"
+        "my.yaml: prepar: unknown section (did you mean 'prepare'?); allowed keys: annotate, dpo, evaluate, grpo, ppo, preferences, prepare, ray, reward, rlaif, run, selfplay, sft, tracking, tune"
     )
     assert isinstance(err, UserError) and isinstance(err, ValueError)
 

@@ -66,6 +66,9 @@ MODULES = [
     "chessrl.rl.dpo",
     "chessrl.lm.masked",
     "pipelines.phase",
+    "chessrl.engine.annotation",
+    "pipelines.annotate",
+    "actors.engine_pool",
 ]
 
 

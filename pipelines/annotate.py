@@ -1,0 +1,445 @@
+"""``annotate``: positions -> Stockfish's value of every legal move (the engine-annotated table).
+
+    python -m pipelines.annotate --config tiny
+    chess-rl annotate --sources games policy random --positions 20000 --nodes 100
+    chess-rl annotate --policy runs/demo/grpo/model --sources policy --run-name dagger-2
+    ray job submit --working-dir . -- python -m pipelines.annotate --config cluster --engines 64
+
+Positions come from the configured ``sources``, ``positions`` from each:
+
+- ``games``: the games table's training games (sft's split by game id; held-out games give only
+  the ``heldout_positions``, written apart and never trained on), by game phase 20/60/20;
+- ``policy``: games the policy plays, its moves drawn from its legal moves only (masked), against
+  ``policy_opponents`` (a random mover, its own masked argmax, itself), each continued from a
+  training game's position: the positions the policy actually reaches (DAgger), made by
+  ``policy_workers`` Ray tasks while the engines annotate the other shards;
+- ``random``: games between two random movers (the chaos a random opponent makes).
+
+Each position gets one Stockfish search that lists every legal move (MultiPV, ``nodes`` for each
+legal move: :mod:`chessrl.engine.annotation`), on an :class:`actors.engine_pool.EnginePool`
+spread over the cluster's nodes (one actor a node, its share of ``engines``). Shards are written
+whole (``<storage>/<run>/annotate/{train,heldout}/<source>-NNNNN.parquet``, the schema
+:data:`chessrl.engine.annotation.ANNOTATION_SCHEMA`) with ``manifest.json`` after each one, so a
+killed run's same command keeps the shards it wrote and makes only the rest; a re-run with other
+settings is refused (a new ``--run-name``, or delete the folder). Colour flips are left to the
+trainers (:func:`chessrl.engine.annotation.mirror_rows`). ``summary.json``: positions by source
+and phase, moves scored, positions/s, engine restarts.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from chessrl.data.positions import PositionSampler, phase_of, random_game_positions
+from chessrl.engine.annotation import ALL_MOVES_MULTIPV, ANNOTATION_SCHEMA, annotate, annotation_limit
+from chessrl.lm.lm_data import split_games
+from cluster.errors import StorageError
+from cluster.storage import Storage
+from pipelines.artifacts import games_table, read_games
+from pipelines.config import AnnotateConfig, ChessRLConfig
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, readable_model
+
+SUMMARY = "annotate: positions (training games, the policy's own games, random games) -> Stockfish's value of every legal move (Parquet)."
+DESCRIPTION = (
+    "One MultiPV search a position scores every legal move (--nodes for each) on engine actors\n"
+    "spread over the nodes. Shards are written whole; the same command resumes. Examples:\n"
+    "  chess-rl annotate --sources games random --positions 4000 --nodes 100\n"
+    "  chess-rl annotate --sources policy --policy runs/demo/sft-board/model --policy-opponents random self"
+)
+
+#: Live games per policy task (one batched forward pass a ply for all of them).
+POLICY_LIVE_GAMES = 32
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """One shard to write: its file, source, number (its seed) and position count."""
+
+    name: str
+    source: str
+    index: int
+    count: int
+
+
+@dataclass(frozen=True)
+class AnnotateInputs:
+    """What ``annotate`` reads: the games table (when a source or the held-out set needs it) and
+    the policy (for the ``policy`` source)."""
+
+    games: Storage | None
+    policy: str | None
+
+
+def check_annotate(config: ChessRLConfig, inputs: Inputs) -> AnnotateInputs:
+    """Every input of ``annotate``, before Ray starts: Stockfish, the games table (``game_id`` and ``moves``,
+    at least one game) when the games, policy or held-out positions need it, and the policy's
+    saved weights for the policy source."""
+    from chessrl.engine.client import find_stockfish
+
+    cfg = config.annotate
+    find_stockfish()  # a missing engine is one clear line before any work
+    games = None
+    if {"games", "policy"} & set(cfg.sources) or cfg.heldout_positions:
+        games = Storage.from_uri(cfg.games or inputs.folder("prepare").uri_of("games"))
+        if cfg.games or not inputs.will_write("prepare"):
+            games_table(games)
+    policy = None
+    if "policy" in cfg.sources:
+        policy = model_location(
+            cfg.policy, inputs.folder("sft-board").child("model"), "annotate.policy (--policy)",
+            "sft --text-format board", produced=inputs.will_write("sft-board"),
+        )  # fmt: skip
+        if cfg.policy or not inputs.will_write("sft-board"):
+            readable_model(policy, "annotate.policy (--policy)")
+    return AnnotateInputs(games, policy)
+
+
+def plan_shards(cfg: AnnotateConfig) -> list[ShardPlan]:
+    """The shards of every source, then the held-out ones, ``shard_positions`` each (the last of
+    a source holds the rest).
+
+    >>> from pipelines.config import AnnotateConfig
+    >>> [(s.name, s.count) for s in plan_shards(AnnotateConfig(sources=["random"], positions=5, shard_positions=2, heldout_positions=1))]
+    [('train/random-00000.parquet', 2), ('train/random-00001.parquet', 2), ('train/random-00002.parquet', 1), ('heldout/games-00000.parquet', 1)]
+    """
+    plans: list[ShardPlan] = []
+    for split, source, total in [
+        *(("train", s, cfg.positions) for s in cfg.sources),
+        ("heldout", "games", cfg.heldout_positions),
+    ]:
+        for index, start in enumerate(range(0, total, cfg.shard_positions)):
+            plans.append(
+                ShardPlan(
+                    f"{split}/{source}-{index:05d}.parquet",
+                    source,
+                    index,
+                    min(cfg.shard_positions, total - start),
+                )
+            )
+    return plans
+
+
+def settings_key(cfg: AnnotateConfig, found: AnnotateInputs, seed: int) -> dict[str, Any]:
+    """What decides a shard's contents: a re-run must match it to keep the shards written."""
+    return {
+        "seed": seed, "nodes": cfg.nodes, "sources": list(cfg.sources), "positions": cfg.positions,
+        "heldout_positions": cfg.heldout_positions, "shard_positions": cfg.shard_positions,
+        "games": found.games.uri if found.games else None, "policy": found.policy,
+        "policy_opponents": list(cfg.policy_opponents), "policy_temperature": cfg.policy_temperature,
+        "max_plies": cfg.max_plies,
+    }  # fmt: skip
+
+
+class PositionSource:
+    """Every source's positions for a shard, seeded by the shard: the training and held-out games
+    indexed once, random games made here, the policy's games in Ray tasks (started ahead)."""
+
+    def __init__(
+        self, cfg: AnnotateConfig, found: AnnotateInputs, heldout_fraction: float, seed: int
+    ) -> None:
+        self.cfg, self.found, self.seed = cfg, found, seed
+        train_rows: list[dict[str, Any]] = []
+        held_rows: list[dict[str, Any]] = []
+        if found.games is not None:
+            train_rows, held_rows, _ = split_games(read_games(found.games), heldout_fraction)
+        self.train_games = train_rows
+        # each split's games replayed once; every shard draws from them with its own seed
+        self.samplers = {
+            split: PositionSampler(rows, seed=seed)
+            for split, rows in (("games", train_rows), ("heldout", held_rows))
+            if rows
+        }
+        self.rows = {"games": train_rows, "heldout": held_rows}
+
+    def starts(self, index: int, n: int) -> list[tuple[str, ...]]:
+        """Start positions for the policy's games: training games' positions (the start position
+        without games)."""
+        if "games" not in self.samplers:
+            return [()]
+        return [p.history for p in self.samplers["games"].sample(n, seed=self.seed * 1009 + index)]
+
+    def local(self, plan: ShardPlan, split: str) -> list[dict[str, Any]]:
+        """A games or random shard's positions: ``fen``, ``game_id``, ``ply``, ``phase``."""
+        seed = self.seed * 7919 + plan.index + (500_009 if split == "heldout" else 0)
+        if plan.source == "random":
+            picks = random_game_positions(plan.count, seed=seed, max_plies=self.cfg.max_plies)
+            return [
+                {
+                    "fen": p.fen,
+                    "game_id": f"random-{plan.index}-{p.game}",
+                    "ply": len(p.history),
+                    "phase": p.phase,
+                }
+                for p in picks
+            ]
+        name = "heldout" if split == "heldout" else "games"
+        rows = self.rows[name]
+        if name not in self.samplers:
+            raise StorageError(
+                f"{self.found.games.uri if self.found.games else 'the games table'} has no "
+                f"{'held-out' if split == 'heldout' else 'training'} games to draw positions from"
+            )
+        picks = self.samplers[name].sample(plan.count, seed=seed)
+        return [
+            {
+                "fen": p.fen,
+                "game_id": str(rows[p.game].get("game_id")),
+                "ply": len(p.history),
+                "phase": p.phase,
+            }
+            for p in picks
+        ]
+
+
+def policy_game_positions(
+    policy: str, starts: list[tuple[str, ...]], n: int, opponents: list[str], temperature: float, max_plies: int,
+    seed: int,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """``n`` positions (the policy to move) of games the policy plays, masked, against each of
+    ``opponents`` in turn (``start`` is its own masked argmax), continued from ``starts``. Runs
+    in a Ray task."""
+    import json as _json
+
+    import chess
+    import torch
+
+    from chessrl.arena.saved_models import load_saved_model
+    from chessrl.lm.models import local_checkpoint
+    from chessrl.rl.own_games import OwnGames
+
+    torch.manual_seed(seed)
+    model, tokenizer = load_saved_model(policy, "policy")
+    text_format = (
+        _json.loads((local_checkpoint(policy) / "config.json").read_text()).get("chessrl_text_format")
+        or "moves"
+    )
+    per = [n // len(opponents) + (1 if i < n % len(opponents) else 0) for i in range(len(opponents))]
+    out: list[dict[str, Any]] = []
+    for k, (opponent, count) in enumerate(zip(opponents, per, strict=True)):
+        games = OwnGames(
+            starts, live=min(POLICY_LIVE_GAMES, max(1, count)), text_format=text_format, max_plies=max_plies,
+            opponent=opponent, seed=seed * 31 + k,
+        )  # fmt: skip
+        got = 0
+        while got < count:
+            for prompt, history in zip(
+                games.prompts(model, tokenizer, temperature, start=model), games.games, strict=True
+            ):
+                if got >= count:
+                    break
+                board = chess.Board(prompt.fen)
+                if not any(True for _ in board.legal_moves):
+                    continue
+                ply = len(history)
+                out.append(
+                    {
+                        "fen": prompt.fen,
+                        "game_id": f"policy-{opponent}-{seed}",
+                        "ply": ply,
+                        "phase": phase_of(board, ply),
+                    }
+                )
+                got += 1
+    return out
+
+
+def annotate_rows(
+    pool: Any, positions: list[dict[str, Any]], nodes: int, source: str
+) -> tuple[list[dict[str, Any]], int]:
+    """Every position's annotation through the pool (one all-moves search each), as table rows;
+    and the moves scored."""
+    import chess
+
+    boards = [chess.Board(p["fen"]) for p in positions]
+    limits = [annotation_limit(b, nodes) for b in boards]
+    analyses = pool.analyse(boards, limits, multipv=ALL_MOVES_MULTIPV, fresh=True)
+    rows, moves = [], 0
+    for position, board, analysis in zip(positions, boards, analyses, strict=True):
+        record = annotate(board, analysis)
+        moves += len(record.moves)
+        rows.append(
+            record.row(
+                source=source, game_id=position["game_id"], ply=position["ply"], phase=position["phase"]
+            )
+        )
+    return rows, moves
+
+
+def parquet_bytes(rows: list[dict[str, Any]]) -> bytes:
+    """A shard's rows as Parquet (:data:`ANNOTATION_SCHEMA`, zstd)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buffer = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows, schema=ANNOTATION_SCHEMA), buffer, compression="zstd")
+    return buffer.getvalue()
+
+
+def read_manifest(out: Storage, key: dict[str, Any]) -> dict[str, Any]:
+    """The manifest of earlier runs into ``out`` (empty when none); one made with other settings
+    is one clear error (its shards hold other positions)."""
+    if not out.exists("manifest.json"):
+        return {"settings": key, "shards": {}}
+    manifest = json.loads(out.read_text("manifest.json"))
+    if manifest.get("settings") != key:
+        changed = sorted(k for k in key if manifest.get("settings", {}).get(k) != key[k])
+        raise StorageError(
+            f"{out.uri} holds annotations made with other settings ({', '.join(changed)} differ): "
+            "pass another --run-name (or --storage), or delete that folder to start again"
+        )
+    return manifest
+
+
+def run_annotate(context: PhaseContext) -> PhaseResult:
+    """check -> plan the shards -> start the policy tasks and the spread engine pool -> annotate
+    and write every shard not yet written (the manifest after each) -> summarise."""
+    import ray
+
+    from actors.engine_pool import EnginePool
+
+    cfg, seed = context.config.annotate, context.config.run.seed
+    found = check_annotate(context.config, Inputs.of_context(context))
+    out = context.phase_storage("annotate")
+    key = settings_key(cfg, found, seed)
+    manifest = read_manifest(out, key)
+    plans = plan_shards(cfg)
+    pending = [p for p in plans if p.name not in manifest["shards"] or not out.exists(p.name)]
+    source = PositionSource(cfg, found, context.config.sft.heldout_fraction, seed)
+    engines = cfg.engines or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    context.log(
+        f"{len(plans)} shards ({len(plans) - len(pending)} already written, {len(pending)} to make): "
+        f"{cfg.positions:,} positions from each of {', '.join(cfg.sources)}, {cfg.heldout_positions:,} held out; "
+        f"every legal move at {cfg.nodes:,} nodes, {engines} Stockfish process(es)"
+        + (f"; policy {found.policy}" if found.policy else "")
+    )
+    started = time.perf_counter()
+    made = scored = 0
+    if pending:
+        policy = PolicyTasks(cfg, found, source, pending, seed)
+        pool = EnginePool.spread(engines, run=f"{context.config.run.name}-annotate", key="annotate.engines")
+        try:
+            for done_now, plan in enumerate(pending):
+                split = plan.name.split("/")[0]
+                own = plan.source == "policy" and split == "train"
+                positions = policy.positions(plan) if own else source.local(plan, split)
+                rows, moves = annotate_rows(
+                    pool, positions, cfg.nodes, plan.source if split == "train" else "heldout"
+                )
+                out.write_bytes(plan.name, parquet_bytes(rows))
+                manifest["shards"][plan.name] = {
+                    "positions": len(rows),
+                    "moves": moves,
+                    "source": plan.source,
+                }
+                out.write_text("manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
+                made, scored = made + len(rows), scored + moves
+                rate = made / max(1e-9, time.perf_counter() - started)
+                context.log(
+                    f"{plan.name}: {len(rows)} positions, {moves:,} moves scored ({done_now + 1}/{len(pending)} shards, "
+                    f"{rate:,.1f} positions/s, {scored / max(1e-9, time.perf_counter() - started):,.0f} moves/s)"
+                )
+            restarts = int(pool.stats().get("restarts", 0))
+        finally:
+            pool.shutdown()
+    else:
+        restarts = 0
+    seconds = time.perf_counter() - started
+    summary = summarise(out, manifest, plans, made, scored, seconds, restarts, cfg.nodes)
+    out.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True))
+    context.tracking.log_metrics(
+        {
+            "positions": summary["positions_total"],
+            "positions_per_s": summary["positions_per_s"],
+            "moves_scored": scored,
+        }
+    )
+    return PhaseResult(summary=summary, lines=summary_lines(summary, out), ok=True)
+
+
+class PolicyTasks:
+    """The policy source's pending shards as Ray tasks, ``policy_workers`` of them ahead of the
+    engines (each takes one CPU from them), the first ones started before any engine work."""
+
+    def __init__(
+        self,
+        cfg: AnnotateConfig,
+        found: AnnotateInputs,
+        source: PositionSource,
+        pending: list[ShardPlan],
+        seed: int,
+    ) -> None:
+        import ray
+
+        self.cfg, self.found, self.source, self.seed = cfg, found, source, seed
+        self.order = [p for p in pending if p.source == "policy" and p.name.startswith("train/")]
+        self.task = ray.remote(num_cpus=1, max_retries=1)(policy_game_positions)
+        self.refs: dict[str, Any] = {}
+        self._top_up()
+
+    def _top_up(self) -> None:
+        while len(self.refs) < self.cfg.policy_workers and self.order:
+            plan = self.order.pop(0)
+            self.refs[plan.name] = self.task.remote(
+                self.found.policy, self.source.starts(plan.index, 64), plan.count, list(self.cfg.policy_opponents),
+                self.cfg.policy_temperature, self.cfg.max_plies, self.seed * 1_000_003 + plan.index,
+            )  # fmt: skip
+
+    def positions(self, plan: ShardPlan) -> list[dict[str, Any]]:
+        """The shard's positions (waits for its task), the next task started in its place."""
+        import ray
+
+        positions: list[dict[str, Any]] = ray.get(self.refs.pop(plan.name))
+        self._top_up()
+        return positions
+
+
+def summarise(
+    out: Storage, manifest: dict[str, Any], plans: list[ShardPlan], made: int, scored: int, seconds: float,
+    restarts: int, nodes: int,
+) -> dict[str, Any]:  # fmt: skip
+    """Counts over every shard (by source and phase, from the tables), this run's speed."""
+    import pyarrow.parquet as pq
+
+    by_source: Counter[str] = Counter()
+    by_phase: Counter[str] = Counter()
+    moves = 0
+    for plan in plans:
+        table = pq.read_table(io.BytesIO(out.read_bytes(plan.name)), columns=["source", "phase", "moves"])
+        by_source.update(table.column("source").to_pylist())
+        by_phase.update(table.column("phase").to_pylist())
+        moves += sum(len(m) for m in table.column("moves").to_pylist())
+    return {
+        "phase": "annotate", "settings": manifest["settings"], "shards": len(plans),
+        "positions": dict(by_source), "phases": dict(by_phase), "positions_total": sum(by_source.values()),
+        "moves_total": moves, "made_now": made, "moves_scored_now": scored, "seconds": round(seconds, 1),
+        "positions_per_s": round(made / seconds, 2) if made and seconds > 0 else 0.0,
+        "engine_restarts": restarts, "nodes_per_move": nodes,
+    }  # fmt: skip
+
+
+def summary_lines(summary: dict[str, Any], out: Storage) -> list[str]:
+    total = max(1, summary["positions_total"])
+    return [
+        "annotate summary",
+        "  positions     "
+        + ", ".join(f"{k} {v:,}" for k, v in sorted(summary["positions"].items()))
+        + f" ({summary['moves_total']:,} moves scored, {summary['moves_total'] / total:.1f} a position)",
+        "  phases        " + ", ".join(f"{k} {v:,}" for k, v in sorted(summary["phases"].items())),
+        f"  speed         {summary['made_now']:,} positions made now in {summary['seconds']} s "
+        f"({summary['positions_per_s']:.1f} positions/s at {summary['nodes_per_move']} nodes a move); "
+        f"{summary['engine_restarts']} engine restarts",
+        f"  output        {out.uri}",
+    ]
+
+
+PHASE = Phase(name="annotate", section="annotate", section_model=AnnotateConfig, run=run_annotate,
+              check=check_annotate, summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+main = PHASE.main
+if __name__ == "__main__":
+    sys.exit(main())
