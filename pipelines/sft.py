@@ -159,7 +159,6 @@ def legal_move_tokens(cfg: SftConfig, tokenizer: Any, log: Any) -> tuple[MoveTok
     return moves, 1.0 if cfg.legal_loss_weight is None else cfg.legal_loss_weight
 
 
-
 @dataclass(frozen=True)
 class SftInputs:
     """What ``sft`` reads, checked: the tokenizer (of the base model or the preset), the model's
@@ -170,6 +169,8 @@ class SftInputs:
     legal_moves: MoveTokens | None
     legal_weight: float
     games: Storage
+    annotations: Storage | None = None  # annotate's train/ shards, for distillation
+    move_tokens: MoveTokens | None = None  # the soft targets' move ids (with annotations)
 
 
 def check_sft(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: None) -> SftInputs:
@@ -203,7 +204,38 @@ def check_sft(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: Non
     source = Storage.from_uri(cfg.games or inputs.folder("prepare").uri_of("games"))
     if cfg.games or not inputs.will_write("prepare"):
         games_table(source, ("game_id", "moves", "result"))
-    return SftInputs(tokenizer, n_positions, legal_moves, legal_weight, source)
+    annotations, move_tokens = check_annotations(cfg, tokenizer, inputs)
+    return SftInputs(tokenizer, n_positions, legal_moves, legal_weight, source, annotations, move_tokens)
+
+
+def check_annotations(
+    cfg: SftConfig, tokenizer: Any, inputs: Inputs
+) -> tuple[Storage | None, MoveTokens | None]:
+    """With ``sft.annotations``: the board format, a tokenizer with one token per move (the soft
+    target is over move tokens) and an annotated table (``train/`` shards with ``fen``, ``moves``
+    and ``expected``) unless an earlier phase of the graph run writes it. Returns its train/
+    folder and the move tokens (both None without annotations)."""
+    import pyarrow.dataset as pads
+
+    if not cfg.annotations:
+        return None, None
+    key = "sft.annotations (--annotations)"
+    if cfg.text_format != "board":
+        raise ConfigError(f"{key} trains on boards: it needs --text-format board, not {cfg.text_format}")
+    try:
+        moves = MoveTokens(tokenizer)
+    except ValueError as err:
+        raise ConfigError(f"{key}: {err}") from None
+    train = Storage.from_uri(cfg.annotations).child("train")
+    if inputs.will_write("annotate"):
+        return train, moves
+    if not train.exists() or not [f for f in train.list_files() if f.endswith(".parquet")]:
+        raise StorageError(f"{key}: no annotated positions at {train.uri}: run `chess-rl annotate` first")
+    names = pads.dataset(train.path(), filesystem=train.fs, format="parquet").schema.names
+    missing = [c for c in ("fen", "moves", "expected") if c not in names]
+    if missing:
+        raise StorageError(f"{key}: {train.uri} is not an annotated table: no column {', '.join(missing)}")
+    return train, moves
 
 
 @dataclass(frozen=True)
@@ -277,6 +309,101 @@ def packed_blocks(texts: list[dict[str, str]], cfg: SftConfig, found: SftInputs)
     return dataset, blocks, int(sums["sum(length)"]), int(sums["sum(truncated)"])
 
 
+def annotated_blocks(
+    batch: dict[str, Any], tokenizer: Any, block: int, moves: MoveTokens, temperature: float, flip: bool
+) -> dict[str, Any]:
+    """Ray Data stage: annotated positions -> blocks of board examples with soft move targets.
+
+    Each position (and, with ``flip``, its colour-flipped twin) becomes ``<bos> <board> M:
+    <best move> <eos>``, its answer the target (``targets``); at the token before the move, the
+    soft target over its legal moves (:func:`chessrl.lm.legality.soft_targets` of their expected
+    scores): ``legal_counts`` (``block`` counts), ``legal_moves`` (their token ids, flat) and
+    ``legal_weights`` (their probabilities, flat). Examples are packed whole, in order, as many
+    to a block as fit; ``length`` and ``truncated`` as :func:`tokenize_and_pack`'s.
+    """
+    import chess
+    import numpy as np
+
+    from chessrl.engine.annotation import Annotation
+    from chessrl.lm.legality import soft_targets
+
+    fmt = BoardFormat()
+    start, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    examples: list[tuple[list[int], list[int], np.ndarray]] = []
+    for fen, move_list, expected in zip(batch["fen"], batch["moves"], batch["expected"], strict=True):
+        if len(move_list) == 0:  # a finished game: nothing to answer
+            continue
+        record = Annotation(
+            str(fen), tuple(str(m) for m in move_list), (), tuple(float(e) for e in expected), 0, 0.0
+        )
+        for a in (record, record.mirrored()) if flip else (record,):
+            board = chess.Board(a.fen)
+            ids = [
+                start,
+                *tokenizer(fmt.policy_text(board, a.moves[0]), add_special_tokens=False)["input_ids"],
+                eos,
+            ]
+            legal = [moves.token(chess.Move.from_uci(m)) for m in a.moves]
+            examples.append((ids, legal, soft_targets(a.expected, temperature)))
+    rows: list[list[tuple[list[int], list[int], np.ndarray]]] = [[]]
+    for example in examples:
+        if sum(len(e[0]) for e in rows[-1]) + len(example[0]) > block:
+            rows.append([])
+        rows[-1].append(example)
+    rows = [r for r in rows if r]
+    out_ids = np.full((len(rows), block), pad, dtype=np.int32)
+    targets = np.zeros((len(rows), block), dtype=np.uint8)
+    counts = np.zeros((len(rows), block), dtype=np.uint8)
+    flat_moves, flat_weights, lengths = [], [], []
+    for i, row in enumerate(rows):
+        at, legal_ids, weights = 0, [], []
+        for ids, legal, soft in row:
+            out_ids[i, at : at + len(ids)] = ids
+            targets[i, at + len(ids) - 2 : at + len(ids)] = 1  # the move and <eos>
+            counts[i, at + len(ids) - 3] = len(legal)  # logits there predict the move
+            legal_ids.extend(legal)
+            weights.extend(soft.tolist())
+            at += len(ids)
+        lengths.append(at)
+        flat_moves.append(np.asarray(legal_ids, dtype=np.int16))
+        flat_weights.append(np.asarray(weights, dtype=np.float32))
+    moves_column, weights_column = np.empty(len(rows), dtype=object), np.empty(len(rows), dtype=object)
+    moves_column[:], weights_column[:] = flat_moves, flat_weights
+    return {
+        "input_ids": out_ids, "length": np.asarray(lengths, dtype=np.int32), "truncated": np.zeros(len(rows), np.int32),
+        "targets": targets, "legal_counts": counts, "legal_moves": moves_column, "legal_weights": weights_column,
+    }  # fmt: skip
+
+
+def packed_annotations(cfg: SftConfig, found: SftInputs) -> tuple[Any, int, int, int, int]:
+    """The annotated positions read and packed in Ray Data (:func:`annotated_blocks`): the
+    dataset, its blocks, its tokens, 0 truncated, and the positions read."""
+    import ray.data
+
+    trl_learner.configure_ray_data()
+    assert found.annotations is not None and found.move_tokens is not None
+    table = ray.data.read_parquet(
+        found.annotations.path(), filesystem=found.annotations.fs, columns=["fen", "moves", "expected"]
+    )
+    positions = table.count()
+    dataset = table.map_batches(
+        annotated_blocks,
+        fn_kwargs={
+            "tokenizer": found.tokenizer,
+            "block": cfg.max_length,
+            "moves": found.move_tokens,
+            "temperature": cfg.target_temperature,
+            "flip": cfg.flip,
+        },  # fmt: skip
+        batch_size=512,
+        batch_format="numpy",
+    ).materialize()
+    blocks = dataset.count()
+    tokens = int(dataset.sum("length"))
+    return dataset, blocks, tokens, 0, positions
+
+
 def summary_lines(summary: dict[str, Any], seconds: float, num_workers: int) -> list[str]:
     """The phase's closing lines."""
     legal_weight = summary["legal_loss_weight"]
@@ -310,13 +437,21 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     folder = sft_folder(cfg.text_format)
     found = check_sft(context.config, Inputs.of_context(context), log)
     split = split_heldout(context, found.games, folder)
-    texts = training_texts(cfg, split.train_rows, context.config.run.seed)
-    log(
-        f"{len(split.train_rows):,} training games, {len(split.held_rows):,} held out ({len(split.heldout)} positions) "
-        f"from {found.games.uri}"
-        + (f" ({split.duplicates:,} duplicate games skipped)" if split.duplicates else "")
-    )
-    dataset, blocks, game_tokens, truncated = packed_blocks(texts, cfg, found)
+    if found.annotations is not None:
+        dataset, blocks, game_tokens, truncated, positions = packed_annotations(cfg, found)
+        log(
+            f"distilling {positions:,} annotated positions{' and their colour flips' if cfg.flip else ''} "
+            f"from {found.annotations.uri} (soft targets at temperature {cfg.target_temperature:g}); "
+            f"{len(split.held_rows):,} held-out games ({len(split.heldout)} positions) from {found.games.uri}"
+        )
+    else:
+        texts = training_texts(cfg, split.train_rows, context.config.run.seed)
+        log(
+            f"{len(split.train_rows):,} training games, {len(split.held_rows):,} held out ({len(split.heldout)} positions) "
+            f"from {found.games.uri}"
+            + (f" ({split.duplicates:,} duplicate games skipped)" if split.duplicates else "")
+        )
+        dataset, blocks, game_tokens, truncated = packed_blocks(texts, cfg, found)
     cpus_per_worker = trl_learner.learner_cpus(cfg)
     batch_size = cfg.batch_size
     if batch_size == "auto":
@@ -336,6 +471,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         context, cfg, model=cfg.model, base_model=cfg.base_model, batch_size=batch_size,
         max_length=cfg.max_length, gradient_checkpointing=cfg.gradient_checkpointing,
         torch_compile=cfg.torch_compile, dropout=cfg.dropout, legal_loss_weight=found.legal_weight,
+        soft_targets=found.annotations is not None,
         text_format=cfg.text_format, heldout=[(list(p.moves_before), p.next_move, p.prefix) for p in split.heldout],
     )  # fmt: skip
     result, seconds = trl_learner.fit_learner(

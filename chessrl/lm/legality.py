@@ -29,6 +29,7 @@ Only a tokenizer that gives every UCI move one token (the chess tokenizer) can c
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import chess
 import numpy as np
@@ -76,6 +77,11 @@ class MoveTokens:
         self.plain = np.where(self.plain >= 0, self.plain, self.spaced)
         self.spaced = np.where(self.spaced >= 0, self.spaced, self.plain)
 
+    def token(self, move: chess.Move, spaced: bool = True) -> int:
+        """The token id of ``move``, with the space before it (a move after ``M:`` or in a game
+        after its first) or without."""
+        return int((self.spaced if spaced else self.plain)[_move_key(move)])
+
 
 def legal_move_targets(ids: Sequence[int], moves: MoveTokens, start_id: int) -> tuple[list[int], list[int]]:
     """The legal moves at each position of a block of whole games, as token ids.
@@ -122,7 +128,12 @@ def legal_move_targets(ids: Sequence[int], moves: MoveTokens, start_id: int) -> 
 
 
 def pad_legal_targets(
-    flat_rows: Sequence[Sequence[int]], count_rows: Sequence[Sequence[int]], multiple: int = 1
+    flat_rows: Sequence[Sequence[float]],
+    count_rows: Sequence[Sequence[int]],
+    multiple: int = 1,
+    *,
+    fill: float = -1,
+    dtype: Any = np.int64,
 ) -> np.ndarray:
     """Rows of (flat ids, counts) from :func:`legal_move_targets` -> an int64 array
     ``[rows, positions, width]`` padded with -1 (what :func:`legal_move_loss` takes). The width
@@ -133,17 +144,19 @@ def pad_legal_targets(
     [[[5, 6], [-1, -1], [7, -1]]]
     >>> pad_legal_targets([[5, 6, 7]], [[2, 0, 1]], multiple=4).shape
     (1, 3, 4)
+    >>> pad_legal_targets([[0.5, 0.5, 1.0]], [[2, 0, 1]], fill=0, dtype=np.float32).tolist()  # soft targets' weights
+    [[[0.5, 0.5], [0.0, 0.0], [1.0, 0.0]]]
     """
     counts = np.asarray(count_rows, dtype=np.int64)
     rows, positions = counts.shape
     width = -(-max(1, int(counts.max(initial=0))) // multiple) * multiple
-    out = np.full((rows, positions, width), -1, dtype=np.int64)
+    out = np.full((rows, positions, width), fill, dtype=dtype)
     for r in range(rows):
         n = counts[r]
         total = int(n.sum())
         if total == 0:
             continue
-        flat = np.asarray(flat_rows[r], dtype=np.int64)[:total]
+        flat = np.asarray(flat_rows[r], dtype=dtype)[:total]
         where = np.repeat(np.arange(positions), n)
         starts = np.cumsum(n) - n
         out[r, where, np.arange(total) - np.repeat(starts, n)] = flat
@@ -209,3 +222,64 @@ def lm_and_legal_loss(
     ce = ce_sum / (num_items if num_items is not None else mask.sum().clamp(min=1))
     legal_loss, mass = _legal_nll(logits, lse, legal)
     return ce + weight * legal_loss, ce.detach(), legal_loss.detach(), mass
+
+
+def soft_targets(expected: Sequence[float], temperature: float) -> np.ndarray:
+    """The distillation target over a position's legal moves: ``softmax(E / temperature)`` of
+    each move's expected score ``E`` (Stockfish's, in [0, 1]). A move 0.1 of a point worse than
+    another gets ``exp(-0.1 / temperature)`` of its probability (0.14 at temperature 0.05), a
+    blunder next to none; a near-tie splits the mass.
+
+    >>> [round(float(w), 3) for w in soft_targets([0.9, 0.9, 0.4], 0.05)]
+    [0.5, 0.5, 0.0]
+    >>> [round(float(w), 3) for w in soft_targets([0.6, 0.5], 0.05)]
+    [0.881, 0.119]
+    """
+    values = np.asarray(expected, dtype=np.float64) / max(temperature, 1e-6)
+    values -= values.max(initial=0.0) if len(values) else 0.0
+    weights = np.exp(values)
+    return (weights / weights.sum()).astype(np.float32) if len(weights) else weights.astype(np.float32)
+
+
+def lm_and_soft_move_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    moves: torch.Tensor,
+    weights: torch.Tensor,
+    num_items: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The causal LM cross-entropy where a position's next token is a hard target, and where it
+    is a move with a soft target, the cross-entropy against that target instead:
+    ``-sum_k weights[k] * log P(moves[k])`` over the position's legal moves (``moves[b, t]``,
+    padded with -1 like :func:`pad_legal_targets`; ``weights[b, t]`` sums to 1 there). The soft
+    target carries the legality term too: its mass is all on legal moves, so every illegal move
+    is pushed down. A position with a soft target counts once, like a hard one. Returns (loss,
+    the hard cross-entropy, the soft cross-entropy, the legal mass at the soft positions).
+
+    >>> logits = torch.zeros(1, 3, 4)                       # uniform over 4 tokens
+    >>> labels = torch.tensor([[0, 1, 3]])                  # token 1 is the move, token 2 <eos>
+    >>> moves = torch.tensor([[[1, 2], [-1, -1], [-1, -1]]])
+    >>> weights = torch.tensor([[[0.75, 0.25], [0.0, 0.0], [0.0, 0.0]]])
+    >>> [round(x.item(), 4) for x in lm_and_soft_move_loss(logits, labels, moves, weights)]
+    [1.3863, 1.3863, 1.3863, 0.5]
+    """
+    logits = logits.float()
+    lse = logits.logsumexp(-1)
+    valid = moves >= 0
+    soft = valid.any(-1)  # [B, T]: logits[:, t] has a soft target
+    targets = labels[:, 1:]
+    hard = (targets != -100) & ~soft[:, :-1]
+    picked = logits[:, :-1].gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    hard_sum = torch.where(hard, lse[:, :-1] - picked, 0.0).sum()
+    move_logp = logits.gather(-1, moves.clamp(min=0)) - lse.unsqueeze(-1)
+    soft_ce = -(weights * move_logp.masked_fill(~valid, 0.0)).sum(-1)
+    soft_sum = torch.where(soft, soft_ce, 0.0).sum()
+    count = num_items if num_items is not None else (hard.sum() + soft.sum()).clamp(min=1)
+    mass = torch.where(soft, move_logp.masked_fill(~valid, float("-inf")).logsumexp(-1).exp(), 0.0).sum()
+    n_hard, n_soft = hard.sum().clamp(min=1), soft.sum().clamp(min=1)
+    return (
+        (hard_sum + soft_sum) / count,
+        (hard_sum / n_hard).detach(),
+        (soft_sum / n_soft).detach(),
+        (mass / n_soft).detach(),
+    )

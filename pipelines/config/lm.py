@@ -68,6 +68,19 @@ class SftConfig(Section):
     bf16 in hardware (AMX, AVX512-BF16: ~1.5x faster per step), fp32 elsewhere. Weights stay fp32."""
     dropout: float | None = Field(None, ge=0, lt=1)
     """Set every dropout of the model to this (null: the model's own; the presets have none)."""
+    annotations: str | None = None
+    """Distil Stockfish instead of cloning the games' moves: train on engine-annotated positions
+    (a folder written by ``chess-rl annotate``: its train/ shards; board format only). Each
+    position is asked as a board and answered by Stockfish's best move, the loss on that answer a
+    cross-entropy against a soft target over every legal move, softmax(E / target_temperature)
+    of their expected scores: ~30 labels a position instead of one, its mass all on legal moves.
+    The games table still gives the held-out positions."""
+    target_temperature: float = Field(0.05, gt=0)
+    """The soft target's temperature, in expected-score points: a move 0.1 worse than another
+    gets exp(-0.1 / T) of its probability (0.14 at 0.05)."""
+    flip: bool = True
+    """With annotations: also train on every position with the colours swapped (the board
+    mirrored top to bottom, its moves too, the same values): twice the positions for free."""
     legal_loss_weight: float | None = Field(None, ge=0)
     """Add this weight times -log P(legal moves) at every position to the cross-entropy: the rules
     of chess (python-chess) as a training signal next to the played move. It needs a tokenizer

@@ -46,8 +46,11 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     )  # fmt: skip
     # TRL's own loss on a GPU (its fused LM head saves memory) unless the legal-move loss needs
     # the logits; the model's own cross-entropy on a CPU (see own_loss_sft_trainer_class)
+    soft = bool(cfg.get("soft_targets"))
     trainer_class = (
-        SFTTrainer if setup.use_gpu and not legal_weight else own_loss_sft_trainer_class(legal_weight, compiled)
+        SFTTrainer
+        if setup.use_gpu and not legal_weight and not soft
+        else own_loss_sft_trainer_class(legal_weight, compiled, soft)
     )
     trainer = trainer_class(model=model, args=args, train_dataset=train, processing_class=tokenizer)
     note = f", {type(trainer).__name__}" + (", torch.compile" if compiled else "")
@@ -71,9 +74,11 @@ def sft_blocks(shard: Any, seed: int, legal_weight: float) -> Iterator[dict[str,
                     keep &= batch["targets"][i].astype(bool)
                 labels = np.where(keep, row, -100).tolist()
                 example = {"input_ids": ids, "labels": labels}
-                if legal_weight:
+                if legal_weight or "legal_weights" in batch:
                     example["legal_moves"] = batch["legal_moves"][i]
                     example["legal_counts"] = batch["legal_counts"][i]
+                if "legal_weights" in batch:  # distillation: soft targets over the legal moves
+                    example["legal_weights"] = batch["legal_weights"][i]
                 yield example
 
 
@@ -95,7 +100,9 @@ class SftEval(trl_learner.LearnerCallback):
         self.train_time, self.steps_timed = 0.0, 0
         self.figures = ""
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
+    ) -> None:
         if not logs:
             return
         if "num_tokens" in logs:
@@ -137,7 +144,9 @@ class SftEval(trl_learner.LearnerCallback):
         self.mark = time.perf_counter()
 
 
-def own_loss_sft_trainer_class(legal_weight: float = 0.0, compile_loss: bool = False) -> type:
+def own_loss_sft_trainer_class(
+    legal_weight: float = 0.0, compile_loss: bool = False, soft: bool = False
+) -> type:
     """TRL's SFTTrainer with the model's own cross-entropy in ``compute_loss`` (for CPU training)
     plus, when ``legal_weight`` > 0, that weight times the legal-move loss, in one pass over the
     vocabulary (:func:`chessrl.lm.legality.lm_and_legal_loss`; ``compile_loss``: torch.compile'd,
@@ -150,25 +159,32 @@ def own_loss_sft_trainer_class(legal_weight: float = 0.0, compile_loss: bool = F
     handling, optimizer, schedule, logging and checkpoints stay TRL's and transformers'; token
     accuracy and the token count are still logged, and with the legal-move loss its value
     (``legal_loss``) and the probability the model gives legal moves (``legal_mass``).
+
+    With ``soft`` (distillation from annotated positions), the answer's move is learnt from its
+    soft target over the legal moves instead (:func:`chessrl.lm.legality.lm_and_soft_move_loss`;
+    ``soft_loss`` and ``legal_mass`` logged).
     """
     import torch
     from transformers import Trainer
     from trl import SFTTrainer
 
-    from chessrl.lm.legality import lm_and_legal_loss
+    from chessrl.lm.legality import lm_and_legal_loss, lm_and_soft_move_loss
 
     loss_fn = torch.compile(lm_and_legal_loss, dynamic=False) if compile_loss else lm_and_legal_loss
+    soft_fn = torch.compile(lm_and_soft_move_loss, dynamic=False) if compile_loss else lm_and_soft_move_loss
+    with_targets = bool(legal_weight) or soft
 
     class OwnLossSFTTrainer(SFTTrainer):  # type: ignore[misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            if legal_weight:
+            if with_targets:
                 self.data_collator = with_legal_moves(self.data_collator)
 
         def _set_signature_columns_if_needed(self) -> None:
             super()._set_signature_columns_if_needed()
-            if legal_weight:  # keep the legal moves for the collator
-                self._signature_columns = [*self._signature_columns, "legal_moves", "legal_counts"]
+            if with_targets:  # keep the legal moves (and their weights) for the collator
+                extra = ["legal_moves", "legal_counts", *(["legal_weights"] if soft else [])]
+                self._signature_columns = [*self._signature_columns, *extra]
 
         def compute_loss(
             self,
@@ -178,22 +194,34 @@ def own_loss_sft_trainer_class(legal_weight: float = 0.0, compile_loss: bool = F
             num_items_in_batch: Any = None,
         ) -> Any:
             legal = inputs.pop("legal_moves", None)
+            weights = inputs.pop("legal_weights", None)
             mode = "train" if model.training else "eval"
             logging = (
                 mode == "eval" or (self.state.global_step + 1) % max(1, int(self.args.logging_steps)) == 0
             )
-            if legal is not None and legal_weight:
+            if legal is not None and with_targets:
                 labels = inputs["labels"]
                 if num_items_in_batch is not None and self.args.average_tokens_across_devices:
                     # the count is over every worker and DDP averages gradients: the Trainer's own
                     # scaling (Trainer.compute_loss multiplies the loss by the number of processes)
                     num_items_in_batch = num_items_in_batch / self.accelerator.num_processes
                 outputs = model(**{k: v for k, v in inputs.items() if k != "labels"})
-                loss, _, legal_loss, legal_mass = loss_fn(
-                    outputs.logits, labels, legal.to(labels.device), legal_weight, num_items_in_batch
-                )
+                if weights is not None:
+                    loss, _, term, legal_mass = soft_fn(
+                        outputs.logits,
+                        labels,
+                        legal.to(labels.device),
+                        weights.to(labels.device),
+                        num_items_in_batch,
+                    )
+                else:
+                    loss, _, term, legal_mass = loss_fn(
+                        outputs.logits, labels, legal.to(labels.device), legal_weight, num_items_in_batch
+                    )
                 if logging:
-                    self._metrics[mode]["legal_loss"].append(legal_loss.item())
+                    self._metrics[mode]["soft_loss" if weights is not None else "legal_loss"].append(
+                        term.item()
+                    )
                     self._metrics[mode]["legal_mass"].append(legal_mass.item())
             else:
                 loss, outputs = Trainer.compute_loss(
@@ -205,20 +233,27 @@ def own_loss_sft_trainer_class(legal_weight: float = 0.0, compile_loss: bool = F
     return OwnLossSFTTrainer
 
 
-def with_legal_moves(collate: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+def with_legal_moves(
+    collate: Callable[[list[dict[str, Any]]], dict[str, Any]],
+) -> Callable[..., dict[str, Any]]:
     """``collate`` that also pads the examples' legal moves (``legal_moves``, ``legal_counts``)
-    into the batch's ``legal_moves`` tensor, for the legal-move loss."""
+    into the batch's ``legal_moves`` tensor, for the legal-move loss, and their soft targets'
+    probabilities (``legal_weights``) when the examples have them."""
+    import numpy as np
     import torch
 
     from chessrl.lm.legality import pad_legal_targets
 
     def collate_with_legal_moves(examples: list[dict[str, Any]]) -> dict[str, Any]:
-        legal = pad_legal_targets(
-            [e.pop("legal_moves") for e in examples],
-            [e.pop("legal_counts") for e in examples],
-            multiple=32,
-        )
-        return {**collate(examples), "legal_moves": torch.from_numpy(legal)}
+        counts = [e.pop("legal_counts") for e in examples]
+        legal = pad_legal_targets([e.pop("legal_moves") for e in examples], counts, multiple=32)
+        extra = {}
+        if "legal_weights" in examples[0]:  # the soft targets' probabilities, padded alike
+            weights = pad_legal_targets(
+                [e.pop("legal_weights") for e in examples], counts, multiple=32, fill=0.0, dtype=np.float32
+            )
+            extra["legal_weights"] = torch.from_numpy(weights)
+        return {**collate(examples), "legal_moves": torch.from_numpy(legal), **extra}
 
     return collate_with_legal_moves
 
@@ -239,5 +274,7 @@ def log_token_figures(trainer: Any, inputs: dict[str, Any], outputs: Any, mode: 
         trainer._metrics[mode]["mean_token_accuracy"].append((counts[0] / counts[1].clamp(min=1)).item())
     if mode == "train":
         tokens = torch.tensor(inputs["input_ids"].numel(), device=inputs["input_ids"].device)
-        trainer._total_train_tokens += int(trainer.accelerator.gather_for_metrics(tokens.view(1)).sum().item())
+        trainer._total_train_tokens += int(
+            trainer.accelerator.gather_for_metrics(tokens.view(1)).sum().item()
+        )
     trainer._metrics[mode]["num_tokens"] = [trainer._total_train_tokens]

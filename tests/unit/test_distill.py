@@ -1,0 +1,83 @@
+"""Distillation from annotated positions (sft --annotations): the soft target of a hand-made
+position puts the mass where Stockfish's values put it (a hanging queen: on its capture), the
+packed blocks carry it at the token that predicts the move, and a few steps of the loss teach it
+to a tiny model."""
+
+from __future__ import annotations
+
+import chess
+import numpy as np
+import torch
+
+from chessrl.lm.formats import BoardFormat
+from chessrl.lm.legality import MoveTokens, lm_and_soft_move_loss, pad_legal_targets, soft_targets
+from chessrl.lm.models import build_model
+from pipelines.sft import annotated_blocks
+
+HANGING = "4k3/8/8/3q4/4P3/8/8/R3K3 w Q - 0 1"  # exd5 wins the queen
+
+
+def _batch(flip: bool = False) -> tuple[dict, object, MoveTokens]:
+    board = chess.Board(HANGING)
+    moves = ["e4d5"] + sorted(m.uci() for m in board.legal_moves if m.uci() != "e4d5")
+    expected = [0.97] + [0.2] * (len(moves) - 1)
+    _, tok = build_model("tiny")
+    batch = {"fen": np.array([HANGING], dtype=object), "moves": np.array([moves], dtype=object),
+             "expected": np.array([expected], dtype=object)}  # fmt: skip
+    return batch, tok, MoveTokens(tok)
+
+
+def test_the_capture_of_a_hanging_queen_gets_the_mass():
+    weights = soft_targets([0.97] + [0.2] * 20, 0.05)
+    assert weights[0] > 0.999 and abs(float(weights.sum()) - 1) < 1e-5
+
+
+def test_blocks_carry_the_soft_target_where_the_move_is_predicted():
+    batch, tok, moves = _batch()
+    out = annotated_blocks(batch, tok, 256, moves, 0.05, flip=True)
+    assert len(out["input_ids"]) == 1  # the position and its flip fit one block
+    ids, counts, length = out["input_ids"][0], out["legal_counts"][0], out["length"][0]
+    at = np.flatnonzero(counts)
+    assert len(at) == 2 and out["legal_moves"][0].shape == out["legal_weights"][0].shape == (
+        2 * counts[at[0]],
+    )
+    first = int(at[0])
+    assert ids[first + 1] == moves.token(chess.Move.from_uci("e4d5"))  # the token after is the best move
+    assert tok.decode([int(ids[first])]).strip() == "M:"
+    assert out["targets"][0][first + 1] == 1 and out["targets"][0][first] == 0  # the answer alone
+    flipped = int(at[1])  # the mirrored position's best move: e5xd4 for black
+    assert ids[flipped + 1] == moves.token(chess.Move.from_uci("e5d4"))
+    assert ids[length - 1] == tok.eos_token_id and length == flipped + 3  # two whole examples
+    text = tok.decode([int(i) for i in ids[1 : first + 2]])
+    assert text.replace(" ", "").startswith(
+        BoardFormat().policy_prompt(chess.Board(HANGING)).replace(" ", "")[:64]
+    )
+
+
+def test_a_few_steps_of_the_soft_loss_teach_the_capture():
+    batch, tok, moves = _batch()
+    out = annotated_blocks(batch, tok, 128, moves, 0.05, flip=False)
+    torch.manual_seed(0)
+    model, _ = build_model("tiny", seed=3)
+    ids = torch.from_numpy(out["input_ids"].astype(np.int64))
+    labels = torch.where(torch.from_numpy(out["targets"]).bool(), ids, torch.tensor(-100))
+    legal = torch.from_numpy(pad_legal_targets([out["legal_moves"][0]], [out["legal_counts"][0]]))
+    weights = torch.from_numpy(
+        pad_legal_targets([out["legal_weights"][0]], [out["legal_counts"][0]], fill=0.0, dtype=np.float32)
+    )
+    at = int(np.flatnonzero(out["legal_counts"][0])[0])
+    capture = moves.token(chess.Move.from_uci("e4d5"))
+
+    def p_capture() -> float:
+        with torch.no_grad():
+            return float(model(ids).logits[0, at].softmax(-1)[capture])
+
+    before = p_capture()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(15):
+        loss, _, soft, mass = lm_and_soft_move_loss(model(ids).logits, labels, legal, weights)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert p_capture() > 0.5 > before, (before, p_capture())
+    assert float(mass) > 0.5  # the legal moves hold the mass now
