@@ -128,6 +128,15 @@ def training_texts(cfg: SftConfig, rows: Sequence[dict[str, Any]], seed: int) ->
     ]
 
 
+def board_example_tokens(tokenizer: Any) -> int:
+    """The tokens of the longest board example (all four castling rights and an en passant
+    square), ``<bos>`` and ``<eos>`` included: a block shorter than this cuts every example."""
+    import chess
+
+    board = chess.Board("rnbqkbnr/ppp1pppp/8/8/3pP3/8/PPPP1PPP/RNBQKBNR b KQkq e3 0 3")
+    return len(tokenizer(BoardFormat().policy_text(board, "d4e3"), add_special_tokens=False)["input_ids"]) + 2
+
+
 def legal_move_tokens(cfg: SftConfig, tokenizer: Any, log: Any) -> tuple[MoveTokens | None, float]:
     """The move tokens the legal-move loss needs, and its weight (0: off).
 
@@ -195,16 +204,23 @@ def check_sft(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: Non
             f"sft.max_length (--max-length) is {cfg.max_length}, but the model reads at most {n_positions} "
             f"tokens ({cfg.base_model or 'preset ' + cfg.model}): use {n_positions} or less"
         )
+    if cfg.text_format == "board":
+        longest = board_example_tokens(tokenizer)
+        if cfg.max_length < longest:
+            raise ConfigError(
+                f"sft.max_length (--max-length) is {cfg.max_length}, but one board example takes up to {longest} "
+                f"tokens (<bos>, 64 squares, side, castling, en passant, M:, the move, <eos>): use {longest} or more"
+            )
     if cfg.text_format != "moves" and cfg.condition_on_result:
         raise ConfigError(
             "sft.condition_on_result (--condition-on-result) prefixes whole games with their result; "
             f"the {cfg.text_format} text format has no games, only positions: leave it false"
         )
     legal_moves, legal_weight = legal_move_tokens(cfg, tokenizer, log)
+    annotations, move_tokens = check_annotations(cfg, tokenizer, inputs)
     source = Storage.from_uri(cfg.games or inputs.folder("prepare").uri_of("games"))
     if cfg.games or not inputs.will_write("prepare"):
         games_table(source, ("game_id", "moves", "result"))
-    annotations, move_tokens = check_annotations(cfg, tokenizer, inputs)
     return SftInputs(tokenizer, n_positions, legal_moves, legal_weight, source, annotations, move_tokens)
 
 
@@ -409,7 +425,12 @@ def summary_lines(summary: dict[str, Any], seconds: float, num_workers: int) -> 
     legal_weight = summary["legal_loss_weight"]
     return [
         "sft summary",
-        f"  games         {summary['train_games']:,} training, {summary['heldout_games']:,} held out",
+        (
+            f"  positions     {summary['annotated_positions']:,} annotated (distilled), "
+            f"{summary['heldout_games']:,} held-out games"
+            if summary.get("annotated_positions")
+            else f"  games         {summary['train_games']:,} training, {summary['heldout_games']:,} held out"
+        ),
         trl_learner.steps_line(summary, seconds, f"loss {float(summary['loss'] or 'nan'):.3f}"),
         f"  held-out      legal-move rate {float(summary['heldout_legal_rate'] or 0):.1%}, "
         f"top-1 agreement {float(summary['heldout_top1_agreement'] or 0):.1%} "
@@ -437,6 +458,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     folder = sft_folder(cfg.text_format)
     found = check_sft(context.config, Inputs.of_context(context), log)
     split = split_heldout(context, found.games, folder)
+    positions = 0
     if found.annotations is not None:
         dataset, blocks, game_tokens, truncated, positions = packed_annotations(cfg, found)
         log(
@@ -486,6 +508,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         {
             "phase": "sft", "games": found.games.uri, "train_games": len(split.train_rows),
             "heldout_games": len(split.held_rows), "duplicate_games": split.duplicates,
+            "annotated_positions": positions if found.annotations is not None else None,
             "heldout_positions": len(split.heldout), "batch_size": batch_size,
         },
         metrics,

@@ -140,6 +140,26 @@ def test_sft_without_games_is_one_clear_error(tmp_path, capsys, driver_err):
     assert "Traceback" not in driver_err(err) and "run `chess-rl prepare` first" in err
 
 
+def test_board_and_annotation_mistakes_are_one_line_before_ray(tmp_path, capsys, pgn_dir):
+    """A block shorter than one board example, annotations for the moves format, and annotations
+    that are not there: each one line, exit 2, nothing written (the games table is not needed to
+    say so: the config is checked first)."""
+
+    def line(*args: str) -> str:
+        code = sft.main(["--config", "tiny", "--storage", str(tmp_path), "--no-tracking", *args])
+        err = capsys.readouterr().err
+        assert code == EXIT_USER_ERROR and "Traceback" not in err, err
+        return err.strip().splitlines()[-1]
+
+    said = line("--text-format", "board", "--max-length", "50")
+    assert "sft.max_length" in said and "79 or more" in said, said
+    said = line("--annotations", str(tmp_path / "annotate"))
+    assert "sft.annotations" in said and "--text-format board" in said, said
+    said = line("--text-format", "board", "--annotations", str(tmp_path / "annotate"))
+    assert "sft.annotations" in said and "chess-rl annotate" in said, said
+    assert not (tmp_path / "demo").exists()
+
+
 def test_the_legal_move_loss_with_a_tokenizer_that_splits_moves_is_off_or_one_clear_error(
     storage, tmp_path, capsys, driver_err
 ):
