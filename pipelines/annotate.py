@@ -22,8 +22,11 @@ whole (``<storage>/<run>/annotate/{train,heldout}/<source>-NNNNN.parquet``, the 
 :data:`chessrl.engine.annotation.ANNOTATION_SCHEMA`) with ``manifest.json`` after each one, so a
 killed run's same command keeps the shards it wrote and makes only the rest; a re-run with other
 settings is refused (a new ``--run-name``, or delete the folder). Colour flips are left to the
-trainers (:func:`chessrl.engine.annotation.mirror_rows`). ``summary.json``: positions by source
-and phase, moves scored, positions/s, engine restarts.
+trainers (:func:`chessrl.engine.annotation.mirror_rows`). Beside each shard, ``pairs`` preference
+pairs a position (``<run>/annotate/pairs/...``, the preference schema: Stockfish's best move
+against a random legal move, and two moves apart) for a judge: ``chess-rl reward --preferences
+<run>/annotate/pairs --text-format board-after``. ``summary.json``: positions by source and
+phase, moves scored, pairs, positions/s, engine restarts.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import Any
 from chessrl.data.positions import PositionSampler, phase_of, random_game_positions
 from chessrl.engine.annotation import ALL_MOVES_MULTIPV, ANNOTATION_SCHEMA, annotate, annotation_limit
 from chessrl.lm.lm_data import split_games
+from chessrl.rl.preferences import PREFERENCE_SCHEMA, annotation_pairs
 from cluster.errors import StorageError
 from cluster.storage import Storage
 from pipelines.artifacts import games_table, read_games
@@ -132,7 +136,7 @@ def settings_key(cfg: AnnotateConfig, found: AnnotateInputs, seed: int) -> dict[
         "heldout_positions": cfg.heldout_positions, "shard_positions": cfg.shard_positions,
         "games": found.games.uri if found.games else None, "policy": found.policy,
         "policy_opponents": list(cfg.policy_opponents), "policy_temperature": cfg.policy_temperature,
-        "max_plies": cfg.max_plies,
+        "max_plies": cfg.max_plies, "pairs": cfg.pairs, "pair_margin_cp": cfg.pair_margin_cp,
     }  # fmt: skip
 
 
@@ -271,14 +275,22 @@ def annotate_rows(
     return rows, moves
 
 
-def parquet_bytes(rows: list[dict[str, Any]]) -> bytes:
-    """A shard's rows as Parquet (:data:`ANNOTATION_SCHEMA`, zstd)."""
+def parquet_bytes(rows: list[dict[str, Any]], schema: Any = ANNOTATION_SCHEMA) -> bytes:
+    """A shard's rows as Parquet (``schema``, zstd)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     buffer = io.BytesIO()
-    pq.write_table(pa.Table.from_pylist(rows, schema=ANNOTATION_SCHEMA), buffer, compression="zstd")
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), buffer, compression="zstd")
     return buffer.getvalue()
+
+
+def pair_rows(rows: list[dict[str, Any]], cfg: AnnotateConfig, split: str, seed: int) -> list[dict[str, Any]]:
+    """The judge's preference pairs of a shard's positions (:func:`chessrl.rl.preferences.annotation_pairs`)."""
+    import random
+
+    rng = random.Random(seed)
+    return [pair for row in rows for pair in annotation_pairs(row, cfg.pairs, cfg.pair_margin_cp, rng, split)]
 
 
 def read_manifest(out: Storage, key: dict[str, Any]) -> dict[str, Any]:
@@ -309,7 +321,13 @@ def run_annotate(context: PhaseContext) -> PhaseResult:
     key = settings_key(cfg, found, seed)
     manifest = read_manifest(out, key)
     plans = plan_shards(cfg)
-    pending = [p for p in plans if p.name not in manifest["shards"] or not out.exists(p.name)]
+    pending = [
+        p
+        for p in plans
+        if p.name not in manifest["shards"]
+        or not out.exists(p.name)
+        or (cfg.pairs and not out.exists(f"pairs/{p.name}"))
+    ]
     source = PositionSource(cfg, found, context.config.sft.heldout_fraction, seed)
     engines = cfg.engines or max(1, int(ray.cluster_resources().get("CPU", 1)))
     context.log(
@@ -332,6 +350,9 @@ def run_annotate(context: PhaseContext) -> PhaseResult:
                     pool, positions, cfg.nodes, plan.source if split == "train" else "heldout"
                 )
                 out.write_bytes(plan.name, parquet_bytes(rows))
+                if cfg.pairs:  # the judge's pairs, seeded by the shard
+                    pairs = pair_rows(rows, cfg, split, seed * 7_919 + plan.index * 31 + (split == "heldout"))
+                    out.write_bytes(f"pairs/{plan.name}", parquet_bytes(pairs, PREFERENCE_SCHEMA))
                 manifest["shards"][plan.name] = {
                     "positions": len(rows),
                     "moves": moves,
@@ -351,6 +372,12 @@ def run_annotate(context: PhaseContext) -> PhaseResult:
         restarts = 0
     seconds = time.perf_counter() - started
     summary = summarise(out, manifest, plans, made, scored, seconds, restarts, cfg.nodes)
+    if cfg.pairs:
+        import pyarrow.parquet as pq
+
+        summary["pairs_total"] = sum(
+            pq.read_metadata(io.BytesIO(out.read_bytes(f"pairs/{p.name}"))).num_rows for p in plans
+        )
     out.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True))
     context.tracking.log_metrics(
         {
@@ -434,6 +461,7 @@ def summary_lines(summary: dict[str, Any], out: Storage) -> list[str]:
         f"  speed         {summary['made_now']:,} positions made now in {summary['seconds']} s "
         f"({summary['positions_per_s']:.1f} positions/s at {summary['nodes_per_move']} nodes a move); "
         f"{summary['engine_restarts']} engine restarts",
+        *([f"  pairs         {summary['pairs_total']:,} for a judge (pairs/)"] if "pairs_total" in summary else []),
         f"  output        {out.uri}",
     ]
 

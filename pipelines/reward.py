@@ -195,7 +195,6 @@ def preference_files(config: ChessRLConfig, inputs: Inputs) -> tuple[Storage, li
     return preference_table(Storage.from_uri(cfg.preferences or inputs.folder("preferences").uri))
 
 
-
 def pair_ids(tokenizer: Any, text_format: str, row: dict[str, Any]) -> tuple[list[int], list[int]] | None:
     """A preference row's ``chosen_ids`` / ``rejected_ids`` in the reward model's text format
     (:func:`chessrl.rl.reward.pair_texts`, then :func:`chessrl.rl.reward.text_ids`); None when the
@@ -246,7 +245,6 @@ def tokenize_pairs(
     }
 
 
-
 def spearman_positions(
     context: PhaseContext, pairs: Sequence[dict[str, Any]], tokenizer: Any, text_format: str = "moves"
 ) -> list[dict[str, Any]]:
@@ -259,15 +257,14 @@ def spearman_positions(
 
     cfg = context.config.reward
     out = context.phase_storage("reward")
-    boards: dict[str, tuple[str, list[str]]] = {}
+    from chessrl.rl.dpo import position_of
+
+    boards: dict[str, tuple[str, list[str] | None]] = {}
     for pair in pairs:
-        moves = str(pair["prompt"]).split()
-        board = chess.Board()
-        try:
-            for uci in moves:
-                board.push_uci(uci)
-        except ValueError:
-            continue  # a prompt that is not a move list from the start: no legal moves to rank
+        found = position_of(str(pair["prompt"]), pair.get("fen") or None)
+        if found is None or (found[1] is None and text_format == "moves"):
+            continue  # no legal position, or one a moves-format judge cannot be asked about
+        board, moves = found
         if len(list(board.legal_moves)) >= 2:
             boards.setdefault(" ".join(board.fen().split()[:4]), (board.fen(), moves))
         if len(boards) >= cfg.spearman_positions:
@@ -311,7 +308,16 @@ def spearman_positions(
     fmt = get_format(text_format)
     return [
         {
-            "ids": [query_ids(tokenizer, RewardQuery(tuple(p["moves"]), move), fmt) for move in p["scores"]],
+            "ids": [
+                query_ids(
+                    tokenizer,
+                    RewardQuery(tuple(p["moves"]), move)
+                    if p["moves"] is not None
+                    else RewardQuery((), move, p["fen"]),
+                    fmt,
+                )
+                for move in p["scores"]
+            ],
             "cp": list(p["scores"].values()),
         }
         for p in cached["positions"]
@@ -359,8 +365,15 @@ def reward_data(
     trl_learner.configure_ray_data()
     # tokenize in Ray Data, then keep what fits the model's context
     split_by_board = not held_files
-    stage = {"tokenizer": tokenizer, "max_length": max_length, "holdout": split_by_board, "text_format": text_format}
-    _, total, fitting = trl_learner.tokenized_pairs(source, train_files, present, tokenize_pairs, stage, "fits")
+    stage = {
+        "tokenizer": tokenizer,
+        "max_length": max_length,
+        "holdout": split_by_board,
+        "text_format": text_format,
+    }
+    _, total, fitting = trl_learner.tokenized_pairs(
+        source, train_files, present, tokenize_pairs, stage, "fits"
+    )
     held_pairs: list[dict[str, Any]] = []
     if split_by_board:
         train, held_rows = trl_learner.board_split(fitting, cfg.heldout_pairs, PAIR_COLUMNS, more=("kind",))
@@ -373,7 +386,9 @@ def reward_data(
             if (ids := pair_ids(tokenizer, text_format, p)) is not None
         ]
         held_rows = [r for r in held_rows if max(len(r["chosen_ids"]), len(r["rejected_ids"])) <= max_length]
-    train, train_pairs = trl_learner.training_pairs(train, PAIR_COLUMNS, source, cfg, "reward", "that fit the model")
+    train, train_pairs = trl_learner.training_pairs(
+        train, PAIR_COLUMNS, source, cfg, "reward", "that fit the model"
+    )
     too_long = total - fitting.count()
     spearman = (
         spearman_positions(context, held_pairs, tokenizer, text_format)
@@ -407,7 +422,9 @@ def summary_lines(summary: dict[str, Any], seconds: float) -> list[str]:
             else ""
         ),
         trl_learner.steps_line(
-            summary, seconds, f"loss {float(summary['loss'] or 'nan'):.3f}, training accuracy {pct('train_accuracy')}"
+            summary,
+            seconds,
+            f"loss {float(summary['loss'] or 'nan'):.3f}, training accuracy {pct('train_accuracy')}",
         ),
         f"  held-out      pairwise accuracy {pct('heldout_accuracy')} "
         f"(on pairs of legal moves {pct('heldout_accuracy_legal')}; Stockfish's move above a random "
@@ -443,7 +460,11 @@ def run_reward(context: PhaseContext) -> PhaseResult:
     context.log(
         f"{data.train_pairs:,} training pairs, {len(data.held_rows):,} held-out pairs and {len(data.spearman)} "
         f"held-out positions for the rank correlation, from {data.source.uri}"
-        + (f" ({data.too_long:,} pairs longer than the model's {max_length} tokens left out)" if data.too_long else "")
+        + (
+            f" ({data.too_long:,} pairs longer than the model's {max_length} tokens left out)"
+            if data.too_long
+            else ""
+        )
         + f"; backbone {base}, reading the {text_format} text; {trl_learner.workers_text(cfg, cpus_per_worker)}"
     )
     loop_config = trl_learner.learner_config(

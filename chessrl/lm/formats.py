@@ -125,6 +125,11 @@ class PositionFormat:
         """The policy task for the position (the moves that led there are not shown)."""
         return self.policy_prompt(board)
 
+    def judged_text(self, board: chess.Board, move: str) -> str:
+        """What a reward model in this format reads to judge ``move`` in ``board``: the
+        position and the move (:class:`BoardAfterFormat` reads the position after it)."""
+        return self.policy_text(board, move)
+
 
 class RookWorldFormat(PositionFormat):
     """RookWorld-LM's policy (``P:``) and environment (``A:``) tasks."""
@@ -176,18 +181,44 @@ class BoardFormat(PositionFormat):
 
     def policy_prompt(self, board: chess.Board) -> str:
         squares = "".join(
-            (p.symbol() if (p := board.piece_at(chess.square(f, r))) else ".") for r in range(7, -1, -1) for f in range(8)
+            (p.symbol() if (p := board.piece_at(chess.square(f, r))) else ".")
+            for r in range(7, -1, -1)
+            for f in range(8)
         )
-        ep = chess.square_name(board.ep_square) if board.ep_square is not None and board.has_legal_en_passant() else "-"
+        ep = (
+            chess.square_name(board.ep_square)
+            if board.ep_square is not None and board.has_legal_en_passant()
+            else "-"
+        )
         return f"{squares} {'w' if board.turn == chess.WHITE else 'b'} {board.castling_xfen() or '-'} {ep} M:"
 
 
-TextFormat = MovesFormat | RookWorldFormat | BoardFormat
+class BoardAfterFormat(BoardFormat):
+    """A judge's format: the board *after* the move (a capture, a hung piece or a mate is on the
+    squares it reads), then the move that was played: ``<64 squares after> <side to move>
+    <castling> <en passant> M: <move>``. The score is the mover's (the side not to move on the
+    board shown). Policies are not asked in it: as a policy format it is the board format.
+
+    >>> text = BoardAfterFormat().judged_text(chess.Board(), "e2e4")
+    >>> text[32:40], text[48:56], text.split()[1], text.endswith("M: e2e4")   # rank 4, rank 2, black to move
+    ('....P...', 'PPPP.PPP', 'b', True)
+    """
+
+    name = "board-after"
+
+    def judged_text(self, board: chess.Board, move: str) -> str:
+        after = board.copy(stack=False)
+        after.push_uci(move)
+        return self.policy_prompt(after) + self.policy_completion(move)
+
+
+TextFormat = MovesFormat | RookWorldFormat | BoardFormat | BoardAfterFormat
 
 FORMATS: dict[str, type[MovesFormat] | type[RookWorldFormat] | type[BoardFormat]] = {
     "moves": MovesFormat,
     "rookworld": RookWorldFormat,
     "board": BoardFormat,
+    "board-after": BoardAfterFormat,
 }
 
 

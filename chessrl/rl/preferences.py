@@ -311,3 +311,55 @@ def mover_cp_after(child_score: Any) -> int:
     from chessrl.arena.suites import score_cp
 
     return -score_cp(child_score)
+
+
+def annotation_pairs(
+    row: Mapping[str, Any], k: int, margin_cp: int, rng: random.Random, split: str = "train"
+) -> list[dict[str, Any]]:
+    """Up to ``k`` preference pairs (:data:`PREFERENCE_SCHEMA`) from one annotated position (a
+    row of ``chessrl.engine.annotation.ANNOTATION_SCHEMA``, every legal move valued): half
+    Stockfish's best move against a random legal move at least ``margin_cp`` worse (kind
+    ``random``: what a judge must tell apart first), half two random moves ``margin_cp`` or more
+    apart, the better one chosen (kind ``ranked``). Distinct pairs only; the position is given by
+    its FEN (``prompt`` empty), values capped at :data:`chessrl.arena.suites.CP_CAP`.
+
+    >>> row = {"fen": "6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1", "moves": ["d1d8", "g1f1", "h2h3"],
+    ...        "cp": [99999, 0, -10], "phase": "endgame", "game_id": "g", "ply": 40}
+    >>> pairs = annotation_pairs(row, 4, 50, random.Random(0))
+    >>> sorted((p["chosen"], p["rejected"], p["kind"]) for p in pairs)
+    [(' d1d8', ' g1f1', 'random'), (' d1d8', ' h2h3', 'random')]
+    """
+    moves, cps = list(row["moves"]), [capped(int(c)) for c in row["cp"]]
+    if len(moves) < 2:
+        return []
+    best = cps[0]
+    worse = [i for i in range(1, len(moves)) if best - cps[i] >= margin_cp]
+    chosen_rejected: list[tuple[int, int, str]] = []
+    for i in rng.sample(worse, min(len(worse), max(1, k // 2))):
+        chosen_rejected.append((0, i, "random"))
+    apart = [
+        (i, j) for i in range(len(moves)) for j in range(i + 1, len(moves)) if cps[i] - cps[j] >= margin_cp
+    ]
+    seen = {(a, b) for a, b, _ in chosen_rejected}
+    for i, j in rng.sample(apart, min(len(apart), k)):
+        if len(chosen_rejected) >= k:
+            break
+        if (i, j) not in seen:
+            seen.add((i, j))
+            chosen_rejected.append((i, j, "ranked"))
+    return [
+        {
+            "prompt": "",
+            "chosen": f" {moves[i]}",
+            "rejected": f" {moves[j]}",
+            "chosen_score": cps[i],
+            "rejected_score": cps[j],
+            "fen": row["fen"],
+            "source": split,
+            "game_id": row.get("game_id"),
+            "ply": row.get("ply"),
+            "phase": row.get("phase"),
+            "kind": kind,
+        }  # fmt: skip
+        for i, j, kind in chosen_rejected
+    ]

@@ -88,9 +88,7 @@ class RewardQuery:
         fmt = fmt or MovesFormat()
         if isinstance(fmt, MovesFormat):
             return fmt.prompt(self.moves) + fmt.completion(self.moves, self.move)
-        return fmt.prompt_for(board if board is not None else self.board(), []) + fmt.policy_completion(
-            self.move
-        )
+        return fmt.judged_text(board if board is not None else self.board(), self.move)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RewardQuery:
@@ -220,8 +218,7 @@ def pair_texts(
     found = position_of(prompt, fen)
     if found is None:
         return None
-    ask = fmt.prompt_for(found[0], [])
-    return ask + fmt.policy_completion(chosen.strip()), ask + fmt.policy_completion(rejected.strip())
+    return fmt.judged_text(found[0], chosen.strip()), fmt.judged_text(found[0], rejected.strip())
 
 
 def text_ids(tokenizer: Any, text: str) -> list[int]:

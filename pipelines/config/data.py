@@ -101,3 +101,9 @@ class AnnotateConfig(Section):
     """Ray tasks playing the policy's games at once (each takes one CPU from the engines)."""
     max_plies: int = Field(200, ge=1)
     """A policy or random game ends after this many plies."""
+    pairs: int = Field(8, ge=0)
+    """Preference pairs per position written beside the table (<run>/annotate/pairs/, the
+    preference schema: a judge trains on them with ``chess-rl reward --preferences``): half the
+    best move against a random legal move, half two moves apart; 0: none."""
+    pair_margin_cp: int = Field(50, ge=1)
+    """Centipawns two moves of a pair must be apart at least."""

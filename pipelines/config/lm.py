@@ -161,11 +161,13 @@ class RewardConfig(Section):
     base_model: str | None = None
     """The backbone: a GPT-2-style checkpoint folder or s3:// prefix (default: this run's sft model).
     A new one-label score head is put on its transformer."""
-    text_format: Literal["moves", "board", "rookworld"] | None = None
+    text_format: Literal["moves", "board", "board-after", "rookworld"] | None = None
     """What the reward model reads: ``moves`` (the game so far and the move), ``board`` (the
     position before the move, one character a square, and the move: a judge that sees the
-    board); default: the backbone's text format (``chessrl_text_format`` in its config, else
-    moves). Written into the saved model's config; the RewardServer reads it there."""
+    board), ``board-after`` (the position after the move, and the move: a capture or a hung
+    piece is on the squares it reads); default: the backbone's text format
+    (``chessrl_text_format`` in its config, else moves). Written into the saved model's
+    config; the RewardServer reads it there."""
     max_steps: int = Field(300, ge=1)
     """Optimizer steps."""
     batch_size: int = Field(32, ge=1)

@@ -93,6 +93,14 @@ def test_the_phase_writes_every_legal_move_resumes_and_refuses_other_settings(
         assert row["cp"] == sorted(row["cp"], reverse=True) and row["best_move"] == row["moves"][0]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["positions_total"] == 28 and summary["made_now"] == 28
+    # the judge's pairs beside them: the preference schema, the chosen move the better by the margin
+    pairs = {split: pq.read_table(out / "pairs" / split).to_pylist() for split in ("train", "heldout")}
+    assert pairs["train"] and pairs["heldout"] and summary["pairs_total"] == len(pairs["train"]) + len(pairs["heldout"])
+    for pair in pairs["train"] + pairs["heldout"]:
+        legal = {m.uci() for m in chess.Board(pair["fen"]).legal_moves}
+        assert {pair["chosen"].strip(), pair["rejected"].strip()} <= legal
+        assert pair["chosen_score"] - pair["rejected_score"] >= 50 and pair["kind"] in ("random", "ranked")
+    assert {p["source"] for p in pairs["heldout"]} == {"heldout"}
     capsys.readouterr()
     # the same command again: every shard kept, nothing made
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/*.parquet")}
