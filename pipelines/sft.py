@@ -226,11 +226,11 @@ def check_sft(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: Non
 
 def check_annotations(
     cfg: SftConfig, tokenizer: Any, inputs: Inputs
-) -> tuple[Storage | None, MoveTokens | None]:
+) -> tuple[list[Storage] | None, MoveTokens | None]:
     """With ``sft.annotations``: the board format, a tokenizer with one token per move (the soft
-    target is over move tokens) and an annotated table (``train/`` shards with ``fen``, ``moves``
-    and ``expected``) unless an earlier phase of the graph run writes it. Returns its train/
-    folder and the move tokens (both None without annotations)."""
+    target is over move tokens) and annotated tables (``train/`` shards with ``fen``, ``moves``
+    and ``expected``) unless an earlier phase of the graph run writes them. Returns their train/
+    folders and the move tokens (both None without annotations)."""
     import pyarrow.dataset as pads
 
     if not cfg.annotations:
@@ -242,16 +242,19 @@ def check_annotations(
         moves = MoveTokens(tokenizer)
     except ValueError as err:
         raise ConfigError(f"{key}: {err}") from None
-    train = Storage.from_uri(cfg.annotations).child("train")
+    folders = [Storage.from_uri(uri).child("train") for uri in cfg.annotations]
     if inputs.will_write("annotate"):
-        return train, moves
-    if not train.exists() or not [f for f in train.list_files() if f.endswith(".parquet")]:
-        raise StorageError(f"{key}: no annotated positions at {train.uri}: run `chess-rl annotate` first")
-    names = pads.dataset(train.path(), filesystem=train.fs, format="parquet").schema.names
-    missing = [c for c in ("fen", "moves", "expected") if c not in names]
-    if missing:
-        raise StorageError(f"{key}: {train.uri} is not an annotated table: no column {', '.join(missing)}")
-    return train, moves
+        return folders, moves
+    for train in folders:
+        if not train.exists() or not [f for f in train.list_files() if f.endswith(".parquet")]:
+            raise StorageError(f"{key}: no annotated positions at {train.uri}: run `chess-rl annotate` first")
+        names = pads.dataset(train.path(), filesystem=train.fs, format="parquet").schema.names
+        missing = [c for c in ("fen", "moves", "expected") if c not in names]
+        if missing:
+            raise StorageError(
+                f"{key}: {train.uri} is not an annotated table: no column {', '.join(missing)}"
+            )
+    return folders, moves
 
 
 @dataclass(frozen=True)
@@ -400,7 +403,9 @@ def packed_annotations(cfg: SftConfig, found: SftInputs) -> tuple[Any, int, int,
     trl_learner.configure_ray_data()
     assert found.annotations is not None and found.move_tokens is not None
     table = ray.data.read_parquet(
-        found.annotations.path(), filesystem=found.annotations.fs, columns=["fen", "moves", "expected"]
+        [folder.path() for folder in found.annotations],
+        filesystem=found.annotations[0].fs,
+        columns=["fen", "moves", "expected"],
     )
     positions = table.count()
     dataset = table.map_batches(
@@ -463,7 +468,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         dataset, blocks, game_tokens, truncated, positions = packed_annotations(cfg, found)
         log(
             f"distilling {positions:,} annotated positions{' and their colour flips' if cfg.flip else ''} "
-            f"from {found.annotations.uri} (soft targets at temperature {cfg.target_temperature:g}); "
+            f"from {', '.join(f.uri for f in found.annotations)} (soft targets at temperature {cfg.target_temperature:g}); "
             f"{len(split.held_rows):,} held-out games ({len(split.heldout)} positions) from {found.games.uri}"
         )
     else:

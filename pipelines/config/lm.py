@@ -68,9 +68,10 @@ class SftConfig(Section):
     bf16 in hardware (AMX, AVX512-BF16: ~1.5x faster per step), fp32 elsewhere. Weights stay fp32."""
     dropout: float | None = Field(None, ge=0, lt=1)
     """Set every dropout of the model to this (null: the model's own; the presets have none)."""
-    annotations: str | None = None
+    annotations: list[str] = Field(default_factory=list)
     """Distil Stockfish instead of cloning the games' moves: train on engine-annotated positions
-    (a folder written by ``chess-rl annotate``: its train/ shards; board format only). Each
+    (folders written by ``chess-rl annotate``, their train/ shards together: a first run's and
+    a DAgger round's; board format only). Each
     position is asked as a board and answered by Stockfish's best move, the loss on that answer a
     cross-entropy against a soft target over every legal move, softmax(E / target_temperature)
     of their expected scores: ~30 labels a position instead of one, its mass all on legal moves.

@@ -73,16 +73,27 @@ def games(tmp_path_factory) -> Path:
     ids = [
         hashlib.sha1(t.encode()).hexdigest()[:16] for t in texts
     ]  # content ids, as prepare's: ~5% held out
-    pq.write_table(pa.table({"game_id": ids, "moves": texts}), folder / "part-0.parquet")
+    pq.write_table(
+        pa.table({"game_id": ids, "moves": texts, "result": ["*"] * len(texts)}), folder / "part-0.parquet"
+    )
     return folder
 
 
-def test_the_phase_writes_every_legal_move_resumes_and_refuses_other_settings(
-    local_ray, tmp_path, games, capsys
-):
-    args = _args(tmp_path, "--games", str(games), "--positions", "12", "--heldout-positions", "4",
+def _annotate_args(root: Path, games: Path) -> list[str]:
+    return _args(root, "--games", str(games), "--positions", "12", "--heldout-positions", "4",
                  "--shard-positions", "8", "--nodes", "20")  # fmt: skip
-    assert annotate_phase.main(args) == EXIT_OK
+
+
+@pytest.fixture(scope="module")
+def annotated(tmp_path_factory, local_ray, games) -> Path:
+    """One annotate run (12 positions from each of games and random, 4 held out): its storage."""
+    root = tmp_path_factory.mktemp("annotated")
+    assert annotate_phase.main(_annotate_args(root, games)) == EXIT_OK
+    return root
+
+
+def test_the_phase_writes_every_legal_move_resumes_and_refuses_other_settings(annotated, games, capsys):
+    tmp_path, args = annotated, _annotate_args(annotated, games)
     out = tmp_path / "a" / "annotate"
     rows = _rows(out)
     assert {k: len(v) for k, v in rows.items()} == {"train": 24, "heldout": 4}
@@ -95,7 +106,11 @@ def test_the_phase_writes_every_legal_move_resumes_and_refuses_other_settings(
     assert summary["positions_total"] == 28 and summary["made_now"] == 28
     # the judge's pairs beside them: the preference schema, the chosen move the better by the margin
     pairs = {split: pq.read_table(out / "pairs" / split).to_pylist() for split in ("train", "heldout")}
-    assert pairs["train"] and pairs["heldout"] and summary["pairs_total"] == len(pairs["train"]) + len(pairs["heldout"])
+    assert (
+        pairs["train"]
+        and pairs["heldout"]
+        and summary["pairs_total"] == len(pairs["train"]) + len(pairs["heldout"])
+    )
     for pair in pairs["train"] + pairs["heldout"]:
         legal = {m.uci() for m in chess.Board(pair["fen"]).legal_moves}
         assert {pair["chosen"].strip(), pair["rejected"].strip()} <= legal
@@ -111,6 +126,25 @@ def test_the_phase_writes_every_legal_move_resumes_and_refuses_other_settings(
     assert annotate_phase.main([*args, "--nodes", "30"]) == EXIT_USER_ERROR
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("error: ") and "nodes" in line and "--run-name" in line, line
+
+
+@pytest.mark.slow
+def test_sft_distils_the_annotations_into_a_board_policy(annotated, games, capsys):
+    """Two steps of sft --annotations (the annotate run's table twice, as a DAgger round's would be
+    added): the soft targets reach the loss (soft_loss logged), the model is saved in the board format."""
+    from pipelines import sft
+
+    table = str(annotated / "a" / "annotate")
+    code = sft.main(_args(annotated, "--games", str(games), "--text-format", "board", "--annotations", table, table,
+                          "--max-steps", "2", "--eval-every", "2", "--batch-size", "2", "--max-length", "160",
+                          "--set", "sft.heldout_positions=4"))  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == EXIT_OK, err[-3000:]
+    assert "distilling 48 annotated positions and their colour flips" in err, err[-3000:]
+    summary = json.loads((annotated / "a" / "sft-board" / "summary.json").read_text())
+    assert summary["annotated_positions"] == 48 and summary["steps"] == 2
+    config = json.loads((annotated / "a" / "sft-board" / "model" / "config.json").read_text())
+    assert config["chessrl_text_format"] == "board"
 
 
 def test_the_policy_source_plays_the_policy_s_own_games(local_ray, tmp_path, games, tiny_lm_dir):
