@@ -26,6 +26,7 @@ import chess
 import ray
 from ray.util import metrics
 
+from chessrl.engine.annotation import Annotation
 from chessrl.engine.client import (
     Analysis,
     EngineNotFoundError,
@@ -113,6 +114,13 @@ class EnginePoolActor:
         self._queue.set(self.group.snapshot()["queue_depth"] + len(fens), tags=self._tags)
         try:
             return self.group.analyse(fens, limit, multipv, fresh=fresh)
+        finally:
+            self._export()
+
+    def annotate(self, fens: list[str], nodes_per_move: int) -> list[Annotation]:
+        self._queue.set(self.group.snapshot()["queue_depth"] + len(fens), tags=self._tags)
+        try:
+            return self.group.annotate(fens, nodes_per_move)
         finally:
             self._export()
 
@@ -243,12 +251,32 @@ class EnginePool:
         """Analyse positions over every actor; answers in input order (one limit, or one each)."""
         fens = [p.fen() if isinstance(p, chess.Board) else board_from(p).fen() for p in positions]
         limits = per_position(limit, len(fens))
+        return self._spread(
+            fens, lambda actor, start, chunk: actor.analyse.remote(chunk, limits[start : start + len(chunk)], multipv, fresh),
+            chunk_size,
+        )  # fmt: skip
+
+    def annotate(
+        self, fens: Sequence[str], nodes_per_move: int, *, chunk_size: int | None = None
+    ) -> list[Annotation]:
+        """Stockfish's value of every legal move of each position
+        (:meth:`chessrl.engine.group.EngineGroup.annotate`), over every actor, in input order.
+        The FENs are checked where the engines are (a bad one raises there): the driver only
+        splits, sends and gathers."""
+        return self._spread(
+            list(fens), lambda actor, start, chunk: actor.annotate.remote(chunk, nodes_per_move), chunk_size
+        )
+
+    def _spread(self, fens: list[str], call: Any, chunk_size: int | None) -> list[Any]:
+        """``call(actor, start, chunk)`` over chunks of ``fens`` spread over the actors, at most
+        ``max_inflight`` chunks in flight an actor (back-pressure: a full actor's chunk is sent
+        again shortly); the answers in input order."""
         if not fens:
             return []
         slots = self.engines
         size = min(chunk_size or max(1, min(32, -(-len(fens) // (2 * slots)))), self.max_queue)
         chunks = [(start, fens[start : start + size]) for start in range(0, len(fens), size)]
-        results: list[Analysis | None] = [None] * len(fens)
+        results: list[Any] = [None] * len(fens)
         pending: dict[Any, tuple[int, int, list[str]]] = {}
         inflight = [0] * len(self.actors)
         queue = list(reversed(chunks))
@@ -258,9 +286,7 @@ class EnginePool:
                 if actor_index is None:
                     break
                 start, chunk = queue.pop()
-                ref = self.actors[actor_index].analyse.remote(
-                    chunk, limits[start : start + len(chunk)], multipv, fresh
-                )
+                ref = call(self.actors[actor_index], start, chunk)
                 pending[ref] = (actor_index, start, chunk)
                 inflight[actor_index] += 1
             done, _ = ray.wait(list(pending), num_returns=1)

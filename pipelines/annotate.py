@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chessrl.data.positions import PositionSampler, phase_of, random_game_positions
-from chessrl.engine.annotation import ALL_MOVES_MULTIPV, ANNOTATION_SCHEMA, annotate, annotation_limit
+from chessrl.engine.annotation import ANNOTATION_SCHEMA
 from chessrl.lm.lm_data import split_games
 from chessrl.rl.preferences import PREFERENCE_SCHEMA, annotation_pairs
 from cluster.errors import StorageError
@@ -256,23 +256,15 @@ def policy_game_positions(
 def annotate_rows(
     pool: Any, positions: list[dict[str, Any]], nodes: int, source: str
 ) -> tuple[list[dict[str, Any]], int]:
-    """Every position's annotation through the pool (one all-moves search each), as table rows;
-    and the moves scored."""
-    import chess
-
-    boards = [chess.Board(p["fen"]) for p in positions]
-    limits = [annotation_limit(b, nodes) for b in boards]
-    analyses = pool.analyse(boards, limits, multipv=ALL_MOVES_MULTIPV, fresh=True)
-    rows, moves = [], 0
-    for position, board, analysis in zip(positions, boards, analyses, strict=True):
-        record = annotate(board, analysis)
-        moves += len(record.moves)
-        rows.append(
-            record.row(
-                source=source, game_id=position["game_id"], ply=position["ply"], phase=position["phase"]
-            )
-        )
-    return rows, moves
+    """Every position's annotation through the pool (one all-moves search each, annotated beside
+    the engines: :meth:`actors.engine_pool.EnginePool.annotate`), as table rows; and the moves
+    scored."""
+    records = pool.annotate([p["fen"] for p in positions], nodes)
+    rows = [
+        record.row(source=source, game_id=p["game_id"], ply=p["ply"], phase=p["phase"])
+        for p, record in zip(positions, records, strict=True)
+    ]
+    return rows, sum(len(r.moves) for r in records)
 
 
 def parquet_bytes(rows: list[dict[str, Any]], schema: Any = ANNOTATION_SCHEMA) -> bytes:
@@ -461,7 +453,11 @@ def summary_lines(summary: dict[str, Any], out: Storage) -> list[str]:
         f"  speed         {summary['made_now']:,} positions made now in {summary['seconds']} s "
         f"({summary['positions_per_s']:.1f} positions/s at {summary['nodes_per_move']} nodes a move); "
         f"{summary['engine_restarts']} engine restarts",
-        *([f"  pairs         {summary['pairs_total']:,} for a judge (pairs/)"] if "pairs_total" in summary else []),
+        *(
+            [f"  pairs         {summary['pairs_total']:,} for a judge (pairs/)"]
+            if "pairs_total" in summary
+            else []
+        ),
         f"  output        {out.uri}",
     ]
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import chess
 
+from chessrl.engine.annotation import ALL_MOVES_MULTIPV, Annotation, annotate, annotation_limit
 from chessrl.engine.client import (
     Analysis,
     InvalidPositionError,
@@ -215,6 +216,15 @@ class EngineGroup:
             return [r for r in results if r is not None]
         finally:
             self._release(len(boards))
+
+    def annotate(self, positions: Sequence[str | chess.Board], nodes_per_move: int) -> list[Annotation]:
+        """Stockfish's value of every legal move of each position (one MultiPV search a position,
+        ``nodes_per_move`` nodes for each legal move, from an empty hash), answers in order: the
+        work of ``annotate`` done beside the engines, so only the records travel."""
+        boards = [board_from(p) for p in positions]
+        limits = [annotation_limit(b, nodes_per_move) for b in boards]
+        analyses = self.analyse(boards, limits, ALL_MOVES_MULTIPV, fresh=True)
+        return [annotate(b, a) for b, a in zip(boards, analyses, strict=True)]
 
     def score_moves(
         self, position: str | chess.Board, moves: Sequence[str], limit: SearchLimit
