@@ -37,6 +37,7 @@ from chessrl.engine.client import (
     board_from,
 )
 from chessrl.engine.group import EngineGroup, per_position
+from cluster.errors import ConfigError
 
 LATENCY_BOUNDARIES_S = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
 
@@ -211,7 +212,7 @@ class EnginePool:
         with that node's share (:func:`engine_split`), so no actor asks for more CPUs than its
         node has (one actor holding them all waits forever where no node is that big). Each
         actor prefers its node (soft affinity: it runs elsewhere if the node has gone).
-        ``engines`` beyond what the nodes hold is one :class:`ValueError` naming ``key``."""
+        ``engines`` beyond what the nodes hold is one :class:`~cluster.errors.ConfigError` naming ``key``."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
@@ -367,13 +368,13 @@ def engine_split(
     >>> engine_split(6, [2, 3])
     Traceback (most recent call last):
     ...
-    ValueError: engines 6 needs 6 CPUs at 1 each; the cluster's nodes hold 5 engines (2 node(s), the largest 3 CPUs): ask for at most 5
+    cluster.errors.ConfigError: engines 6 needs 6 CPUs at 1 each; the cluster's nodes hold 5 engines (2 node(s), the largest 3 CPUs): ask for at most 5
     """
     if engines < 1:
-        raise ValueError(f"{key} must be at least 1, got {engines}")
+        raise ConfigError(f"{key} must be at least 1, got {engines}")
     room = [int(c / cpus_per_engine + 1e-9) for c in node_cpus]
     if engines > sum(room):
-        raise ValueError(
+        raise ConfigError(
             f"{key} {engines} needs {engines * cpus_per_engine:g} CPUs at {cpus_per_engine:g} each; the cluster's "
             f"nodes hold {sum(room)} engines ({len(room)} node(s), the largest {max(node_cpus, default=0):g} CPUs): "
             f"ask for at most {sum(room)}"

@@ -22,7 +22,7 @@ whole (``<storage>/<run>/annotate/{train,heldout}/<source>-NNNNN.parquet``, the 
 :data:`chessrl.engine.annotation.ANNOTATION_SCHEMA`) with ``manifest.json`` after each one, so a
 killed run's same command keeps the shards it wrote and makes only the rest; a re-run with other
 settings is refused (a new ``--run-name``, or delete the folder). Colour flips are left to the
-trainers (:func:`chessrl.engine.annotation.mirror_rows`). Beside each shard, ``pairs`` preference
+trainers (:meth:`chessrl.engine.annotation.Annotation.mirrored`). Beside each shard, ``pairs`` preference
 pairs a position (``<run>/annotate/pairs/...``, the preference schema: Stockfish's best move
 against a random legal move, and two moves apart) for a judge: ``chess-rl reward --preferences
 <run>/annotate/pairs --text-format board-after``. ``summary.json``: positions by source and
@@ -42,8 +42,8 @@ from typing import Any
 from chessrl.data.positions import PositionSampler, phase_of, random_game_positions
 from chessrl.engine.annotation import ANNOTATION_SCHEMA
 from chessrl.lm.lm_data import split_games
-from chessrl.rl.preferences import PREFERENCE_SCHEMA, annotation_pairs
-from cluster.errors import StorageError
+from chessrl.rl.preferences import PREFERENCE_SCHEMA, annotation_pairs, board_key
+from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
 from pipelines.artifacts import games_table, read_games
 from pipelines.config import AnnotateConfig, ChessRLConfig
@@ -129,10 +129,12 @@ def plan_shards(cfg: AnnotateConfig) -> list[ShardPlan]:
     return plans
 
 
-def settings_key(cfg: AnnotateConfig, found: AnnotateInputs, seed: int) -> dict[str, Any]:
+def settings_key(
+    cfg: AnnotateConfig, found: AnnotateInputs, seed: int, heldout_fraction: float
+) -> dict[str, Any]:
     """What decides a shard's contents: a re-run must match it to keep the shards written."""
     return {
-        "seed": seed, "nodes": cfg.nodes, "sources": list(cfg.sources), "positions": cfg.positions,
+        "seed": seed, "heldout_fraction": heldout_fraction, "nodes": cfg.nodes, "sources": list(cfg.sources), "positions": cfg.positions,
         "heldout_positions": cfg.heldout_positions, "shard_positions": cfg.shard_positions,
         "games": found.games.uri if found.games else None, "policy": found.policy,
         "policy_opponents": list(cfg.policy_opponents), "policy_temperature": cfg.policy_temperature,
@@ -168,8 +170,11 @@ class PositionSource:
             return [()]
         return [p.history for p in self.samplers["games"].sample(n, seed=self.seed * 1009 + index)]
 
-    def local(self, plan: ShardPlan, split: str) -> list[dict[str, Any]]:
-        """A games or random shard's positions: ``fen``, ``game_id``, ``ply``, ``phase``."""
+    def local(self, plan: ShardPlan, split: str, exclude: set[str] = frozenset()) -> list[dict[str, Any]]:  # type: ignore[assignment]
+        """A games or random shard's positions: ``fen``, ``game_id``, ``ply``, ``phase``. With
+        ``exclude`` (board keys: a held-out shard gets the training shards' boards), distinct
+        positions none of which is excluded (the start position and common openings are in
+        training and held-out games alike), as many as four draws find."""
         seed = self.seed * 7919 + plan.index + (500_009 if split == "heldout" else 0)
         if plan.source == "random":
             picks = random_game_positions(plan.count, seed=seed, max_plies=self.cfg.max_plies)
@@ -190,6 +195,16 @@ class PositionSource:
                 f"{'held-out' if split == 'heldout' else 'training'} games to draw positions from"
             )
         picks = self.samplers[name].sample(plan.count, seed=seed)
+        if exclude:
+            kept: dict[str, Any] = {}
+            for attempt in range(4):
+                for pick in (
+                    picks if attempt == 0 else self.samplers[name].sample(plan.count, seed=seed + attempt)
+                ):
+                    key = board_key(pick.fen)
+                    if key not in exclude and key not in kept and len(kept) < plan.count:
+                        kept[key] = pick
+            picks = list(kept.values())
         return [
             {
                 "fen": p.fen,
@@ -253,6 +268,42 @@ def policy_game_positions(
     return out
 
 
+def engine_count(cfg: AnnotateConfig, cpus: int, policy_games: bool) -> int:
+    """Stockfish processes: ``engines``, else one a CPU; with policy games to play, the CPUs of
+    the ``policy_workers`` tasks are left to them (an engine on every CPU would keep the second
+    task from ever starting), and ``engines`` beside them must fit the cluster.
+
+    >>> from pipelines.config import AnnotateConfig
+    >>> engine_count(AnnotateConfig(), 8, False), engine_count(AnnotateConfig(), 8, True)
+    (8, 7)
+    """
+    workers = cfg.policy_workers if policy_games else 0
+    if cfg.engines is None:
+        return max(1, cpus - workers)
+    if workers and cfg.engines + workers > cpus:
+        raise ConfigError(
+            f"annotate.engines {cfg.engines} and annotate.policy_workers {workers} need {cfg.engines + workers} "
+            f"CPUs; the cluster has {cpus}: lower --engines to {max(1, cpus - workers)} or leave it unset"
+        )
+    return cfg.engines
+
+
+def training_boards(out: Storage, plans: list[ShardPlan]) -> set[str]:
+    """The board keys (placement, side, castling, en passant) of every written training shard."""
+    import pyarrow.parquet as pq
+
+    boards: set[str] = set()
+    for plan in plans:
+        if plan.name.startswith("train/") and out.exists(plan.name):
+            fens = (
+                pq.read_table(io.BytesIO(out.read_bytes(plan.name)), columns=["fen"])
+                .column("fen")
+                .to_pylist()
+            )
+            boards.update(board_key(f) for f in fens)
+    return boards
+
+
 def annotate_rows(
     pool: Any, positions: list[dict[str, Any]], nodes: int, source: str
 ) -> tuple[list[dict[str, Any]], int]:
@@ -310,7 +361,7 @@ def run_annotate(context: PhaseContext) -> PhaseResult:
     cfg, seed = context.config.annotate, context.config.run.seed
     found = check_annotate(context.config, Inputs.of_context(context))
     out = context.phase_storage("annotate")
-    key = settings_key(cfg, found, seed)
+    key = settings_key(cfg, found, seed, context.config.sft.heldout_fraction)
     manifest = read_manifest(out, key)
     plans = plan_shards(cfg)
     pending = [
@@ -321,7 +372,9 @@ def run_annotate(context: PhaseContext) -> PhaseResult:
         or (cfg.pairs and not out.exists(f"pairs/{p.name}"))
     ]
     source = PositionSource(cfg, found, context.config.sft.heldout_fraction, seed)
-    engines = cfg.engines or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    engines = engine_count(
+        cfg, int(ray.cluster_resources().get("CPU", 1)), any(p.source == "policy" for p in pending)
+    )
     context.log(
         f"{len(plans)} shards ({len(plans) - len(pending)} already written, {len(pending)} to make): "
         f"{cfg.positions:,} positions from each of {', '.join(cfg.sources)}, {cfg.heldout_positions:,} held out; "
@@ -337,7 +390,12 @@ def run_annotate(context: PhaseContext) -> PhaseResult:
             for done_now, plan in enumerate(pending):
                 split = plan.name.split("/")[0]
                 own = plan.source == "policy" and split == "train"
-                positions = policy.positions(plan) if own else source.local(plan, split)
+                if own:
+                    positions = policy.positions(plan)
+                elif split == "heldout":  # after every training shard (the plan's order)
+                    positions = source.local(plan, split, exclude=training_boards(out, plans))
+                else:
+                    positions = source.local(plan, split)
                 rows, moves = annotate_rows(
                     pool, positions, cfg.nodes, plan.source if split == "train" else "heldout"
                 )
@@ -352,6 +410,11 @@ def run_annotate(context: PhaseContext) -> PhaseResult:
                 }
                 out.write_text("manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
                 made, scored = made + len(rows), scored + moves
+                unscored = sum(int(r["unscored"]) for r in rows)
+                if unscored:  # a Stockfish that ignored the MultiPV asked for, or a search cut short
+                    context.log(
+                        f"warning: {plan.name}: {unscored} legal moves not reported by the search (given the worst value)"
+                    )
                 rate = made / max(1e-9, time.perf_counter() - started)
                 context.log(
                     f"{plan.name}: {len(rows)} positions, {moves:,} moves scored ({done_now + 1}/{len(pending)} shards, "

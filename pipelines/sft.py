@@ -364,6 +364,8 @@ def annotated_blocks(
                 eos,
             ]
             legal = [moves.token(chess.Move.from_uci(m)) for m in a.moves]
+            if ids[-2] != legal[0]:  # the loss reads the move's logits at the token before it
+                raise ValueError(f"the board text of {a.fen!r} does not end in its move's one token")
             examples.append((ids, legal, soft_targets(a.expected, temperature)))
     rows: list[list[tuple[list[int], list[int], np.ndarray]]] = [[]]
     for example in examples:

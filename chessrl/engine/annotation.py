@@ -34,9 +34,10 @@ import pyarrow as pa
 
 from chessrl.engine.client import MATE_CP, Analysis, Score, SearchLimit
 
-#: Stockfish's largest MultiPV: above any position's legal-move count (218 at most), so one
-#: search lists every legal move.
-ALL_MOVES_MULTIPV = 500
+#: A MultiPV above any position's legal-move count (218 at most), so one search lists every
+#: legal move; within every Stockfish's range (15.1 takes up to 500, newer ones up to 256; a
+#: value out of range is ignored and leaves MultiPV at 1, so ``unscored`` would say so).
+ALL_MOVES_MULTIPV = 256
 
 #: The annotated-positions table, one row a position.
 ANNOTATION_SCHEMA = pa.schema(

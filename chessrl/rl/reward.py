@@ -210,11 +210,15 @@ def pair_texts(
     (True, True, True)
     >>> pair_texts(BoardFormat(), "e2e4 e2e4", None, " e7e5", " a7a6") is None
     True
+    >>> pair_texts(MovesFormat(), "", "6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1", " d1d8", " g1f1") is None
+    True
     """
-    if isinstance(fmt, MovesFormat):
-        return prompt + chosen, prompt + rejected
     from chessrl.rl.dpo import position_of
 
+    if isinstance(fmt, MovesFormat):
+        if fen and (found_moves := position_of(prompt, fen)) is not None and found_moves[1] is None:
+            return None  # a position given by its FEN alone (annotate's pairs): no move list to write
+        return prompt + chosen, prompt + rejected
     found = position_of(prompt, fen)
     if found is None:
         return None

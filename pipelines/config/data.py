@@ -98,7 +98,7 @@ class AnnotateConfig(Section):
     policy_temperature: float = Field(1.0, gt=0)
     """Sampling temperature of the policy's masked moves in its own games."""
     policy_workers: int = Field(1, ge=1)
-    """Ray tasks playing the policy's games at once (each takes one CPU from the engines)."""
+    """Ray tasks playing the policy's games at once, one CPU each (the default engines leave them theirs)."""
     max_plies: int = Field(200, ge=1)
     """A policy or random game ends after this many plies."""
     pairs: int = Field(8, ge=0)

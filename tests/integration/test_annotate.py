@@ -104,6 +104,8 @@ def test_the_phase_writes_every_legal_move_resumes_and_refuses_other_settings(an
         assert row["cp"] == sorted(row["cp"], reverse=True) and row["best_move"] == row["moves"][0]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["positions_total"] == 28 and summary["made_now"] == 28
+    board = lambda fen: " ".join(fen.split()[:4])  # noqa: E731
+    assert not {board(r["fen"]) for r in rows["heldout"]} & {board(r["fen"]) for r in rows["train"]}
     # the judge's pairs beside them: the preference schema, the chosen move the better by the margin
     pairs = {split: pq.read_table(out / "pairs" / split).to_pylist() for split in ("train", "heldout")}
     assert (
