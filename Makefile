@@ -57,6 +57,7 @@ system: venv stockfish ## system tests (ray start + job submit, mlflow server, m
 bench: venv stockfish ## benchmarks (ratios against a baseline measured in the same run)
 	$(PY) bench/prepare.py
 	$(PY) bench/engine_pool.py
+	$(PY) bench/annotate.py
 	$(PY) bench/sft.py
 	$(PY) bench/mcts.py
 	$(PY) bench/preferences.py

@@ -34,13 +34,14 @@ here on the same 2 CPUs). Median of ``--repeats`` passes; the driver process's C
 position are reported too. "Nodes' worth" = ceiling / median measured positions/s, the
 positions/s one node of ``--engines`` CPUs annotates at ``--nodes`` (target >= 100).
 
-Measured only in small runs on a loaded 2-CPU machine (another experiment kept ~1 core busy; load
-average 3-5), so the figures are rough; rerun with the defaults on an idle machine before quoting:
-``--positions 60 --repeats 1 --nodes 50``: baseline 123-159 positions/s, annotate_rows 267-305
-(ratio 1.7-2.3, same 1,445 nodes a position on both sides), ceiling 1,500-1,900 positions/s = 5-7
-nodes' worth; ``--positions 150 --repeats 2 --nodes 20``: baseline 407, annotate_rows 386 (ratio
-0.95), ceiling 2,000 positions/s = 5 nodes' worth, the driver's own CPU 0.3-0.4 ms a position
-(about 2,700-3,300 positions/s alone): far below the 100 nodes' worth wanted.
+Measured on 2 quiet AMD EPYC cores (AVX512-BF16), ``--positions 600 --repeats 3`` (100 nodes a
+move, ~2,900 nodes a position): the plain loops 144 positions/s, the phase's engine work 325
+(ratio **2.26**: the pool's pipe client reads a MultiPV search's lines far cheaper than
+``SimpleEngine``); driver ceiling 4,097 positions/s = 13 nodes of 2 CPUs (target >= 100), the
+driver's own CPU 0.03 ms a position (34,700 positions/s alone, ~107 nodes' worth): the measured
+ceiling is the cache path of actors on the same 2 CPUs, not the driver. Before the records were
+made beside the engines, the driver spent 0.3-0.4 ms a position (loaded small runs: ceiling 5-7
+nodes' worth).
 """
 
 from __future__ import annotations
