@@ -351,6 +351,26 @@ def read_manifest(out: Storage, key: dict[str, Any]) -> dict[str, Any]:
     return manifest
 
 
+def write_shard(
+    out: Storage, plan: ShardPlan, rows: list[dict[str, Any]], moves: int, cfg: AnnotateConfig, seed: int,
+    manifest: dict[str, Any],
+) -> None:  # fmt: skip
+    """A shard written whole, its judge's pairs beside it (seeded by the shard), then the manifest."""
+    split = plan.name.split("/")[0]
+    out.write_bytes(plan.name, parquet_bytes(rows))
+    if cfg.pairs:
+        pairs = pair_rows(rows, cfg, split, seed * 7_919 + plan.index * 31 + (split == "heldout"))
+        out.write_bytes(f"pairs/{plan.name}", parquet_bytes(pairs, PREFERENCE_SCHEMA))
+    manifest["shards"][plan.name] = {"positions": len(rows), "moves": moves, "source": plan.source}
+    out.write_text("manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
+
+
+def unscored(rows: list[dict[str, Any]]) -> int:
+    """Legal moves the searches did not report (given the worst value): a Stockfish that ignored
+    the MultiPV asked for, or a search cut short."""
+    return sum(int(r["unscored"]) for r in rows)
+
+
 def run_annotate(context: PhaseContext) -> PhaseResult:
     """check -> plan the shards -> start the policy tasks and the spread engine pool -> annotate
     and write every shard not yet written (the manifest after each) -> summarise."""
@@ -387,38 +407,30 @@ def run_annotate(context: PhaseContext) -> PhaseResult:
         policy = PolicyTasks(cfg, found, source, pending, seed)
         pool = EnginePool.spread(engines, run=f"{context.config.run.name}-annotate", key="annotate.engines")
         try:
+            held_out_of: set[str] | None = None  # the training shards' boards, read once
             for done_now, plan in enumerate(pending):
                 split = plan.name.split("/")[0]
-                own = plan.source == "policy" and split == "train"
-                if own:
+                if plan.source == "policy" and split == "train":
                     positions = policy.positions(plan)
                 elif split == "heldout":  # after every training shard (the plan's order)
-                    positions = source.local(plan, split, exclude=training_boards(out, plans))
+                    held_out_of = training_boards(out, plans) if held_out_of is None else held_out_of
+                    positions = source.local(plan, split, exclude=held_out_of)
                 else:
                     positions = source.local(plan, split)
                 rows, moves = annotate_rows(
                     pool, positions, cfg.nodes, plan.source if split == "train" else "heldout"
                 )
-                out.write_bytes(plan.name, parquet_bytes(rows))
-                if cfg.pairs:  # the judge's pairs, seeded by the shard
-                    pairs = pair_rows(rows, cfg, split, seed * 7_919 + plan.index * 31 + (split == "heldout"))
-                    out.write_bytes(f"pairs/{plan.name}", parquet_bytes(pairs, PREFERENCE_SCHEMA))
-                manifest["shards"][plan.name] = {
-                    "positions": len(rows),
-                    "moves": moves,
-                    "source": plan.source,
-                }
-                out.write_text("manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
+                write_shard(out, plan, rows, moves, cfg, seed, manifest)
                 made, scored = made + len(rows), scored + moves
-                unscored = sum(int(r["unscored"]) for r in rows)
-                if unscored:  # a Stockfish that ignored the MultiPV asked for, or a search cut short
-                    context.log(
-                        f"warning: {plan.name}: {unscored} legal moves not reported by the search (given the worst value)"
-                    )
-                rate = made / max(1e-9, time.perf_counter() - started)
+                elapsed = max(1e-9, time.perf_counter() - started)
                 context.log(
                     f"{plan.name}: {len(rows)} positions, {moves:,} moves scored ({done_now + 1}/{len(pending)} shards, "
-                    f"{rate:,.1f} positions/s, {scored / max(1e-9, time.perf_counter() - started):,.0f} moves/s)"
+                    f"{made / elapsed:,.1f} positions/s, {scored / elapsed:,.0f} moves/s)"
+                    + (
+                        f"; warning: {u} legal moves not reported by the search"
+                        if (u := unscored(rows))
+                        else ""
+                    )
                 )
             restarts = int(pool.stats().get("restarts", 0))
         finally:
@@ -426,13 +438,7 @@ def run_annotate(context: PhaseContext) -> PhaseResult:
     else:
         restarts = 0
     seconds = time.perf_counter() - started
-    summary = summarise(out, manifest, plans, made, scored, seconds, restarts, cfg.nodes)
-    if cfg.pairs:
-        import pyarrow.parquet as pq
-
-        summary["pairs_total"] = sum(
-            pq.read_metadata(io.BytesIO(out.read_bytes(f"pairs/{p.name}"))).num_rows for p in plans
-        )
+    summary = summarise(out, manifest, plans, made, scored, seconds, restarts, cfg)
     out.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True))
     context.tracking.log_metrics(
         {
@@ -483,7 +489,7 @@ class PolicyTasks:
 
 def summarise(
     out: Storage, manifest: dict[str, Any], plans: list[ShardPlan], made: int, scored: int, seconds: float,
-    restarts: int, nodes: int,
+    restarts: int, cfg: AnnotateConfig,
 ) -> dict[str, Any]:  # fmt: skip
     """Counts over every shard (by source and phase, from the tables), this run's speed."""
     import pyarrow.parquet as pq
@@ -501,7 +507,10 @@ def summarise(
         "positions": dict(by_source), "phases": dict(by_phase), "positions_total": sum(by_source.values()),
         "moves_total": moves, "made_now": made, "moves_scored_now": scored, "seconds": round(seconds, 1),
         "positions_per_s": round(made / seconds, 2) if made and seconds > 0 else 0.0,
-        "engine_restarts": restarts, "nodes_per_move": nodes,
+        "engine_restarts": restarts, "nodes_per_move": cfg.nodes,
+        **({"pairs_total": sum(
+            pq.read_metadata(io.BytesIO(out.read_bytes(f"pairs/{p.name}"))).num_rows for p in plans
+        )} if cfg.pairs else {}),
     }  # fmt: skip
 
 

@@ -174,6 +174,17 @@ def own_loss_sft_trainer_class(
     soft_fn = torch.compile(lm_and_soft_move_loss, dynamic=False) if compile_loss else lm_and_soft_move_loss
     with_targets = bool(legal_weight) or soft
 
+    def move_loss(
+        logits: Any, labels: Any, legal: Any, weights: Any, num_items: Any
+    ) -> tuple[Any, str, Any, Any]:
+        """The loss, its move term's metric name and value, and the legal mass: the soft targets'
+        cross-entropy where the batch has weights, else the legal-move loss."""
+        if weights is not None:
+            loss, _, term, mass = soft_fn(logits, labels, legal, weights, num_items)
+            return loss, "soft_loss", term, mass
+        loss, _, term, mass = loss_fn(logits, labels, legal, legal_weight, num_items)
+        return loss, "legal_loss", term, mass
+
     class OwnLossSFTTrainer(SFTTrainer):  # type: ignore[misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
@@ -206,22 +217,13 @@ def own_loss_sft_trainer_class(
                     # scaling (Trainer.compute_loss multiplies the loss by the number of processes)
                     num_items_in_batch = num_items_in_batch / self.accelerator.num_processes
                 outputs = model(**{k: v for k, v in inputs.items() if k != "labels"})
-                if weights is not None:
-                    loss, _, term, legal_mass = soft_fn(
-                        outputs.logits,
-                        labels,
-                        legal.to(labels.device),
-                        weights.to(labels.device),
-                        num_items_in_batch,
-                    )
-                else:
-                    loss, _, term, legal_mass = loss_fn(
-                        outputs.logits, labels, legal.to(labels.device), legal_weight, num_items_in_batch
-                    )
+                device = labels.device
+                loss, name, term, legal_mass = move_loss(
+                    outputs.logits, labels, legal.to(device), None if weights is None else weights.to(device),
+                    num_items_in_batch,
+                )  # fmt: skip
                 if logging:
-                    self._metrics[mode]["soft_loss" if weights is not None else "legal_loss"].append(
-                        term.item()
-                    )
+                    self._metrics[mode][name].append(term.item())
                     self._metrics[mode]["legal_mass"].append(legal_mass.item())
             else:
                 loss, outputs = Trainer.compute_loss(
