@@ -139,6 +139,7 @@ def settings_key(
         "games": found.games.uri if found.games else None, "policy": found.policy,
         "policy_opponents": list(cfg.policy_opponents), "policy_temperature": cfg.policy_temperature,
         "max_plies": cfg.max_plies, "pairs": cfg.pairs, "pair_margin_cp": cfg.pair_margin_cp,
+        **({"whole_games": True} if cfg.whole_games else {}),  # absent when off: older manifests still match
     }  # fmt: skip
 
 
@@ -176,6 +177,8 @@ class PositionSource:
         positions none of which is excluded (the start position and common openings are in
         training and held-out games alike), as many as four draws find."""
         seed = self.seed * 7919 + plan.index + (500_009 if split == "heldout" else 0)
+        if self.cfg.whole_games and split == "train":
+            return self.whole_games(plan, seed)
         if plan.source == "random":
             picks = random_game_positions(plan.count, seed=seed, max_plies=self.cfg.max_plies)
             return [
@@ -184,6 +187,7 @@ class PositionSource:
                     "game_id": f"random-{plan.index}-{p.game}",
                     "ply": len(p.history),
                     "phase": p.phase,
+                    "history": " ".join(p.history),
                 }
                 for p in picks
             ]
@@ -211,9 +215,55 @@ class PositionSource:
                 "game_id": str(rows[p.game].get("game_id")),
                 "ply": len(p.history),
                 "phase": p.phase,
+                "history": " ".join(p.history),
             }
             for p in picks
         ]
+
+    def whole_games(self, plan: ShardPlan, seed: int) -> list[dict[str, Any]]:
+        """``plan.count`` positions, every ply of one game after another (up to ``max_plies``; a
+        shard's last game may stop early): training games drawn with ``seed``, or random-mover
+        games made with it. Each game is one sequence of soft targets for sft in the moves format."""
+        import random
+
+        import chess
+
+        rng = random.Random(seed)
+        out: list[dict[str, Any]] = []
+        game = 0
+        while len(out) < plan.count:
+            if plan.source == "random":
+                moves = random_game_moves(rng, self.cfg.max_plies)
+                game_id = f"random-{plan.index}-{game}"
+            else:
+                if not self.train_games:
+                    raise StorageError("the games table has no training games to annotate whole")
+                row = self.train_games[rng.randrange(len(self.train_games))]
+                moves, game_id = str(row.get("moves") or "").split()[: self.cfg.max_plies], str(row.get("game_id"))
+            board = chess.Board()
+            for ply in range(len(moves) + 1):
+                if len(out) >= plan.count or board.is_game_over():
+                    break
+                out.append(
+                    {"fen": board.fen(), "game_id": game_id, "ply": ply, "phase": phase_of(board, ply),
+                     "history": " ".join(moves[:ply])}  # fmt: skip
+                )
+                if ply < len(moves):
+                    board.push_uci(moves[ply])
+            game += 1
+        return out
+
+
+def random_game_moves(rng: Any, max_plies: int) -> list[str]:
+    """A game between two random movers (``rng``'s choices), up to ``max_plies``."""
+    import chess
+
+    board, moves = chess.Board(), []
+    while len(moves) < max_plies and not board.is_game_over():
+        move = rng.choice(sorted(m.uci() for m in board.legal_moves))
+        board.push_uci(move)
+        moves.append(move)
+    return moves
 
 
 def policy_game_positions(
@@ -262,6 +312,7 @@ def policy_game_positions(
                         "game_id": f"policy-{opponent}-{seed}",
                         "ply": ply,
                         "phase": phase_of(board, ply),
+                        "history": " ".join(history),
                     }
                 )
                 got += 1
@@ -312,7 +363,7 @@ def annotate_rows(
     scored."""
     records = pool.annotate([p["fen"] for p in positions], nodes)
     rows = [
-        record.row(source=source, game_id=p["game_id"], ply=p["ply"], phase=p["phase"])
+        record.row(source=source, game_id=p["game_id"], ply=p["ply"], phase=p["phase"], history=p.get("history"))
         for p, record in zip(positions, records, strict=True)
     ]
     return rows, sum(len(r.moves) for r in records)

@@ -227,17 +227,20 @@ def check_sft(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: Non
 def check_annotations(
     cfg: SftConfig, tokenizer: Any, inputs: Inputs
 ) -> tuple[list[Storage] | None, MoveTokens | None]:
-    """With ``sft.annotations``: the board format, a tokenizer with one token per move (the soft
-    target is over move tokens) and annotated tables (``train/`` shards with ``fen``, ``moves``
-    and ``expected``) unless an earlier phase of the graph run writes them. Returns their train/
+    """With ``sft.annotations``: the board or moves format, a tokenizer with one token per move (the
+    soft target is over move tokens) and annotated tables (``train/`` shards with ``fen``,
+    ``moves`` and ``expected``; ``history`` for the moves format) unless an earlier phase of the
+    graph run writes them. Returns their train/
     folders and the move tokens (both None without annotations)."""
     import pyarrow.dataset as pads
 
     if not cfg.annotations:
         return None, None
     key = "sft.annotations (--annotations)"
-    if cfg.text_format != "board":
-        raise ConfigError(f"{key} trains on boards: it needs --text-format board, not {cfg.text_format}")
+    if cfg.text_format not in ("board", "moves"):
+        raise ConfigError(
+            f"{key} trains on boards (--text-format board) or on whole games (--text-format moves), not {cfg.text_format}"
+        )
     try:
         moves = MoveTokens(tokenizer)
     except ValueError as err:
@@ -253,6 +256,11 @@ def check_annotations(
         if missing:
             raise StorageError(
                 f"{key}: {train.uri} is not an annotated table: no column {', '.join(missing)}"
+            )
+        if cfg.text_format == "moves" and "history" not in names:
+            raise StorageError(
+                f"{key}: {train.uri} has no history column (the moves before each position), which the moves "
+                "format needs: annotate again with this version (--whole-games), or use --text-format board"
             )
     return folders, moves
 
@@ -397,13 +405,117 @@ def annotated_blocks(
     }  # fmt: skip
 
 
+def annotated_games(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Annotated positions (``game_id``, ``ply``, ``history``, ``moves``, ``expected``) chained
+    into games: a game's positions in ply order, each one whose history continues the game so
+    far joining it (a position that does not starts a new game). Each game: ``moves`` (its UCI
+    moves up to its last annotated position), and for each annotated ply, in order, ``plies``
+    (the ply), ``legal`` (its legal moves) and ``expected`` (their expected scores). Finished
+    positions (no legal move) are left out; a ply seen twice counts once.
+
+    >>> rows = [{"game_id": "g", "ply": p, "history": h, "moves": ["a2a3"], "expected": [0.5]}
+    ...         for p, h in [(1, "e2e4"), (0, ""), (2, "e2e4 e7e5"), (1, "d2d4")]]
+    >>> [(g["moves"], g["plies"]) for g in annotated_games(rows)]
+    [(['e2e4', 'e7e5'], [0, 1, 2]), (['d2d4'], [1])]
+    """
+    by_game: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row.get("history") is not None and len(row["moves"]):
+            by_game.setdefault(str(row["game_id"]), []).append(row)
+    games: list[dict[str, Any]] = []
+    for group in by_game.values():
+        open_games: list[dict[str, Any]] = []
+        for row in sorted(group, key=lambda r: int(r["ply"])):
+            history = str(row["history"]).split()
+            for game in open_games:
+                if history[: len(game["moves"])] == game["moves"] and len(history) not in game["plies"]:
+                    break
+            else:
+                game = {"moves": [], "plies": [], "legal": [], "expected": []}
+                open_games.append(game)
+            game["moves"] = history
+            game["plies"].append(len(history))
+            game["legal"].append([str(m) for m in row["moves"]])
+            game["expected"].append([float(e) for e in row["expected"]])
+        games.extend(open_games)
+    return games
+
+
+def annotated_game_blocks(
+    batch: dict[str, Any], tokenizer: Any, block: int, moves: MoveTokens, temperature: float
+) -> dict[str, Any]:
+    """Ray Data stage: annotated games (:func:`annotated_games`) -> blocks of ``<bos> <moves>``
+    with a soft target over the legal moves at every annotated ply (the token before that ply's
+    move; the spaced form after the first move) and no hard target; the columns of
+    :func:`annotated_blocks`. A game longer than a block is cut to it (``truncated``)."""
+    import chess
+    import numpy as np
+
+    from chessrl.lm.legality import soft_targets
+
+    start = tokenizer.bos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    examples: list[tuple[list[int], list[tuple[int, list[int], np.ndarray]]]] = []
+    cut = 0
+    for game_moves, plies, legal_lists, expected_lists in zip(
+        batch["moves"], batch["plies"], batch["legal"], batch["expected"], strict=True
+    ):
+        ids = [start] + [moves.token(chess.Move.from_uci(str(m)), spaced=i > 0) for i, m in enumerate(game_moves)]
+        slots = []
+        for ply, legal, expected in zip(plies, legal_lists, expected_lists, strict=True):
+            ply = int(ply)
+            if ply >= block - 1:
+                continue
+            legal_ids = [moves.token(chess.Move.from_uci(str(m)), spaced=ply > 0) for m in legal]
+            slots.append((ply, legal_ids, soft_targets([float(e) for e in expected], temperature)))
+        cut += len(ids) > block
+        if slots:
+            examples.append((ids[: max(p for p, _, _ in slots) + 1], slots))
+    rows: list[list[Any]] = [[]]
+    for example in examples:
+        if sum(len(e[0]) for e in rows[-1]) + len(example[0]) > block:
+            rows.append([])
+        rows[-1].append(example)
+    rows = [r for r in rows if r]
+    out_ids = np.full((len(rows), block), pad, dtype=np.int32)
+    targets = np.zeros((len(rows), block), dtype=np.uint8)
+    counts = np.zeros((len(rows), block), dtype=np.uint8)
+    flat_moves, flat_weights, lengths = [], [], []
+    for i, row in enumerate(rows):
+        at, legal_ids, weights = 0, [], []
+        for ids, slots in row:
+            out_ids[i, at : at + len(ids)] = ids
+            for ply, legal, soft in slots:
+                counts[i, at + ply] = len(legal)  # logits there predict the move of that ply
+                targets[i, min(at + ply + 1, block - 1)] = 1  # counted once, as a soft target
+                legal_ids.extend(legal)
+                weights.extend(soft.tolist())
+            at += len(ids)
+        lengths.append(at)
+        flat_moves.append(np.asarray(legal_ids, dtype=np.int16))
+        flat_weights.append(np.asarray(weights, dtype=np.float32))
+    moves_column, weights_column = np.empty(len(rows), dtype=object), np.empty(len(rows), dtype=object)
+    moves_column[:], weights_column[:] = flat_moves, flat_weights
+    truncated = np.zeros(len(rows), np.int32)
+    if len(rows):
+        truncated[0] = cut
+    return {
+        "input_ids": out_ids, "length": np.asarray(lengths, dtype=np.int32), "truncated": truncated,
+        "targets": targets, "legal_counts": counts, "legal_moves": moves_column, "legal_weights": weights_column,
+    }  # fmt: skip
+
+
 def packed_annotations(cfg: SftConfig, found: SftInputs) -> tuple[Any, int, int, int, int]:
-    """The annotated positions read and packed in Ray Data (:func:`annotated_blocks`): the
-    dataset, its blocks, its tokens, 0 truncated, and the positions read."""
+    """The annotated positions read and packed in Ray Data (:func:`annotated_blocks`; in the
+    moves format chained into games first, :func:`annotated_games`, then
+    :func:`annotated_game_blocks`): the dataset, its blocks, its tokens, the games cut to a
+    block, and the positions read."""
     import ray.data
 
     trl_learner.configure_ray_data()
     assert found.annotations is not None and found.move_tokens is not None
+    if cfg.text_format == "moves":
+        return packed_annotated_games(cfg, found)
     table = ray.data.read_parquet(
         [folder.path() for folder in found.annotations],
         filesystem=found.annotations[0].fs,
@@ -425,6 +537,38 @@ def packed_annotations(cfg: SftConfig, found: SftInputs) -> tuple[Any, int, int,
     blocks = dataset.count()
     tokens = int(dataset.sum("length"))
     return dataset, blocks, tokens, 0, positions
+
+
+def packed_annotated_games(cfg: SftConfig, found: SftInputs) -> tuple[Any, int, int, int, int]:
+    """The moves format's :func:`packed_annotations`: the tables read on the driver (a game's
+    positions may lie in several shards), chained, then packed in Ray Data."""
+    import pyarrow.dataset as pads
+    import ray.data
+
+    assert found.annotations is not None and found.move_tokens is not None
+    import pyarrow as pa
+
+    table = pa.concat_tables(
+        pads.dataset(folder.path(), filesystem=folder.fs, format="parquet").to_table(
+            columns=["game_id", "ply", "history", "moves", "expected"]
+        )
+        for folder in found.annotations
+    )
+    games = annotated_games(table.to_pylist())
+    dataset = (
+        ray.data.from_items(games)
+        .map_batches(
+            annotated_game_blocks,
+            fn_kwargs={
+                "tokenizer": found.tokenizer, "block": cfg.max_length, "moves": found.move_tokens,
+                "temperature": cfg.target_temperature,
+            },  # fmt: skip
+            batch_size=256,
+            batch_format="numpy",
+        )
+        .materialize()
+    )
+    return dataset, dataset.count(), int(dataset.sum("length")), int(dataset.sum("truncated")), table.num_rows
 
 
 def summary_lines(summary: dict[str, Any], seconds: float, num_workers: int) -> list[str]:
@@ -469,7 +613,10 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     if found.annotations is not None:
         dataset, blocks, game_tokens, truncated, positions = packed_annotations(cfg, found)
         log(
-            f"distilling {positions:,} annotated positions{' and their colour flips' if cfg.flip else ''} "
+            f"distilling {positions:,} annotated positions"
+            + (" and their colour flips" if cfg.flip and cfg.text_format == "board" else "")
+            + (" (whole games: a soft target at every annotated ply)" if cfg.text_format == "moves" else "")
+            + " "
             f"from {', '.join(f.uri for f in found.annotations)} (soft targets at temperature {cfg.target_temperature:g}); "
             f"{len(split.held_rows):,} held-out games ({len(split.heldout)} positions) from {found.games.uri}"
         )

@@ -56,6 +56,7 @@ ANNOTATION_SCHEMA = pa.schema(
         pa.field("terminal", pa.string()),  # checkmate / stalemate / ... when no move is legal
         pa.field("nodes", pa.int64()),  # nodes the search spent
         pa.field("unscored", pa.int32()),  # legal moves the search did not report (given the worst value)
+        pa.field("history", pa.string()),  # the UCI moves from the start position to here, space-separated
     ]
 )
 
@@ -97,12 +98,12 @@ class Annotation:
         return replace(self, fen=board.fen(), moves=moves)
 
     def row(self, **fields: Any) -> dict[str, Any]:
-        """One row of :data:`ANNOTATION_SCHEMA`; ``fields`` fills source, game_id, ply, phase."""
+        """One row of :data:`ANNOTATION_SCHEMA`; ``fields`` fills source, game_id, ply, phase, history."""
         return {
             "fen": self.fen, "moves": list(self.moves), "cp": list(self.cp), "expected": list(self.expected),
             "best_move": self.best_move, "value_cp": self.value_cp, "value_expected": self.value_expected,
             "terminal": self.terminal, "nodes": self.nodes, "unscored": self.unscored,
-            "source": None, "game_id": None, "ply": None, "phase": None, **fields,
+            "source": None, "game_id": None, "ply": None, "phase": None, "history": None, **fields,
         }  # fmt: skip
 
     @classmethod

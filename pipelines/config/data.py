@@ -100,7 +100,12 @@ class AnnotateConfig(Section):
     policy_workers: int = Field(1, ge=1)
     """Ray tasks playing the policy's games at once, one CPU each (the default engines leave them theirs)."""
     max_plies: int = Field(200, ge=1)
-    """A policy or random game ends after this many plies."""
+    """A policy or random game ends after this many plies (a whole training game too)."""
+    whole_games: bool = False
+    """Training positions of the games and random sources as whole games, every ply in order (the
+    moves before each in ``history``), instead of positions drawn by phase: what sft in the moves
+    format distils from (one game, one pass, a soft target at every move). Held-out positions
+    and the policy source stay drawn."""
     pairs: int = Field(8, ge=0)
     """Preference pairs per position written beside the table (<run>/annotate/pairs/, the
     preference schema: a judge trains on them with ``chess-rl reward --preferences``): half the

@@ -71,17 +71,19 @@ class SftConfig(Section):
     annotations: list[str] = Field(default_factory=list)
     """Distil Stockfish instead of cloning the games' moves: train on engine-annotated positions
     (folders written by ``chess-rl annotate``, their train/ shards together: a first run's and
-    a DAgger round's; board format only). Each
-    position is asked as a board and answered by Stockfish's best move, the loss on that answer a
-    cross-entropy against a soft target over every legal move, softmax(E / target_temperature)
-    of their expected scores: ~30 labels a position instead of one, its mass all on legal moves.
+    a DAgger round's). In the board format each position is asked as a board and answered by
+    Stockfish's best move; in the moves format each annotated game (``annotate --whole-games``)
+    is one sequence with a target at every annotated ply. The loss there is a cross-entropy
+    against a soft target over every legal move, softmax(E / target_temperature) of their
+    expected scores (in the moves format with the legality term beside it, legal_loss_weight).
     The games table still gives the held-out positions."""
     target_temperature: float = Field(0.05, gt=0)
     """The soft target's temperature, in expected-score points: a move 0.1 worse than another
     gets exp(-0.1 / T) of its probability (0.14 at 0.05)."""
     flip: bool = True
-    """With annotations: also train on every position with the colours swapped (the board
-    mirrored top to bottom, its moves too, the same values): twice the positions for free."""
+    """With annotations in the board format: also train on every position with the colours
+    swapped (the board mirrored top to bottom, its moves too, the same values): twice the
+    positions for free. The moves format has no flip (a game starts from the start position)."""
     legal_loss_weight: float | None = Field(None, ge=0)
     """Add this weight times -log P(legal moves) at every position to the cross-entropy: the rules
     of chess (python-chess) as a training signal next to the played move. It needs a tokenizer

@@ -180,7 +180,7 @@ def own_loss_sft_trainer_class(
         """The loss, its move term's metric name and value, and the legal mass: the soft targets'
         cross-entropy where the batch has weights, else the legal-move loss."""
         if weights is not None:
-            loss, _, term, mass = soft_fn(logits, labels, legal, weights, num_items)
+            loss, _, term, mass = soft_fn(logits, labels, legal, weights, num_items, legal_weight)
             return loss, "soft_loss", term, mass
         loss, _, term, mass = loss_fn(logits, labels, legal, legal_weight, num_items)
         return loss, "legal_loss", term, mass

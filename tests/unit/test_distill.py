@@ -81,3 +81,38 @@ def test_a_few_steps_of_the_soft_loss_teach_the_capture():
         optimizer.step()
     assert p_capture() > 0.5 > before, (before, p_capture())
     assert float(mass) > 0.5  # the legal moves hold the mass now
+
+
+def test_whole_game_blocks_put_each_ply_s_target_before_its_move():
+    """A 3-ply game annotated at every ply (the moves format): the slot at token t holds the
+    legal moves of ply t (the plain form at the start, the spaced one after), and the token after
+    it is the move played there."""
+    from pipelines.sft import annotated_game_blocks, annotated_games
+
+    played = ["e2e4", "e7e5", "g1f3"]
+    board, rows = chess.Board(), []
+    for ply in range(4):
+        legal = sorted(m.uci() for m in board.legal_moves)
+        rows.append({"game_id": "g", "ply": ply, "history": " ".join(played[:ply]), "moves": legal,
+                     "expected": [0.5] * len(legal)})  # fmt: skip
+        if ply < 3:
+            board.push_uci(played[ply])
+    _, tok = build_model("tiny")
+    moves = MoveTokens(tok)
+    [game] = annotated_games(list(reversed(rows)))  # any order: chained by ply
+    assert game["moves"] == played and game["plies"] == [0, 1, 2, 3]
+    batch = {k: np.array([game[k]], dtype=object) for k in ("moves", "plies", "legal", "expected")}
+    out = annotated_game_blocks(batch, tok, 64, moves, 0.05)
+    ids, counts = out["input_ids"][0], out["legal_counts"][0]
+    assert out["length"][0] == 4 and list(np.flatnonzero(counts)) == [0, 1, 2, 3]
+    assert [int(c) for c in counts[:4]] == [len(r["moves"]) for r in rows]
+    flat, at = out["legal_moves"][0].tolist(), 0
+    for t, row in enumerate(rows):
+        slot = flat[at : at + len(row["moves"])]
+        assert slot == [moves.token(chess.Move.from_uci(m), spaced=t > 0) for m in row["moves"]]
+        if t < 3:
+            assert int(ids[t + 1]) in slot and int(ids[t + 1]) == moves.token(
+                chess.Move.from_uci(played[t]), spaced=t > 0
+            )
+        at += len(row["moves"])
+    assert out["targets"][0][1:4].tolist() == [1, 1, 1] and out["targets"][0][0] == 0
