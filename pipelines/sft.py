@@ -349,7 +349,6 @@ def annotated_blocks(
     to a block as fit; ``length`` and ``truncated`` as :func:`tokenize_and_pack`'s.
     """
     import chess
-    import numpy as np
 
     from chessrl.engine.annotation import Annotation
     from chessrl.lm.legality import soft_targets
@@ -357,7 +356,7 @@ def annotated_blocks(
     fmt = BoardFormat()
     start, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    examples: list[tuple[list[int], list[int], np.ndarray]] = []
+    examples: list[SoftExample] = []
     for fen, move_list, expected in zip(batch["fen"], batch["moves"], batch["expected"], strict=True):
         if len(move_list) == 0:  # a finished game: nothing to answer
             continue
@@ -374,8 +373,24 @@ def annotated_blocks(
             legal = [moves.token(chess.Move.from_uci(m)) for m in a.moves]
             if ids[-2] != legal[0]:  # the loss reads the move's logits at the token before it
                 raise ValueError(f"the board text of {a.fen!r} does not end in its move's one token")
-            examples.append((ids, legal, soft_targets(a.expected, temperature)))
-    rows: list[list[tuple[list[int], list[int], np.ndarray]]] = [[]]
+            n = len(ids)  # the move and <eos> are the targets; the soft one where the move is predicted
+            examples.append((ids, [n - 2, n - 1], [(n - 3, legal, soft_targets(a.expected, temperature))]))
+    return soft_target_blocks(examples, block, pad)
+
+
+SoftExample = tuple[list[int], list[int], list[tuple[int, list[int], Any]]]
+"""One example of distillation: its token ids, the positions of its targets, and its soft
+targets (the position whose logits predict the move, the legal moves' ids, their probabilities)."""
+
+
+def soft_target_blocks(examples: Sequence[SoftExample], block: int, pad: int, truncated: int = 0) -> dict[str, Any]:
+    """Examples packed whole, in order, as many to a block as fit: ``input_ids``, ``length``,
+    ``truncated`` (``truncated`` on the first block), ``targets`` (1 where a token is a target),
+    ``legal_counts`` (the legal moves' count where the logits have a soft target), and
+    ``legal_moves`` / ``legal_weights`` (their ids and probabilities, flat, in position order)."""
+    import numpy as np
+
+    rows: list[list[SoftExample]] = [[]]
     for example in examples:
         if sum(len(e[0]) for e in rows[-1]) + len(example[0]) > block:
             rows.append([])
@@ -387,20 +402,24 @@ def annotated_blocks(
     flat_moves, flat_weights, lengths = [], [], []
     for i, row in enumerate(rows):
         at, legal_ids, weights = 0, [], []
-        for ids, legal, soft in row:
+        for ids, target_at, slots in row:
             out_ids[i, at : at + len(ids)] = ids
-            targets[i, at + len(ids) - 2 : at + len(ids)] = 1  # the move and <eos>
-            counts[i, at + len(ids) - 3] = len(legal)  # logits there predict the move
-            legal_ids.extend(legal)
-            weights.extend(soft.tolist())
+            targets[i, [min(at + t, block - 1) for t in target_at]] = 1
+            for t, legal, soft in slots:
+                counts[i, at + t] = len(legal)
+                legal_ids.extend(legal)
+                weights.extend(soft.tolist())
             at += len(ids)
         lengths.append(at)
         flat_moves.append(np.asarray(legal_ids, dtype=np.int16))
         flat_weights.append(np.asarray(weights, dtype=np.float32))
     moves_column, weights_column = np.empty(len(rows), dtype=object), np.empty(len(rows), dtype=object)
     moves_column[:], weights_column[:] = flat_moves, flat_weights
+    cut = np.zeros(len(rows), np.int32)
+    if len(rows):
+        cut[0] = truncated
     return {
-        "input_ids": out_ids, "length": np.asarray(lengths, dtype=np.int32), "truncated": np.zeros(len(rows), np.int32),
+        "input_ids": out_ids, "length": np.asarray(lengths, dtype=np.int32), "truncated": cut,
         "targets": targets, "legal_counts": counts, "legal_moves": moves_column, "legal_weights": weights_column,
     }  # fmt: skip
 
@@ -449,13 +468,12 @@ def annotated_game_blocks(
     move; the spaced form after the first move) and no hard target; the columns of
     :func:`annotated_blocks`. A game longer than a block is cut to it (``truncated``)."""
     import chess
-    import numpy as np
 
     from chessrl.lm.legality import soft_targets
 
     start = tokenizer.bos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    examples: list[tuple[list[int], list[tuple[int, list[int], np.ndarray]]]] = []
+    examples: list[SoftExample] = []
     cut = 0
     for game_moves, plies, legal_lists, expected_lists in zip(
         batch["moves"], batch["plies"], batch["legal"], batch["expected"], strict=True
@@ -469,40 +487,9 @@ def annotated_game_blocks(
             legal_ids = [moves.token(chess.Move.from_uci(str(m)), spaced=ply > 0) for m in legal]
             slots.append((ply, legal_ids, soft_targets([float(e) for e in expected], temperature)))
         cut += len(ids) > block
-        if slots:
-            examples.append((ids[: max(p for p, _, _ in slots) + 1], slots))
-    rows: list[list[Any]] = [[]]
-    for example in examples:
-        if sum(len(e[0]) for e in rows[-1]) + len(example[0]) > block:
-            rows.append([])
-        rows[-1].append(example)
-    rows = [r for r in rows if r]
-    out_ids = np.full((len(rows), block), pad, dtype=np.int32)
-    targets = np.zeros((len(rows), block), dtype=np.uint8)
-    counts = np.zeros((len(rows), block), dtype=np.uint8)
-    flat_moves, flat_weights, lengths = [], [], []
-    for i, row in enumerate(rows):
-        at, legal_ids, weights = 0, [], []
-        for ids, slots in row:
-            out_ids[i, at : at + len(ids)] = ids
-            for ply, legal, soft in slots:
-                counts[i, at + ply] = len(legal)  # logits there predict the move of that ply
-                targets[i, min(at + ply + 1, block - 1)] = 1  # counted once, as a soft target
-                legal_ids.extend(legal)
-                weights.extend(soft.tolist())
-            at += len(ids)
-        lengths.append(at)
-        flat_moves.append(np.asarray(legal_ids, dtype=np.int16))
-        flat_weights.append(np.asarray(weights, dtype=np.float32))
-    moves_column, weights_column = np.empty(len(rows), dtype=object), np.empty(len(rows), dtype=object)
-    moves_column[:], weights_column[:] = flat_moves, flat_weights
-    truncated = np.zeros(len(rows), np.int32)
-    if len(rows):
-        truncated[0] = cut
-    return {
-        "input_ids": out_ids, "length": np.asarray(lengths, dtype=np.int32), "truncated": truncated,
-        "targets": targets, "legal_counts": counts, "legal_moves": moves_column, "legal_weights": weights_column,
-    }  # fmt: skip
+        if slots:  # the move after each slot is its target (counted once: the soft loss replaces it)
+            examples.append((ids[: max(p for p, _, _ in slots) + 1], [p + 1 for p, _, _ in slots], slots))
+    return soft_target_blocks(examples, block, pad, cut)
 
 
 def packed_annotations(cfg: SftConfig, found: SftInputs) -> tuple[Any, int, int, int, int]:
