@@ -558,6 +558,33 @@ def packed_annotated_games(cfg: SftConfig, found: SftInputs) -> tuple[Any, int, 
     return dataset, dataset.count(), int(dataset.sum("length")), int(dataset.sum("truncated")), table.num_rows
 
 
+def with_game_blocks(
+    annotated: Any, counts: tuple[int, int, int], games: tuple[Any, int, int, int], seed: int
+) -> tuple[Any, int, int, int]:
+    """The annotated games' blocks and the games table's (:func:`packed_blocks`, given the
+    columns of :func:`soft_target_blocks`: every real token a target, no soft target) as one
+    dataset, its Ray Data blocks in a seeded order (the learner's local shuffle mixes the rows):
+    the dataset, its blocks, its tokens, the games cut."""
+    import numpy as np
+
+    games_data, blocks, tokens, cut = games
+
+    def as_soft_blocks(batch: dict[str, Any]) -> dict[str, Any]:
+        rows = len(batch["input_ids"])
+        zeros = np.empty(rows, dtype=object)
+        zeros[:] = [np.zeros(len(m), dtype=np.float32) for m in batch["legal_moves"]]
+        moves = np.empty(rows, dtype=object)
+        moves[:] = [np.asarray(m, dtype=np.int16) for m in batch["legal_moves"]]
+        return {
+            **batch, "targets": np.ones(batch["input_ids"].shape, dtype=np.uint8), "legal_moves": moves,
+            "legal_weights": zeros, "legal_counts": batch["legal_counts"].astype(np.uint8),
+        }  # fmt: skip
+
+    mixed = annotated.union(games_data.map_batches(as_soft_blocks, batch_format="numpy"))
+    mixed = mixed.randomize_block_order(seed=seed).materialize()  # rows mix in the learner's local shuffle
+    return mixed, counts[0] + blocks, counts[1] + tokens, counts[2] + cut
+
+
 def summary_lines(summary: dict[str, Any], seconds: float, num_workers: int) -> list[str]:
     """The phase's closing lines."""
     legal_weight = summary["legal_loss_weight"]
@@ -599,6 +626,12 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     positions = 0
     if found.annotations is not None:
         dataset, blocks, game_tokens, truncated, positions = packed_annotations(cfg, found)
+        if cfg.text_format == "moves" and cfg.with_games:
+            texts = training_texts(cfg, split.train_rows, context.config.run.seed)
+            dataset, blocks, game_tokens, truncated = with_game_blocks(
+                dataset, (blocks, game_tokens, truncated), packed_blocks(texts, cfg, found), context.config.run.seed
+            )
+            log(f"beside them {len(split.train_rows):,} training games (the played moves, hard targets)")
         log(
             f"distilling {positions:,} annotated positions"
             + (" and their colour flips" if cfg.flip and cfg.text_format == "board" else "")

@@ -254,10 +254,12 @@ def lm_and_soft_move_loss(
     ``-sum_k weights[k] * log P(moves[k])`` over the position's legal moves (``moves[b, t]``,
     padded with -1 like :func:`pad_legal_targets`; ``weights[b, t]`` sums to 1 there). The soft
     target pushes every illegal move down, but a sharp one says little about which moves are
-    legal: ``legal_weight`` adds that times ``-log P(legal moves)`` at each soft position (the
-    moves format's distillation, measured: held-out legal argmax 50% -> 74% at 1,000 steps).
-    A position with a soft target counts once, like a hard one. Returns (loss, the hard
-    cross-entropy, the soft cross-entropy, the legal mass at the soft positions).
+    legal: ``legal_weight`` adds that times ``-log P(legal moves)`` at every position with legal
+    moves (the moves format's distillation, measured: held-out legal argmax 50% -> 74% at 1,000
+    steps). A position whose weights are all 0 has no soft target: its hard target stays, and
+    its legal moves feed the legality term alone (a game's played moves mixed with annotated
+    games). A position with a soft target counts once, like a hard one. Returns (loss, the hard
+    cross-entropy, the soft cross-entropy, the legal mass where there are legal moves).
 
     >>> logits = torch.zeros(1, 3, 4)                       # uniform over 4 tokens
     >>> labels = torch.tensor([[0, 1, 3]])                  # token 1 is the move, token 2 <eos>
@@ -267,11 +269,15 @@ def lm_and_soft_move_loss(
     [1.3863, 1.3863, 1.3863, 0.5]
     >>> round(lm_and_soft_move_loss(logits, labels, moves, weights, legal_weight=1.0)[0].item(), 4)  # + log 2 / 2
     1.7329
+    >>> played = torch.zeros_like(weights)                  # no soft target: the hard one stays (2 targets)
+    >>> [round(x.item(), 4) for x in lm_and_soft_move_loss(logits, labels, moves, played, legal_weight=1.0)]
+    [1.7329, 1.3863, 0.0, 0.5]
     """
     logits = logits.float()
     lse = logits.logsumexp(-1)
     valid = moves >= 0
-    soft = valid.any(-1)  # [B, T]: logits[:, t] has a soft target
+    listed = valid.any(-1)  # [B, T]: logits[:, t] has legal moves
+    soft = listed & (weights.sum(-1) > 0)  # and a soft target
     targets = labels[:, 1:]
     hard = (targets != -100) & ~soft[:, :-1]
     picked = logits[:, :-1].gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
@@ -280,12 +286,12 @@ def lm_and_soft_move_loss(
     soft_ce = -(weights * move_logp.masked_fill(~valid, 0.0)).sum(-1)
     soft_sum = torch.where(soft, soft_ce, 0.0).sum()
     count = num_items if num_items is not None else (hard.sum() + soft.sum()).clamp(min=1)
-    legal_logp = torch.where(soft, move_logp.masked_fill(~valid, float("-inf")).logsumexp(-1), 0.0)
-    mass = torch.where(soft, legal_logp.exp(), 0.0).sum()
-    n_hard, n_soft = hard.sum().clamp(min=1), soft.sum().clamp(min=1)
+    legal_logp = torch.where(listed, move_logp.masked_fill(~valid, float("-inf")).logsumexp(-1), 0.0)
+    mass = torch.where(listed, legal_logp.exp(), 0.0).sum()
+    n_hard, n_soft, n_listed = hard.sum().clamp(min=1), soft.sum().clamp(min=1), listed.sum().clamp(min=1)
     return (
         (hard_sum + soft_sum - legal_weight * legal_logp.sum()) / count,
         (hard_sum / n_hard).detach(),
         (soft_sum / n_soft).detach(),
-        (mass / n_soft).detach(),
+        (mass / n_listed).detach(),
     )

@@ -175,6 +175,7 @@ def test_whole_games_distil_into_a_moves_policy(local_ray, tmp_path, games, caps
     err = capsys.readouterr().err
     assert code == EXIT_OK, err[-3000:]
     assert "distilling 80 annotated positions (whole games" in err, err[-3000:]
+    assert "beside them 59 training games (the played moves, hard targets)" in err, err[-3000:]
     summary = json.loads((tmp_path / "a" / "sft" / "summary.json").read_text())
     assert summary["annotated_positions"] == 80 and summary["steps"] == 2
     # the board format's flip has no meaning for a game from the start; a table without histories is refused
