@@ -141,7 +141,7 @@ def test_sft_without_games_is_one_clear_error(tmp_path, capsys, driver_err):
 
 
 def test_board_and_annotation_mistakes_are_one_line_before_ray(tmp_path, capsys, pgn_dir):
-    """A block shorter than one board example, annotations for the moves format, and annotations
+    """A block shorter than one board example, annotations for the rookworld format, and annotations
     that are not there: each one line, exit 2, nothing written (the games table is not needed to
     say so: the config is checked first)."""
 
@@ -153,8 +153,8 @@ def test_board_and_annotation_mistakes_are_one_line_before_ray(tmp_path, capsys,
 
     said = line("--text-format", "board", "--max-length", "50")
     assert "sft.max_length" in said and "79 or more" in said, said
-    said = line("--annotations", str(tmp_path / "annotate"))
-    assert "sft.annotations" in said and "--text-format board" in said, said
+    said = line("--text-format", "rookworld", "--annotations", str(tmp_path / "annotate"))
+    assert "sft.annotations" in said and "--text-format board" in said and "--text-format moves" in said, said
     said = line("--text-format", "board", "--annotations", str(tmp_path / "annotate"))
     assert "sft.annotations" in said and "chess-rl annotate" in said, said
     assert not (tmp_path / "demo").exists()
