@@ -41,7 +41,7 @@ PHASES: dict[str, tuple[str, str]] = {
     ),
     "grpo": (
         "pipelines.grpo",
-        "GRPO on RookWorld tasks with Stockfish-verified rewards: EnginePool, Ray Train learner, resumable",
+        "GRPO of an sft policy (masked in the presets), each move graded against Stockfish's best: EnginePool, Ray Train learner",
     ),
     "dpo": (
         "pipelines.dpo",

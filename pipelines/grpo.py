@@ -60,12 +60,13 @@ from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_loca
 
 SUMMARY = "grpo: GRPO of an sft policy with Stockfish-verified rewards (Ray Train learner + EnginePool)."
 DESCRIPTION = (
-    "Samples groups of completions for RookWorld policy (P:) and environment (A:) prompts cut from the\n"
-    "games, scores moves with Stockfish and environment answers with python-chess, and takes GRPO steps\n"
-    "with a KL penalty to the sft start. Example:\n"
-    "  chess-rl grpo --iterations 30 --group-size 4 --loss-type grpo\n"
-    "--text-format moves asks the plain sft model for the next move of a move list (policy tasks only):\n"
-    "  chess-rl grpo --text-format moves --policy-share 1"
+    "Samples groups of moves for positions of the games and of the policy's own games (with --masked,\n"
+    "as the presets do: drawn from the legal moves), grades each against Stockfish's best, and takes GRPO steps with a KL penalty\n"
+    "to the sft start; the start and final policies are compared on held-out positions (paired move\n"
+    "quality). The presets ask the board format; --text-format moves asks for the next move of a move\n"
+    "list; --text-format rookworld adds RookWorld's environment (A:) tasks, graded by python-chess. Example:\n"
+    "  chess-rl grpo --config tiny --iterations 30\n"
+    "  chess-rl grpo --text-format rookworld --policy-share 0.8 --own-positions 0"
 )
 
 
