@@ -59,7 +59,11 @@ PHASES: dict[str, tuple[str, str]] = {
         "pipelines.tune",
         "Ray Tune sweeps (grid/random, ASHA) of ppo.kl_coef, grpo.beta, dpo.beta, selfplay.mcts_cpuct; best config as YAML",
     ),
-    # a command rather than a phase (no Ray): it serves a model for GUIs instead of producing data
+    # commands rather than phases (no Ray)
+    "config": (
+        "pipelines.config.reference",
+        "every configuration key with its flag, type, default and meaning (--markdown: docs/config.md)",
+    ),
     "uci": (
         "pipelines.uci",
         "a trained policy as a UCI engine (stdin/stdout) for chess GUIs and lichess-bot",
@@ -79,6 +83,7 @@ def usage() -> str:
         "Every phase runs on an embedded local Ray, or joins the cluster in RAY_ADDRESS / --address;",
         "`ray job submit --working-dir . -- python -m pipelines.<phase> ...` runs the same code on a cluster.",
         "`chess-rl uci --model DIR` needs no Ray: it plays a saved model as a UCI engine on stdin/stdout.",
+        "`chess-rl config [SECTION]` prints every configuration key (docs/config.md holds them all).",
     ]
     return "\n".join(lines)
 

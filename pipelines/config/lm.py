@@ -370,9 +370,10 @@ class PositionMix(Section):
 
 
 class GRPOConfig(Section):
-    """``grpo``: group rollouts on RookWorld's policy and environment tasks with rewards verified by
-    Stockfish (EnginePool) and python-chess, GRPO / Dr. GRPO / DAPO updates on a Ray Train learner,
-    a KL penalty to the frozen start."""
+    """``grpo``: groups of moves (masked in the presets) for positions of the games and of the
+    policy's own games, each graded against Stockfish's best (EnginePool; RookWorld's environment
+    tasks by python-chess), GRPO / Dr. GRPO / DAPO updates on a Ray Train learner, a KL penalty
+    to the frozen start."""
 
     policy: str | None = None
     """The starting policy and frozen reference (default: this run's sft model of the text

@@ -32,6 +32,7 @@ def test_help_lists_the_phases(
         "selfplay",
         "rlaif",
         "tune",
+        "config",
         "uci",
     ]
     assert "planned" not in out
@@ -62,5 +63,5 @@ def test_unknown_phase_exits_2_and_says_what_exists(capsys: pytest.CaptureFixtur
     assert captured.out == ""
     assert (
         captured.err
-        == "error: unknown phase 'prepar'; phases: prepare, annotate, sft, evaluate, preferences, reward, ppo, grpo, dpo, selfplay, rlaif, tune, uci (chess-rl --help)\n"
+        == "error: unknown phase 'prepar'; phases: prepare, annotate, sft, evaluate, preferences, reward, ppo, grpo, dpo, selfplay, rlaif, tune, config, uci (chess-rl --help)\n"
     )
