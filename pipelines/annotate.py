@@ -39,7 +39,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from chessrl.data.positions import PositionSampler, phase_of, random_game_positions
+from chessrl.data.positions import PositionSampler, phase_of, random_game_moves, random_game_positions
 from chessrl.engine.annotation import ANNOTATION_SCHEMA
 from chessrl.lm.lm_data import split_games
 from chessrl.rl.preferences import PREFERENCE_SCHEMA, annotation_pairs, board_key
@@ -252,18 +252,6 @@ class PositionSource:
                     board.push_uci(moves[ply])
             game += 1
         return out
-
-
-def random_game_moves(rng: Any, max_plies: int) -> list[str]:
-    """A game between two random movers (``rng``'s choices), up to ``max_plies``."""
-    import chess
-
-    board, moves = chess.Board(), []
-    while len(moves) < max_plies and not board.is_game_over():
-        move = rng.choice(sorted(m.uci() for m in board.legal_moves))
-        board.push_uci(move)
-        moves.append(move)
-    return moves
 
 
 def policy_game_positions(

@@ -447,7 +447,7 @@ def annotated_games(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         for row in sorted(group, key=lambda r: int(r["ply"])):
             history = str(row["history"]).split()
             for game in open_games:
-                if history[: len(game["moves"])] == game["moves"] and len(history) not in game["plies"]:
+                if len(history) > game["plies"][-1] and history[: len(game["moves"])] == game["moves"]:
                     break
             else:
                 game = {"moves": [], "plies": [], "legal": [], "expected": []}
@@ -615,21 +615,20 @@ def summary_lines(summary: dict[str, Any], seconds: float, num_workers: int) -> 
     ]
 
 
-def run_sft(context: PhaseContext) -> PhaseResult:
-    """Check the inputs, split the games, tokenise and pack the training texts in Ray Data, train
-    in Ray Train, export the model (with its text format), summarise."""
-    cfg = context.config.sft
-    log = context.log
-    folder = sft_folder(cfg.text_format)
-    found = check_sft(context.config, Inputs.of_context(context), log)
-    split = split_heldout(context, found.games, folder)
+def training_data(
+    cfg: SftConfig, found: SftInputs, split: SftSplit, seed: int, log: Any
+) -> tuple[Any, int, int, int, int]:
+    """The learner's blocks in Ray Data, said in the log: the games' texts packed, or the
+    annotated positions (:func:`packed_annotations`; in the moves format with ``with_games``,
+    the games' blocks shuffled in). Returns the dataset, its blocks, its tokens, the games cut
+    to a block, and the annotated positions read (0 without annotations)."""
     positions = 0
     if found.annotations is not None:
         dataset, blocks, game_tokens, truncated, positions = packed_annotations(cfg, found)
         if cfg.text_format == "moves" and cfg.with_games:
-            texts = training_texts(cfg, split.train_rows, context.config.run.seed)
+            texts = training_texts(cfg, split.train_rows, seed)
             dataset, blocks, game_tokens, truncated = with_game_blocks(
-                dataset, (blocks, game_tokens, truncated), packed_blocks(texts, cfg, found), context.config.run.seed
+                dataset, (blocks, game_tokens, truncated), packed_blocks(texts, cfg, found), seed
             )
             log(f"beside them {len(split.train_rows):,} training games (the played moves, hard targets)")
         log(
@@ -641,13 +640,25 @@ def run_sft(context: PhaseContext) -> PhaseResult:
             f"{len(split.held_rows):,} held-out games ({len(split.heldout)} positions) from {found.games.uri}"
         )
     else:
-        texts = training_texts(cfg, split.train_rows, context.config.run.seed)
+        texts = training_texts(cfg, split.train_rows, seed)
         log(
             f"{len(split.train_rows):,} training games, {len(split.held_rows):,} held out ({len(split.heldout)} positions) "
             f"from {found.games.uri}"
             + (f" ({split.duplicates:,} duplicate games skipped)" if split.duplicates else "")
         )
         dataset, blocks, game_tokens, truncated = packed_blocks(texts, cfg, found)
+    return dataset, blocks, game_tokens, truncated, positions
+
+
+def run_sft(context: PhaseContext) -> PhaseResult:
+    """Check the inputs, split the games, tokenise and pack the training texts in Ray Data, train
+    in Ray Train, export the model (with its text format), summarise."""
+    cfg = context.config.sft
+    log = context.log
+    folder = sft_folder(cfg.text_format)
+    found = check_sft(context.config, Inputs.of_context(context), log)
+    split = split_heldout(context, found.games, folder)
+    dataset, blocks, game_tokens, truncated, positions = training_data(cfg, found, split, context.config.run.seed, log)
     cpus_per_worker = trl_learner.learner_cpus(cfg)
     batch_size = cfg.batch_size
     if batch_size == "auto":

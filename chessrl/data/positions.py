@@ -168,6 +168,22 @@ def phase_counts(positions: Iterable[Position]) -> dict[str, int]:
     return {p: counts.get(p, 0) for p in PHASES}
 
 
+def random_game_moves(rng: random.Random, max_plies: int) -> list[str]:
+    """The UCI moves of a game between two random movers (``rng``'s choices among the legal
+    moves in UCI order), until it ends or reaches ``max_plies``.
+
+    >>> moves = random_game_moves(random.Random(3), 10)
+    >>> len(moves), moves == random_game_moves(random.Random(3), 10)
+    (10, True)
+    """
+    board, moves = chess.Board(), []
+    while len(moves) < max_plies and not board.is_game_over():
+        move = rng.choice(sorted(m.uci() for m in board.legal_moves))
+        board.push_uci(move)
+        moves.append(move)
+    return moves
+
+
 def random_game_positions(n: int, *, seed: int, max_plies: int = 200, per_game: int = 4) -> list[Position]:
     """``n`` positions from games between two random movers (the chaos a random opponent makes,
     which human and engine games never show), ``per_game`` plies drawn from each game, seeded;
@@ -181,11 +197,7 @@ def random_game_positions(n: int, *, seed: int, max_plies: int = 200, per_game: 
     picks: list[Position] = []
     game = 0
     while len(picks) < n:
-        board, moves = chess.Board(), []
-        while len(moves) < max_plies and not board.is_game_over():
-            move = rng.choice(sorted(m.uci() for m in board.legal_moves))
-            board.push_uci(move)
-            moves.append(move)
+        moves = random_game_moves(rng, max_plies)
         plies = [p for p in range(len(moves)) if p > 0]  # before the game's last move: a move is legal there
         for ply in sorted(rng.sample(plies, min(per_game, len(plies)))):
             if len(picks) >= n:
