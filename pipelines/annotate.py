@@ -46,10 +46,11 @@ from chessrl.rl.preferences import PREFERENCE_SCHEMA, annotation_pairs, board_ke
 from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
 from pipelines.artifacts import games_table, read_games
+from pipelines.cli import one_line
 from pipelines.config import AnnotateConfig, ChessRLConfig
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, readable_model
 
-SUMMARY = "annotate: positions (training games, the policy's own games, random games) -> Stockfish's value of every legal move (Parquet)."
+SUMMARY = one_line("annotate")
 DESCRIPTION = (
     "One MultiPV search a position scores every legal move (--nodes for each) on engine actors\n"
     "spread over the nodes. Shards are written whole; the same command resumes. Examples:\n"

@@ -12,63 +12,35 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-#: Phases that run today: name -> (module, one line).
+#: The one registry of phases and commands: name -> (module, the one line that ``chess-rl --help``,
+#: each phase's own ``--help`` and the README's table of phases show).
 PHASES: dict[str, tuple[str, str]] = {
-    "prepare": (
-        "pipelines.prepare",
-        "PGN files (.pgn, .pgn.zst; local or s3://) and/or --generate N Stockfish games -> games Parquet",
-    ),
-    "annotate": (
-        "pipelines.annotate",
-        "positions (training games, the policy's own games, random games) -> Stockfish's value of every legal move",
-    ),
-    "sft": ("pipelines.sft", "games Parquet -> a GPT-2-style policy (Ray Train + TRL SFTTrainer), resumable"),
-    "evaluate": (
-        "pipelines.evaluate",
-        "arenas of players as Ray tasks -> scores, Elo vs Stockfish UCI_Elo, suites, PGN, report",
-    ),
-    "preferences": (
-        "pipelines.preferences",
-        "games + the sft policy -> Stockfish-judged chosen/rejected pairs (EnginePool, batched samplers)",
-    ),
-    "reward": (
-        "pipelines.reward",
-        "preference pairs -> a reward model (Ray Train + TRL RewardTrainer), held-out accuracy, resumable",
-    ),
-    "ppo": (
-        "pipelines.ppo",
-        "PPO against the reward model: rollout collectors, RewardServer, Ray Train learner, KL to sft, resumable",
-    ),
-    "grpo": (
-        "pipelines.grpo",
-        "GRPO of an sft policy (masked in the presets), each move graded against Stockfish's best: EnginePool, Ray Train learner",
-    ),
-    "dpo": (
-        "pipelines.dpo",
-        "DPO of the sft policy on the preference pairs (Ray Train + TRL DPOTrainer), paired move quality, resumable",
-    ),
-    "selfplay": (
-        "pipelines.selfplay",
-        "AlphaZero-style training: batched-MCTS collectors, parameter server, Ray Train learner, gating",
-    ),
-    "rlaif": (
-        "pipelines.rlaif",
-        "the whole pipeline as one resumable graph: prepare, sft, preferences, reward, ppo, grpo, dpo, evaluate",
-    ),
-    "tune": (
-        "pipelines.tune",
-        "Ray Tune sweeps (grid/random, ASHA) of ppo.kl_coef, grpo.beta, dpo.beta, selfplay.mcts_cpuct; best config as YAML",
-    ),
+    "prepare": ("pipelines.prepare", "PGN files (local or s3://) and/or Stockfish-generated games -> a filtered games table (Parquet)"),
+    "annotate": ("pipelines.annotate", "Stockfish's value of every legal move of many positions (training games, the policy's own, random games)"),
+    "sft": ("pipelines.sft", "a GPT-2-style policy fine-tuned on games (Ray Train + TRL), or distilled from annotate's values"),
+    "evaluate": ("pipelines.evaluate", "arenas of players as Ray tasks: Elo on a ladder anchored to Stockfish, SPRT A/B matches, suites, PGN, a report"),
+    "preferences": ("pipelines.preferences", "the sft policy proposes moves, Stockfish judges them -> preference pairs (Parquet)"),
+    "reward": ("pipelines.reward", "a reward model trained on the pairs (Ray Train + TRL), served to the RL phases by the RewardServer actor"),
+    "ppo": ("pipelines.ppo", "masked PPO of the sft policy against the reward model: rollout collectors, RewardServer, Ray Train learner"),
+    "grpo": ("pipelines.grpo", "masked GRPO of an sft policy, each move's reward verified by Stockfish (EnginePool) and python-chess"),
+    "dpo": ("pipelines.dpo", "TRL's DPOTrainer on the preference pairs, in the policy's own text format"),
+    "selfplay": ("pipelines.selfplay", "AlphaZero-style training by self-play with batched MCTS and arena gating"),
+    "rlaif": ("pipelines.rlaif", "every RLAIF phase as one resumable graph on one Ray session: what make demo runs"),
+    "tune": ("pipelines.tune", "Ray Tune sweeps (grid or random, ASHA) of a phase's section, trials nested in MLflow"),
     # commands rather than phases (no Ray)
-    "config": (
-        "pipelines.config.reference",
-        "every configuration key with its flag, type, default and meaning (--markdown: docs/config.md)",
-    ),
-    "uci": (
-        "pipelines.uci",
-        "a trained policy as a UCI engine (stdin/stdout) for chess GUIs and lichess-bot",
-    ),
+    "config": ("pipelines.config.reference", "every configuration key with its flag, type, default and meaning (--markdown: docs/config.md)"),
+    "uci": ("pipelines.uci", "a trained model as a UCI engine for chess GUIs and lichess-bot"),
 }
+
+
+def one_line(name: str) -> str:
+    """``<name>: <its one line>``, a phase's summary (its ``--help`` starts with it).
+
+    >>> one_line("dpo")
+    "dpo: TRL's DPOTrainer on the preference pairs, in the policy's own text format"
+    """
+    return f"{name}: {PHASES[name][1]}"
+
 
 def usage() -> str:
     width = max(len(n) for n in PHASES)

@@ -27,7 +27,6 @@ lm:<sft>,masked``.
 
 from __future__ import annotations
 
-import json
 import sys
 import warnings
 from collections.abc import Sequence
@@ -36,18 +35,20 @@ from functools import partial
 from typing import Any
 
 from chessrl.lm.formats import get_format
-from chessrl.lm.models import ModelLoadError, context_length, load_tokenizer, local_checkpoint
+from chessrl.lm.models import context_length, load_tokenizer, local_checkpoint
 from chessrl.rl.dpo import pair_ids
 from chessrl.rl.reward import heldout_board
-from cluster.errors import ConfigError, InputDataError, StorageError
+from cluster.errors import ConfigError, InputDataError
 from cluster.storage import Storage
 from pipelines.artifacts import TEXT_FORMAT_KEY, mark_text_format, read_heldout
+from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, DPOConfig
 from pipelines.learner import final_metrics
 from pipelines.learner import trl as trl_learner
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, model_location, readable_model
+from pipelines.learner.quality import heldout_quality
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, gpt2_config, location, model_location
 
-SUMMARY = "dpo: preference pairs -> a better policy, directly (Ray Train TorchTrainer + TRL DPOTrainer)."
+SUMMARY = one_line("dpo")
 DESCRIPTION = (
     "The sft policy (or --policy) trained on chosen/rejected move pairs in its own text format, the\n"
     "policy as it starts the frozen reference (or --reference); held-out pair accuracies every eval_every\n"
@@ -179,21 +180,9 @@ class DPOEval(trl_learner.PairsEval):
 def model_facts(path: str, key: str) -> dict[str, Any]:
     """A saved causal LM's config (GPT-2-style, as every policy here); anything else is one
     clear error naming ``key``."""
-    try:
-        config = json.loads((local_checkpoint(path) / "config.json").read_text())
-    except ModelLoadError as exc:
-        raise StorageError(f"{key}: {exc}") from None
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{key}: cannot read {path}/config.json: {exc}") from None
-    arch = config.get("architectures") or []
-    if config.get("model_type") != "gpt2" or "GPT2LMHeadModel" not in arch:
-        raise ConfigError(
-            f"{key}: {path} is a {config.get('model_type') or 'model_type-less'} "
-            f"{'/'.join(arch) or 'checkpoint'}; dpo trains a GPT-2-style policy (GPT2LMHeadModel), "
-            "e.g. this run's sft model"
-        )
-    readable_model(path, key)
-    return config
+    return gpt2_config(
+        path, key, "GPT2LMHeadModel", "dpo trains a GPT-2-style policy (GPT2LMHeadModel), e.g. this run's sft model"
+    )
 
 
 #: The config keys that make two GPT-2 checkpoints the same architecture.
@@ -460,7 +449,7 @@ def run_dpo(context: PhaseContext) -> PhaseResult:
             f"trained in {seconds:.0f} s; the start and final policies on {cfg.heldout_positions} held-out positions"
         )
         models = {"start": policy, "final": location(model_out)}
-        quality = trl_learner.heldout_quality(context, cfg, models, text_format)
+        quality = heldout_quality(context, cfg, models, text_format)
     summary = trl_learner.learner_summary(
         {
             "phase": "dpo", "policy": policy, "reference": reference, "text_format": text_format,

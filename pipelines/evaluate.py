@@ -64,6 +64,7 @@ from chessrl.arena.suites import SuitePosition, move_quality, read_epd_suite, sc
 from chessrl.engine.client import SearchLimit, find_stockfish
 from cluster.errors import ConfigError, InputDataError, StorageError, UserError
 from cluster.storage import Storage, split_uri
+from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, EvaluateConfig
 from pipelines.matches import (
     Arena,
@@ -77,7 +78,7 @@ from pipelines.matches import (
 )
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, readable_model, saved_model
 
-SUMMARY = "evaluate: arenas of players as Ray tasks -> scores, Elo, suites, PGN and a report."
+SUMMARY = one_line("evaluate")
 DESCRIPTION = (
     "Players: random, sft, lm:DIR, mcts[:FILE.pt][,sims=N][,search=gumbel],\n"
     "stockfish[:skill=N|elo=N][,nodes=N][,random=P], uci:PATH. The first is the candidate, rated on\n"
@@ -98,14 +99,38 @@ ROOT = Path(__file__).resolve().parents[1]
 def schedule(
     cfg: EvaluateConfig, specs: list[PlayerSpec], openings: list[Opening], seed: int
 ) -> list[GameTask]:
-    """Every game of a gauntlet (the first player against each other) or round robin (every pair)."""
+    """Every game of a gauntlet (the first player against each other), a round robin (every pair)
+    or the config's own ``pairs``."""
     n = len(specs)
     pairs = (
-        [(0, j) for j in range(1, n)]
+        player_pairs(cfg, n)
+        if cfg.pairs
+        else [(0, j) for j in range(1, n)]
         if cfg.mode == "gauntlet"
         else [(i, j) for i in range(n) for j in range(i + 1, n)]
     )
     return schedule_pairs([(specs[i], specs[j]) for i, j in pairs], cfg.games, openings, seed)
+
+
+def player_pairs(cfg: EvaluateConfig, n: int) -> list[tuple[int, int]]:
+    """``evaluate.pairs`` as index pairs, each checked against the ``n`` players; not with sprt.
+
+    >>> player_pairs(EvaluateConfig(players=["sft", "random", "stockfish"], pairs=["0-2", "1-2"]), 3)
+    [(0, 2), (1, 2)]
+    """
+    if cfg.pairs and cfg.mode == "sprt":
+        raise ConfigError("evaluate.pairs (--pairs): an sprt plays its two players; leave pairs empty")
+    out = []
+    for pair in cfg.pairs:
+        i, j = (int(x) for x in pair.split("-"))
+        if max(i, j) >= n:
+            raise ConfigError(
+                f"evaluate.pairs (--pairs): {pair} names player {max(i, j)}, but there are {n} players (0 .. {n - 1})"
+            )
+        if (i, j) in out or (j, i) in out:
+            raise ConfigError(f"evaluate.pairs (--pairs): {pair} is there twice")
+        out.append((i, j))
+    return out
 
 
 def ladder_settings(cfg: EvaluateConfig, seed: int) -> LadderSettings | None:
@@ -184,6 +209,7 @@ def check_player_specs(cfg: EvaluateConfig) -> list[PlayerSpec]:
     if len(set(labels)) != len(labels):
         dupes = sorted(label for label, c in Counter(labels).items() if c > 1)
         raise ConfigError(f"evaluate.players (--players) names a player twice: {', '.join(dupes)}")
+    player_pairs(cfg, len(specs))  # a pair naming no player: one line before Ray
     return specs
 
 

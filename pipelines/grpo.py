@@ -52,13 +52,14 @@ from cluster.errors import ConfigError, StorageError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
 from pipelines.artifacts import sft_folder
+from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, GRPOConfig
 from pipelines.learner import final_metrics, largest_node_cpus, torch_trainer
 from pipelines.learner.grpo import expected_scores, train_loop_per_worker
 from pipelines.learner.loop import curve, read_metrics
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, readable_model
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, gpt2_config, model_location
 
-SUMMARY = "grpo: GRPO of an sft policy with Stockfish-verified rewards (Ray Train learner + EnginePool)."
+SUMMARY = one_line("grpo")
 DESCRIPTION = (
     "Samples groups of moves for positions of the games and of the policy's own games (with --masked,\n"
     "as the presets do: drawn from the legal moves), grades each against Stockfish's best, and takes GRPO steps with a KL penalty\n"
@@ -84,21 +85,12 @@ def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bo
     """Load-free checks of the policy: a GPT-2-style LM whose tokenizer loads. A policy not
     trained on ``text_format`` (``chessrl_text_format`` in its config, written by sft) is a
     warning in the log, not an error: its rewards start low until it learns the format."""
-    from chessrl.lm.models import load_tokenizer, local_checkpoint, move_tokens
+    from chessrl.lm.models import load_tokenizer, move_tokens
     from pipelines.artifacts import TEXT_FORMAT_KEY
 
-    try:
-        config = json.loads((local_checkpoint(path) / "config.json").read_text())
-    except Exception as exc:  # noqa: BLE001 - a missing or unreadable checkpoint, said once
-        raise StorageError(
-            f"grpo.policy (--policy): cannot read {path}/config.json: {str(exc).splitlines()[0]}"
-        ) from None
-    if config.get("model_type") != "gpt2" or "GPT2LMHeadModel" not in (config.get("architectures") or []):
-        raise ConfigError(
-            f"grpo.policy (--policy): {path} is a {config.get('model_type')} "
-            f"{'/'.join(config.get('architectures') or [])} checkpoint; grpo needs a GPT-2-style language model"
-        )
-    readable_model(path, "grpo.policy (--policy)")
+    config = gpt2_config(
+        path, "grpo.policy (--policy)", "GPT2LMHeadModel", "grpo needs a GPT-2-style language model (GPT2LMHeadModel)"
+    )
     tokenizer = load_tokenizer(path)
     if masked:
         from chessrl.lm.masked import check_maskable

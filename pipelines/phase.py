@@ -38,7 +38,7 @@ from cluster.config import (
     parse_set_overrides,
     resolve_preset,
 )
-from cluster.errors import StorageError, UserError
+from cluster.errors import ConfigError, StorageError, UserError
 from cluster.progress import clock
 from cluster.runtime import RayInfo, quiet_driver, ray_session
 from cluster.storage import Storage
@@ -226,6 +226,28 @@ def readable_model(path: str, key: str, kind: str = "policy") -> None:
         check_saved_model(path, kind)
     except UserError as exc:
         raise type(exc)(f"{key}: {exc}") from None
+
+
+def gpt2_config(path: str, key: str, architecture: str, needs: str) -> dict[str, Any]:
+    """The ``config.json`` of a saved GPT-2-style model whose ``architectures`` hold
+    ``architecture`` (``GPT2LMHeadModel``: a policy; ``GPT2ForSequenceClassification``: a reward
+    model), its weights checked whole (:func:`readable_model`). A missing or unreadable model, or
+    another kind, is one clear error naming ``key`` and saying what the phase ``needs``: the one
+    check of a model path that grpo, dpo and ppo share."""
+    from chessrl.lm.models import local_checkpoint
+
+    try:
+        config: dict[str, Any] = json.loads((local_checkpoint(path) / "config.json").read_text())
+    except Exception as exc:  # noqa: BLE001 - a missing or unreadable checkpoint, said once
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StorageError(f"{key}: cannot read {path}/config.json: {text}") from None
+    arch = config.get("architectures") or []
+    if config.get("model_type") != "gpt2" or architecture not in arch:
+        raise ConfigError(
+            f"{key}: {path} is a {config.get('model_type') or 'model_type-less'} {'/'.join(arch) or 'checkpoint'}; {needs}"
+        )
+    readable_model(path, key, "reward" if architecture == "GPT2ForSequenceClassification" else "policy")
+    return config
 
 
 def location(folder: Storage) -> str:

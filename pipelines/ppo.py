@@ -40,17 +40,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from chessrl.rl.ppo import PPOSettings
-from cluster.errors import ConfigError, StorageError
+from cluster.errors import ConfigError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
+from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, PPOConfig
 from pipelines.learner import final_metrics, largest_node_cpus, torch_trainer
 from pipelines.learner.loop import curve, fit_then_stop, read_metrics, stop_collectors
 from pipelines.learner.ppo import train_loop_per_worker
-from pipelines.learner.trl import heldout_quality
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, readable_model
+from pipelines.learner.quality import heldout_quality
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, gpt2_config, model_location
 
-SUMMARY = "ppo: PPO of the sft policy against the reward model (rollout collectors, RewardServer, Ray Train learner)."
+SUMMARY = one_line("ppo")
 DESCRIPTION = (
     "Collectors play episodes against an opponent pool, the reward model scores every move, and a\n"
     "Ray Train learner runs clipped PPO with a critic and a KL penalty to the sft start. Example:\n"
@@ -117,29 +118,18 @@ def check_models(policy_path: str, reward_path: str, max_tokens: int) -> dict[st
     """Load-free checks of the policy and reward model: both GPT-2-style, one tokenizer, a
     token per move, a context long enough for an episode. Returns facts for the log."""
     from chessrl.lm.legality import MoveTokens
-    from chessrl.lm.models import load_tokenizer, local_checkpoint
+    from chessrl.lm.models import load_tokenizer
 
-    configs = {}
-    for key, path in (
-        ("ppo.policy (--policy)", policy_path),
-        ("ppo.reward_model (--reward-model)", reward_path),
-    ):
-        try:
-            configs[key] = json.loads((local_checkpoint(path) / "config.json").read_text())
-        except Exception as exc:  # noqa: BLE001 - a missing or unreadable checkpoint, said once
-            raise StorageError(f"{key}: cannot read {path}/config.json: {str(exc).splitlines()[0]}") from None
-        if configs[key].get("model_type") != "gpt2":
-            raise ConfigError(
-                f"{key}: {path} is a {configs[key].get('model_type')} checkpoint; ppo needs GPT-2-style ones"
-            )
-    reward_arch = configs["ppo.reward_model (--reward-model)"].get("architectures") or []
-    if "GPT2ForSequenceClassification" not in reward_arch:
-        raise ConfigError(
-            f"ppo.reward_model (--reward-model): {reward_path} is not a reward model ({', '.join(reward_arch) or 'no architectures'}); "
-            "train one with `chess-rl reward`"
-        )
-    readable_model(policy_path, "ppo.policy (--policy)")
-    readable_model(reward_path, "ppo.reward_model (--reward-model)", "reward")
+    configs = {
+        "ppo.policy (--policy)": gpt2_config(
+            policy_path, "ppo.policy (--policy)", "GPT2LMHeadModel",
+            "ppo needs a GPT-2-style language model (GPT2LMHeadModel), e.g. this run's sft model",
+        ),
+        "ppo.reward_model (--reward-model)": gpt2_config(
+            reward_path, "ppo.reward_model (--reward-model)", "GPT2ForSequenceClassification",
+            "ppo needs a reward model (GPT2ForSequenceClassification): train one with `chess-rl reward`",
+        ),
+    }  # fmt: skip
     policy_tok, reward_tok = load_tokenizer(policy_path), load_tokenizer(reward_path)
     if policy_tok.get_vocab() != reward_tok.get_vocab():
         raise ConfigError(

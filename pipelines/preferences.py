@@ -49,10 +49,11 @@ from chessrl.rl.preferences import (
 )
 from cluster.storage import Storage
 from pipelines.artifacts import games_table, read_games
+from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, PreferencesConfig
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, readable_model
 
-SUMMARY = "preferences: positions from games -> policy proposals (batched) -> Stockfish-judged pairs (Parquet)."
+SUMMARY = one_line("preferences")
 DESCRIPTION = (
     "Chosen: Stockfish's move at --nodes. Rejected: a proposal --margin-cp or more worse, or no legal\n"
     "move (marked). Shards are written whole; the same command resumes. Example:\n"

@@ -53,13 +53,11 @@ from chessrl.engine.client import find_stockfish
 from chessrl.engine.engine_games import GeneratorSettings, generate_games
 from cluster.errors import InputDataError, StorageError
 from cluster.storage import Storage, resolve_inputs, split_uri
+from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, PrepareConfig
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult
 
-SUMMARY = (
-    "prepare: PGN games (files, folders, globs; .pgn or .pgn.zst; local or s3://) and/or --generate N "
-    "Stockfish games -> games Parquet."
-)
+SUMMARY = one_line("prepare")
 DESCRIPTION = (
     "Streams every input through Ray Data: read and split, parse with python-chess in parallel, filter,\n"
     "write Parquet shards under <storage>/<run>/prepare/games, and print what was read, written and\n"

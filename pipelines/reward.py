@@ -41,12 +41,13 @@ from chessrl.rl.reward import TEXT_FORMAT_KEY, heldout_board, pair_texts, query_
 from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
 from pipelines.artifacts import preference_table, read_heldout
+from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, RewardConfig
 from pipelines.learner import final_metrics
 from pipelines.learner import trl as trl_learner
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, readable_model
 
-SUMMARY = "reward: preference pairs -> a reward model (Ray Train TorchTrainer + TRL RewardTrainer)."
+SUMMARY = one_line("reward")
 DESCRIPTION = (
     "GPT2ForSequenceClassification on the sft model's transformer (or --base-model), trained on\n"
     "chosen/rejected pairs; held-out pairwise accuracy and Spearman correlation with Stockfish every\n"
@@ -100,6 +101,11 @@ class RewardEval(trl_learner.PairsEval):
 
         cfg = self.cfg
         return evaluate_reward_model(model, cfg["heldout"], cfg["spearman"], self.pad_token_id, LEGAL_KINDS)
+
+    def final_measures(self, model: Any) -> dict[str, float]:
+        """The final model's score mean and std on the normalisation's training pairs (chosen and
+        rejected), measured here where the model is loaded rather than by a task that loads it again."""
+        return normalizer_scores(model, self.cfg["normalize_sample"], self.pad_token_id)
 
     def figures(self, logs: dict[str, Any], metrics: dict[str, float]) -> list[str]:
         figures = [f"loss {float(logs['loss']):.3f}"] if "loss" in logs else []
@@ -324,18 +330,30 @@ def spearman_positions(
     ]
 
 
-def normalizer_stats(checkpoint: Any, sample: list[dict[str, Any]], name: str) -> tuple[float, float]:
-    """Ray task: mean and std of the trained model's scores on training pairs (chosen and rejected)."""
+def normalizer_scores(model: Any, sample: list[dict[str, Any]], pad_id: int) -> dict[str, float]:
+    """``reward_mean`` and ``reward_std`` of ``model``'s scores on training pairs (chosen and
+    rejected), the model put in eval mode for the call."""
     import statistics
 
     from chessrl.rl.reward import score_ids
 
+    was_training = model.training
+    model.eval()
+    try:
+        scores = score_ids(model, [p["chosen_ids"] for p in sample] + [p["rejected_ids"] for p in sample], pad_id)
+    finally:
+        model.train(was_training)
+    return {"reward_mean": statistics.fmean(scores),
+            "reward_std": statistics.pstdev(scores) if len(scores) > 1 else 1.0}  # fmt: skip
+
+
+def normalizer_stats(checkpoint: Any, sample: list[dict[str, Any]], name: str) -> tuple[float, float]:
+    """Ray task: :func:`normalizer_scores` of the saved model (when the learner's final report
+    lacks them: a run resumed from its last step's checkpoint)."""
     with checkpoint.as_directory() as folder:
         model, tokenizer = reward_model_from_backbone(str(Path(folder) / name))
-    model.eval()
-    rows = [p["chosen_ids"] for p in sample] + [p["rejected_ids"] for p in sample]
-    scores = score_ids(model, rows, tokenizer.pad_token_id)
-    return statistics.fmean(scores), statistics.pstdev(scores) if len(scores) > 1 else 1.0
+    stats = normalizer_scores(model, sample, tokenizer.pad_token_id)
+    return stats["reward_mean"], stats["reward_std"]
 
 
 @dataclass(frozen=True)
@@ -470,16 +488,19 @@ def run_reward(context: PhaseContext) -> PhaseResult:
     loop_config = trl_learner.learner_config(
         context, cfg, base_model=base, weight_decay=cfg.weight_decay,
         center_rewards_coefficient=cfg.center_rewards_coefficient, world_size=cfg.num_workers,
-        heldout=data.held_rows, spearman=data.spearman,
+        heldout=data.held_rows, spearman=data.spearman, normalize_sample=data.sample,
     )  # fmt: skip
     result, seconds = trl_learner.fit_learner(
         context, "reward", cfg, train_loop_per_worker, loop_config, data.train, cpus_per_worker
     )
-    context.log(
-        f"trained in {seconds:.0f} s; scoring {len(data.sample):,} training pairs for the reward's mean and std (its normalisation)"
-    )
-    name = RayTrainReportCallback.CHECKPOINT_NAME
-    mean, std = ray.get(ray.remote(num_cpus=1)(normalizer_stats).remote(result.checkpoint, data.sample, name))
+    context.log(f"trained in {seconds:.0f} s")
+    reported = result.metrics or {}
+    if "reward_mean" in reported and "reward_std" in reported:  # measured by the learner at its last step
+        mean, std = float(reported["reward_mean"]), float(reported["reward_std"])
+    else:
+        context.log(f"scoring {len(data.sample):,} training pairs for the reward's mean and std (its normalisation)")
+        name = RayTrainReportCallback.CHECKPOINT_NAME
+        mean, std = ray.get(ray.remote(num_cpus=1)(normalizer_stats).remote(result.checkpoint, data.sample, name))
     model_out = trl_learner.export_model(
         context, "reward", result, lambda folder: add_normalizer(folder, mean, std, text_format)
     )

@@ -50,6 +50,7 @@ from cluster.progress import clock
 from cluster.runtime import quiet_driver, ray_session
 from cluster.storage import Storage
 from cluster.tracking import Tracker, write_json_artifact
+from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, RlaifConfig
 from pipelines.phase import (
     EXIT_EMPTY,
@@ -132,19 +133,37 @@ def node_config(config: ChessRLConfig, name: str, run_storage: Storage) -> Chess
             return config.model_copy(update={"sft": config.sft.model_copy(update={"text_format": text_format})})
     if name != "evaluate":
         return config
-
-    def model(phase: str) -> str:
-        folder = run_storage.child(phase).child("model")
-        return folder.root if folder.is_local else folder.uri
-
-    players = [f"lm:{model('ppo')},masked", f"lm:{model('grpo')},masked", f"lm:{model('dpo')},masked", "sft,masked", "random"]
-    if config.grpo.text_format == "board" and not config.grpo.policy:  # grpo's own start plays too
-        players.insert(4, f"lm:{model(BOARD_SFT)},masked")
+    players, _, starts = comparison_players(config, run_storage)
+    index = {p: i for i, p in enumerate(players)}
+    pairs = [f"{index[rl]}-{index[start]}" for rl, start in starts.items()]
+    pairs += [f"{i}-{index['random']}" for i, p in enumerate(players) if p != "random"]
     evaluate = config.evaluate.model_copy(
-        update={"players": players, "mode": "round_robin", "games": config.rlaif.compare_games,
+        update={"players": players, "mode": "round_robin", "pairs": pairs, "games": config.rlaif.compare_games,
                 "adjudicate_cp": config.rlaif.compare_adjudicate_cp}
     )  # fmt: skip
     return config.model_copy(update={"evaluate": evaluate})
+
+
+def comparison_players(
+    config: ChessRLConfig, run_storage: Storage
+) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """The comparison's players (the ppo, grpo and dpo policies, the sft start, a board grpo's own
+    start, a random mover; language models masked), their printed names, and each RL policy's
+    start. Each RL policy plays its start and the random mover, each start the random mover."""
+
+    def model(phase: str) -> str:
+        folder = run_storage.child(phase).child("model")
+        return f"lm:{folder.root if folder.is_local else folder.uri},masked"
+
+    ppo, grpo, dpo, sft = model("ppo"), model("grpo"), model("dpo"), model("sft")
+    labels = {ppo: "ppo", grpo: "grpo", dpo: "dpo", sft: "sft"}
+    starts = {ppo: sft, grpo: sft, dpo: sft}
+    players = [ppo, grpo, dpo, sft]
+    if config.grpo.text_format == "board" and not config.grpo.policy:  # grpo's own start plays too
+        board = model(BOARD_SFT)
+        players.append(board)
+        labels[board], starts[grpo] = BOARD_SFT, board
+    return [*players, "random"], labels, starts
 
 
 def node_keys(graph: Graph, config: ChessRLConfig, run_storage: Storage) -> dict[str, str]:
@@ -379,27 +398,29 @@ def check_inputs(graph_run: GraphRun) -> None:
 
 
 def comparison(config: ChessRLConfig, run_storage: Storage) -> list[str]:
-    """The head-to-head table of the last evaluate (ppo, grpo, dpo, sft, random), from its games."""
-    from chessrl.arena.eval_report import comparison_lines
+    """The demo's last screen, from the last evaluate's games and the RL phases' summaries: what RL
+    did (:func:`~chessrl.arena.eval_report.rl_story_lines`), then each player's games."""
+    from chessrl.arena.eval_report import comparison_lines, rl_story_lines
     from chessrl.arena.game import ArenaGame
 
-    players = node_config(config, "evaluate", run_storage).evaluate.players
+    players, labels, starts = comparison_players(config, run_storage)
     games_dir = run_storage.child(output_folder(config, "evaluate")).child("games")
     games = [ArenaGame.from_dict(json.loads(games_dir.read_text(p))) for p in games_dir.glob("*.json")]
-    from chessrl.arena.move_quality import quality_line
-
-    labels = {players[0]: "ppo", players[1]: "grpo", players[2]: "dpo", "sft,masked": "sft"}
-    labels.update({p: "sft-board" for p in players if BOARD_SFT in p})
-    lines = [f"rlaif comparison ({len(games)} games, round robin, masked players, adjudicated at the ply cap; "
-             "legal 1st: the share of the model's moves whose unmasked argmax was legal)",
-             *(f"  {line}" for line in comparison_lines(games, players, labels))]  # fmt: skip
-    for phase in ("ppo", "grpo", "dpo"):  # each RL policy against its own start on held-out positions
-        folder = run_storage.child(output_folder(config, phase))
+    quality = {}
+    for player in starts:  # each RL policy against its own start on held-out positions
+        folder = run_storage.child(output_folder(config, labels[player]))
         if folder.exists("summary.json"):
-            quality = json.loads(folder.read_text("summary.json")).get("quality") or {}
-            if quality:
-                lines.append(f"  {phase} paired quality: {quality_line(quality)}")
-    return lines
+            quality[player] = json.loads(folder.read_text("summary.json")).get("quality") or {}
+    decide = next((p for p in starts if quality.get(p, {}).get("low", 0) > 0), next(iter(starts)))
+    return [
+        *rl_story_lines(games, labels, starts, quality),
+        f"  for a decision with significance: chess-rl evaluate --mode sprt --players {decide} {starts[decide]} "
+        f"--adjudicate-cp {config.rlaif.compare_adjudicate_cp or 300}",
+        "",
+        f"The comparison's {len(games)} games (masked players, adjudicated at the ply cap; legal 1st: the share of "
+        "the model's moves whose unmasked argmax was legal)",
+        *(f"  {line}" for line in comparison_lines(games, players, labels)),
+    ]
 
 
 def _jsonable(summary: dict[str, Any]) -> dict[str, Any]:
@@ -410,7 +431,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     """Parse the flags, start Ray and MLflow once, and run the graph."""
     phase = Phase(
         name="rlaif",
-        summary="rlaif: the whole RLAIF pipeline (prepare, sft, preferences, reward, ppo, grpo, dpo, evaluate) as one resumable graph.",
+        summary=one_line("rlaif"),
         description=DESCRIPTION,
         section="rlaif",
         section_model=RlaifConfig,

@@ -45,6 +45,7 @@ from chessrl.search.selfplay import SelfPlaySettings
 from cluster.progress import ProgressBoard
 from cluster.runtime import release_actor_name
 from cluster.storage import Storage
+from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, SelfplayConfig
 from pipelines.learner import final_metrics, torch_trainer
 from pipelines.learner.loop import fit_then_stop, stop_collectors
@@ -52,7 +53,7 @@ from pipelines.learner.selfplay import load_weights, numpy_state, save_weights, 
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult
 from pipelines.selfplay_gate import final_evaluation, json_safe
 
-SUMMARY = "selfplay: AlphaZero-style training (batched-MCTS collectors, parameter server, Ray Train learner, gating)."
+SUMMARY = one_line("selfplay")
 DESCRIPTION = (
     "Collectors play self-play games with batched MCTS and write replay shards; a Ray Train learner\n"
     "trains on a sliding window of them and promotes networks that win an arena gate. Example:\n"

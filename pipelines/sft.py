@@ -30,13 +30,14 @@ from chessrl.lm.tokenizer import build_chess_tokenizer
 from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
 from pipelines.artifacts import mark_text_format, sft_folder
+from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, SftConfig
 from pipelines.learner import final_metrics
 from pipelines.learner import trl as trl_learner
 from pipelines.learner.sft import train_loop_per_worker
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, readable_model
 
-SUMMARY = "sft: games Parquet -> a GPT-2-style chess policy (Ray Train TorchTrainer + TRL SFTTrainer)."
+SUMMARY = one_line("sft")
 DESCRIPTION = (
     "Trains on whole games in the moves format, measures the legal-move rate on held-out positions,\n"
     "checkpoints under <storage>/<run>/sft/ray (a re-run resumes) and saves the model to\n"

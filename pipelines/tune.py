@@ -39,11 +39,12 @@ from cluster.errors import ConfigError, UserError
 from cluster.runtime import RayInfo
 from cluster.storage import Storage
 from cluster.tracking import PhaseRun
+from pipelines.cli import one_line
 from pipelines.config import TUNE_DEFAULTS, ChessRLConfig, TuneConfig
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, execute, phase_logger, run_phase
 from pipelines.rlaif import phase_module
 
-SUMMARY = "tune: a Ray Tune sweep (grid or random, ASHA) of ppo.kl_coef, grpo.beta, selfplay.mcts_cpuct or any key of those phases."
+SUMMARY = one_line("tune")
 DESCRIPTION = __doc__.split("\n\n", 2)[1] if __doc__ else ""
 
 #: Ray Tune needs a non-empty resource request per trial; the trial's own work (the phase's

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chessrl.arena.rating import rate_players, score_interval
+from chessrl.arena.rating import match_elo, rate_players, score_interval
 
 if TYPE_CHECKING:
     from chessrl.arena.game import ArenaGame
@@ -359,6 +359,91 @@ def comparison_lines(
         f"{'row vs column':<{max(width, 13)}}  " + "  ".join(f"{name(q):<{col}}" for q in players).rstrip(),
     ]
     for p in players:
-        row = [("-" if p == q else "+{} ={} -{}".format(*cells[(p, q)])) for q in players]
+        row = [("-" if p == q or not sum(cells[(p, q)]) else "+{} ={} -{}".format(*cells[(p, q)])) for q in players]
         lines.append(f"{name(p):<{max(width, 13)}}  " + "  ".join(f"{c:<{col}}" for c in row).rstrip())
+    return lines
+
+
+def rl_story_lines(
+    games: Sequence[ArenaGame],
+    labels: Mapping[str, str],
+    starts: Mapping[str, str],
+    quality: Mapping[str, Mapping[str, Any]],
+    anchor: str = "random",
+) -> list[str]:
+    """What RL did, in a few lines a newcomer reads in ten seconds: per RL policy (the keys of
+    ``starts``, player -> its start's player) its paired move-quality gain over its start on
+    held-out positions (``quality``: the phase summary's ``quality``, by player), its score
+    against its start and against ``anchor`` (a random mover), then each start against the
+    anchor, and one line saying which of these figures are significant (95%) at this size.
+    ``labels``: player -> the name printed.
+
+    >>> from chessrl.arena.game import ArenaGame
+    >>> def game(w, b, r):
+    ...     return ArenaGame(white=w, black=b, result=r, termination="checkmate", moves=[])
+    >>> games = [game("lm:g", "lm:s", "1-0"), game("lm:s", "lm:g", "1/2-1/2"), game("lm:g", "random", "1-0"),
+    ...          game("random", "lm:g", "0-1"), game("lm:s", "random", "1-0"), game("random", "lm:s", "1-0")]
+    >>> q = {"lm:g": {"gain": 0.0162, "low": 0.0070, "high": 0.0254, "positions": 1000}}
+    >>> for line in rl_story_lines(games, {"lm:g": "grpo", "lm:s": "sft"}, {"lm:g": "lm:s"}, q):
+    ...     print(line)
+    What RL did: each RL policy against its own start (95% intervals)
+      policy  start  move quality on held-out positions   vs its start       vs random
+      grpo    sft    +0.0162 [+0.0070, +0.0254] better    75.0% (+1 =1 -0)   100.0% (+2 =0 -0)
+      sft     -                                           -                  50.0% (+1 =0 -1)
+      significant: grpo's move quality (better). Not significant: every game score (2 games a pairing).
+    """
+
+    def name(player: str) -> str:
+        return labels.get(player, player)
+
+    def record(a: str, b: str) -> str:
+        w = d = lost = 0
+        for g in games:
+            if {g.white, g.black} == {a, b}:
+                s = g.score_for(a)
+                w, d, lost = w + (s == 1), d + (s == 0.5), lost + (s == 0)
+        if not w + d + lost:
+            return "-"
+        est = match_elo(w, d, lost)
+        played.append(est)
+        if est.low > 0 or est.high < 0:
+            significant.append(f"{name(a)} {'above' if est.low > 0 else 'below'} {name(b)} in games")
+        return f"{est.score:.1%} (+{w} ={d} -{lost})"
+
+    played: list[Any] = []
+    significant: list[str] = []
+    not_significant: list[str] = []
+    rows = []
+    for player, start in starts.items():
+        q = quality.get(player)
+        if q:
+            verdict = "better" if q["low"] > 0 else "worse" if q["high"] < 0 else "no change"
+            moved = f"{q['gain']:+.4f} [{q['low']:+.4f}, {q['high']:+.4f}] {verdict}"
+            (not_significant if verdict == "no change" else significant).append(
+                f"{name(player)}'s move quality" + ("" if verdict == "no change" else f" ({verdict})")
+            )
+        else:
+            moved = "not measured"
+        rows.append((name(player), name(start), moved, record(player, start), record(player, anchor)))
+    for start in dict.fromkeys(starts.values()):
+        rows.append((name(start), "-", "", "-", record(start, anchor)))
+    w0 = max(6, *(len(r[0]) for r in rows))
+    w1 = max(5, *(len(r[1]) for r in rows))
+    w2 = max(len("move quality on held-out positions"), *(len(r[2]) for r in rows)) + 2
+    w3 = max(len("vs its start"), *(len(r[3]) for r in rows)) + 2
+    lines = [
+        "What RL did: each RL policy against its own start (95% intervals)",
+        f"  {'policy':<{w0}}  {'start':<{w1}}  {'move quality on held-out positions':<{w2}} {'vs its start':<{w3}} "
+        f"vs {name(anchor)}",
+        *(f"  {a:<{w0}}  {b:<{w1}}  {c:<{w2}} {d:<{w3}} {e}" for a, b, c, d, e in rows),
+    ]
+    sizes = sorted({e.games for e in played})
+    per_pairing = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}" if sizes else "no"
+    game_clause = [x for x in significant if x.endswith("in games")]
+    if not game_clause:
+        not_significant.append(f"every game score ({per_pairing} games a pairing)")
+    said = (f"significant: {', '.join(significant)}." if significant else "significant: nothing at this size.")
+    if not_significant:
+        said += f" Not significant: {', '.join(not_significant)}."
+    lines.append(f"  {said}")
     return lines

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
@@ -20,6 +21,9 @@ class EvaluateConfig(Section):
     mode: Literal["gauntlet", "round_robin", "sprt"] = "gauntlet"
     """gauntlet: the first player against each of the others; round_robin: every pair; sprt: two
     players in game pairs (one opening, colours swapped) until the SPRT decides or --games."""
+    pairs: list[str] = Field(default_factory=list)
+    """Only these pairings, each ``I-J``: the players at indices I and J (0 is the first), e.g.
+    ``0-2 1-2`` (empty: the mode's own pairings). For gauntlet and round_robin."""
     games: int = Field(20, ge=2)
     """Games per pairing (colours alternate; each opening is played from both sides); in sprt
     mode the most games played before stopping undecided."""
@@ -76,6 +80,14 @@ class EvaluateConfig(Section):
     """Output folder under <storage>/<run>/evaluate/ (a re-run with the same name resumes)."""
     max_parallel: int | None = Field(None, ge=1)
     """Games in flight at once (default: the cluster's CPUs)."""
+
+    @field_validator("pairs")
+    @classmethod
+    def _pairs(cls, pairs: list[str]) -> list[str]:
+        for pair in pairs:
+            if not re.fullmatch(r"\d+-\d+", pair) or len(set(pair.split("-"))) != 2:
+                raise ValueError(f"{pair!r} is not I-J: two different player indices (0 is the first), e.g. 0-2")
+        return pairs
 
     @field_validator("elo1")
     @classmethod

@@ -252,6 +252,10 @@ class PairsEval(LearnerCallback):
         """A progress line's figures: from the trainer's ``logs`` and the held-out ``metrics``."""
         raise NotImplementedError
 
+    def final_measures(self, model: Any) -> dict[str, float]:
+        """More measures of the final model (rank 0, at the last step), beside :meth:`measure`'s."""
+        return {}
+
     def history_extra(self, step: int) -> dict[str, Any]:
         """More keys of an evaluation's entry in the log history."""
         return {}
@@ -266,6 +270,8 @@ class PairsEval(LearnerCallback):
             return
         now = time.perf_counter()
         metrics = self.measure(kw["model"])
+        if step >= state.max_steps:
+            metrics.update(self.final_measures(kw["model"]))
         metrics["heldout_eval_s"] = time.perf_counter() - now
         done = max(1, step - self.start_step)
         metrics["train_pairs_per_s"] = (
@@ -524,29 +530,3 @@ def percent(summary: dict[str, Any], key: str) -> str:
     """
     value = summary.get(key)
     return "n/a" if value is None else f"{float(value):.1%}"
-
-
-def heldout_quality(
-    context: PhaseContext, cfg: Any, models: dict[str, str], text_format: str = "moves"
-) -> dict[str, Any]:
-    """The start and final policies' paired move quality on ``cfg.heldout_positions`` positions
-    of the held-out games (:func:`chessrl.arena.move_quality.paired_move_quality`, Stockfish at
-    ``cfg.quality_nodes``), asked in the policies' ``text_format``; logged to MLflow; empty
-    without a games table (``cfg.games``, else the run's) or with either setting 0."""
-    from chessrl.arena.move_quality import heldout_positions, paired_move_quality, stockfish_expected
-    from chessrl.arena.saved_models import load_saved_model
-    from chessrl.lm.lm_data import split_games
-    from pipelines.artifacts import read_games
-
-    source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
-    if cfg.heldout_positions == 0 or cfg.quality_nodes == 0 or (not cfg.games and not source.exists()):
-        return {}
-    _, held, _ = split_games(read_games(source), context.config.sft.heldout_fraction)
-    if not held:
-        return {}
-    positions = heldout_positions(held, cfg.heldout_positions, context.config.run.seed + 1)
-    loaded = {name: load_saved_model(path, "policy") for name, path in models.items()}
-    with stockfish_expected(cfg.quality_nodes) as expected:
-        quality = paired_move_quality(loaded, positions, text_format, expected)
-    context.tracking.log_metrics({f"quality_{k}": v for k, v in quality.items()})
-    return quality

@@ -105,6 +105,10 @@ def test_killed_evaluation_resumes_with_the_right_number_of_games(tmp_path, mode
         (["--openings", "/nonexistent/book.epd", "--players", "random", "stockfish"], "does not exist"),
         (["--suites", "/nonexistent.epd", "--players", "random", "stockfish"], "does not exist"),
         (["--games", "1"], "games"),
+        (["--players", "random", "stockfish", "--pairs", "0-2"], "there are 2 players"),
+        (["--players", "random", "stockfish", "--pairs", "0-0"], "two different player indices"),
+        (["--players", "random", "stockfish", "--pairs", "1-0", "0-1"], "there twice"),
+        (["--mode", "sprt", "--players", "random", "stockfish", "--pairs", "0-1"], "an sprt plays its two players"),
         (["--mode", "sprt", "--players", "random", "stockfish", "stockfish:skill=0"], "exactly two players"),
         (["--mode", "sprt", "--players", "random"], "exactly two players"),
         (

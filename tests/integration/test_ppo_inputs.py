@@ -48,7 +48,7 @@ def test_ppo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys):
     assert "ppo.reward_model" in line and "tokenizer" in line and "not the policy's" in line, line
     # a causal LM (with the right tokenizer) passed as the reward model
     line = run(*policy, "--reward-model", str(tiny_lm_dir))
-    assert "ppo.reward_model" in line and "not a reward model" in line, line
+    assert "ppo.reward_model" in line and "needs a reward model (GPT2ForSequenceClassification)" in line, line
     # beta < 0
     line = run(*models, "--kl-coef", "-0.1")
     assert "ppo.kl_coef" in line, line

@@ -113,14 +113,20 @@ def test_rlaif_killed_during_reward_resumes_and_skips_what_finished(micro_run):
         assert (run / name / "model" / "config.json").exists(), name
     assert json.loads((run / "grpo" / "model" / "config.json").read_text())["chessrl_text_format"] == "moves"
     results = json.loads((run / "evaluate" / "eval" / "results.json").read_text())
-    ppo, grpo, dpo = (f"lm:{run / name / 'model'},masked" for name in ("ppo", "grpo", "dpo"))
-    assert results["players"] == [ppo, grpo, dpo, "sft,masked", "random"]  # masked, adjudicated at the cap
-    assert results["games"] == 10 * 2  # a round robin of 5 players, 2 games a pairing
+    ppo, grpo, dpo, sft = (f"lm:{run / name / 'model'},masked" for name in ("ppo", "grpo", "dpo", "sft"))
+    assert results["players"] == [ppo, grpo, dpo, sft, "random"]  # masked, adjudicated at the cap
+    # each RL policy against its start (the sft) and the random mover, the start against the random mover
+    assert results["games"] == 7 * 2
     assert "evaluate summary" in rerun.stdout and "rlaif: graph state" in rerun.stdout
     assert "```mermaid" in (run / "rlaif" / "graph.md").read_text()
     table = (run / "rlaif" / "comparison.md").read_text()
-    assert "ppo" in table and "grpo" in table and "(anchor)" in table and "row vs column" in table
-    assert all(f"{p} paired quality" in table for p in ("ppo", "grpo", "dpo"))  # each against its start
+    assert "What RL did" in table and "(anchor)" in table and "row vs column" in table
+    story = table.split("What RL did")[1].split("The comparison's")[0]
+    for phase in ("ppo", "grpo", "dpo"):  # its paired gain over its start, its games against the start and random
+        row = next(line for line in story.splitlines() if line.strip().startswith(f"{phase} "))
+        assert re.search(r"^\s*\w+\s+sft\s+[+-]\d\.\d{4} \[[+-]\d\.\d{4}, [+-]\d\.\d{4}\] (better|worse|no change)"
+                         r"\s+\d+\.\d% \(\+\d+ =\d+ -\d+\)\s+\d+\.\d% \(\+\d+ =\d+ -\d+\)$", row), row
+    assert "significant:" in story and "--mode sprt" in story
 
 
 @pytest.mark.slow

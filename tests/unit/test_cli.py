@@ -36,10 +36,29 @@ def test_help_lists_the_phases(
         "uci",
     ]
     assert "planned" not in out
-    assert (
-        "PGN files (.pgn, .pgn.zst; local or s3://) and/or --generate N Stockfish games -> games Parquet"
-        in out
-    )
+    assert all(f"  {line}" in out for _, line in PHASES.values())
+
+
+def test_one_line_a_phase_from_one_source() -> None:
+    """cli.PHASES holds each phase's one line: its module's SUMMARY (the start of its --help) and
+    the README's table of phases say the same, so they cannot drift apart."""
+    import importlib
+    import re
+    from pathlib import Path
+
+    from pipelines.cli import one_line
+
+    for name, (module, _) in PHASES.items():
+        if name in ("config", "uci"):
+            continue  # commands, not phases: no Phase of their own
+        mod = importlib.import_module(module)
+        assert f'one_line("{name}")' in Path(mod.__file__).read_text(), name  # rlaif: in main's Phase
+        assert getattr(mod, "SUMMARY", one_line(name)) == one_line(name), name
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `([a-z-]+)`(?: \(command\))? \| (.+?) \| \[", readme, re.M))
+    assert set(rows) == set(PHASES) - {"config"}, sorted(rows)
+    for name, text in rows.items():
+        assert text.replace("`", "").replace("→", "->") == PHASES[name][1], name
 
 
 def test_every_phase_is_a_pipelines_module() -> None:

@@ -258,3 +258,5 @@ def test_a_board_grpo_gets_its_own_board_sft_node_and_plays_in_the_comparison(tm
     assert players.adjudicate_cp == config.rlaif.compare_adjudicate_cp and all(
         p.endswith(",masked") for p in players.players if p != "random"
     )
+    # grpo plays its own start, ppo and dpo theirs (the sft), and every policy the random mover (5)
+    assert players.pairs == ["0-3", "1-4", "2-3", "0-5", "1-5", "2-5", "3-5", "4-5"]
