@@ -12,6 +12,9 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt 2>/dev/nu
 PYTEST_ARGS ?=
 # Flags for the demo's rlaif command, e.g. DEMO_ARGS='--storage /tmp/r --set ppo.kl_coef=0.1'.
 DEMO_ARGS ?=
+# A GPU machine: the pinned torch from a CUDA wheel index first, e.g.
+# `make venv TORCH_INDEX=https://download.pytorch.org/whl/cu128` (empty: the CPU build).
+TORCH_INDEX ?=
 
 .PHONY: help venv stockfish demo test check lint unit integration system bench clean
 
@@ -23,6 +26,7 @@ $(PY):
 	$(PIP) install --quiet --upgrade pip
 
 $(STAMP): $(PY) pyproject.toml constraints.txt
+	$(if $(TORCH_INDEX),$(PIP) install --quiet "$$(grep '^torch==' constraints.txt)" --index-url $(TORCH_INDEX))
 	$(PIP) install --quiet -c constraints.txt -e '.[dev]'
 	rm -f $(VENV)/.installed-*
 	touch $@

@@ -29,10 +29,10 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from cluster.errors import ConfigError
 
@@ -40,6 +40,25 @@ from cluster.errors import ConfigError
 PRESET_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 T = TypeVar("T", bound=BaseModel)
+
+
+def absolute_local_path(value: str | None) -> str | None:
+    """A local path made absolute from the directory the command runs in; a URI (``s3://``,
+    ``file://``) or nothing as it is. A model path typed relative (``runs/demo/sft/model``) so
+    reaches Ray Train workers, whose working directory is their own.
+
+    >>> absolute_local_path("s3://bucket/runs/sft/model")
+    's3://bucket/runs/sft/model'
+    >>> absolute_local_path("runs/demo/sft/model") == os.path.join(os.getcwd(), "runs/demo/sft/model")
+    True
+    """
+    if not value or "://" in value:
+        return value
+    return os.path.abspath(os.path.expanduser(value))
+
+
+#: A config key naming a saved model: a local path (made absolute) or a URI.
+ModelPath = Annotated[str, AfterValidator(absolute_local_path)]
 
 
 class Section(BaseModel):

@@ -32,7 +32,7 @@ from cluster.storage import Storage
 from pipelines.artifacts import mark_text_format, sft_folder
 from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, SftConfig
-from pipelines.learner import final_metrics
+from pipelines.learner import check_gpus, final_metrics
 from pipelines.learner import trl as trl_learner
 from pipelines.learner.sft import train_loop_per_worker
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, readable_model
@@ -658,6 +658,8 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     log = context.log
     folder = sft_folder(cfg.text_format)
     found = check_sft(context.config, Inputs.of_context(context), log)
+    if cfg.use_gpu:  # before the data pass and the batch-size probe, which would wait for one
+        check_gpus("sft", cfg.num_workers)
     split = split_heldout(context, found.games, folder)
     dataset, blocks, game_tokens, truncated, positions = training_data(cfg, found, split, context.config.run.seed, log)
     cpus_per_worker = trl_learner.learner_cpus(cfg)

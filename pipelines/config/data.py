@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from chessrl.data.pgn_filters import TimeControlCategory
-from cluster.config import Section
+from cluster.config import ModelPath, Section
 
 
 class PrepareConfig(Section):
@@ -74,7 +74,7 @@ class AnnotateConfig(Section):
     games: str | None = None
     """The games table (default: this run's <run>/prepare/games); only its training games give
     training positions (sft's split by game id), its held-out games the held-out positions."""
-    policy: str | None = None
+    policy: ModelPath | None = None
     """The policy whose own games give the ``policy`` source's positions (default: this run's
     board sft model, <run>/sft-board/model)."""
     sources: list[AnnotateSource] = Field(default_factory=lambda: ["games", "random"], min_length=1)

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator
 
-from cluster.config import Section
+from cluster.config import ModelPath, Section
 
 
 def positive_or_auto(value: int | str) -> int | str:
@@ -30,7 +30,7 @@ class SftConfig(Section):
     """Games Parquet to train on (default: <storage>/<run>/prepare/games)."""
     model: Literal["tiny", "small", "base"] = "tiny"
     """Model preset when not starting from --base-model."""
-    base_model: str | None = None
+    base_model: ModelPath | None = None
     """Start from saved weights and tokenizer: a folder or s3:// prefix written by save_pretrained."""
     text_format: Literal["moves", "rookworld", "board"] = "moves"
     """How a game is written for the model: ``moves`` (the game's UCI moves), ``rookworld``
@@ -122,7 +122,7 @@ class PreferencesConfig(Section):
     games: str | None = None
     """The games table (default: this run's prepare output). Its split into training and held-out
     games is sft's (sft.heldout_fraction): held-out pairs come only from held-out games."""
-    policy: str | None = None
+    policy: ModelPath | None = None
     """The policy that proposes moves: a saved model folder or s3:// prefix (default: this run's sft model)."""
     positions: int = Field(2000, ge=1)
     """Positions sampled from the training games (one per game first, then more)."""
@@ -167,7 +167,7 @@ class RewardConfig(Section):
     """The preference Parquet (default: this run's preferences output). Its ``train/`` shards are
     trained on and its ``heldout/`` shards measured; a folder without them is all training pairs,
     and every twentieth board (by a hash of its FEN) is held out."""
-    base_model: str | None = None
+    base_model: ModelPath | None = None
     """The backbone: a GPT-2-style checkpoint folder or s3:// prefix (default: this run's sft model).
     A new one-label score head is put on its transformer."""
     text_format: Literal["moves", "board", "board-after", "rookworld"] | None = None
@@ -215,10 +215,10 @@ class DPOConfig(Section):
     """``dpo``: the sft policy trained directly on the preference pairs with TRL's DPOTrainer
     inside a Ray Train TorchTrainer, the sft model its frozen reference."""
 
-    policy: str | None = None
+    policy: ModelPath | None = None
     """The starting policy: a saved model folder or s3:// prefix (default: this run's sft model).
     Its text format (``chessrl_text_format`` in its config, else moves) shapes each pair's prompt."""
-    reference: str | None = None
+    reference: ModelPath | None = None
     """The frozen reference of the DPO loss (default: the policy as it starts); same architecture
     and tokenizer as the policy."""
     preferences: str | None = None
@@ -273,9 +273,9 @@ class PPOConfig(Section):
     scores each move (RewardServer), and a Ray Train learner improves it with PPO (clipped
     surrogate, GAE, a critic initialised from the reward model, a KL penalty to the sft start)."""
 
-    policy: str | None = None
+    policy: ModelPath | None = None
     """The starting policy and frozen reference: a saved model folder or s3:// prefix (default: this run's sft model)."""
-    reward_model: str | None = None
+    reward_model: ModelPath | None = None
     """The reward model (default: this run's reward model); its tokenizer must be the policy's."""
     games: str | None = None
     """Games table the episodes start from (default: this run's prepare output; none: the start position)."""
@@ -375,7 +375,7 @@ class GRPOConfig(Section):
     tasks by python-chess), GRPO / Dr. GRPO / DAPO updates on a Ray Train learner, a KL penalty
     to the frozen start."""
 
-    policy: str | None = None
+    policy: ModelPath | None = None
     """The starting policy and frozen reference (default: this run's sft model of the text
     format: <run>/sft-rookworld/model for rookworld, <run>/sft-board/model for board, <run>/sft/model
     for moves)."""

@@ -60,6 +60,9 @@ def _type_text(annotation: Any) -> str:
     text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
     text = text or str(annotation)
     text = re.sub(r"\b(typing|pipelines\.config\.\w+|cluster\.config)\.", "", text)
+    # a model path (cluster.config.ModelPath): a str, made absolute when local
+    text = re.sub(r"Optional\[Annotated\[str, AfterValidator\(func=<function absolute_local_path[^>]*>\)\]\]",
+                  "str | None (a local path is made absolute)", text)  # fmt: skip
     return text.replace("NoneType", "None")
 
 

@@ -47,6 +47,30 @@ def largest_node_cpus() -> float:
     return max((float(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive")), default=1.0)
 
 
+def check_gpus(phase: str, num_workers: int) -> None:
+    """A learner that asks for a GPU a worker must find them in the cluster now: Ray Train would
+    otherwise wait for them forever, its controller retrying each minute. One ConfigError saying
+    what the cluster has and which torch the driver runs."""
+    import ray
+
+    gpus = sum(int(float(n["Resources"].get("GPU", 0))) for n in ray.nodes() if n.get("Alive"))
+    if gpus >= num_workers:
+        return
+    try:
+        import torch
+
+        build = f"torch {torch.__version__} here is " + (
+            f"a CUDA {torch.version.cuda} build" if torch.version.cuda else "the CPU build"
+        )
+    except ImportError:  # a driver without torch: say nothing of it
+        build = "no torch here"
+    raise ConfigError(
+        f"{phase}.use_gpu (--use-gpu): the learner's {num_workers} worker(s) need a GPU each, but this Ray "
+        f"cluster has {gpus} ({build}): leave use_gpu off, or start Ray on GPU machines with the CUDA build "
+        "of torch (docs/cluster.md, \"GPUs\")"
+    )
+
+
 def default_cpus_per_worker(num_workers: int) -> int:
     """The cluster's CPUs split among the workers, no more than the largest node has."""
     import ray
@@ -80,6 +104,8 @@ def torch_trainer(
             f"{phase}: a learner worker of {cpus_per_worker:g} CPUs fits on no node of this cluster "
             f"(the largest has {largest:g}): lower {phase}.cpus_per_worker or add larger nodes"
         )
+    if use_gpu:
+        check_gpus(phase, num_workers)
     ray_storage = context.phase_storage(phase).child("ray")
     ray_storage.makedirs()
     # Ray Train patches print() in its workers to tee each line to the console *and* to its

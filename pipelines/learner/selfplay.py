@@ -148,6 +148,9 @@ class SelfplayLearner:
         self.net_cfg = NetConfig(**cfg["net"])
         self.net = PolicyValueNet(self.net_cfg)
         self.net.load_state_dict(load_weights(self.phase, "gen0.pt")["model"])
+        # on its device before the optimizer exists: a resumed optimizer's state is then cast to
+        # the parameters' device as it loads (moved after, a GPU's first step would mix devices)
+        self.net.to(self.device)
         self.optimizer = torch.optim.AdamW(self.net.parameters(), lr=cfg["learning_rate"], weight_decay=0.0)
         self.loop = LoopLearner(
             "selfplay", cfg, fresh_state(), {"model": self.net, "optimizer": self.optimizer},
@@ -155,7 +158,6 @@ class SelfplayLearner:
         )  # fmt: skip
         self.loop.resume("learner resumes at iteration {iteration}, step {step}")
         self.state = self.loop.state
-        self.net.to(self.device)
         self.model = ray.train.torch.prepare_model(self.net) if self.world > 1 else self.net
         self._load_best()
         self.server = ray.get_actor(cfg["server_name"], namespace=cfg["namespace"])
@@ -169,7 +171,12 @@ class SelfplayLearner:
         import torch
 
         torch.set_num_threads(max(1, int(self.cfg["cpus_per_worker"])))
-        use_gpu = bool(self.cfg["use_gpu"]) and torch.cuda.is_available()
+        use_gpu = bool(self.cfg["use_gpu"])
+        if use_gpu and not torch.cuda.is_available():  # a GPU node whose torch cannot use it
+            raise RuntimeError(
+                f"use_gpu is set but this worker's torch {torch.__version__} sees no CUDA device: "
+                "install the CUDA build of torch on the GPU nodes (docs/cluster.md, \"GPUs\")"
+            )
         self.device = ray.train.torch.get_device() if use_gpu else torch.device("cpu")
         self.amp = use_gpu and bool(self.cfg["amp"])
         self.amp_dtype = torch.bfloat16 if self.amp and torch.cuda.is_bf16_supported() else torch.float16

@@ -47,12 +47,17 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     # TRL's own loss on a GPU (its fused LM head saves memory) unless the legal-move loss needs
     # the logits; the model's own cross-entropy on a CPU (see own_loss_sft_trainer_class)
     soft = bool(cfg.get("soft_targets"))
-    trainer_class = (
+    base = (
         SFTTrainer
         if setup.use_gpu and not legal_weight and not soft
         else own_loss_sft_trainer_class(legal_weight, compiled, soft)
     )
-    trainer = trainer_class(model=model, args=args, train_dataset=train, processing_class=tokenizer)
+
+    class ShardSFTTrainer(trl_learner.OwnShardLoader, base):  # type: ignore[misc, valid-type]
+        """The trainer reading this worker's own shard as is (as reward's and dpo's do)."""
+
+    ShardSFTTrainer.__name__ = base.__name__  # the worker's log line names the loss's trainer
+    trainer = ShardSFTTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
     note = f", {type(trainer).__name__}" + (", torch.compile" if compiled else "")
     trl_learner.train_with_trl(trainer, "sft", cfg, setup, SftEval(cfg, setup, tokenizer), note)
 

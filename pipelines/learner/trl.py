@@ -70,7 +70,13 @@ def worker_setup(cfg: dict[str, Any]) -> WorkerSetup:
 
     rank = ray.train.get_context().get_world_rank()
     mlflow = RunMetricsLogger(cfg["tracking_uri"], cfg["tracking_run_id"]) if rank == 0 else None
-    use_gpu = bool(cfg["use_gpu"]) and torch.cuda.is_available()
+    use_gpu = bool(cfg["use_gpu"])
+    if use_gpu and not torch.cuda.is_available():  # a GPU node whose torch cannot use it
+        raise RuntimeError(
+            f"use_gpu is set but this worker's torch {torch.__version__} sees no CUDA device "
+            f"({'a CPU build' if torch.version.cuda is None else 'CUDA ' + torch.version.cuda}): "
+            "install the CUDA build of torch on the GPU nodes (docs/cluster.md, \"GPUs\")"
+        )
     return WorkerSetup(rank, mlflow, use_gpu, resolve_bf16(cfg["precision"], on_gpu=use_gpu))
 
 

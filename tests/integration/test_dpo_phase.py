@@ -80,9 +80,12 @@ def test_dpo_killed_after_a_checkpoint_resumes_and_saves_a_transformers_model(
     tmp_path, prefs, tiny_lm_dir, registered_checkpoints, killed_run
 ):
     phase = tmp_path / "r" / "dpo"
+    # the policy as a user types it, relative to where the command runs: the Ray Train worker,
+    # whose working directory is its own, must still find it
+    policy = os.path.relpath(tiny_lm_dir, ROOT)
     command = [
         sys.executable, "-m", "pipelines.dpo", "--config", "tiny", "--storage", str(tmp_path), "--run-name", "r",
-        "--no-tracking", "--no-dashboard", "--preferences", str(prefs), "--policy", str(tiny_lm_dir),
+        "--no-tracking", "--no-dashboard", "--preferences", str(prefs), "--policy", policy,
         "--batch-size", "4", "--max-steps", "12", "--eval-every", "2", "--heldout-positions", "0",
     ]  # fmt: skip
     with killed_run(command, env=env(), log=tmp_path / "first.log") as run:

@@ -277,3 +277,15 @@ def test_rookworld_format_from_a_rookworld_lm_style_checkpoint(storage, tmp_path
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 1 and 0.0 <= summary["heldout_legal_rate"] <= 1.0
     assert not (storage / "rw" / "sft").exists()
+
+
+def test_use_gpu_on_a_cluster_without_one_is_one_line_not_a_wait(storage, capsys, driver_err):
+    """Ray Train would wait for a GPU forever, its controller retrying each minute: the phase
+    says at once what the cluster has and which torch runs here, exit 2."""
+    games = str(storage / "s" / "prepare" / "games")
+    assert run_sft(storage, "--run-name", "gpu", "--games", games, "--use-gpu", "--max-steps", "1") == EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    assert "Traceback" not in driver_err(err)
+    said = err.strip().splitlines()[-1]
+    assert "sft.use_gpu (--use-gpu)" in said and "need a GPU each, but this Ray cluster has 0" in said, said
+    assert "torch" in said and "leave use_gpu off" in said, said

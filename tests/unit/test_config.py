@@ -256,6 +256,22 @@ def test_sections_left_out_keep_their_defaults() -> None:
     assert config.run == RunSection() and config.ray == RaySection() and config.tracking == TrackingSection()
 
 
+def test_every_model_path_is_made_absolute_and_a_uri_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model typed relative reaches Ray Train workers, whose working directory is their own."""
+    monkeypatch.chdir(tmp_path)
+    keys = ["sft.base_model", "annotate.policy", "preferences.policy", "reward.base_model", "dpo.policy",
+            "dpo.reference", "ppo.policy", "ppo.reward_model", "grpo.policy"]  # fmt: skip
+    config = load_config(ChessRLConfig, data={k.split(".")[0]: {} for k in keys} | {
+        section: {key: "runs/demo/sft/model" for s, key in (k.split(".") for k in keys) if s == section}
+        for section in {k.split(".")[0] for k in keys}
+    })  # fmt: skip
+    for key in keys:
+        section, name = key.split(".")
+        assert getattr(getattr(config, section), name) == str(tmp_path / "runs/demo/sft/model"), key
+    uri = load_config(ChessRLConfig, data={"grpo": {"policy": "s3://bucket/runs/sft/model"}})
+    assert uri.grpo.policy == "s3://bucket/runs/sft/model" and uri.dpo.policy is None
+
+
 # ---------------------------------------------------------------------------------------------
 # overrides
 
