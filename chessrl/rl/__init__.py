@@ -4,8 +4,10 @@
 - :mod:`~chessrl.rl.reward`: the reward model's query, scoring and normalisation.
 - :mod:`~chessrl.rl.dpo`: direct preference optimisation on those pairs.
 - :mod:`~chessrl.rl.policy_gradient`: advantages, KL estimators, clipped losses.
+- :mod:`~chessrl.rl.ppo_types`: PPO's settings and a recorded action.
 - :mod:`~chessrl.rl.ppo`: PPO episodes, opponents and the rollout shards.
 - :mod:`~chessrl.rl.ppo_learner`: PPO's learner: per-action rewards, GAE batches and the update.
+- :mod:`~chessrl.rl.grpo_types`: GRPO's settings, prompts and samples.
 - :mod:`~chessrl.rl.grpo`: GRPO's verified rewards, prompts, sampled groups and the update.
 - :mod:`~chessrl.rl.grpo_loss`: GRPO's group advantages, loss types and completion log-probabilities.
 - :mod:`~chessrl.rl.own_games`: GRPO prompts from the policy's own games.

@@ -16,10 +16,10 @@ Advantages: :func:`chessrl.rl.policy_gradient.compute_grpo_outcome_advantage` ov
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING
 
 import torch
 
+from chessrl.rl.grpo_types import GRPOSettings, Sample
 from chessrl.rl.policy_gradient import (
     agg_loss,
     compute_grpo_outcome_advantage,
@@ -27,9 +27,6 @@ from chessrl.rl.policy_gradient import (
     kl_penalty,
     masked_mean,
 )
-
-if TYPE_CHECKING:  # the settings and the samples live with the sampling, which imports this
-    from chessrl.rl.grpo import GRPOSettings, Sample
 
 
 def group_advantages(

@@ -26,75 +26,8 @@ from chessrl.arena.players import PlayerSpec, parse_player_spec
 from chessrl.lm.formats import MovesFormat
 from chessrl.lm.legality import MoveTokens
 from chessrl.rl.ppo_learner import last_token_logits, make_batch, ppo_update
+from chessrl.rl.ppo_types import Action, PPOSettings  # noqa: F401 - re-exported: PPO's settings and actions
 from cluster.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class PPOSettings:
-    """The algorithm's knobs (the ``ppo`` config section passes them through)."""
-
-    kl_coef: float = 0.05
-    """beta: weight of the per-action k1 KL to the reference policy in the reward."""
-    clip: float = 0.2
-    """epsilon of the clipped surrogate."""
-    value_clip: float = 0.2
-    """Clip range of the value loss around the old values."""
-    gamma: float = 1.0
-    """Discount over the policy's moves."""
-    lam: float = 0.95
-    """GAE lambda."""
-    ppo_epochs: int = 2
-    """Passes over each iteration's experience."""
-    minibatch: int = 64
-    """Actions per optimiser step."""
-    temperature: float = 1.0
-    """Sampling temperature (the log-probabilities are taken at the same temperature)."""
-    illegal_penalty: float = -3.0
-    """The reward of an illegal or unparseable move (in normalised reward units); it ends the episode."""
-    result_weight: float = 0.0
-    """Weight of the game result (+1 win, 0 draw or unfinished, -1 loss) added to the last action."""
-    entropy_coef: float = 0.0
-    """Weight of an entropy bonus in the policy loss (0: none)."""
-    max_grad_norm: float = 1.0
-    """Gradient clipping of both models."""
-    legal_coef: float = 0.0
-    """Weight of an auxiliary legal-move loss (-log of the probability mass on the legal moves of
-    each action's position, :func:`chessrl.lm.legality.legal_move_loss`) added to the policy loss,
-    like InstructGPT's PPO-ptx mixes in the pretraining loss. Negative advantages push a sampled
-    token's probability onto the whole vocabulary, mostly illegal tokens that are never sampled
-    back: on the demo, PPO alone lowered the sampled legal rate from 76% to 70%."""
-    masked: bool = False
-    """Sample the policy's moves from its distribution restricted to the legal moves (their
-    tokens' logits renormalised), with the same masked log-probs for the behaviour policy, the
-    learner and the reference: no illegal move is played, and ``legal_coef`` trains legality.
-    """
-    center_scores: bool = True
-    """Subtract the mean score of the batch's legal moves from each legal move's score. Without
-    it, a policy whose moves the reward model rates below its training average (a weak sft
-    policy: -0.4 on the demo) earns a negative reward per move, so an early illegal move, which
-    ends the episode, beats playing on: with gamma = 1 the illegal moves got the higher
-    advantages and PPO taught the policy to play them (measured on the demo run)."""
-
-
-@dataclass
-class Action:
-    """One policy move of an episode, as a collector records it (a row of a rollout shard)."""
-
-    episode: str
-    t: int
-    prompt_ids: list[int]
-    action_id: int
-    move: str
-    legal: bool
-    logprob: float
-    version: int
-    score: float = 0.0
-    """The reward model's normalised score of the move (0 for an illegal one)."""
-    result: float = 0.0
-    """The game's result from the policy's side, on the episode's last action (0 elsewhere)."""
-    last: bool = False
-    opponent: int = 0
-    """Index of the episode's opponent in the configured pool."""
 
 
 def sample_actions(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -34,10 +34,8 @@ from chessrl.rl.policy_gradient import (
     explained_variance,
     masked_mean,
 )
+from chessrl.rl.ppo_types import Action, PPOSettings
 from chessrl.rl.reward import score_ids
-
-if TYPE_CHECKING:  # the settings and the recorded actions live with the episodes, which import this
-    from chessrl.rl.ppo import Action, PPOSettings
 
 
 def last_token_logits(model: Any, rows: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:

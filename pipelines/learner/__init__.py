@@ -8,6 +8,7 @@ the rollout feed, here; the two halves of the skeleton and each phase's worker l
   on the driver ``fit_learner``, export and the summary.
 - :mod:`pipelines.learner.loop`: the skeleton of hand-written loops (ppo, grpo, selfplay):
   ``LoopLearner`` (state, resume, time limit, reports, checkpoint cadence, finish), ``fit_then_stop``.
+- :mod:`pipelines.learner.quality`: the start and final policies' paired move quality (ppo, dpo).
 - :mod:`pipelines.learner.sft`, :mod:`pipelines.learner.ppo`, :mod:`pipelines.learner.grpo`,
   :mod:`pipelines.learner.selfplay`: those phases' ``train_loop_per_worker`` (reward's and dpo's
   are short enough to stay in their phase modules).

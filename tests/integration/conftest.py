@@ -64,6 +64,25 @@ def _registered_checkpoints(phase: Path) -> int:
         return 0
 
 
+def _last_registered_step(phase: Path, key: str = "step") -> int:
+    """The step (``key`` of its metrics: ``step`` for a TRL learner, ``iteration`` for a loop
+    learner) of the newest checkpoint Ray Train has recorded for a phase (0: none): where a
+    killed learner must resume."""
+    import json
+
+    steps = [0]
+    for path in (phase / "ray").glob("*/checkpoint_manager_snapshot.json"):
+        for result in json.loads(path.read_text())["checkpoint_results"]:
+            steps.append(int(result["metrics"].get(key, 0)))
+    return max(steps)
+
+
+@pytest.fixture(scope="session")
+def last_registered_step():
+    """:func:`_last_registered_step`: the step a killed TRL learner must resume from."""
+    return _last_registered_step
+
+
 @pytest.fixture(scope="session")
 def registered_checkpoints():
     """:func:`_registered_checkpoints`, for the tests that kill a driver after a checkpoint."""

@@ -80,12 +80,16 @@ def test_killed_evaluation_resumes_with_the_right_number_of_games(tmp_path, mode
     with killed_run(command, env=env) as run:
         run.wait_for(lambda: games.is_dir() and len(list(games.glob("*.json"))) >= 4, timeout=300, poll=0.1)
         assert run.running, "the evaluation ended before it could be killed"
-    played = len(list(games.glob("*.json")))
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in games.glob("*.json")}
+    played = len(before)
     assert 4 <= played < 12
     rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"{played} already played, {12 - played} to play" in rerun.stdout + rerun.stderr
-    assert len(list(games.glob("*.json"))) == 12
+    after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in games.glob("*.json")}
+    assert len(after) == 12
+    # the games played before the kill were not played again: each file as it was, not rewritten
+    assert {name: after[name] for name in before} == before
     assert json.loads((games.parent / "results.json").read_text())["games"] == 12
 
 

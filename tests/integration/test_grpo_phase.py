@@ -45,7 +45,7 @@ def env() -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_rookworld_grpo_killed_and_resumed(tmp_path, games, registered_checkpoints, killed_run):
+def test_rookworld_grpo_killed_and_resumed(tmp_path, games, registered_checkpoints, last_registered_step, killed_run):
     """grpo from the rookworld sft's default place: an untrained tiny model marked rookworld, as
     ``sft --text-format rookworld`` writes it (test_sft trains one; 12 steps of it taught the
     policy nothing the test could see, for 25 s)."""
@@ -71,11 +71,14 @@ def test_rookworld_grpo_killed_and_resumed(tmp_path, games, registered_checkpoin
         run.wait_for(lambda: registered_checkpoints(phase), timeout=300)
         assert run.running, "grpo ended before the driver could be killed"
     assert not (phase / "summary.json").exists()
+    registered = last_registered_step(phase, "iteration")  # read after the kill
+    assert registered >= 1
 
     rerun = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
     out = rerun.stdout + rerun.stderr
     assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-3000:]
-    assert "learner resumes at iteration" in out
+    # from the last checkpoint Ray Train registered before the kill
+    assert f"learner resumes at iteration {registered}" in out, (registered, out[-2000:])
 
     planned = json.loads((phase / "prompts.json").read_text())
     prompts = planned["prompts"]

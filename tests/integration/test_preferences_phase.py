@@ -79,18 +79,29 @@ def read_pairs(folder: Path) -> dict[str, list[dict]]:
 
 
 def kill_one_engine_when(ready: Callable[[], bool], killed: list[int]) -> threading.Thread:
-    """Kill the newest Stockfish process with SIGKILL once ``ready()`` holds (mid-run)."""
+    """Kill one Stockfish process of this test's own EnginePool actor with SIGKILL once
+    ``ready()`` holds (mid-run): a child of a ``ray::EnginePool`` worker of the Ray this test
+    process started (the session's local Ray), not whichever Stockfish on the machine started last."""
+    import psutil
+
+    def pool_engines() -> list[psutil.Process]:
+        found = []
+        for proc in psutil.Process(os.getpid()).children(recursive=True):
+            try:
+                if "stockfish" in proc.name() and proc.parent().cmdline()[0].startswith("ray::EnginePool"):
+                    found.append(proc)
+            except (psutil.Error, IndexError):  # gone meanwhile
+                continue
+        return found
 
     def watch() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not ready():
             time.sleep(0.05)
-        found = subprocess.run(
-            ["pgrep", "-n", "-f", "stockfish"], capture_output=True, text=True
-        ).stdout.split()
-        if found:
-            os.kill(int(found[0]), signal.SIGKILL)
-            killed.append(int(found[0]))
+        engines = pool_engines()
+        if engines:
+            engines[-1].send_signal(signal.SIGKILL)
+            killed.append(engines[-1].pid)
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
