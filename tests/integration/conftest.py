@@ -66,8 +66,8 @@ def _registered_checkpoints(phase: Path) -> int:
 
 def _last_registered_step(phase: Path, key: str = "step") -> int:
     """The step (``key`` of its metrics: ``step`` for a TRL learner, ``iteration`` for a loop
-    learner) of the newest checkpoint Ray Train has recorded for a phase (0: none): where a
-    killed learner must resume."""
+    learner) of the newest checkpoint Ray Train's snapshot records for a phase (0: none): the
+    oldest a killed learner may resume from (the snapshot can lag a checkpoint behind)."""
     import json
 
     steps = [0]
@@ -79,7 +79,7 @@ def _last_registered_step(phase: Path, key: str = "step") -> int:
 
 @pytest.fixture(scope="session")
 def last_registered_step():
-    """:func:`_last_registered_step`: the step a killed TRL learner must resume from."""
+    """:func:`_last_registered_step`: the oldest step a killed learner may resume from."""
     return _last_registered_step
 
 

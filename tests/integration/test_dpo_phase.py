@@ -95,13 +95,15 @@ def test_dpo_killed_after_a_checkpoint_resumes_and_saves_a_transformers_model(
         assert run.running, "dpo ended before the driver could be killed:\n" + first
         assert registered_checkpoints(phase) >= 1, first
     assert not (phase / "summary.json").exists()
-    registered = last_registered_step(phase)  # read after the kill: nothing more can register
+    registered = last_registered_step(phase)  # read after the kill
 
     rerun = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-3000:]
     summary = json.loads((phase / "summary.json").read_text())
-    # it resumed from the last checkpoint Ray Train had registered, not an older one or none
-    assert summary["steps"] == 12 and summary["resumed_from_step"] == registered >= 2, (summary, registered)
+    # it resumed from a checkpoint (every 2 steps) no older than the last one Ray Train had
+    # registered before the kill: nothing registered is lost
+    resumed = summary["resumed_from_step"]
+    assert summary["steps"] == 12 and resumed % 2 == 0 and 2 <= registered <= resumed < 12, (resumed, registered)
     assert summary["text_format"] == "moves" and summary["kinds"] == ["worse", "ranked", "random", "illegal"]
     assert summary["train_pairs"] > 24 and summary["heldout_pairs"] > 0 and summary["quality"] == {}
     assert 0.0 <= summary["heldout_choice_accuracy"] <= 1.0
