@@ -303,6 +303,16 @@ def sprt_summary_lines(results: dict[str, Any], report_uri: str) -> list[str]:
 # the head-to-head comparison of a round robin (rlaif's last phase)
 
 
+def pairing_counts(games: Sequence[ArenaGame]) -> dict[tuple[str, str], list[int]]:
+    """``(player, opponent) -> [wins, draws, losses]`` from the player's side, both ways round."""
+    cells: dict[tuple[str, str], list[int]] = {}
+    for g in games:
+        s = g.score_for(g.white)
+        for p, q, mine in ((g.white, g.black, s), (g.black, g.white, 1 - s)):
+            cells.setdefault((p, q), [0, 0, 0])[0 if mine == 1 else 1 if mine == 0.5 else 2] += 1
+    return cells
+
+
 def comparison_lines(
     games: Sequence[ArenaGame], players: Sequence[str], labels: Mapping[str, str], anchor: str = "random"
 ) -> list[str]:
@@ -347,19 +357,14 @@ def comparison_lines(
         r = rated.get(player)
         elo = "-" if r is None else ("+0 (anchor)" if r.anchored else fmt_estimate(r.elo, r.low, r.high))
         lines.append(f"{name(player):<{width}}  {len(mine):>5}  {score:>5.1%}  {legal:>9}  {elo}")
-    cells = {(p, q): [0, 0, 0] for p in players for q in players}
-    for g in games:
-        s = g.score_for(g.white)
-        for p, q, mine in ((g.white, g.black, s), (g.black, g.white, 1 - s)):
-            if (p, q) in cells:
-                cells[(p, q)][0 if mine == 1 else 1 if mine == 0.5 else 2] += 1
+    cells = pairing_counts(games)
     col = max(width, 9)
     lines += [
         "",
         f"{'row vs column':<{max(width, 13)}}  " + "  ".join(f"{name(q):<{col}}" for q in players).rstrip(),
     ]
     for p in players:
-        row = [("-" if p == q or not sum(cells[(p, q)]) else "+{} ={} -{}".format(*cells[(p, q)])) for q in players]
+        row = [("+{} ={} -{}".format(*cells[(p, q)]) if p != q and (p, q) in cells else "-") for q in players]
         lines.append(f"{name(p):<{max(width, 13)}}  " + "  ".join(f"{c:<{col}}" for c in row).rstrip())
     return lines
 
@@ -396,37 +401,35 @@ def rl_story_lines(
     def name(player: str) -> str:
         return labels.get(player, player)
 
-    def record(a: str, b: str) -> str:
-        w = d = lost = 0
-        for g in games:
-            if {g.white, g.black} == {a, b}:
-                s = g.score_for(a)
-                w, d, lost = w + (s == 1), d + (s == 0.5), lost + (s == 0)
-        if not w + d + lost:
-            return "-"
-        est = match_elo(w, d, lost)
-        played.append(est)
-        if est.low > 0 or est.high < 0:
-            significant.append(f"{name(a)} {'above' if est.low > 0 else 'below'} {name(b)} in games")
-        return f"{est.score:.1%} (+{w} ={d} -{lost})"
+    cells = pairing_counts(games)
+    pairs = [*starts.items(), *((p, anchor) for p in [*starts, *dict.fromkeys(starts.values())])]
+    matches = {pair: match_elo(*cells[pair]) for pair in pairs if pair in cells}  # the games each pair played
 
-    played: list[Any] = []
-    significant: list[str] = []
-    not_significant: list[str] = []
-    rows = []
+    def record(a: str, b: str) -> str:
+        est = matches.get((a, b))
+        return "-" if est is None else f"{est.score:.1%} (+{est.wins} ={est.draws} -{est.losses})"
+
+    rows, significant, not_significant = [], [], []
     for player, start in starts.items():
         q = quality.get(player)
+        moved = "not measured"
         if q:
             verdict = "better" if q["low"] > 0 else "worse" if q["high"] < 0 else "no change"
             moved = f"{q['gain']:+.4f} [{q['low']:+.4f}, {q['high']:+.4f}] {verdict}"
-            (not_significant if verdict == "no change" else significant).append(
-                f"{name(player)}'s move quality" + ("" if verdict == "no change" else f" ({verdict})")
-            )
-        else:
-            moved = "not measured"
+            if verdict == "no change":
+                not_significant.append(f"{name(player)}'s move quality")
+            else:
+                significant.append(f"{name(player)}'s move quality ({verdict})")
         rows.append((name(player), name(start), moved, record(player, start), record(player, anchor)))
     for start in dict.fromkeys(starts.values()):
         rows.append((name(start), "-", "", "-", record(start, anchor)))
+    decided = [f"{name(a)} {'above' if e.low > 0 else 'below'} {name(b)} in games"
+               for (a, b), e in matches.items() if e.low > 0 or e.high < 0]  # fmt: skip
+    significant += decided
+    if not decided:
+        sizes = sorted({e.games for e in matches.values()})
+        per_pairing = "-".join(str(n) for n in sizes[:1] + sizes[1:][-1:]) or "no"
+        not_significant.append(f"every game score ({per_pairing} games a pairing)")
     w0 = max(6, *(len(r[0]) for r in rows))
     w1 = max(5, *(len(r[1]) for r in rows))
     w2 = max(len("move quality on held-out positions"), *(len(r[2]) for r in rows)) + 2
@@ -437,11 +440,6 @@ def rl_story_lines(
         f"vs {name(anchor)}",
         *(f"  {a:<{w0}}  {b:<{w1}}  {c:<{w2}} {d:<{w3}} {e}" for a, b, c, d, e in rows),
     ]
-    sizes = sorted({e.games for e in played})
-    per_pairing = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}" if sizes else "no"
-    game_clause = [x for x in significant if x.endswith("in games")]
-    if not game_clause:
-        not_significant.append(f"every game score ({per_pairing} games a pairing)")
     said = (f"significant: {', '.join(significant)}." if significant else "significant: nothing at this size.")
     if not_significant:
         said += f" Not significant: {', '.join(not_significant)}."
