@@ -129,6 +129,12 @@ def check_prompt_settings(cfg: GRPOConfig) -> dict[str, float]:
             f"grpo.policy_share (--policy-share) is {cfg.policy_share:g}, but the {cfg.text_format} format has no "
             "environment task: set it to 1, or use --text-format rookworld"
         )
+    if cfg.prompts_per_iteration < cfg.num_workers:
+        raise ConfigError(
+            f"grpo.prompts_per_iteration (--prompts-per-iteration) is {cfg.prompts_per_iteration}, fewer than "
+            f"grpo.num_workers (--num-workers) {cfg.num_workers}: each learner worker needs at least one prompt "
+            "an iteration"
+        )
     if cfg.own_positions > 0 and not cfg.masked:
         raise ConfigError(
             f"grpo.own_positions (--own-positions) is {cfg.own_positions:g}: the policy's own games are played "
@@ -283,7 +289,9 @@ def learner_resources(
     cannot span nodes), and the learner's minibatch (``auto``: measured for the longest prompt)."""
     cpus = float(context.ray.resources.get("CPU", 1))
     engine_cpus = min(0.5, cpus / 4)
-    learner_cpus = cfg.cpus_per_worker or max(0.5, min(cpus - cfg.engines * engine_cpus, largest_node_cpus()))
+    learner_cpus = cfg.cpus_per_worker or max(
+        0.5, min((cpus - cfg.engines * engine_cpus) / cfg.num_workers, largest_node_cpus())
+    )
     batch_size = cfg.batch_size
     if batch_size == "auto":
         from chessrl.lm.models import load_tokenizer, prompt_ids
@@ -311,7 +319,8 @@ def log_plan(context: PhaseContext, found: GRPOInputs, drawn: dict[str, Any], le
     context.log(
         f"{cfg.iterations} iterations of {cfg.prompts_per_iteration} {cfg.text_format} prompts x {cfg.group_size} completions, "
         f"loss {cfg.loss_type}, beta {cfg.beta:g}, clip {cfg.clip:g}, temperature {cfg.temperature:g}; "
-        f"Stockfish {cfg.stockfish_nodes} nodes on {cfg.engines} engine(s); learner {learner_cpus:g} CPU"
+        f"Stockfish {cfg.stockfish_nodes} nodes on {cfg.engines} engine(s); learner {cfg.num_workers} worker(s) x "
+        f"{learner_cpus:g} CPU" + (" + 1 GPU" if cfg.use_gpu else "")
         + (f", at most {cfg.time_limit_minutes:g} min" if cfg.time_limit_minutes else "")
     )
 
@@ -328,7 +337,7 @@ def loop_config(
         "learning_rate": cfg.learning_rate, "minibatch": batch_size, "max_new_tokens": limits,
         "stockfish_nodes": cfg.stockfish_nodes, "engine_pool": pool, "checkpoint_interval": cfg.checkpoint_interval,
         "time_limit_s": cfg.time_limit_minutes * 60 if cfg.time_limit_minutes else None,
-        "threads": max(1, round(learner_cpus)),
+        "threads": max(1, round(learner_cpus)), "use_gpu": cfg.use_gpu,
         "tracking_uri": context.tracking.uri, "tracking_run_id": context.tracking.run_id,
     }  # fmt: skip
 
@@ -356,7 +365,7 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
     pool = EnginePool.create(cfg.engines, 1, run=context.config.run.name, num_cpus_per_engine=engine_cpus)
     trainer = torch_trainer(
         context, "grpo", train_loop_per_worker, loop_config(context, found, limits, batch_size, pool, learner_cpus),
-        num_workers=1, cpus_per_worker=learner_cpus, use_gpu=False,
+        num_workers=cfg.num_workers, cpus_per_worker=learner_cpus, use_gpu=cfg.use_gpu,
         progress=(board := ProgressBoard(context.log, "iteration", cfg.iterations)),
     )  # fmt: skip
     started = time.perf_counter()

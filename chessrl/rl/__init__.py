@@ -11,6 +11,7 @@
 - :mod:`~chessrl.rl.grpo`: GRPO's verified rewards, prompts, sampled groups and the update.
 - :mod:`~chessrl.rl.grpo_loss`: GRPO's group advantages, loss types and completion log-probabilities.
 - :mod:`~chessrl.rl.own_games`: GRPO prompts from the policy's own games.
+- :mod:`~chessrl.rl.data_parallel`: gradients averaged over the learner's workers (grpo, ppo).
 
 Imports: every other ``chessrl`` package.
 """

@@ -252,10 +252,16 @@ def grpo_update(
     minibatch: int = 64,
     norm_length: int | None = None,
     max_grad_norm: float = 1.0,
+    reduce: Callable[[torch.nn.Module, float], float] | None = None,
 ) -> dict[str, float]:
     """One optimizer step on a batch of groups (on-policy: the old log-probs are the current
     ones, detached, so the ratio is 1 and the clip guards only against a step that goes far);
-    gradients accumulated over minibatches, weighted by their share of the loss's normaliser."""
+    gradients accumulated over minibatches, weighted by their share of the loss's normaliser.
+
+    ``reduce`` (several data-parallel workers, :func:`chessrl.rl.data_parallel.average_gradients`)
+    averages the gradients over the workers before the step and returns what all of them
+    trained on; every worker calls it each update, one whose groups were all flat included, so
+    all take the same step (none when no worker had anything to learn)."""
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
     groups = [s.group for s in samples]
     advantages, keep = group_advantages(
@@ -266,7 +272,8 @@ def grpo_update(
     masked = [i for i in range(len(samples)) if samples[i].legal_ids is not None]
     if settings.legal_weight > 0 and masked:
         metrics["legal_nll"] = 0.0
-    if not used and not (settings.legal_weight > 0 and masked):
+    legality = settings.legal_weight > 0 and bool(masked)
+    if not used and not legality and reduce is None:
         return {**metrics, "trained_samples": 0.0, "grad_norm": 0.0}
     # minibatches of similar lengths: a 2-token policy answer padded to a 128-token environment
     # answer's width would pay for it in every forward and backward pass
@@ -283,14 +290,16 @@ def grpo_update(
         if reference is not None and settings.beta > 0:
             with torch.no_grad():
                 ref, *_ = score(reference, batch, pad, settings.temperature)
-        loss, m = grpo_loss(logprobs, logprobs.detach(), ref, advantages[part], mask, settings, norm_length)
+        loss, m = grpo_loss(
+            logprobs, logprobs.detach(), ref, advantages[part].to(logprobs.device), mask, settings, norm_length
+        )
         share = (
             float(mask.sum()) / tokens if settings.loss_type == "dapo" else len(part) / len(used)
         )  # token-mean weighs by tokens, the per-sequence modes by sequences
         (loss * share).backward()
         for key in ("pg_loss", "kl", "clipfrac", "approx_kl"):
             metrics[key] += m[key] * share
-    if settings.legal_weight > 0 and masked:
+    if legality:
         # the legality term, once per distinct masked prompt (flat groups included: legality
         # is learnt wherever the policy was asked)
         firsts = list({tuple(samples[i].prompt_ids): i for i in masked}.values())
@@ -299,6 +308,8 @@ def grpo_update(
             _, _, nll = masked_completion_logprobs(policy, batch, pad, settings.temperature)
             (settings.legal_weight * nll.sum() / len(firsts)).backward()
             metrics["legal_nll"] += float(nll.detach().sum()) / len(firsts)
+    if reduce is not None and reduce(policy, float(len(used) + (len(masked) if legality else 0))) == 0:
+        return {**metrics, "trained_samples": 0.0, "grad_norm": 0.0}
     grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
     optimizer.step()
     return {**metrics, "trained_samples": float(len(used)), "grad_norm": float(grad_norm)}

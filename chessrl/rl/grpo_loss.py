@@ -130,7 +130,8 @@ def completion_logprobs(
     else:
         rows = [s.prompt_ids + s.completion_ids for s in samples]
         which = list(range(len(samples)))
-    ids, attention = right_padded(rows, pad)
+    device = next(model.parameters()).device
+    ids, attention = right_padded(rows, pad, device)
     hidden = model.transformer(input_ids=ids, attention_mask=attention).last_hidden_state  # type: ignore[attr-defined]
     index = torch.zeros(len(samples), width, dtype=torch.long)
     targets = torch.full((len(samples), width), pad, dtype=torch.long)
@@ -141,7 +142,8 @@ def completion_logprobs(
         index[b, :n] = torch.arange(start, start + n)
         targets[b, :n] = torch.tensor(s.completion_ids, dtype=torch.long)
         mask[b, :n] = 1.0
-    picked = hidden[torch.tensor(which, dtype=torch.long)[:, None], index]  # (B, W, H)
+    index, targets, mask = index.to(device), targets.to(device), mask.to(device)
+    picked = hidden[torch.tensor(which, dtype=torch.long, device=device)[:, None], index]  # (B, W, H)
     logits = model.lm_head(picked).float() / max(temperature, 1e-6)  # type: ignore[attr-defined]
     logprobs = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return logprobs * mask, mask
@@ -161,13 +163,16 @@ def masked_completion_logprobs(
     for s in samples:
         rows_of.setdefault(tuple(s.prompt_ids), len(rows_of))
     rows = [list(r) for r in rows_of]
-    which = torch.tensor([rows_of[tuple(s.prompt_ids)] for s in samples], dtype=torch.long)
-    ids, attention = right_padded(rows, pad)
+    device = next(model.parameters()).device
+    which = torch.tensor([rows_of[tuple(s.prompt_ids)] for s in samples], dtype=torch.long, device=device)
+    ids, attention = right_padded(rows, pad, device)
     hidden = model.transformer(input_ids=ids, attention_mask=attention).last_hidden_state  # type: ignore[attr-defined]
-    last = torch.tensor([len(r) - 1 for r in rows], dtype=torch.long)
-    logits = model.lm_head(hidden[torch.arange(len(rows)), last]).float()[which]  # type: ignore[attr-defined]
-    legal = pad_ids([s.legal_ids or [] for s in samples])
+    last = torch.tensor([len(r) - 1 for r in rows], dtype=torch.long, device=device)
+    logits = model.lm_head(hidden[torch.arange(len(rows), device=device), last]).float()[which]  # type: ignore[attr-defined]
+    legal = pad_ids([s.legal_ids or [] for s in samples], device)
     logp = masked_log_softmax(logits, legal, temperature)
-    chosen = torch.tensor([(s.legal_ids or []).index(s.completion_ids[0]) for s in samples], dtype=torch.long)
+    chosen = torch.tensor(
+        [(s.legal_ids or []).index(s.completion_ids[0]) for s in samples], dtype=torch.long, device=device
+    )
     picked = logp.gather(-1, chosen[:, None])
     return picked, torch.ones_like(picked), legal_nll(logits, legal)

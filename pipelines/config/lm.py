@@ -348,8 +348,14 @@ class PPOConfig(Section):
     quality_nodes: int = Field(2000, ge=0)
     """Stockfish's nodes a position for the start and final policies' paired move quality on the
     held-out positions (0: skip)."""
+    num_workers: int = Field(1, ge=1)
+    """Learner workers (Ray Train, data-parallel): each takes its share of every iteration's
+    episodes and they average their gradients before each step."""
+    use_gpu: bool = False
+    """A GPU for each learner worker (bf16 autocast where the GPU has it)."""
     cpus_per_worker: float | None = Field(None, gt=0)
-    """CPUs the learner reserves (default: what the collectors and reward servers leave, keeping one free)."""
+    """CPUs each learner worker reserves (default: what the collectors and reward servers leave,
+    keeping one free, split among the workers)."""
     learner_threads: int | None = Field(None, ge=1)
     """Torch threads of the learner (default: the CPUs the collectors and reward servers do not reserve)."""
     rollout_reader: Literal["arrow", "ray_data"] = "arrow"
@@ -459,5 +465,11 @@ class GRPOConfig(Section):
     own_opponent: Literal["self", "random", "start", "random+start"] = "self"
     """Who the policy plays in those games: itself, a random legal mover, its frozen start (the
     sft model, its masked argmax), or random and start alternating game by game."""
+    num_workers: int = Field(1, ge=1)
+    """Learner workers (Ray Train, data-parallel): each samples, scores and learns its share of
+    every iteration's prompts and they average their gradients before each step."""
+    use_gpu: bool = False
+    """A GPU for each learner worker (bf16 autocast where the GPU has it)."""
     cpus_per_worker: float | None = Field(None, gt=0)
-    """CPUs the learner reserves (default: the cluster's, less the engines')."""
+    """CPUs each learner worker reserves (default: the cluster's, less the engines', split among
+    the workers)."""

@@ -20,30 +20,39 @@ from pipelines.learner.loop import LoopLearner, export_pretrained, frozen_copy
 
 
 def train_loop_per_worker(cfg: dict[str, Any]) -> None:
-    """The learner: sample groups, score them, one GRPO step; checkpoint; repeat."""
+    """The learner: sample groups, score them, one GRPO step; checkpoint; repeat.
+
+    With several workers (``grpo.num_workers``) each takes every ``world``-th prompt of an
+    iteration and its share of the own-game prompts, samples and scores them, and the workers
+    average their gradients before the step (:mod:`chessrl.rl.data_parallel`); the first one
+    logs, checkpoints and exports."""
     import torch
 
     from chessrl.engine.client import SearchLimit
+    from chessrl.rl.data_parallel import any_worker, average_gradients, metrics_over_workers, sum_over_workers
     from chessrl.rl.grpo import grpo_update, sample_groups, score_samples
     from chessrl.rl.own_games import OwnGames
 
     torch.set_num_threads(max(1, min(int(cfg["threads"]), os.cpu_count() or 1)))
+    rank, world, device = worker_place(bool(cfg.get("use_gpu")))
     settings = GRPOSettings(**cfg["settings"])
     planned = json.loads(Storage.from_uri(cfg["phase_uri"]).read_text("prompts.json"))
     prompts = [Prompt(**p) for p in planned["prompts"]]
     own = int(planned["drawn"].get("own_per_iteration", 0))
-    policy, tokenizer, reference, start_model = learner_models(cfg, settings, own)
+    own_here = own // world + (1 if rank < own % world else 0)  # this worker's own-game prompts
+    policy, tokenizer, reference, start_model = learner_models(cfg, settings, own_here, device)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg["learning_rate"], weight_decay=0.0)
     learner = LoopLearner(
         "grpo", cfg, {"iteration": 0, "samples": 0, "seconds": 0.0}, {"policy": policy, "optimizer": optimizer},
-        extra=lambda: {"rng": torch.get_rng_state()},
+        extra=lambda: {"rng": torch.get_rng_state()}, lead=rank == 0,
     )  # fmt: skip
     saved = learner.resume("learner resumes at iteration {iteration}")
-    if saved is not None:
+    if saved is not None and rank == 0:
         torch.set_rng_state(saved["rng"])
-    else:
-        torch.manual_seed(cfg["seed"])
+    else:  # each worker draws its own samples
+        torch.manual_seed(cfg["seed"] + 1009 * rank + (int(learner.state["iteration"]) if saved else 0))
+    reduce = average_gradients if world > 1 else None
     state = learner.state
     expected = partial(expected_scores, cfg["engine_pool"], SearchLimit(nodes=cfg["stockfish_nodes"]))
     limits = cfg["max_new_tokens"]
@@ -53,46 +62,85 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     per = cfg["prompts_per_iteration"]
     # the policy's own games (not checkpointed: after a resume they start again from the table)
     own_games = None
-    if own:
+    if own_here:
         own_games = OwnGames(
-            planned["starts"], live=own, text_format=cfg["text_format"], opponent=cfg["own_opponent"],
-            seed=cfg["seed"],
+            planned["starts"], live=own_here, text_format=cfg["text_format"], opponent=cfg["own_opponent"],
+            seed=cfg["seed"] + 1009 * rank,
         )  # fmt: skip
     metrics: dict[str, Any] = {}
-    while state["iteration"] < cfg["iterations"] and not learner.out_of_time():
-        batch = prompts[state["iteration"] * per : (state["iteration"] + 1) * per - own]
+    while state["iteration"] < cfg["iterations"] and not any_worker(learner.out_of_time()):
+        batch = prompts[state["iteration"] * per : (state["iteration"] + 1) * per - own][rank::world]
         t0 = time.perf_counter()
         policy.eval()
-        if own_games is not None:
-            batch = batch + own_games.prompts(policy, tokenizer, settings.temperature, start=start_model)
-        samples = sample_groups(policy, tokenizer, batch, settings, limits)
+        with bf16_autocast(device):
+            if own_games is not None:
+                batch = batch + own_games.prompts(policy, tokenizer, settings.temperature, start=start_model)
+            samples = sample_groups(policy, tokenizer, batch, settings, limits)
         t1 = time.perf_counter()
         score_samples(samples, expected, settings)
         t2 = time.perf_counter()
-        got = grpo_update(policy, reference, optimizer, samples, pad, settings,
-                          minibatch=cfg["minibatch"], norm_length=norm_length)  # fmt: skip
+        with bf16_autocast(device):
+            got = grpo_update(policy, reference, optimizer, samples, pad, settings,
+                              minibatch=cfg["minibatch"], norm_length=norm_length, reduce=reduce)  # fmt: skip
         t3 = time.perf_counter()
         state["iteration"] += 1
-        state["samples"] += len(samples)
-        metrics = iteration_metrics(state, samples, got, (t0, t1, t2, t3), learner.tick())
-        learner.record(metrics, progress_line(metrics))
+        (everyone,) = sum_over_workers([len(samples)])
+        state["samples"] += int(everyone)
+        metrics = metrics_over_workers(
+            iteration_metrics(state, samples, got, (t0, t1, t2, t3), learner.tick()), len(samples),
+            sums=("samples", "trained_samples", "samples_per_s"), maxes=("generate_s", "score_s", "learn_s", "elapsed_s"),
+        )  # fmt: skip
+        learner.record({**metrics, "workers": world}, progress_line(metrics))
         learner.maybe_checkpoint(metrics)
-    export_pretrained(
-        policy, tokenizer, learner.phase.child("model"), "grpo-model-",
-        partial(mark_text_format, text_format=cfg["text_format"]),
-    )  # fmt: skip
+    if rank == 0:
+        export_pretrained(
+            policy, tokenizer, learner.phase.child("model"), "grpo-model-",
+            partial(mark_text_format, text_format=cfg["text_format"]),
+        )  # fmt: skip
     learner.finish({**metrics, "iteration": state["iteration"], "samples_total": state["samples"]})
 
 
-def learner_models(cfg: dict[str, Any], settings: GRPOSettings, own: int) -> tuple[Any, Any, Any, Any]:
-    """The policy and its tokenizer, the frozen reference of the KL penalty (None without one:
-    beta 0) and the own games' ``start`` opponent (the reference, or a copy of the start policy
-    when there is none)."""
+def worker_place(use_gpu: bool) -> tuple[int, int, Any]:
+    """This Ray Train worker's rank, the workers' count and its device (its GPU with
+    ``use_gpu``: one clear error when this worker's torch has no CUDA)."""
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    context = ray.train.get_context()
+    if use_gpu and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"use_gpu is set but this worker's torch {torch.__version__} sees no CUDA device: install the CUDA "
+            "build of torch on the GPU nodes (docs/cluster.md, 'GPUs')"
+        )
+    device = ray.train.torch.get_device() if use_gpu else torch.device("cpu")
+    return context.get_world_rank(), context.get_world_size(), device
+
+
+def bf16_autocast(device: Any) -> Any:
+    """bf16 autocast on a GPU that has it; a no-op context elsewhere (the CPU learner stays fp32,
+    as measured for these small steps)."""
+    import contextlib
+
+    import torch
+
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def learner_models(
+    cfg: dict[str, Any], settings: GRPOSettings, own: int, device: Any = "cpu"
+) -> tuple[Any, Any, Any, Any]:
+    """The policy (on ``device``) and its tokenizer, the frozen reference of the KL penalty (None
+    without one: beta 0) and the own games' ``start`` opponent (the reference, or a copy of the
+    start policy when there is none)."""
     import copy
 
     from chessrl.arena.saved_models import load_saved_model
 
     policy, tokenizer = load_saved_model(cfg["policy_path"], "policy")
+    policy.to(device)  # before the optimizer and a resume's state: one device throughout
     reference = frozen_copy(policy) if settings.beta > 0 else None
     start_model = reference  # the own games' opponent "start": the frozen start policy
     if start_model is None and own and "start" in cfg["own_opponent"]:

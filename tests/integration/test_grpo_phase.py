@@ -2,7 +2,8 @@
 ``sft`` writes it (``sft-rookworld/model``, marked with its text format); ``grpo`` is killed with SIGKILL
 after a checkpoint and the same command resumes; the finished run's prompts, metrics and model
 agree (the task mix is 80/20 in every batch, every iteration logged once, the policy answers a
-``P: <FEN> M:`` prompt through transformers alone)."""
+``P: <FEN> M:`` prompt through transformers alone). The learner runs as two data-parallel workers,
+killed and resumed together."""
 
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ def test_rookworld_grpo_killed_and_resumed(tmp_path, games, registered_checkpoin
         "--prompts-per-iteration", "10", "--group-size", "4", "--checkpoint-interval", "1",
         "--stockfish-nodes", "200", "--max-new-tokens-environment", "64", "--heldout-positions", "10",
         "--text-format", "rookworld", "--policy-share", "0.8", "--own-positions", "0", "--no-masked",
+        "--num-workers", "2",  # data-parallel: each worker half of every iteration's prompts
     ]  # fmt: skip
     with killed_run(command, env=env(), log=tmp_path / "first.log") as run:
         # Ray Train has recorded one (a file alone may be half-reported)
@@ -95,7 +97,8 @@ def test_rookworld_grpo_killed_and_resumed(tmp_path, games, registered_checkpoin
     # every iteration logged; a resumed run logs again those after its checkpoint
     assert sorted(set(iterations)) == [1, 2, 3] and iterations[-1] == 3
     assert all(abs(m["policy_share"] - 0.8) <= 0.05 for m in metrics)
-    assert all(m["samples"] == 40 and -1.0 <= m["reward_policy"] <= 1.0 for m in metrics)
+    # both workers' samples in every iteration's figures
+    assert all(m["samples"] == 40 and m["workers"] == 2 and -1.0 <= m["reward_policy"] <= 1.0 for m in metrics)
     assert all(0.0 <= m["zero_variance_groups"] <= 1.0 and m["kl"] >= 0.0 for m in metrics)
     summary = json.loads((phase / "summary.json").read_text())
     assert summary["iterations"] == 3

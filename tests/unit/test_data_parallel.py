@@ -1,0 +1,76 @@
+"""Data-parallel learning without DDP (:mod:`chessrl.rl.data_parallel`) on a real gloo process
+group of two processes: gradients averaged (a worker with nothing to learn sends zeros and still
+steps with the other), the work counted over both, one stop decision, metrics weighted by
+samples, and a GRPO update whose second worker's groups are all flat."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _worker(rank: int, port: int, out: dict) -> None:
+    from chessrl.lm.models import build_model, prompt_ids
+    from chessrl.rl.data_parallel import any_worker, average_gradients, metrics_over_workers
+    from chessrl.rl.grpo import GRPOSettings, Prompt, Sample, grpo_update
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        torch.manual_seed(0)
+        layer = torch.nn.Linear(3, 1)
+        if rank == 0:  # only the first worker has something to learn
+            layer(torch.ones(1, 3)).sum().backward()
+        total = average_gradients(layer, 5.0 if rank == 0 else 0.0)
+        out[f"grad{rank}"] = layer.weight.grad.clone()
+        out[f"total{rank}"] = total
+        out[f"stop{rank}"] = any_worker(rank == 1)
+        out[f"metrics{rank}"] = metrics_over_workers(
+            {"reward": 1.0 if rank == 0 else 0.0, "samples": 3.0 if rank == 0 else 1.0}, 3 if rank == 0 else 1,
+            sums=["samples"],
+        )  # fmt: skip
+        # GRPO: worker 1's only group is flat (every reward equal: nothing to learn), worker 0's is not
+        model, tok = build_model("tiny", seed=3)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        prompt = Prompt("policy", "e2e4", "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1")
+        ids = prompt_ids(tok, prompt.text)
+        rewards = [1.0, 0.0] if rank == 0 else [0.5, 0.5]
+        samples = [
+            Sample(prompt, 0, ids, tok(m, add_special_tokens=False)["input_ids"], m, reward=r)
+            for m, r in zip([" e7e5", " a7a6"], rewards, strict=True)
+        ]
+        settings = GRPOSettings(group_size=2, loss_type="dapo", beta=0.0)
+        got = grpo_update(model, None, opt, samples, tok.pad_token_id, settings, reduce=average_gradients)
+        out[f"trained{rank}"] = got["trained_samples"]
+        out[f"weights{rank}"] = model.lm_head.weight.detach().clone()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_workers_average_and_step_together() -> None:
+    manager = mp.Manager()
+    out = manager.dict()
+    mp.spawn(_worker, args=(_free_port(), out), nprocs=2, join=True)
+    alone = torch.ones(1, 3)  # d(sum(Wx + b))/dW on worker 0; zeros on worker 1
+    assert torch.allclose(out["grad0"], alone / 2) and torch.allclose(out["grad1"], alone / 2)
+    assert out["total0"] == out["total1"] == 5.0
+    assert out["stop0"] is True and out["stop1"] is True  # worker 1's limit stops both
+    assert out["metrics0"] == out["metrics1"] == {"reward": 0.75, "samples": 4.0}
+    # worker 1 dropped its flat group (dapo) yet stepped with worker 0: the weights stay equal, and moved
+    assert out["trained0"] == 2.0 and out["trained1"] == 0.0
+    assert torch.equal(out["weights0"], out["weights1"])
+    from chessrl.lm.models import build_model
+
+    start, _ = build_model("tiny", seed=3)
+    assert not torch.equal(out["weights0"], start.lm_head.weight.detach())
