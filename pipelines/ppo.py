@@ -171,6 +171,12 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
 
     cfg = config.ppo
     opponents = [parse_opponent(o) for o in cfg.opponents]
+    if cfg.episodes_per_iteration < cfg.num_workers:
+        raise ConfigError(
+            f"ppo.episodes_per_iteration (--episodes-per-iteration) is {cfg.episodes_per_iteration}, fewer than "
+            f"ppo.num_workers (--num-workers) {cfg.num_workers}: each learner worker learns on whole episodes, at "
+            "least one an iteration"
+        )
     policy_path = model_location(
         cfg.policy, inputs.folder("sft").child("model"), "ppo.policy (--policy)", "sft",
         produced=inputs.will_write("sft"),
@@ -286,10 +292,11 @@ def learner_resources(context: PhaseContext, cfg: PPOConfig) -> tuple[float, flo
     cpus = float(context.ray.resources.get("CPU", 1))
     collector_cpus, server_cpus, learner_cpus = split_ppo_cpus(cpus, cfg.collectors, cfg.reward_servers)
     largest = largest_node_cpus()
-    learner_cpus = cfg.cpus_per_worker or min(learner_cpus, largest)
-    threads = cfg.learner_threads or min(
-        learner_threads(cpus, cfg.collectors * collector_cpus + cfg.reward_servers * server_cpus), int(largest)
-    )
+    learner_cpus = cfg.cpus_per_worker or min(learner_cpus / cfg.num_workers, largest)
+    threads = cfg.learner_threads or max(1, min(
+        learner_threads(cpus, cfg.collectors * collector_cpus + cfg.reward_servers * server_cpus) // cfg.num_workers,
+        int(largest),
+    ))  # fmt: skip
     return collector_cpus, server_cpus, learner_cpus, threads
 
 
@@ -345,7 +352,7 @@ def loop_config(context: PhaseContext, found: PPOInputs, threads: int, actors: P
         "critic_warmup": cfg.critic_warmup, "learning_rate": cfg.learning_rate,
         "critic_learning_rate": cfg.critic_learning_rate, "checkpoint_interval": cfg.checkpoint_interval,
         "time_limit_s": cfg.time_limit_minutes * 60 if cfg.time_limit_minutes else None,
-        "threads": threads, "rollout_reader": cfg.rollout_reader, "server_name": actors.server_name,
+        "threads": threads, "use_gpu": cfg.use_gpu, "rollout_reader": cfg.rollout_reader, "server_name": actors.server_name,
         "namespace": actors.namespace, "tracking_uri": context.tracking.uri, "tracking_run_id": context.tracking.run_id,
     }  # fmt: skip
 
@@ -369,13 +376,14 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     actors = start_actors(context, found, collector_cpus, server_cpus)
     log(
         f"{cfg.collectors} collector(s) x {cfg.concurrent_games} games ({collector_cpus:g} CPU each), "
-        f"{cfg.reward_servers} reward server(s), learner {learner_cpus:g} CPU ({threads} threads); {cfg.iterations} iterations of "
+        f"{cfg.reward_servers} reward server(s), learner {cfg.num_workers} worker(s) x {learner_cpus:g} CPU"
+        f"{' + 1 GPU' if cfg.use_gpu else ''} ({threads} threads); {cfg.iterations} iterations of "
         f"{cfg.episodes_per_iteration} episodes, T={cfg.max_actions}, beta={cfg.kl_coef:g}, clip={cfg.clip:g}"
         + (f", at most {cfg.time_limit_minutes:g} min" if cfg.time_limit_minutes else "")
     )
     trainer = torch_trainer(
         context, "ppo", train_loop_per_worker, loop_config(context, found, threads, actors),
-        num_workers=1, cpus_per_worker=learner_cpus, use_gpu=False,
+        num_workers=cfg.num_workers, cpus_per_worker=learner_cpus, use_gpu=cfg.use_gpu,
         progress=(board := ProgressBoard(log, "iteration", cfg.iterations)),
     )  # fmt: skip
     result, seconds, summaries = fit_then_stop(trainer, board, actors.stop)

@@ -86,6 +86,17 @@ def sum_over_workers(values: Sequence[float]) -> list[float]:
     return [float(v) for v in t.tolist()]
 
 
+def max_over_workers(value: float) -> float:
+    """The largest ``value`` any worker has (how many minibatches the busiest worker needs)."""
+    import torch.distributed as dist
+
+    if world() == 1:
+        return float(value)
+    t = torch.tensor([float(value)], dtype=torch.float64, device=_collective_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
 def broadcast_objects(objects: list[object], source: int = 0) -> list[object]:
     """``objects`` as the ``source`` worker has them, on every worker (a list of picklable values)."""
     import torch.distributed as dist

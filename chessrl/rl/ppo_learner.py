@@ -19,7 +19,7 @@ and takes ``ppo_epochs`` passes of clipped-surrogate and clipped-value minibatch
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -232,17 +232,34 @@ def ppo_update(
     pad_id: int,
     settings: PPOSettings,
     generator: torch.Generator,
+    *,
+    minibatches: int | None = None,
+    reduce: Callable[[Any, float], float] | None = None,
 ) -> dict[str, float]:
     """``ppo_epochs`` passes of shuffled minibatches: the clipped surrogate (token-mean over the
     minibatch's actions; no policy step when ``policy_opt`` is None: critic warm-up) and the
-    clipped value loss. Returns the mean of each diagnostic over the minibatch steps."""
+    clipped value loss. Returns the mean of each diagnostic over the minibatch steps.
+
+    Several data-parallel workers (each with its share of the iteration's episodes) pass
+    ``reduce`` (:func:`chessrl.rl.data_parallel.average_gradients`: gradients averaged before
+    each step) and ``minibatches``, the busiest worker's count of minibatches an epoch: every
+    worker cuts its actions into that many (some possibly empty: it sends zeros and steps with
+    the others), so all take the same steps."""
     n = len(batch.rows)
     totals: dict[str, float] = {}
     steps = 0
     for _ in range(settings.ppo_epochs):
         order = torch.randperm(n, generator=generator).tolist()
-        for i in range(0, n, settings.minibatch):
-            part = _Minibatch(batch, order[i : i + settings.minibatch], pad_id, settings)
+        if minibatches is None:
+            parts = [order[i : i + settings.minibatch] for i in range(0, n, settings.minibatch)]
+        else:
+            cuts = [round(k * n / minibatches) for k in range(minibatches + 1)]
+            parts = [order[cuts[k] : cuts[k + 1]] for k in range(minibatches)]
+        for idx in parts:
+            part = _Minibatch(batch, idx, pad_id, settings, reduce)
+            if not idx:
+                part.sync_only(policy if policy_opt is not None else None, policy_opt, critic, critic_opt)
+                continue
             metrics: dict[str, float] = {}
             if policy_opt is not None:
                 metrics.update(part.policy_step(policy, policy_opt))
@@ -268,10 +285,36 @@ def ppo_update(
 class _Minibatch:
     """One minibatch of :func:`ppo_update`: the batch's actions ``idx``, and a step of each model on them."""
 
-    def __init__(self, batch: Batch, idx: list[int], pad_id: int, settings: PPOSettings) -> None:
-        self.batch, self.idx, self.pad_id, self.settings = batch, idx, pad_id, settings
+    def __init__(
+        self,
+        batch: Batch,
+        idx: list[int],
+        pad_id: int,
+        settings: PPOSettings,
+        reduce: Callable[[Any, float], float] | None = None,
+    ) -> None:
+        self.batch, self.idx, self.pad_id, self.settings, self.reduce = batch, idx, pad_id, settings, reduce
         self.rows = [batch.rows[j] for j in idx]
         self.mask = torch.ones(len(idx), 1)
+
+    def step(self, model: Any, opt: torch.optim.Optimizer) -> None:
+        """The gradients averaged over the workers (with ``reduce``), clipped, one step; no step
+        when no worker had actions in this minibatch."""
+        if self.reduce is not None and self.reduce(model, float(len(self.idx))) == 0:
+            return
+        torch.nn.utils.clip_grad_norm_(model.parameters(), self.settings.max_grad_norm)
+        opt.step()
+
+    def sync_only(
+        self, policy: Any, policy_opt: torch.optim.Optimizer | None, critic: Any, critic_opt: torch.optim.Optimizer
+    ) -> None:
+        """An empty minibatch of a data-parallel worker: no loss, zero gradients sent, the others'
+        average stepped, policy then critic as the others do."""
+        if policy is not None and policy_opt is not None:
+            policy_opt.zero_grad()
+            self.step(policy, policy_opt)
+        critic_opt.zero_grad()
+        self.step(critic, critic_opt)
 
     def policy_step(self, policy: Any, policy_opt: torch.optim.Optimizer) -> dict[str, float]:
         """One optimiser step of the policy: the clipped surrogate, minus the entropy bonus, plus
@@ -299,8 +342,7 @@ class _Minibatch:
             metrics.update(legal_loss=legal_loss.item(), legal_mass=mass.item())
         policy_opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), settings.max_grad_norm)
-        policy_opt.step()
+        self.step(policy, policy_opt)
         metrics.update(
             pg_loss=pg_loss.item(),
             clipfrac=float(pg_metrics["pg_clipfrac"]),
@@ -322,6 +364,5 @@ class _Minibatch:
         )
         critic_opt.zero_grad()
         vf_loss.backward()
-        torch.nn.utils.clip_grad_norm_(critic.parameters(), self.settings.max_grad_norm)
-        critic_opt.step()
+        self.step(critic, critic_opt)
         return {"value_loss": vf_loss.item(), "value_clipfrac": float(vf_clipfrac)}

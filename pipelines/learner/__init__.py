@@ -324,3 +324,32 @@ class RolloutFeed:
                 raise RuntimeError(f"reading rollout shards failed: {self._error}") from self._error
             ready, self._ready = self._ready, []
         return ready
+
+
+def worker_place(use_gpu: bool) -> tuple[int, int, Any]:
+    """This Ray Train worker's rank, the workers' count and its device (its GPU with
+    ``use_gpu``: one clear error when this worker's torch has no CUDA)."""
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    context = ray.train.get_context()
+    if use_gpu and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"use_gpu is set but this worker's torch {torch.__version__} sees no CUDA device: install the CUDA "
+            "build of torch on the GPU nodes (docs/cluster.md, 'GPUs')"
+        )
+    device = ray.train.torch.get_device() if use_gpu else torch.device("cpu")
+    return context.get_world_rank(), context.get_world_size(), device
+
+
+def bf16_autocast(device: Any) -> Any:
+    """bf16 autocast on a GPU that has it; a no-op context elsewhere (the CPU learner stays fp32,
+    as measured for these small steps)."""
+    import contextlib
+
+    import torch
+
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()

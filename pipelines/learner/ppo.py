@@ -14,26 +14,40 @@ from typing import Any
 
 from chessrl.rl.ppo import PPOSettings
 from cluster.storage import Storage
-from pipelines.learner import RolloutFeed
+from pipelines.learner import RolloutFeed, bf16_autocast, worker_place
 from pipelines.learner.loop import LoopLearner, export_pretrained, frozen_copy
 
 
 def train_loop_per_worker(cfg: dict[str, Any]) -> None:
-    """The learner: publish, read new rollout shards, PPO-update, checkpoint; repeat."""
+    """The learner: publish, read new rollout shards, PPO-update, checkpoint; repeat.
+
+    With several workers (``ppo.num_workers``) the first one reads the shards and publishes;
+    every iteration it hands the episodes to all, each learns on every ``world``-th episode and
+    they average their gradients before each step (:mod:`chessrl.rl.data_parallel`)."""
     import ray
     import ray.data
     import torch
 
     from chessrl.arena.saved_models import load_saved_model
     from chessrl.lm.legality import MoveTokens
+    from chessrl.rl.data_parallel import (
+        any_worker,
+        average_gradients,
+        broadcast_objects,
+        metrics_over_workers,
+    )
     from chessrl.rl.ppo import make_batch, ppo_update
 
     torch.set_num_threads(max(1, min(int(cfg["threads"]), os.cpu_count() or 1)))
     ray.data.DataContext.get_current().enable_progress_bars = False
+    rank, world, device = worker_place(bool(cfg.get("use_gpu")))
+    lead = rank == 0
     settings = PPOSettings(**cfg["settings"])
     policy, tokenizer = load_saved_model(cfg["policy_path"], "policy")
+    policy.to(device)  # before the optimizers and a resume's state: one device throughout
     reference = frozen_copy(policy)
     critic, _ = load_saved_model(cfg["reward_path"], "reward")
+    critic.to(device)
     moves_table = MoveTokens(tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     policy_opt = torch.optim.AdamW(policy.parameters(), lr=cfg["learning_rate"], weight_decay=0.0)
@@ -41,18 +55,21 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     learner = LoopLearner(
         "ppo", cfg,
         {"iteration": 0, "version": 0, "read": [], "episodes": 0, "actions": 0, "stale_dropped": 0, "seconds": 0.0},
-        {"policy": policy, "critic": critic, "policy_opt": policy_opt, "critic_opt": critic_opt},
+        {"policy": policy, "critic": critic, "policy_opt": policy_opt, "critic_opt": critic_opt}, lead=lead,
     )  # fmt: skip
     learner.resume("learner resumes at iteration {iteration} (version {version})")
     state = learner.state
-    server = ray.get_actor(cfg["server_name"], namespace=cfg["namespace"])
-    generator = torch.Generator().manual_seed(cfg["seed"] * 31 + state["iteration"])
-    feed = RolloutFeed(learner.phase.child("rollouts"), read=state["read"], reader=cfg["rollout_reader"]).start()
-    publish(server, policy, state)
+    server = ray.get_actor(cfg["server_name"], namespace=cfg["namespace"]) if lead else None
+    generator = torch.Generator().manual_seed(cfg["seed"] * 31 + state["iteration"] + 1009 * rank)
+    feed = None
+    if lead:
+        feed = RolloutFeed(learner.phase.child("rollouts"), read=state["read"], reader=cfg["rollout_reader"]).start()
+        publish(server, policy, state)
     metrics: dict[str, Any] = {}
-    while state["iteration"] < cfg["iterations"] and not learner.out_of_time():
+    while state["iteration"] < cfg["iterations"] and not any_worker(learner.out_of_time()):
         wait_started = time.perf_counter()
-        actions = take_episodes(learner, feed, server)
+        actions = take_episodes(learner, feed, server) if lead else None
+        (actions,) = broadcast_objects([actions])  # the lead's episodes (None: out of time), to all
         if actions is None:
             break
         wait_s = time.perf_counter() - wait_started
@@ -61,16 +78,23 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         # eval mode throughout (dropout off, as OpenRLHF does): the ratio compares the same function
         policy.eval()
         critic.eval()
-        batch = make_batch(actions, reference, critic, pad, settings, moves_table=moves_table)
-        opt = None if warmup else policy_opt
-        got = ppo_update(policy, critic, opt, critic_opt, batch, pad, settings, generator)
+        mine = my_share(actions, rank, world)
+        with bf16_autocast(device):
+            batch = make_batch(mine, reference, critic, pad, settings, moves_table=moves_table)
+            opt = None if warmup else policy_opt
+            got = ppo_update(
+                policy, critic, opt, critic_opt, batch, pad, settings, generator,
+                **data_parallel_steps(len(batch.rows), settings.minibatch, world, average_gradients),
+            )  # fmt: skip
+        got = metrics_over_workers(got, len(mine), sums=("actions",))
         learn_s = time.perf_counter() - learn_started
         state["iteration"] += 1
         figures = episode_figures(actions, state["version"])
         state["episodes"] += figures["episodes"]
         state["actions"] += len(actions)
         publish_started = time.perf_counter()
-        publish(server, policy, state)
+        if lead:
+            publish(server, policy, state)
         publish_s = time.perf_counter() - publish_started
         metrics = {
             "iteration": state["iteration"], "version": state["version"], "critic_warmup": int(warmup),
@@ -79,15 +103,39 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             "stale_dropped": state["stale_dropped"],
             "episodes_per_s": figures["episodes"] / max(wait_s + learn_s, 1e-9),
             "learner_step_s": learn_s, "wait_s": wait_s, "publish_s": publish_s, "report_s": learner.report_s,
-            "log_s": learner.log_s, "elapsed_s": learner.tick(),
+            "log_s": learner.log_s, "elapsed_s": learner.tick(), "workers": world,
         }  # fmt: skip
         learner.record(metrics, progress_line(metrics))  # its time: log_s of the next iteration
         learner.maybe_checkpoint(metrics)  # its time: report_s of the next iteration
-    feed.stop()
-    ray.get(server.stop.remote())
+    if lead:
+        assert feed is not None and server is not None
+        feed.stop()
+        ray.get(server.stop.remote())
     learner.finish({**metrics, "iteration": state["iteration"], "episodes_total": state["episodes"],
                     "actions_total": state["actions"], "stale_dropped": state["stale_dropped"]},
-                   export=lambda: export_models(policy, critic, tokenizer, learner.phase))  # fmt: skip
+                   export=(lambda: export_models(policy, critic, tokenizer, learner.phase)) if lead else None)  # fmt: skip
+
+
+def my_share(actions: list[Any], rank: int, world: int) -> list[Any]:
+    """This worker's actions: those of every ``world``-th episode (by name, so the workers agree),
+    whole episodes, as GAE needs them."""
+    if world == 1:
+        return actions
+    episodes = sorted({a.episode for a in actions})[rank::world]
+    keep = set(episodes)
+    return [a for a in actions if a.episode in keep]
+
+
+def data_parallel_steps(rows: int, minibatch: int, world: int, reduce: Any) -> dict[str, Any]:
+    """``ppo_update``'s data-parallel arguments: none for one worker; else the busiest worker's
+    minibatch count and the gradient average."""
+    import math
+
+    from chessrl.rl.data_parallel import max_over_workers
+
+    if world == 1:
+        return {}
+    return {"minibatches": int(max_over_workers(math.ceil(rows / minibatch))), "reduce": reduce}
 
 
 def publish(server: Any, policy: Any, state: dict[str, Any]) -> None:

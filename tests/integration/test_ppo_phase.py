@@ -60,6 +60,7 @@ def test_collector_and_driver_killed_then_the_same_command_resumes(
         sys.executable, "-m", "pipelines.ppo", "--storage", str(tmp_path), "--run-name", "k", "--no-tracking",
         "--num-cpus", "2", "--policy", str(tiny_lm_dir), "--reward-model", str(reward_dir),
         *SMALL[:1], "10", *SMALL[2:], "--checkpoint-interval", "2",
+        "--num-workers", "2",  # two data-parallel learner workers, killed and resumed with the driver
     ]  # fmt: skip
     assert command[command.index("--iterations") + 1] == "10"  # iterations left to kill the driver in
     status = phase / "collectors" / "collector-00.json"
@@ -82,6 +83,8 @@ def test_collector_and_driver_killed_then_the_same_command_resumes(
     assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-3000:]
     assert "learner resumes at iteration" in rerun.stdout + rerun.stderr
     check_outputs(phase, iterations=10, out=rerun.stdout)
+    metrics = [json.loads(line) for line in (phase / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert all(m["workers"] == 2 for m in metrics)
 
 
 def check_outputs(phase: Path, iterations: int, out: str) -> None:

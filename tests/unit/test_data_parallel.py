@@ -1,7 +1,8 @@
 """Data-parallel learning without DDP (:mod:`chessrl.rl.data_parallel`) on a real gloo process
 group of two processes: gradients averaged (a worker with nothing to learn sends zeros and still
 steps with the other), the work counted over both, one stop decision, metrics weighted by
-samples, and a GRPO update whose second worker's groups are all flat."""
+samples, a GRPO update whose second worker's groups are all flat, and PPO minibatches that line
+up when the workers hold different numbers of episodes."""
 
 from __future__ import annotations
 
@@ -54,6 +55,26 @@ def _worker(rank: int, port: int, out: dict) -> None:
         got = grpo_update(model, None, opt, samples, tok.pad_token_id, settings, reduce=average_gradients)
         out[f"trained{rank}"] = got["trained_samples"]
         out[f"weights{rank}"] = model.lm_head.weight.detach().clone()
+        # PPO: 3 episodes here, 1 there, minibatches of 2: the busiest worker's 2 minibatches on
+        # both (the second one empty on worker 1), policy and critic stepped together
+        from chessrl.rl.data_parallel import max_over_workers
+        from chessrl.rl.ppo import Action, PPOSettings, make_batch, ppo_update
+        from chessrl.rl.reward import build_reward_model
+
+        torch.manual_seed(5)
+        policy, tok = build_model("tiny", seed=5)
+        critic, _ = build_reward_model("tiny", tok)
+        row = prompt_ids(tok, "e2e4 e7e5")
+        move = tok.convert_tokens_to_ids("g1f3")
+        acts = [Action(f"w{rank}e{i}", 0, row, move, "g1f3", True, -8.0, 0, score=float(i + rank), last=True)
+                for i in range(3 if rank == 0 else 1)]  # fmt: skip
+        settings = PPOSettings(kl_coef=0.0, ppo_epochs=1, minibatch=2)
+        batch = make_batch(acts, policy, critic, tok.pad_token_id, settings)
+        popt, copt = torch.optim.SGD(policy.parameters(), lr=0.1), torch.optim.SGD(critic.parameters(), lr=0.1)
+        parts = int(max_over_workers((len(acts) + 1) // 2))
+        ppo_update(policy, critic, popt, copt, batch, tok.pad_token_id, settings, torch.Generator().manual_seed(rank),
+                   minibatches=parts, reduce=average_gradients)  # fmt: skip
+        out[f"ppo{rank}"] = (parts, policy.lm_head.weight.detach().clone(), critic.score.weight.detach().clone())
     finally:
         dist.destroy_process_group()
 
@@ -74,3 +95,8 @@ def test_two_workers_average_and_step_together() -> None:
 
     start, _ = build_model("tiny", seed=3)
     assert not torch.equal(out["weights0"], start.lm_head.weight.detach())
+    (parts0, policy0, critic0), (parts1, policy1, critic1) = out["ppo0"], out["ppo1"]
+    assert parts0 == parts1 == 2
+    assert torch.equal(policy0, policy1) and torch.equal(critic0, critic1)
+    untouched, _ = build_model("tiny", seed=5)
+    assert not torch.equal(policy0, untouched.lm_head.weight.detach())
