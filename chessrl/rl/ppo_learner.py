@@ -140,9 +140,14 @@ def make_batch(
     settings: PPOSettings,
     chunk: int = 64,
     moves_table: MoveTokens | None = None,
+    sums: Callable[[Sequence[float]], list[float]] | None = None,
 ) -> Batch:
     """Reference log-probs and values for every action (no grad), the per-action rewards, and
-    GAE over each episode's actions (returns before whitening, advantages whitened over all)."""
+    GAE over each episode's actions (returns before whitening, advantages whitened over all).
+
+    Data-parallel workers, each with its share of the episodes, pass ``sums``
+    (:func:`chessrl.rl.data_parallel.sum_over_workers`): the scores' centre and the advantages'
+    mean and variance are then the whole iteration's, as one worker would compute them."""
     by_episode: dict[str, list[Action]] = {}
     for a in actions:
         by_episode.setdefault(a.episode, []).append(a)
@@ -167,7 +172,10 @@ def make_batch(
     values = torch.tensor(score_ids(critic, rows, pad_id, chunk))
     old = torch.tensor([a.logprob for a in flat])
     legal_scores = [a.score for a in flat if a.legal]
-    shift = sum(legal_scores) / len(legal_scores) if settings.center_scores and legal_scores else 0.0
+    shift = 0.0
+    if settings.center_scores:
+        total, count = (sums or list)([sum(legal_scores), float(len(legal_scores))])
+        shift = total / count if count else 0.0
     width = max(len(ep) for ep in episodes)
     rewards = torch.zeros(len(episodes), width)
     vals = torch.zeros(len(episodes), width)
@@ -187,10 +195,13 @@ def make_batch(
         vals[e, :n] = values[position : position + n]
         mask[e, :n] = 1
         position += n
-    whiten = int(mask.sum()) >= 2
-    advantages, returns = compute_gae_advantage_return(
-        rewards, vals, mask, settings.gamma, settings.lam, whiten
-    )
+    if sums is None:
+        advantages, returns = compute_gae_advantage_return(
+            rewards, vals, mask, settings.gamma, settings.lam, int(mask.sum()) >= 2
+        )
+    else:
+        advantages, returns = compute_gae_advantage_return(rewards, vals, mask, settings.gamma, settings.lam, False)
+        advantages = whiten_over(advantages, mask, sums)
     keep = mask.bool()
     return Batch(
         rows=rows,
@@ -205,6 +216,29 @@ def make_batch(
         legal_ids=legal_ids,
         masked=settings.masked,
     )
+
+
+def whiten_over(
+    advantages: torch.Tensor, mask: torch.Tensor, sums: Callable[[Sequence[float]], list[float]]
+) -> torch.Tensor:
+    """``advantages`` whitened with the mean and unbiased variance of every worker's (``sums``
+    adds each worker's count, sum and sum of squares), 0 where ``mask`` is not set; unchanged
+    when all workers together have fewer than two.
+
+    >>> adv = torch.tensor([[1.0, 3.0, 0.0]]); mask = torch.tensor([[1.0, 1.0, 0.0]])
+    >>> whiten_over(adv, mask, list).tolist()   # one worker: (x - 2) / 1.414
+    [[-0.7071067690849304, 0.7071067690849304, 0.0]]
+    """
+    from chessrl.rl.policy_gradient import WHITEN_EPS
+
+    n, total, squares = sums(
+        [float(mask.sum()), float((advantages * mask).sum()), float((advantages * advantages * mask).sum())]
+    )
+    if n < 2:
+        return advantages
+    mean = total / n
+    var = max(squares - n * mean * mean, 0.0) / (n - 1)
+    return torch.where(mask.bool(), (advantages - mean) * (var + WHITEN_EPS) ** -0.5, 0.0)
 
 
 def legal_move_ids(

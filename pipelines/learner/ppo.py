@@ -35,6 +35,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         average_gradients,
         broadcast_objects,
         metrics_over_workers,
+        sum_over_workers,
     )
     from chessrl.rl.ppo import make_batch, ppo_update
 
@@ -80,7 +81,8 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         critic.eval()
         mine = my_share(actions, rank, world)
         with bf16_autocast(device):
-            batch = make_batch(mine, reference, critic, pad, settings, moves_table=moves_table)
+            batch = make_batch(mine, reference, critic, pad, settings, moves_table=moves_table,
+                               sums=sum_over_workers if world > 1 else None)  # fmt: skip
             opt = None if warmup else policy_opt
             got = ppo_update(
                 policy, critic, opt, critic_opt, batch, pad, settings, generator,

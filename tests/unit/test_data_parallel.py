@@ -100,3 +100,86 @@ def test_two_workers_average_and_step_together() -> None:
     assert torch.equal(policy0, policy1) and torch.equal(critic0, critic1)
     untouched, _ = build_model("tiny", seed=5)
     assert not torch.equal(policy0, untouched.lm_head.weight.detach())
+
+
+def _grpo_step(samples_of, ranks, reduce=None):
+    """One GRPO step (SGD) of a fresh tiny model on the samples of ``ranks``; its lm_head."""
+    from chessrl.lm.models import build_model
+    from chessrl.rl.grpo import GRPOSettings, grpo_update
+
+    model, tok = build_model("tiny", seed=11)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    samples = [s for r in ranks for s in samples_of(tok, r)]
+    settings = GRPOSettings(group_size=2, loss_type="grpo", beta=0.0)
+    grpo_update(model, None, opt, samples, tok.pad_token_id, settings, reduce=reduce)
+    return model.lm_head.weight.detach().clone()
+
+
+def _grpo_samples(tok, rank):
+    """Worker ``rank``'s group: two answers to its own position, rewards apart."""
+    from chessrl.lm.models import prompt_ids
+    from chessrl.rl.grpo import Prompt, Sample
+
+    text = ["e2e4", "d2d4"][rank]
+    prompt = Prompt("policy", text, "8/8/8/8/8/8/8/8 w - - 0 1")
+    ids = prompt_ids(tok, text)
+    return [
+        Sample(prompt, rank, ids, tok(m, add_special_tokens=False)["input_ids"], m, reward=r)
+        for m, r in ((" e7e5", 1.0), (" a7a6", 0.2 * rank))
+    ]
+
+
+def _ppo_step(ranks, sums=None, minibatches=None, reduce=None):
+    """One PPO step (SGD, one minibatch) of a fresh tiny policy and critic on the episodes of
+    ``ranks`` (each two one-move episodes, scores apart); their last layers."""
+    from chessrl.lm.models import build_model, prompt_ids
+    from chessrl.rl.ppo import Action, PPOSettings, make_batch, ppo_update
+    from chessrl.rl.reward import build_reward_model
+
+    torch.manual_seed(13)
+    policy, tok = build_model("tiny", seed=13)
+    critic, _ = build_reward_model("tiny", tok)
+    acts = []
+    for rank in ranks:
+        row = prompt_ids(tok, ["e2e4 e7e5", "d2d4 d7d5"][rank])
+        for i, (move, score) in enumerate((("g1f3", 1.0 + rank), ("b1c3", -0.5 * rank))):
+            acts.append(Action(f"r{rank}e{i}", 0, row, tok.convert_tokens_to_ids(move), move, True, -8.0, 0,
+                               score=score, last=True, result=0.0))  # fmt: skip
+    settings = PPOSettings(kl_coef=0.0, ppo_epochs=1, minibatch=8)
+    batch = make_batch(acts, policy, critic, tok.pad_token_id, settings, sums=sums)
+    popt, copt = torch.optim.SGD(policy.parameters(), lr=0.5), torch.optim.SGD(critic.parameters(), lr=0.5)
+    ppo_update(policy, critic, popt, copt, batch, tok.pad_token_id, settings, torch.Generator().manual_seed(0),
+               minibatches=minibatches, reduce=reduce)  # fmt: skip
+    return policy.lm_head.weight.detach().clone(), critic.score.weight.detach().clone()
+
+
+def _same_as_one_worker(rank: int, port: int, out: dict) -> None:
+    from chessrl.rl.data_parallel import average_gradients, sum_over_workers
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        out[f"grpo{rank}"] = _grpo_step(_grpo_samples, [rank], reduce=average_gradients)
+        out[f"ppo{rank}"] = _ppo_step([rank], sums=sum_over_workers, minibatches=1, reduce=average_gradients)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_workers_on_halves_learn_what_one_learns_on_the_whole() -> None:
+    """The same global batch, split over two workers or not: the same weights after a step (grpo:
+    a group a worker; ppo: two episodes a worker, the score centre and the advantages' whitening
+    over both, as one worker computes them)."""
+    manager = mp.Manager()
+    out = manager.dict()
+    mp.spawn(_same_as_one_worker, args=(_free_port(), out), nprocs=2, join=True)
+    grpo_alone = _grpo_step(_grpo_samples, [0, 1])
+    assert torch.allclose(out["grpo0"], grpo_alone, atol=1e-6) and torch.equal(out["grpo0"], out["grpo1"])
+    policy_alone, critic_alone = _ppo_step([0, 1])
+    for rank in (0, 1):
+        policy, critic = out[f"ppo{rank}"]
+        assert torch.allclose(policy, policy_alone, atol=1e-6) and torch.allclose(critic, critic_alone, atol=1e-6)
+    from chessrl.lm.models import build_model
+
+    start, _ = build_model("tiny", seed=11)
+    assert not torch.allclose(grpo_alone, start.lm_head.weight.detach(), atol=1e-6)  # a step was taken
