@@ -24,12 +24,13 @@ class PolicySampler:
     def __init__(self, model_path: str, name: str = "policy-sampler", threads: int | None = None) -> None:
         import torch
 
+        from actors.device import actor_device
         from chessrl.arena.saved_models import load_saved_model
 
         if threads:
             torch.set_num_threads(threads)
         self.model, self.tokenizer = load_saved_model(model_path, "policy")
-        self.model.eval()
+        self.model.to(actor_device()).eval()  # its GPU when started with num_gpus
         self._tags = {"sampler": name}
         self._prompts = metrics.Counter("chessrl_sampler_prompts", "Prompts answered", tag_keys=("sampler",))
         self._seconds = metrics.Histogram(

@@ -47,12 +47,14 @@ class RewardServer:
     ) -> None:  # fmt: skip
         import torch
 
+        from actors.device import actor_device
         from chessrl.arena.saved_models import load_saved_model
         from chessrl.rl.reward import Normalizer, PositionCache, reward_format
 
         if threads:
             torch.set_num_threads(threads)
         self.model, self.tokenizer = load_saved_model(model_path, "reward")
+        self.model.to(actor_device())  # its GPU when started with num_gpus
         self.normalizer = Normalizer.from_config(self.model.config)
         self.text_format = reward_format(self.model.config)  # what it reads: the moves, or the board
         self.pad = (
@@ -224,11 +226,12 @@ class RewardClient:
     @classmethod
     def create(
         cls, model_path: str, replicas: int = 1, *, run: str = "chess-rl", max_batch: int = 64,
-        max_wait_ms: float = 5.0, num_cpus: float = 1.0, threads: int | None = None,
+        max_wait_ms: float = 5.0, num_cpus: float = 1.0, threads: int | None = None, num_gpus: float = 0.0,
     ) -> RewardClient:  # fmt: skip
-        """Start ``replicas`` named servers (``<run>/reward-server-<i>``) and wait until they are up."""
+        """Start ``replicas`` named servers (``<run>/reward-server-<i>``, ``num_gpus`` each: their
+        forward passes on that GPU) and wait until they are up."""
         actors = [
-            RewardServer.options(name=f"{run}/reward-server-{i}", num_cpus=num_cpus).remote(
+            RewardServer.options(name=f"{run}/reward-server-{i}", num_cpus=num_cpus, num_gpus=num_gpus).remote(
                 model_path, f"{run}/reward-server-{i}", max_batch, max_wait_ms, threads
             )
             for i in range(replicas)

@@ -203,7 +203,9 @@ def ray_session(
                 dashboard_port=config.dashboard_port,
                 logging_level=level,
                 configure_logging=True,
-                runtime_env={"worker_process_setup_hook": quiet_embedded_workers, "env_vars": EMBEDDED_WORKER_ENV},
+                # a copy: Ray writes the hook's key into env_vars, and a second embedded session in
+                # this process would then find it there and send the function itself (a TypeError)
+                runtime_env={"worker_process_setup_hook": quiet_embedded_workers, "env_vars": dict(EMBEDDED_WORKER_ENV)},
             )
             mode = "embedded"
     except ConnectionError as exc:

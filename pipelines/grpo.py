@@ -54,7 +54,7 @@ from cluster.storage import Storage
 from pipelines.artifacts import sft_folder
 from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, GRPOConfig
-from pipelines.learner import final_metrics, largest_node_cpus, torch_trainer
+from pipelines.learner import check_gpus, final_metrics, largest_node_cpus, torch_trainer
 from pipelines.learner.grpo import expected_scores, train_loop_per_worker
 from pipelines.learner.loop import curve, read_metrics
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, gpt2_config, model_location
@@ -350,6 +350,8 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
     cfg = context.config.grpo
     phase = context.phase_storage("grpo")
     found = check_grpo(context.config, Inputs.of_context(context), context.log)
+    if cfg.use_gpu:  # the GPUs asked for are there, before anything starts or is written
+        check_gpus("grpo", cfg.num_workers)
     assert found.facts is not None  # nothing is taken as given here
     prompts, heldout, drawn = plan_prompts(context, cfg)
     limits = max_new_tokens(cfg, found.facts["move_tokens"])
@@ -362,7 +364,7 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
     log_plan(context, found, drawn, learner_cpus)
     for i in range(cfg.engines):
         release_actor_name(f"{context.config.run.name}/engine-pool-{i}", None)
-    pool = EnginePool.create(cfg.engines, 1, run=context.config.run.name, num_cpus_per_engine=engine_cpus)
+    pool = EnginePool.spread(cfg.engines, run=context.config.run.name, num_cpus_per_engine=engine_cpus, key="grpo.engines")
     trainer = torch_trainer(
         context, "grpo", train_loop_per_worker, loop_config(context, found, limits, batch_size, pool, learner_cpus),
         num_workers=cfg.num_workers, cpus_per_worker=learner_cpus, use_gpu=cfg.use_gpu,

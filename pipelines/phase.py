@@ -22,6 +22,7 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,14 +39,14 @@ from cluster.config import (
     parse_set_overrides,
     resolve_preset,
 )
-from cluster.errors import ConfigError, StorageError, UserError
+from cluster.errors import ConfigError, LostWorkersError, StorageError, UserError
 from cluster.progress import clock
 from cluster.runtime import RayInfo, quiet_driver, ray_session
 from cluster.storage import Storage
 from cluster.tracking import PhaseRun, Tracker, write_json_artifact
 from pipelines.config import ChessRLConfig
 
-EXIT_OK, EXIT_EMPTY, EXIT_USER_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_EMPTY, EXIT_USER_ERROR, EXIT_LOST, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 @dataclass
@@ -343,13 +344,19 @@ def exit_code(body: Callable[[], int]) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
+    except LostWorkersError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_LOST
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
 
 
 def _unwrap_ray_errors(fn: Callable[[PhaseContext], PhaseResult], context: PhaseContext) -> PhaseResult:
-    """A UserError raised inside a Ray task reaches the user as that error, not a remote traceback."""
+    """A UserError raised inside a Ray task reaches the user as that error, not a remote traceback;
+    processes lost with a node or killed (and nothing else) are one :class:`LostWorkersError`."""
+    from cluster.errors import lost_processes
+
     try:
         return fn(context)
     except UserError:
@@ -360,6 +367,13 @@ def _unwrap_ray_errors(fn: Callable[[PhaseContext], PhaseResult], context: Phase
             cause = getattr(cause, "cause", None) or cause.__cause__
         if isinstance(cause, UserError):
             raise cause from None
+        lost = lost_processes(exc)
+        if lost:
+            what = ", ".join(f"{n} x {k}" if n > 1 else k for k, n in Counter(lost).items())
+            raise LostWorkersError(
+                f"Ray processes this run needed were lost ({what}): a node left the cluster or a worker "
+                "was killed. Run the same command again: it resumes from the last checkpoint"
+            ) from None
         raise
 
 

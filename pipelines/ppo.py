@@ -45,7 +45,7 @@ from cluster.progress import ProgressBoard
 from cluster.storage import Storage
 from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, PPOConfig
-from pipelines.learner import final_metrics, largest_node_cpus, torch_trainer
+from pipelines.learner import check_gpus, final_metrics, largest_node_cpus, torch_trainer
 from pipelines.learner.loop import curve, fit_then_stop, read_metrics, stop_collectors
 from pipelines.learner.ppo import train_loop_per_worker
 from pipelines.learner.quality import heldout_quality
@@ -319,8 +319,9 @@ def start_actors(context: PhaseContext, found: PPOInputs, collector_cpus: float,
         release_actor_name(name, namespace)
     server = ParameterServer.options(name=server_name, namespace=namespace).remote()
     reward = RewardClient.create(
-        found.reward, cfg.reward_servers, run=run.name, num_cpus=server_cpus, threads=1, max_wait_ms=2.0
-    )
+        found.reward, cfg.reward_servers, run=run.name, num_cpus=server_cpus, threads=1, max_wait_ms=2.0,
+        num_gpus=cfg.reward_server_gpus,
+    )  # fmt: skip
     engine_pool = None
     if any(o.kind == "stockfish" for o in found.opponents):
         from actors.engine_pool import EnginePool
@@ -363,6 +364,11 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     log = context.log
     phase = context.phase_storage("ppo")
     found = check_ppo(context.config, Inputs.of_context(context))
+    if cfg.use_gpu:  # the GPUs asked for are there, before anything starts or is written
+        check_gpus("ppo", cfg.num_workers)
+    if cfg.reward_server_gpus:
+        check_gpus("ppo", cfg.reward_servers * cfg.reward_server_gpus, "ppo.reward_server_gpus",
+                   f"the {cfg.reward_servers} reward server(s) need {cfg.reward_server_gpus:g} GPU each")  # fmt: skip
     facts = found.facts
     assert facts is not None  # nothing is taken as given here
     pool = start_pool(context, cfg)

@@ -234,14 +234,18 @@ def make_shards(
 
     from actors.engine_pool import EnginePool
     from actors.policy_sampler import PolicySampler
+    from pipelines.learner import check_gpus
 
     cfg, run = context.config.preferences, context.config.run.name
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     engines = cfg.engines or cpus  # half a CPU each: the samplers mostly wait for the engines
     pool = EnginePool.spread(engines, run=f"{run}-preferences", num_cpus_per_engine=0.5, key="preferences.engines")
+    if cfg.sampler_gpus:
+        check_gpus("preferences", cfg.samplers * cfg.sampler_gpus, "preferences.sampler_gpus",
+                   f"the {cfg.samplers} sampler(s) need {cfg.sampler_gpus:g} GPU each")  # fmt: skip
     samplers = [
         # half a CPU reserved, every core's threads used: it runs while the engines wait for it
-        PolicySampler.options(name=f"{run}/policy-sampler-{i}", num_cpus=0.5).remote(
+        PolicySampler.options(name=f"{run}/policy-sampler-{i}", num_cpus=0.5, num_gpus=cfg.sampler_gpus).remote(
             policy, f"{run}/policy-sampler-{i}", threads=cpus
         )
         for i in range(cfg.samplers)

@@ -151,6 +151,8 @@ class PreferencesConfig(Section):
     """Stockfish processes in the pool (default: one per CPU of the cluster; each reserves half a CPU)."""
     samplers: int = Field(1, ge=1)
     """PolicySampler actors (each holds a copy of the policy and takes a CPU)."""
+    sampler_gpus: float = Field(0.0, ge=0)
+    """GPUs each PolicySampler takes (a fraction shares one); 0: the CPU."""
     batch_positions: int = Field(64, ge=1)
     """Positions per batched generate call."""
     shard_positions: int = Field(256, ge=1)
@@ -301,6 +303,8 @@ class PPOConfig(Section):
     """Most versions a sample's weights may lag the learner's; older episodes are dropped."""
     reward_servers: int = Field(1, ge=1)
     """RewardServer replicas."""
+    reward_server_gpus: float = Field(0.0, ge=0)
+    """GPUs each RewardServer takes (a fraction shares one: 0.25 puts four on a GPU); 0: the CPU."""
     kl_coef: float = Field(0.05, ge=0)
     """beta: the per-action k1 KL to the reference in the reward."""
     clip: float = Field(0.2, gt=0)

@@ -48,13 +48,15 @@ def largest_node_cpus() -> float:
     return max((float(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive")), default=1.0)
 
 
-def check_gpus(phase: str, num_workers: int) -> None:
+def check_gpus(phase: str, num_workers: int, key: str | None = None, what: str | None = None) -> None:
     """A learner that asks for a GPU a worker must find them in the cluster now: Ray Train would
     otherwise wait for them forever, its controller retrying each minute. One ConfigError saying
-    what the cluster has and which torch the driver runs."""
+    what the cluster has and which torch the driver runs. ``key`` and ``what`` name another ask
+    (an actor's GPUs: ``ppo.reward_server_gpus``, "the 2 reward server(s)"), ``num_workers``
+    then the GPUs it needs in all."""
     import ray
 
-    gpus = sum(int(float(n["Resources"].get("GPU", 0))) for n in ray.nodes() if n.get("Alive"))
+    gpus = sum(float(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n.get("Alive"))
     if gpus >= num_workers:
         return
     try:
@@ -65,10 +67,13 @@ def check_gpus(phase: str, num_workers: int) -> None:
         )
     except ImportError:  # a driver without torch: say nothing of it
         build = "no torch here"
+    asked = key or f"{phase}.use_gpu (--use-gpu)"
+    needs = what or f"the learner's {num_workers} worker(s) need a GPU each"
     raise ConfigError(
-        f"{phase}.use_gpu (--use-gpu): the learner's {num_workers} worker(s) need a GPU each, but this Ray "
-        f"cluster has {gpus} ({build}): leave use_gpu off, or start Ray on GPU machines with the CUDA build "
-        "of torch (docs/cluster.md, \"GPUs\")"
+        f"{asked}: {needs}, but this Ray cluster has {gpus:g} ({build}): "
+        + ("leave use_gpu off" if key is None else "set it to 0")
+        + ", or start Ray on GPU "
+        "machines with the CUDA build of torch (docs/cluster.md, \"GPUs\")"
     )
 
 

@@ -51,6 +51,10 @@ def test_grpo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys, monk
     monkeypatch.delenv("STOCKFISH_PATH")
     line = run("--policy", str(tmp_path / "nowhere"))
     assert "grpo.policy" in line and "config.json" in line, line
+    line = run("--prompts-per-iteration", "2", "--num-workers", "3")  # a worker with no prompt
+    assert "grpo.prompts_per_iteration" in line and "grpo.num_workers" in line, line
+    line = run("--use-gpu")  # a GPU this cluster does not have: one line, not a wait for one
+    assert "grpo.use_gpu (--use-gpu)" in line and "but this Ray cluster has 0" in line, line
     assert not (storage / "bad" / "grpo" / "prompts.json").exists()  # nothing planned or written
 
 

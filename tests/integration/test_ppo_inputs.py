@@ -62,5 +62,13 @@ def test_ppo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys):
     # start plies + T that do not fit in the policy's context
     line = run(*models, "--max-start-ply", "5000")
     assert "--max-start-ply" in line and "context" in line, line
+    # more learner workers than an iteration has episodes
+    line = run(*models, "--episodes-per-iteration", "2", "--num-workers", "3")
+    assert "ppo.episodes_per_iteration" in line and "ppo.num_workers" in line, line
+    # GPUs this cluster does not have: one line, not a wait for them
+    line = run(*models, "--reward-server-gpus", "0.5", "--reward-servers", "2")
+    assert "ppo.reward_server_gpus" in line and "need 0.5 GPU each, but this Ray cluster has 0" in line, line
+    line = run(*models, "--use-gpu", "--num-workers", "2")
+    assert "ppo.use_gpu (--use-gpu)" in line and "2 worker(s) need a GPU each" in line, line
     # nothing started: no phase output, no rollouts
     assert not (tmp_path / "bad" / "ppo").exists()

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -227,6 +228,28 @@ class Cluster:
     env: dict[str, str]  # what a client needs: the auth token (and S3, for the checks)
     head: Server
     worker: Server
+    tmp: Path  # the nodes' logs
+    worker_cmd: Any  # n -> the n-th worker node's `ray start` command
+    started: list[Server]  # every node started, to stop at the end
+    workers_started: int = 0
+
+    def start_worker(self, timeout: float = 120) -> None:
+        """A worker node joins (again): its `ray start`, then both nodes ALIVE."""
+        log = self.tmp / f"ray-worker-{self.workers_started}.log"
+        self.worker = Server(self.url, self.env, start_group(self.worker_cmd(self.workers_started), log, self.env), log)
+        self.workers_started += 1
+        self.started.append(self.worker)
+        deadline = time.monotonic() + timeout
+        while self.alive_nodes() < 2:
+            assert self.worker.process.poll() is None, f"the worker node's `ray start` exited\n{self.logs()}"
+            assert time.monotonic() < deadline, f"2 nodes not alive in {timeout:.0f} s\n{self.logs()}"
+            time.sleep(1)
+
+    def kill_worker(self) -> None:
+        """The worker node dies at once: SIGKILL to its `ray start`, raylet and every worker process."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.worker.process.pid, signal.SIGKILL)
+        self.worker.process.wait(timeout=30)
 
     def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -308,11 +331,11 @@ def parse_list(out: str) -> list[dict[str, Any]]:
     return [] if out.strip().startswith("No resource") else list(json.loads(out))
 
 
-def ray_start(*args: str, temp_dir: Path) -> list[str]:
+def ray_start(*args: str, temp_dir: Path, cpus: int = 1) -> list[str]:
     """``ray start --block`` with ports of its own: two nodes on one machine, next to other Rays."""
     return [
         RAY, "start", "--block", *args,
-        "--num-cpus=1", "--object-store-memory=500000000",
+        f"--num-cpus={cpus}", "--object-store-memory=500000000",
         f"--dashboard-agent-listen-port={free_port()}", f"--metrics-export-port={free_port()}",
         # the default worker port range is the same for every raylet on a machine: let the OS choose
         "--min-worker-port=0", "--max-worker-port=0",
@@ -320,15 +343,17 @@ def ray_start(*args: str, temp_dir: Path) -> list[str]:
     ]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def two_nodes(moto_s3: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A head (``node_head``) and a worker node (``node_worker``), one CPU each, token auth on
-    (its own token, not ~/.ray's), both with the S3 endpoint's environment (as instance credentials
-    would be on a real cluster). Both share one session folder, as every machine of a real cluster
-    has its own /tmp/ray. One cluster for the module's jobs."""
-    tmp = tmp_path_factory.mktemp("two-nodes")
+@contextlib.contextmanager
+def started_two_nodes(moto_s3: Server, tmp: Path, head_cpus: int = 1, worker_cpus: int = 1) -> Iterator[Cluster]:
+    """A head (``node_head``) of ``head_cpus`` logical CPUs and a worker node (``node_worker``) of
+    ``worker_cpus``, token auth on (its own token, not ~/.ray's), both with the S3 endpoint's
+    environment (as instance credentials would be on a real cluster). Each node has its own session
+    folder, as every machine of a real cluster has its own /tmp/ray (sharing one, the worker node
+    unpacked a job's working directory under the feet of the driver importing it: a
+    ModuleNotFoundError now and then); :meth:`Cluster.kill_worker` and :meth:`Cluster.start_worker`
+    take the worker node away and bring one back."""
     # Ray's unix sockets live under --temp-dir and AF_UNIX paths are capped at 107 bytes:
-    # pytest's tmp paths are too long, so the session files go to a short folder of our own.
+    # pytest's tmp paths are too long, so the session files go to short folders of our own.
     ray_tmp = Path(tempfile.mkdtemp(prefix="rt2n", dir="/tmp"))
     env = dict(moto_s3.env)
     env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "PYTHONUNBUFFERED": "1"})
@@ -339,7 +364,7 @@ def two_nodes(moto_s3: Server, tmp_path_factory: pytest.TempPathFactory) -> Iter
         head_cmd = ray_start(
             "--head", f"--port={gcs_port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
             f"--ray-client-server-port={free_port()}", '--resources={"node_head": 1}',
-            temp_dir=ray_tmp,
+            temp_dir=ray_tmp / "h", cpus=head_cpus,
         )  # fmt: skip
         # `ray start --block` stops the whole node if one helper process (e.g. the Ray Client
         # server) times out while the machine is loaded: one more try is cheaper than a flaky suite.
@@ -353,19 +378,15 @@ def two_nodes(moto_s3: Server, tmp_path_factory: pytest.TempPathFactory) -> Iter
             except RuntimeError:
                 if attempt == 2:
                     raise
-        worker_cmd = ray_start(
-            f"--address=127.0.0.1:{gcs_port}", '--resources={"node_worker": 1}', temp_dir=ray_tmp
-        )
-        log = tmp / "ray-worker.log"
-        worker = Server(url=url, env=env, process=start_group(worker_cmd, log, env), log=log)
-        started.append(worker)
-        cluster = Cluster(url=url, env=env, head=head, worker=worker)
 
-        deadline = time.monotonic() + 120
-        while cluster.alive_nodes() < 2:
-            assert worker.process.poll() is None, f"the worker node's `ray start` exited\n{cluster.logs()}"
-            assert time.monotonic() < deadline, f"2 nodes not alive in 120 s\n{cluster.logs()}"
-            time.sleep(1)
+        def worker_cmd(n: int) -> list[str]:
+            return ray_start(
+                f"--address=127.0.0.1:{gcs_port}", '--resources={"node_worker": 1}',
+                temp_dir=ray_tmp / f"w{n}", cpus=worker_cpus,
+            )  # fmt: skip
+
+        cluster = Cluster(url=url, env=env, head=head, worker=head, tmp=tmp, worker_cmd=worker_cmd, started=started)
+        cluster.start_worker()
         yield cluster
     finally:
         for server in reversed(started):  # the worker node first, then the head
@@ -374,3 +395,18 @@ def two_nodes(moto_s3: Server, tmp_path_factory: pytest.TempPathFactory) -> Iter
         # A killed `ray start` leaves its address in /tmp/ray/ray_current_cluster (only `ray stop`
         # removes it); left there, it stalls every later TorchTrainer run on this machine.
         forget_dead_ray_address()
+
+
+@pytest.fixture(scope="module")
+def two_nodes(moto_s3: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Two nodes of one CPU each (:func:`started_two_nodes`), one cluster for the module's jobs."""
+    with started_two_nodes(moto_s3, tmp_path_factory.mktemp("two-nodes")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def uneven_two_nodes(moto_s3: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A head of 2 logical CPUs and a worker node of 3, each with its own session folder, the
+    worker node killable and restartable (:func:`started_two_nodes`)."""
+    with started_two_nodes(moto_s3, tmp_path_factory.mktemp("uneven"), head_cpus=2, worker_cpus=3) as cluster:
+        yield cluster

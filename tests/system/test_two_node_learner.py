@@ -1,0 +1,144 @@
+"""A learner across two nodes of different sizes (2 and 3 logical CPUs, a custom resource on the
+worker node, each node its own session folder), as one ``ray job submit`` with everything on S3
+(moto_server): grpo's two data-parallel learner workers and its two engine actors run one on each
+node, each asking for no more than its node has (the state API says where each ran). Then the
+worker node is killed mid-phase: the job ends with one line naming what was lost, exit 3. The node
+comes back and the same ``ray job submit`` resumes from the last checkpoint Ray Train had
+registered on S3 and finishes: every iteration logged, none past the resume point twice in one
+run, the counts of the finished run those of an unbroken one."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from chessrl.data.pgn import read_pgn_file
+
+pytestmark = [pytest.mark.system, pytest.mark.slow]
+
+BUCKET = "two-node-runs"
+ITERATIONS, PROMPTS, GROUP = 18, 8, 4
+
+
+def _upload_inputs(s3, pgn_dir: Path, tmp_path: Path) -> None:
+    """The start policy (an untrained tiny board model) and 200 real games, on S3: inputs every
+    node can read."""
+    from chessrl.lm.models import build_model
+    from pipelines.artifacts import mark_text_format
+
+    model, tokenizer = build_model("tiny")
+    start = tmp_path / "start"
+    model.save_pretrained(start)
+    tokenizer.save_pretrained(start)
+    mark_text_format(start, "board")
+    for path in start.iterdir():
+        s3.upload_file(str(path), BUCKET, f"start/{path.name}")
+    with open(pgn_dir / "lichess-2021-10-sample.pgn", "rb") as handle:
+        records, _ = read_pgn_file(handle, "lichess")
+    rows = records[:200]
+    table = pa.table({"game_id": [r.game_id for r in rows], "moves": [r.moves for r in rows],
+                      "result": [r.result for r in rows]})  # fmt: skip
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    s3.put_object(Bucket=BUCKET, Key="games/part-0.parquet", Body=sink.getvalue())
+
+
+def _registered(s3, prefix: str) -> list[int]:
+    """The iterations of the checkpoints Ray Train's snapshot on S3 records (empty: none yet)."""
+    listing = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/grpo/ray/")
+    steps: list[int] = []
+    for item in listing.get("Contents", []):
+        if item["Key"].endswith("checkpoint_manager_snapshot.json"):
+            try:
+                body = json.loads(s3.get_object(Bucket=BUCKET, Key=item["Key"])["Body"].read())
+            except ValueError:  # being written
+                continue
+            steps += [int(r["metrics"].get("iteration", 0)) for r in body["checkpoint_results"]]
+    return steps
+
+
+def test_learner_on_two_uneven_nodes_survives_losing_one(
+    uneven_two_nodes, s3, repo: Path, pgn_dir: Path, tmp_path, driver_err
+):
+    cluster = uneven_two_nodes
+    s3.create_bucket(Bucket=BUCKET)
+    _upload_inputs(s3, pgn_dir, tmp_path)
+    prefix = "runs/uneven"
+    entrypoint = [
+        "python", "-m", "pipelines.grpo", "--config", "tiny", "--run-name", "uneven", "--no-tracking",
+        "--storage", f"s3://{BUCKET}/runs", "--policy", f"s3://{BUCKET}/start", "--games", f"s3://{BUCKET}/games",
+        "--iterations", str(ITERATIONS), "--prompts-per-iteration", str(PROMPTS), "--group-size", str(GROUP),
+        "--own-positions", "0", "--stockfish-nodes", "100", "--heldout-positions", "0",
+        "--checkpoint-interval", "3", "--num-workers", "2", "--cpus-per-worker", "1.5", "--engines", "2",
+    ]  # fmt: skip
+
+    def submit() -> str:
+        job_id = f"uneven-{uuid.uuid4().hex[:8]}"
+        done = cluster.submit(["--submission-id", job_id, "--no-wait", "--working-dir", str(repo), "--", *entrypoint])
+        assert done.returncode == 0, done.stderr[-2000:] + cluster.logs()
+        return job_id
+
+    def logs(job_id: str) -> str:
+        done = cluster.cli("job", "logs", "--address", cluster.url, job_id, timeout=120)
+        return done.stdout + done.stderr
+
+    nodes = {n["node_id"]: n for n in cluster.state("nodes")}
+    head = next(i for i, n in nodes.items() if n["resources_total"].get("node_head"))
+    worker = next(i for i, n in nodes.items() if n["resources_total"].get("node_worker"))
+    assert (nodes[head]["resources_total"]["CPU"], nodes[worker]["resources_total"]["CPU"]) == (2, 3)
+
+    first = submit()
+    deadline = time.monotonic() + 300
+    while len(_registered(s3, prefix)) < 2:  # two checkpoints recorded, then the node goes
+        status = cluster.job_status(first).get("status")
+        assert status in ("PENDING", "RUNNING"), f"{status}\n{logs(first)[-4000:]}"
+        assert time.monotonic() < deadline, logs(first)[-4000:]
+        time.sleep(1)
+    ray_job = cluster.job_status(first)["job_id"]
+    placed: dict[str, set[str]] = {}
+    for actor in cluster.state("actors", f"job_id={ray_job}"):
+        if actor["class_name"] in ("RayTrainWorker", "EnginePoolActor") and actor["state"] == "ALIVE":
+            placed.setdefault(actor["class_name"], set()).add(actor["node_id"])
+            cpus = sum(v for k, v in actor["required_resources"].items() if k.startswith("CPU"))
+            assert cpus <= 3, actor  # no actor asks for more than the largest node
+    assert placed == {"RayTrainWorker": {head, worker}, "EnginePoolActor": {head, worker}}, placed
+    registered = max(_registered(s3, prefix))
+    assert registered < ITERATIONS, "the phase ended before the node could be killed"
+
+    cluster.kill_worker()
+    job = cluster.wait_job(first, deadline_s=180)
+    first_logs = logs(first)
+    assert job.get("status") == "FAILED", f"{job}\n{first_logs[-4000:]}"
+    assert "exit code 3" in job.get("message", ""), job.get("message")
+    driver = [line for line in first_logs.splitlines() if line.startswith("error:")]
+    assert len(driver) == 1 and "were lost" in driver[0] and "resumes from the last checkpoint" in driver[0], driver
+    assert "Traceback" not in driver_err(first_logs)  # the driver's own lines (Ray's forwarded ones aside)
+    registered = max(_registered(s3, prefix))  # read after the kill: the oldest the rerun may resume from
+
+    cluster.start_worker()
+    second = submit()
+    job = cluster.wait_job(second, deadline_s=300)
+    second_logs = logs(second)
+    assert job.get("status") == "SUCCEEDED", f"{job}\n{second_logs[-4000:]}\n{cluster.logs()}"
+    resumed = [int(line.rsplit(" ", 1)[1]) for line in second_logs.splitlines() if "learner resumes at iteration" in line]
+    assert len(resumed) == 1 and registered <= resumed[0] < ITERATIONS, (registered, resumed)
+
+    def read(key: str) -> bytes:
+        return s3.get_object(Bucket=BUCKET, Key=f"{prefix}/{key}")["Body"].read()
+
+    metrics = [json.loads(line) for line in read("grpo/logs/metrics.jsonl").decode().splitlines()]
+    logged = [m["iteration"] for m in metrics]
+    assert sorted(set(logged)) == list(range(1, ITERATIONS + 1)) and logged[-1] == ITERATIONS, logged
+    again = logged[logged.index(resumed[0] + 1) if resumed[0] + 1 in logged else 0 :]
+    assert again[-(ITERATIONS - resumed[0]) :] == list(range(resumed[0] + 1, ITERATIONS + 1)), logged
+    assert all(m["workers"] == 2 and m["samples"] == PROMPTS * GROUP for m in metrics)
+    summary = json.loads(read("grpo/summary.json"))
+    assert summary["iterations"] == ITERATIONS and summary["samples"] == ITERATIONS * PROMPTS * GROUP
+    assert json.loads(read("grpo/model/config.json"))["chessrl_text_format"] == "board"
