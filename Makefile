@@ -16,7 +16,7 @@ DEMO_ARGS ?=
 # `make venv TORCH_INDEX=https://download.pytorch.org/whl/cu128` (empty: the CPU build).
 TORCH_INDEX ?=
 
-.PHONY: help venv stockfish demo test check lint unit integration system bench clean
+.PHONY: help venv stockfish demo test check lint unit integration system bench gpu-check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -66,6 +66,9 @@ bench: venv stockfish ## benchmarks (ratios against a baseline measured in the s
 	$(PY) bench/mcts.py
 	$(PY) bench/preferences.py
 	$(PY) bench/reward_server.py
+
+gpu-check: venv stockfish ## every phase a few steps on this machine's GPU: where each ran and how fast (scripts/gpu_check.sh)
+	bash scripts/gpu_check.sh
 
 clean: ## remove runs/ and caches (keeps .venv)
 	rm -rf runs .pytest_cache .ruff_cache

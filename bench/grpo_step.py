@@ -21,9 +21,10 @@ configured phase mix, ``policy_share`` policy tasks ``P: <FEN> M:``, the rest en
   policy loaded with ``AutoModelForCausalLM`` / ``AutoTokenizer``, ``num_generations`` = group
   size, one optimizer step per generation batch of ``prompts_per_iteration × group_size``
   completions (``per_device_train_batch_size`` = the phase's ``batch_size`` or the step's
-  completions if fewer, gradient accumulation for the rest), ``max_completion_length`` = the larger
-  of the two tasks' limits (TRL has one limit for every prompt: the policy task's 2 tokens with
-  the chess tokenizer become the environment task's 128), the same temperature, beta, learning
+  completions if fewer, gradient accumulation for the rest), ``max_completion_length`` = the longest
+  limit among the tasks the prompts ask, as the phase's (TRL has one limit for every prompt: with
+  environment tasks in the mix the policy task's 2 tokens with the chess tokenizer become their
+  128; the board and moves formats ask policy tasks alone, one move token each), the same temperature, beta, learning
   rate (constant), clip epsilon, loss type (``grpo``: std-scaled group advantages, per-sequence
   token mean), a frozen reference. The reward function is TRL's plain Python kind: the policy
   task's move parsed and scored by ONE ``chess.engine.SimpleEngine`` (Stockfish at
@@ -200,11 +201,14 @@ def reward_function(engine: Any, cfg: Any, stats: dict[str, float]) -> Any:
     return chess_reward
 
 
-def trl_args(cfg: Any, limits: dict[str, int], iterations: int, seed: int, output: Path) -> Any:
+def trl_args(
+    cfg: Any, limits: dict[str, int], iterations: int, seed: int, output: Path, tasks: set[str] | None = None
+) -> Any:
     """TRL's GRPOConfig for one optimizer step per ``prompts_per_iteration × group_size``
     completions. In TRL ``per_device_train_batch_size`` counts completions (not prompts), and the
     generation batch defaults to ``per_device_train_batch_size × gradient_accumulation_steps``
-    completions: one generation (and one reward call) per optimizer step."""
+    completions: one generation (and one reward call) per optimizer step. Its one completion limit
+    is the longest of the ``tasks`` the prompts ask (default: every task's)."""
     from trl import GRPOConfig as TRLGRPOConfig
 
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")  # checkpointing renamed
@@ -223,7 +227,7 @@ def trl_args(cfg: Any, limits: dict[str, int], iterations: int, seed: int, outpu
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=per_step // micro,
         num_generations=cfg.group_size,
-        max_completion_length=max(limits.values()),
+        max_completion_length=max(limits[t] for t in (tasks or limits)),
         temperature=cfg.temperature,
         top_p=1.0,
         top_k=0,
@@ -360,7 +364,8 @@ def baseline_run(
         engine.configure({k: v for k, v in ENGINE_OPTIONS.items() if k in engine.options})
         trainer = GRPOTrainer(
             model=model, reward_funcs=reward_function(engine, cfg, stats),
-            args=trl_args(cfg, limits, iterations, seed, work / "trl"), train_dataset=dataset,
+            args=trl_args(cfg, limits, iterations, seed, work / "trl", {p["task"] for p in rows}),
+            train_dataset=dataset,
             processing_class=tokenizer, callbacks=[timer],
         )  # fmt: skip
         trainer.remove_callback(PrinterCallback)  # the end-of-training metrics dict, printed

@@ -248,3 +248,61 @@ def release_actor_name(name: str, namespace: str | None, timeout_s: float = 30.0
         if time.monotonic() > deadline:
             raise RuntimeError(f"the Ray actor name {name!r} is still taken after {timeout_s:g} s")
         time.sleep(0.1)
+
+
+def _node_sees(path: str) -> bool:
+    """Ray task body: whether this node's filesystem has ``path``."""
+    return os.path.exists(path)
+
+
+def paths_other_nodes_cannot_read(paths: dict[str, str]) -> list[str]:
+    """For each local path (``{config key: path}``) that some alive node of this cluster cannot
+    read, one line naming the key, the path and the node; [] on a one-node cluster. A path that
+    does not exist yet (a run's storage) is checked through a marker file written where it will
+    be (its nearest existing folder), then removed. One zero-CPU task a node and path, pinned to
+    the node."""
+    import uuid
+
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    if len(nodes) < 2 or not paths:
+        return []
+    probe = ray.remote(num_cpus=0, max_retries=0)(_node_sees)
+    markers: list[str] = []
+    asked: dict[str, str] = {}
+    for key, path in paths.items():
+        if not os.path.exists(path):
+            folder = path
+            while folder and not os.path.isdir(folder):
+                folder = os.path.dirname(folder.rstrip("/")) or "/"
+            marker = os.path.join(folder, f".chess-rl-node-check-{uuid.uuid4().hex}")
+            with contextlib.suppress(OSError):
+                open(marker, "w").close()
+                markers.append(marker)
+                asked[key] = marker
+                continue
+        asked[key] = path
+    try:
+        refs = {
+            (key, n["NodeID"], n.get("NodeManagerAddress", "?")): probe.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+            ).remote(where)
+            for key, where in asked.items()
+            for n in nodes
+        }
+        seen = dict(zip(refs, ray.get(list(refs.values()), timeout=120), strict=True))
+    finally:
+        for marker in markers:
+            with contextlib.suppress(OSError):
+                os.remove(marker)
+    out = []
+    for (key, node, address), ok in seen.items():
+        if not ok and not any(line.startswith(f"{key}:") for line in out):
+            out.append(
+                f"{key}: {paths[key]} is a local path that node {address} ({node[:8]}) of this {len(nodes)}-node "
+                "cluster cannot read: put inputs and storage where every node reads them (s3://bucket/..., or a "
+                "filesystem every node mounts; docs/cluster.md)"
+            )
+    return out

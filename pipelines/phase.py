@@ -307,6 +307,7 @@ def run_phase(phase: Phase, argv: Sequence[str] | None = None, *, prog: str | No
             )
             for note in ray_info.notes:
                 log(f"ray: {note}")
+            check_paths_on_nodes(config, (phase.section,), ray_info.mode)
             with tracker.invocation(params), tracker.phase(phase.name, params) as tracking:
                 context = PhaseContext(
                     config=config, run_storage=run_storage, tracking=tracking, ray=ray_info, log=log
@@ -322,6 +323,63 @@ def run_phase(phase: Phase, argv: Sequence[str] | None = None, *, prog: str | No
         return EXIT_OK if result.ok else EXIT_EMPTY
 
     return exit_code(body)
+
+
+def local_paths(config: ChessRLConfig, sections: Sequence[str]) -> dict[str, str]:
+    """The local paths (not URIs) a run reads or writes, by config key: ``run.storage`` and, in
+    ``sections``, every model key, ``games`` and ``inputs``.
+
+    >>> cfg = load_config(ChessRLConfig, path=resolve_preset("tiny"), overrides={
+    ...     "grpo.policy": ("/models/sft", "--policy"), "run.storage": ("s3://bucket/runs", "--storage")})
+    >>> local_paths(cfg, ["grpo"])
+    {'grpo.policy': '/models/sft'}
+    """
+    from cluster.config import absolute_local_path
+
+    def local(value: object) -> str | None:
+        if not isinstance(value, str) or not value or ("://" in value and not value.startswith("file://")):
+            return None
+        return os.path.abspath(value.removeprefix("file://"))
+
+    out: dict[str, str] = {}
+    if (storage := local(config.run.storage)) is not None:
+        out["run.storage"] = storage
+    for name in sections:
+        section = getattr(config, name, None)
+        if not isinstance(section, BaseModel):
+            continue
+        for key, info in type(section).model_fields.items():
+            value = getattr(section, key)
+            is_model = _validated_by(info.annotation, absolute_local_path) or any(
+                getattr(m, "func", None) is absolute_local_path for m in info.metadata
+            )
+            for i, item in enumerate(value if key == "inputs" and isinstance(value, list) else [value]):
+                if (is_model or key in ("games", "inputs")) and (path := local(item)) is not None:
+                    out[f"{name}.{key}" + (f"[{i}]" if key == "inputs" else "")] = path
+    return out
+
+
+def _validated_by(annotation: object, func: object) -> bool:
+    """Whether a type (``ModelPath | None``: the validator sits inside the union) carries an
+    ``AfterValidator(func)``."""
+    import typing
+
+    if any(getattr(m, "func", None) is func for m in getattr(annotation, "__metadata__", ())):
+        return True
+    return any(_validated_by(arg, func) for arg in typing.get_args(annotation))
+
+
+def check_paths_on_nodes(config: ChessRLConfig, sections: Sequence[str], mode: str) -> None:
+    """On a cluster joined (not the embedded one), a local path some node cannot read is one
+    ConfigError naming its key, before any work: each node would otherwise read its own disk,
+    or nothing (:func:`cluster.runtime.paths_other_nodes_cannot_read`)."""
+    from cluster.runtime import paths_other_nodes_cannot_read
+
+    if mode != "joined":
+        return
+    unreadable = paths_other_nodes_cannot_read(local_paths(config, sections))
+    if unreadable:
+        raise ConfigError(unreadable[0])
 
 
 def execute(phase: Phase, context: PhaseContext, started: float | None = None) -> PhaseResult:

@@ -331,9 +331,10 @@ class RolloutFeed:
         return ready
 
 
-def worker_place(use_gpu: bool) -> tuple[int, int, Any]:
+def worker_place(use_gpu: bool, phase: str | None = None) -> tuple[int, int, Any]:
     """This Ray Train worker's rank, the workers' count and its device (its GPU with
-    ``use_gpu``: one clear error when this worker's torch has no CUDA)."""
+    ``use_gpu``: one clear error when this worker's torch has no CUDA); with ``phase``, one line
+    saying so (``[grpo] worker 0/2: cuda:0, bf16 autocast``)."""
     import ray.train
     import ray.train.torch
     import torch
@@ -345,7 +346,11 @@ def worker_place(use_gpu: bool) -> tuple[int, int, Any]:
             "build of torch on the GPU nodes (docs/cluster.md, 'GPUs')"
         )
     device = ray.train.torch.get_device() if use_gpu else torch.device("cpu")
-    return context.get_world_rank(), context.get_world_size(), device
+    rank, world = context.get_world_rank(), context.get_world_size()
+    if phase is not None:
+        bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        print(f"[{phase}] worker {rank}/{world}: {device}" + (", bf16 autocast" if bf16 else ""), flush=True)
+    return rank, world, device
 
 
 def bf16_autocast(device: Any) -> Any:

@@ -35,7 +35,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     from chessrl.rl.own_games import OwnGames
 
     torch.set_num_threads(max(1, min(int(cfg["threads"]), os.cpu_count() or 1)))
-    rank, world, device = worker_place(bool(cfg.get("use_gpu")))
+    rank, world, device = worker_place(bool(cfg.get("use_gpu")), "grpo")
     settings = GRPOSettings(**cfg["settings"])
     planned = json.loads(Storage.from_uri(cfg["phase_uri"]).read_text("prompts.json"))
     prompts = [Prompt(**p) for p in planned["prompts"]]

@@ -41,7 +41,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
 
     torch.set_num_threads(max(1, min(int(cfg["threads"]), os.cpu_count() or 1)))
     ray.data.DataContext.get_current().enable_progress_bars = False
-    rank, world, device = worker_place(bool(cfg.get("use_gpu")))
+    rank, world, device = worker_place(bool(cfg.get("use_gpu")), "ppo")
     lead = rank == 0
     settings = PPOSettings(**cfg["settings"])
     policy, tokenizer = load_saved_model(cfg["policy_path"], "policy")

@@ -231,6 +231,7 @@ class Cluster:
     tmp: Path  # the nodes' logs
     worker_cmd: Any  # n -> the n-th worker node's `ray start` command
     started: list[Server]  # every node started, to stop at the end
+    head_only: Path  # a folder the worker node sees empty (started_two_nodes' head_only)
     workers_started: int = 0
 
     def start_worker(self, timeout: float = 120) -> None:
@@ -344,14 +345,18 @@ def ray_start(*args: str, temp_dir: Path, cpus: int = 1) -> list[str]:
 
 
 @contextlib.contextmanager
-def started_two_nodes(moto_s3: Server, tmp: Path, head_cpus: int = 1, worker_cpus: int = 1) -> Iterator[Cluster]:
+def started_two_nodes(
+    moto_s3: Server, tmp: Path, head_cpus: int = 1, worker_cpus: int = 1, head_only: bool = False
+) -> Iterator[Cluster]:
     """A head (``node_head``) of ``head_cpus`` logical CPUs and a worker node (``node_worker``) of
     ``worker_cpus``, token auth on (its own token, not ~/.ray's), both with the S3 endpoint's
     environment (as instance credentials would be on a real cluster). Each node has its own session
     folder, as every machine of a real cluster has its own /tmp/ray (sharing one, the worker node
     unpacked a job's working directory under the feet of the driver importing it: a
     ModuleNotFoundError now and then); :meth:`Cluster.kill_worker` and :meth:`Cluster.start_worker`
-    take the worker node away and bring one back."""
+    take the worker node away and bring one back. With ``head_only`` the worker node runs in a
+    mount namespace of its own where ``Cluster.head_only`` (a folder on this machine) is an empty
+    tmpfs: a path there is one the head reads and the worker node cannot, as on two machines."""
     # Ray's unix sockets live under --temp-dir and AF_UNIX paths are capped at 107 bytes:
     # pytest's tmp paths are too long, so the session files go to short folders of our own.
     ray_tmp = Path(tempfile.mkdtemp(prefix="rt2n", dir="/tmp"))
@@ -379,13 +384,23 @@ def started_two_nodes(moto_s3: Server, tmp: Path, head_cpus: int = 1, worker_cpu
                 if attempt == 2:
                     raise
 
+        private = ray_tmp / "head-only"
+        private.mkdir()
+
         def worker_cmd(n: int) -> list[str]:
-            return ray_start(
+            command = ray_start(
                 f"--address=127.0.0.1:{gcs_port}", '--resources={"node_worker": 1}',
                 temp_dir=ray_tmp / f"w{n}", cpus=worker_cpus,
             )  # fmt: skip
+            if not head_only:
+                return command
+            hide = f'mount -t tmpfs none {private} && exec "$@"'
+            return ["unshare", "--mount", "--propagation", "private", "sh", "-c", hide, "sh", *command]
 
-        cluster = Cluster(url=url, env=env, head=head, worker=head, tmp=tmp, worker_cmd=worker_cmd, started=started)
+        cluster = Cluster(
+            url=url, env=env, head=head, worker=head, tmp=tmp, worker_cmd=worker_cmd, started=started,
+            head_only=private,
+        )  # fmt: skip
         cluster.start_worker()
         yield cluster
     finally:
@@ -407,6 +422,8 @@ def two_nodes(moto_s3: Server, tmp_path_factory: pytest.TempPathFactory) -> Iter
 @pytest.fixture(scope="module")
 def uneven_two_nodes(moto_s3: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A head of 2 logical CPUs and a worker node of 3, each with its own session folder, the
-    worker node killable and restartable (:func:`started_two_nodes`)."""
-    with started_two_nodes(moto_s3, tmp_path_factory.mktemp("uneven"), head_cpus=2, worker_cpus=3) as cluster:
+    worker node killable and restartable, a folder only the head reads (:func:`started_two_nodes`)."""
+    with started_two_nodes(
+        moto_s3, tmp_path_factory.mktemp("uneven"), head_cpus=2, worker_cpus=3, head_only=True
+    ) as cluster:
         yield cluster

@@ -4,8 +4,9 @@ worker node, each node its own session folder), as one ``ray job submit`` with e
 node, each asking for no more than its node has (the state API says where each ran). Then the
 worker node is killed mid-phase: the job ends with one line naming what was lost, exit 3. The node
 comes back and the same ``ray job submit`` resumes from the last checkpoint Ray Train had
-registered on S3 and finishes: every iteration logged, none past the resume point twice in one
-run, the counts of the finished run those of an unbroken one."""
+registered on S3; ``ray job stop`` ends it after a checkpoint of its own, and the same job again
+resumes from there and finishes: every iteration logged, the last run's iterations once each, the
+counts of the finished run those of an unbroken one."""
 
 from __future__ import annotations
 
@@ -24,7 +25,18 @@ from chessrl.data.pgn import read_pgn_file
 pytestmark = [pytest.mark.system, pytest.mark.slow]
 
 BUCKET = "two-node-runs"
-ITERATIONS, PROMPTS, GROUP = 18, 8, 4
+ITERATIONS, PROMPTS, GROUP = 24, 8, 4
+
+
+@pytest.fixture(scope="module")
+def inputs(moto_s3, pgn_dir: Path, tmp_path_factory) -> None:
+    """The bucket, with the start policy and the games (:func:`_upload_inputs`)."""
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=moto_s3.url, aws_access_key_id=moto_s3.env["AWS_ACCESS_KEY_ID"],
+                      aws_secret_access_key=moto_s3.env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")  # fmt: skip
+    s3.create_bucket(Bucket=BUCKET)
+    _upload_inputs(s3, pgn_dir, tmp_path_factory.mktemp("inputs"))
 
 
 def _upload_inputs(s3, pgn_dir: Path, tmp_path: Path) -> None:
@@ -64,12 +76,8 @@ def _registered(s3, prefix: str) -> list[int]:
     return steps
 
 
-def test_learner_on_two_uneven_nodes_survives_losing_one(
-    uneven_two_nodes, s3, repo: Path, pgn_dir: Path, tmp_path, driver_err
-):
+def test_learner_on_two_uneven_nodes_survives_losing_one(uneven_two_nodes, inputs, s3, repo: Path, driver_err):
     cluster = uneven_two_nodes
-    s3.create_bucket(Bucket=BUCKET)
-    _upload_inputs(s3, pgn_dir, tmp_path)
     prefix = "runs/uneven"
     entrypoint = [
         "python", "-m", "pipelines.grpo", "--config", "tiny", "--run-name", "uneven", "--no-tracking",
@@ -123,11 +131,31 @@ def test_learner_on_two_uneven_nodes_survives_losing_one(
     registered = max(_registered(s3, prefix))  # read after the kill: the oldest the rerun may resume from
 
     cluster.start_worker()
+
+    def resumed_at(text: str) -> list[int]:
+        return [int(line.rsplit(" ", 1)[1]) for line in text.splitlines() if "learner resumes at iteration" in line]
+
+    # the node back: the same job resumes; once it has registered a checkpoint of its own,
+    # `ray job stop` ends it, and the same job again resumes from there and finishes
     second = submit()
-    job = cluster.wait_job(second, deadline_s=300)
+    deadline = time.monotonic() + 300
+    while max(_registered(s3, prefix)) <= registered:
+        assert cluster.job_status(second).get("status") in ("PENDING", "RUNNING"), logs(second)[-4000:]
+        assert time.monotonic() < deadline, logs(second)[-4000:]
+        time.sleep(1)
+    stopped = cluster.cli("job", "stop", "--address", cluster.url, second, timeout=120)
+    assert stopped.returncode == 0, stopped.stderr[-2000:]
+    assert cluster.wait_job(second, deadline_s=120).get("status") == "STOPPED"
     second_logs = logs(second)
-    assert job.get("status") == "SUCCEEDED", f"{job}\n{second_logs[-4000:]}\n{cluster.logs()}"
-    resumed = [int(line.rsplit(" ", 1)[1]) for line in second_logs.splitlines() if "learner resumes at iteration" in line]
+    assert len(resumed_at(second_logs)) == 1 and registered <= resumed_at(second_logs)[0], second_logs[-3000:]
+    registered = max(_registered(s3, prefix))  # after the stop
+    assert registered < ITERATIONS, "the phase ended before it could be stopped"
+
+    third = submit()
+    job = cluster.wait_job(third, deadline_s=300)
+    third_logs = logs(third)
+    assert job.get("status") == "SUCCEEDED", f"{job}\n{third_logs[-4000:]}\n{cluster.logs()}"
+    resumed = resumed_at(third_logs)
     assert len(resumed) == 1 and registered <= resumed[0] < ITERATIONS, (registered, resumed)
 
     def read(key: str) -> bytes:
@@ -142,3 +170,32 @@ def test_learner_on_two_uneven_nodes_survives_losing_one(
     summary = json.loads(read("grpo/summary.json"))
     assert summary["iterations"] == ITERATIONS and summary["samples"] == ITERATIONS * PROMPTS * GROUP
     assert json.loads(read("grpo/model/config.json"))["chessrl_text_format"] == "board"
+
+
+def test_a_local_path_another_node_cannot_read_is_one_line(uneven_two_nodes, inputs, repo: Path, driver_err):
+    """A model path on the head's disk alone (the worker node sees that folder empty): the job
+    ends with one line naming the key, the path and the node, exit 2, before any work; on S3 (the
+    test above) the same phase runs."""
+    cluster = uneven_two_nodes
+    policy = cluster.head_only / "sft-model"
+    policy.mkdir(exist_ok=True)
+    from chessrl.lm.models import build_model
+
+    model, tokenizer = build_model("tiny")
+    model.save_pretrained(policy)
+    tokenizer.save_pretrained(policy)
+    job_id = f"local-{uuid.uuid4().hex[:8]}"
+    done = cluster.submit(
+        ["--submission-id", job_id, "--no-wait", "--working-dir", str(repo), "--",
+         "python", "-m", "pipelines.grpo", "--config", "tiny", "--run-name", "local", "--no-tracking",
+         "--storage", f"s3://{BUCKET}/runs", "--games", f"s3://{BUCKET}/games", "--policy", str(policy),
+         "--text-format", "moves", "--iterations", "1"],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    job = cluster.wait_job(job_id, deadline_s=120)
+    logs = cluster.cli("job", "logs", "--address", cluster.url, job_id, timeout=120).stdout
+    assert job.get("status") == "FAILED" and "exit code 2" in job.get("message", ""), f"{job}\n{logs[-3000:]}"
+    errors = [line for line in driver_err(logs).splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, logs[-3000:]
+    assert f"grpo.policy: {policy} is a local path that node" in errors[0] and "cannot read" in errors[0], errors
+    assert "s3://" in errors[0] and "Traceback" not in driver_err(logs)
