@@ -479,7 +479,8 @@ def print_setup(
         f"grpo ({args.config}): {args.iterations} timed steps (+1 warm-up) of {cfg.prompts_per_iteration} prompts "
         f"x {cfg.group_size} completions ({cfg.policy_share:.0%} policy tasks), loss {cfg.loss_type}, beta "
         f"{cfg.beta:g}, T={cfg.temperature:g}, new tokens policy {limits['policy']} / environment "
-        f"{limits['environment']} (TRL: {max(limits.values())} for both), Stockfish {cfg.stockfish_nodes} nodes; "
+        f"{limits['environment']} (TRL: one limit, the longest of the tasks asked: "
+        f"{limits['policy'] if cfg.policy_share >= 1 else max(limits.values())}), Stockfish {cfg.stockfish_nodes} nodes; "
         f"phase: learner + {cfg.engines} engine(s) on {rl_common.NUM_CPUS} CPUs; TRL {trl.__version__}: "
         f"{args.baseline_threads} torch threads, one SimpleEngine"
     )
