@@ -40,7 +40,10 @@ class LostWorkersError(Exception):
     checkpoint."""
 
 
-_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing", "NCCL communicator was aborted")
+_PEER_GONE = (
+    "Connection closed by peer", "Connection reset by peer", "remote worker crashing",
+    "NCCL communicator was aborted", "remote process exited or there was a network error",
+)  # fmt: skip
 """What gloo's and NCCL's collectives say when a process of the group has died."""
 
 
@@ -66,6 +69,8 @@ def lost_processes(exc: BaseException) -> list[str] | None:
     def kind(error: BaseException | None) -> str | None:
         seen = 0
         while error is not None and seen < 8:
+            if getattr(error, "actor_init_failed", False):  # its __init__ raised: a bug or bad input, not a lost node
+                return None
             if isinstance(error, died):
                 return type(error).__name__
             if isinstance(error, RuntimeError) and any(m in str(error) for m in _PEER_GONE):

@@ -21,7 +21,7 @@ import socket
 import sys
 import tempfile
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -255,12 +255,16 @@ def _node_sees(path: str) -> bool:
     return os.path.exists(path)
 
 
-def paths_other_nodes_cannot_read(paths: dict[str, str]) -> list[str]:
+def paths_other_nodes_cannot_read(
+    paths: dict[str, str], written: Collection[str] = ("run.storage",), log: Callable[[str], None] | None = None
+) -> list[str]:
     """For each local path (``{config key: path}``) that some alive node of this cluster cannot
-    read, one line naming the key, the path and the node; [] on a one-node cluster. A path that
-    does not exist yet (a run's storage) is checked through a marker file written where it will
-    be (its nearest existing folder), then removed. One zero-CPU task a node and path, pinned to
-    the node."""
+    read, one line naming the key, the path and the node; [] on a one-node cluster. A path the run
+    writes (``written``: its storage) or one that does not exist yet is checked through a marker
+    file written where it is (its nearest existing folder), then removed: a folder of the same
+    name on each node's own disk is not shared storage. A glob is checked at its folder. One
+    zero-CPU task a node and path, pinned to the node; a check that cannot finish (a node still
+    setting up, a node gone) is a line in ``log``, not an error."""
     import uuid
 
     import ray
@@ -273,7 +277,9 @@ def paths_other_nodes_cannot_read(paths: dict[str, str]) -> list[str]:
     markers: list[str] = []
     asked: dict[str, str] = {}
     for key, path in paths.items():
-        if not os.path.exists(path):
+        if any(ch in path for ch in "*?["):  # a glob: its folder
+            path = os.path.dirname(path[: min(path.index(ch) for ch in "*?[" if ch in path)]) or "/"
+        if key in written or not os.path.exists(path):
             folder = path
             while folder and not os.path.isdir(folder):
                 folder = os.path.dirname(folder.rstrip("/")) or "/"
@@ -292,7 +298,12 @@ def paths_other_nodes_cannot_read(paths: dict[str, str]) -> list[str]:
             for key, where in asked.items()
             for n in nodes
         }
-        seen = dict(zip(refs, ray.get(list(refs.values()), timeout=120), strict=True))
+        try:
+            seen = dict(zip(refs, ray.get(list(refs.values()), timeout=600), strict=True))
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError) as exc:
+            if log is not None:
+                log(f"could not check that every node reads the local paths ({type(exc).__name__}); going on")
+            return []
     finally:
         for marker in markers:
             with contextlib.suppress(OSError):

@@ -54,7 +54,14 @@ from cluster.storage import Storage
 from pipelines.artifacts import sft_folder
 from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, GRPOConfig
-from pipelines.learner import check_gpus, final_metrics, largest_node_cpus, torch_trainer
+from pipelines.learner import (
+    check_gpus,
+    cpus_that_fit,
+    final_metrics,
+    largest_node_cpus,
+    node_cpus,
+    torch_trainer,
+)
 from pipelines.learner.grpo import expected_scores, train_loop_per_worker
 from pipelines.learner.loop import curve, read_metrics
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, gpt2_config, model_location
@@ -292,6 +299,13 @@ def learner_resources(
     learner_cpus = cfg.cpus_per_worker or max(
         0.5, min((cpus - cfg.engines * engine_cpus) / cfg.num_workers, largest_node_cpus())
     )
+    if cfg.num_workers > 1 and not cfg.cpus_per_worker:  # each worker on one node, beside its engines
+        from actors.engine_pool import engine_split
+
+        nodes = [c for c in node_cpus() if c > 0]
+        engines = engine_split(cfg.engines, nodes, engine_cpus, key="grpo.engines")
+        free = [c - e * engine_cpus for c, e in zip(nodes, engines, strict=True)]
+        learner_cpus = max(0.5, cpus_that_fit(free, cfg.num_workers, learner_cpus) or 0.5)
     batch_size = cfg.batch_size
     if batch_size == "auto":
         from chessrl.lm.models import load_tokenizer, prompt_ids

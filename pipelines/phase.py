@@ -307,7 +307,7 @@ def run_phase(phase: Phase, argv: Sequence[str] | None = None, *, prog: str | No
             )
             for note in ray_info.notes:
                 log(f"ray: {note}")
-            check_paths_on_nodes(config, (phase.section,), ray_info.mode)
+            check_paths_on_nodes(config, (phase.section,), ray_info.mode, log)
             with tracker.invocation(params), tracker.phase(phase.name, params) as tracking:
                 context = PhaseContext(
                     config=config, run_storage=run_storage, tracking=tracking, ray=ray_info, log=log
@@ -369,7 +369,9 @@ def _validated_by(annotation: object, func: object) -> bool:
     return any(_validated_by(arg, func) for arg in typing.get_args(annotation))
 
 
-def check_paths_on_nodes(config: ChessRLConfig, sections: Sequence[str], mode: str) -> None:
+def check_paths_on_nodes(
+    config: ChessRLConfig, sections: Sequence[str], mode: str, log: Callable[[str], None] | None = None
+) -> None:
     """On a cluster joined (not the embedded one), a local path some node cannot read is one
     ConfigError naming its key, before any work: each node would otherwise read its own disk,
     or nothing (:func:`cluster.runtime.paths_other_nodes_cannot_read`)."""
@@ -377,7 +379,7 @@ def check_paths_on_nodes(config: ChessRLConfig, sections: Sequence[str], mode: s
 
     if mode != "joined":
         return
-    unreadable = paths_other_nodes_cannot_read(local_paths(config, sections))
+    unreadable = paths_other_nodes_cannot_read(local_paths(config, sections), log=log)
     if unreadable:
         raise ConfigError(unreadable[0])
 
@@ -430,7 +432,8 @@ def _unwrap_ray_errors(fn: Callable[[PhaseContext], PhaseResult], context: Phase
             what = ", ".join(f"{n} x {k}" if n > 1 else k for k, n in Counter(lost).items())
             raise LostWorkersError(
                 f"Ray processes this run needed were lost ({what}): a node left the cluster or a worker "
-                "was killed. Run the same command again: it resumes from the last checkpoint"
+                "was killed. Run the same command again: it resumes from what was saved (the last checkpoint, "
+                "the shards written)"
             ) from None
         raise
 

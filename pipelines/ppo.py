@@ -366,9 +366,12 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     found = check_ppo(context.config, Inputs.of_context(context))
     if cfg.use_gpu:  # the GPUs asked for are there, before anything starts or is written
         check_gpus("ppo", cfg.num_workers)
-    if cfg.reward_server_gpus:
-        check_gpus("ppo", cfg.reward_servers * cfg.reward_server_gpus, "ppo.reward_server_gpus",
-                   f"the {cfg.reward_servers} reward server(s) need {cfg.reward_server_gpus:g} GPU each")  # fmt: skip
+    if cfg.reward_server_gpus:  # beside the learner's whole GPUs: a learner's GPU is not shared
+        learner = cfg.num_workers if cfg.use_gpu else 0
+        check_gpus("ppo", learner + math.ceil(cfg.reward_servers * cfg.reward_server_gpus - 1e-9),
+                   "ppo.reward_server_gpus",
+                   f"the {cfg.reward_servers} reward server(s) need {cfg.reward_server_gpus:g} GPU each"
+                   + (f" beside the learner's {learner}" if learner else ""))  # fmt: skip
     facts = found.facts
     assert facts is not None  # nothing is taken as given here
     pool = start_pool(context, cfg)

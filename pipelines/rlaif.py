@@ -458,7 +458,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
             log(
                 f"ray: {ray_info.mode} cluster at {ray_info.address}, {int(ray_info.resources.get('CPU', 0))} CPUs"
             )
-            check_paths_on_nodes(config, [name for name, _ in config.model_fields.items()], ray_info.mode)
+            check_paths_on_nodes(config, list(type(config).model_fields), ray_info.mode, log)
             with tracker.invocation(params) as parent:
 
                 def run_node(name: str, node_cfg: ChessRLConfig) -> PhaseResult:

@@ -9,10 +9,12 @@
 # configs/gpu.yaml does; its lines that say where it ran (`worker 0: cuda...`) and its speed
 # (tokens/s, samples/s, episodes) are printed, its whole log kept under <storage>/logs/.
 set -euo pipefail
+OUT=${1:-$(mktemp -d /tmp/gpu-check-XXXXXX)}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)   # a relative folder is the caller's, not the repo's
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
-OUT=${1:-$(mktemp -d /tmp/gpu-check-XXXXXX)}
+LIMIT=${GPU_CHECK_PHASE_LIMIT:-600}         # seconds a phase may take before it counts as stuck
 LOGS="$OUT/logs"
 mkdir -p "$LOGS"
 common=(--config tiny --run-name gpu-check --storage "$OUT" --no-tracking)
@@ -24,16 +26,23 @@ print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.device
       + (f": {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""))
 sys.exit(0 if torch.cuda.is_available() else 1)
 PY
-    gpu=(--use-gpu); share=0.5; producer=cuda
+    gpu=(--use-gpu)
+    # the learner takes a whole GPU; the inference actors share a second one when there is one
+    if [ "$("$PY" -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
+        share=0.5; producer=cuda
+    else
+        share=0; producer=cpu; echo "gpu-check: one GPU: the learners use it, inference actors stay on the CPU"
+    fi
 else
-    gpu=(); share=0; producer=cpu
+    gpu=(--no-use-gpu); share=0; producer=cpu
 fi
 
 phase() {  # phase NAME ARGS...: run it, print where it ran and how fast, and its time
     local name=$1; shift
     local started=$SECONDS
-    if ! "$PY" -m "pipelines.$name" "${common[@]}" "$@" >"$LOGS/$name$TAG.log" 2>&1; then
-        echo "gpu-check: $name$TAG failed; its log: $LOGS/$name$TAG.log"; tail -5 "$LOGS/$name$TAG.log"; exit 1
+    if ! timeout "$LIMIT" "$PY" -m "pipelines.$name" "${common[@]}" "$@" >"$LOGS/$name$TAG.log" 2>&1; then
+        echo "gpu-check: $name$TAG failed or ran past ${LIMIT} s; its log: $LOGS/$name$TAG.log"
+        tail -5 "$LOGS/$name$TAG.log"; exit 1
     fi
     local log="$LOGS/$name$TAG.log"
     {   # where it ran (the first worker's line), then how fast (a phase may print none of them)

@@ -42,10 +42,12 @@ def _collective_device() -> torch.device:
 
 
 def average_gradients(model: torch.nn.Module, work: float) -> float:
-    """Average ``model``'s gradients over the workers (a parameter without one takes zeros, so a
-    worker that learnt nothing this step still joins) and return the sum of ``work`` (what each
-    worker trained on: samples, actions) over them; 0 means nobody learnt and nobody should step.
-    Every worker must call it once a step, in the same order as the others."""
+    """Average ``model``'s gradients over the workers, each weighted by its ``work`` (what its
+    loss is a mean over: samples, actions, tokens), so the step is the one a single worker would
+    take on all of it: ``sum_k work_k * grad_k / sum_k work_k``. A parameter without a gradient
+    takes zeros, so a worker that learnt nothing this step still joins (with weight 0). Returns
+    the total work; 0 means nobody learnt and nobody should step. Every worker must call it once
+    a step, in the same order as the others."""
     import torch.distributed as dist
 
     if world() == 1:
@@ -55,7 +57,8 @@ def average_gradients(model: torch.nn.Module, work: float) -> float:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
     grads = [p.grad for p in params]
-    flat = torch.cat([g.reshape(-1).float() for g in grads] + [torch.tensor([float(work)], device=grads[0].device)])
+    weight = torch.tensor([float(work)], device=grads[0].device)
+    flat = torch.cat([g.reshape(-1).float() * float(work) for g in grads] + [weight])
     here = flat.device
     flat = flat.to(_collective_device())
     dist.all_reduce(flat)
@@ -64,7 +67,7 @@ def average_gradients(model: torch.nn.Module, work: float) -> float:
     at = 0
     for g in grads:
         n = g.numel()
-        g.copy_((flat[at : at + n] / world()).view_as(g).to(g.dtype))
+        g.copy_((flat[at : at + n] / max(total, 1e-12)).view_as(g).to(g.dtype))
         at += n
     return total
 

@@ -308,7 +308,9 @@ def grpo_update(
             _, _, nll = masked_completion_logprobs(policy, batch, pad, settings.temperature)
             (settings.legal_weight * nll.sum() / len(firsts)).backward()
             metrics["legal_nll"] += float(nll.detach().sum()) / len(firsts)
-    if reduce is not None and reduce(policy, float(len(used) + (len(masked) if legality else 0))) == 0:
+    # the loss is a mean over sequences (dapo: tokens); with nothing to learn but legality, over its prompts
+    work = float(tokens if settings.loss_type == "dapo" else len(used)) if used else float(legality and len(masked))
+    if reduce is not None and reduce(policy, work) == 0:
         return {**metrics, "trained_samples": 0.0, "grad_norm": 0.0}
     grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
     optimizer.step()

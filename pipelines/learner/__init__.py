@@ -48,6 +48,31 @@ def largest_node_cpus() -> float:
     return max((float(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive")), default=1.0)
 
 
+def cpus_that_fit(free: Sequence[float], workers: int, cap: float) -> float:
+    """The most CPUs each of ``workers`` learner workers can ask for (at most ``cap``) so that
+    they all fit on nodes with ``free`` CPUs each (a worker cannot span nodes); 0 if none does.
+
+    >>> cpus_that_fit([1.5, 2.5], 2, 2.0)      # 2 each would put both on the larger node: no room
+    1.5
+    >>> cpus_that_fit([4.0], 2, 4.0)
+    2.0
+    """
+    best = 0.0
+    for f in free:
+        for k in range(1, workers + 1):
+            c = min(f / k, cap)
+            if c > best and sum(int(x / c + 1e-9) for x in free) >= workers:
+                best = c
+    return best
+
+
+def node_cpus() -> list[float]:
+    """Each alive node's CPUs (the order ``ray.nodes()`` gives)."""
+    import ray
+
+    return [float(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
+
+
 def check_gpus(phase: str, num_workers: int, key: str | None = None, what: str | None = None) -> None:
     """A learner that asks for a GPU a worker must find them in the cluster now: Ray Train would
     otherwise wait for them forever, its controller retrying each minute. One ConfigError saying

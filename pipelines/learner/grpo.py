@@ -40,17 +40,23 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     planned = json.loads(Storage.from_uri(cfg["phase_uri"]).read_text("prompts.json"))
     prompts = [Prompt(**p) for p in planned["prompts"]]
     own = int(planned["drawn"].get("own_per_iteration", 0))
-    own_here = own // world + (1 if rank < own % world else 0)  # this worker's own-game prompts
+    # this worker's own-game prompts: the round robin of the planned ones [rank::world] goes on
+    fixed = cfg["prompts_per_iteration"] - own
+    own_here = sum(1 for i in range(own) if (fixed + i) % world == rank)
     policy, tokenizer, reference, start_model = learner_models(cfg, settings, own_here, device)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg["learning_rate"], weight_decay=0.0)
     learner = LoopLearner(
         "grpo", cfg, {"iteration": 0, "samples": 0, "seconds": 0.0}, {"policy": policy, "optimizer": optimizer},
-        extra=lambda: {"rng": torch.get_rng_state()}, lead=rank == 0,
+        extra=lambda: {"rng": torch.get_rng_state(), **({"cuda_rng": torch.cuda.get_rng_state(device)}
+                                                        if device.type == "cuda" else {})},
+        lead=rank == 0,
     )  # fmt: skip
     saved = learner.resume("learner resumes at iteration {iteration}")
     if saved is not None and rank == 0:
         torch.set_rng_state(saved["rng"])
+        if "cuda_rng" in saved and device.type == "cuda":
+            torch.cuda.set_rng_state(saved["cuda_rng"], device)
     else:  # each worker draws its own samples
         torch.manual_seed(cfg["seed"] + 1009 * rank + (int(learner.state["iteration"]) if saved else 0))
     reduce = average_gradients if world > 1 else None

@@ -80,9 +80,10 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         policy.eval()
         critic.eval()
         mine = my_share(actions, rank, world)
+        # the reference's log-probs and the values in fp32, as the collectors' old log-probs are
+        batch = make_batch(mine, reference, critic, pad, settings, moves_table=moves_table,
+                           sums=sum_over_workers if world > 1 else None)  # fmt: skip
         with bf16_autocast(device):
-            batch = make_batch(mine, reference, critic, pad, settings, moves_table=moves_table,
-                               sums=sum_over_workers if world > 1 else None)  # fmt: skip
             opt = None if warmup else policy_opt
             got = ppo_update(
                 policy, critic, opt, critic_opt, batch, pad, settings, generator,

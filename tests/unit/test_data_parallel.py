@@ -83,8 +83,9 @@ def test_two_workers_average_and_step_together() -> None:
     manager = mp.Manager()
     out = manager.dict()
     mp.spawn(_worker, args=(_free_port(), out), nprocs=2, join=True)
-    alone = torch.ones(1, 3)  # d(sum(Wx + b))/dW on worker 0; zeros on worker 1
-    assert torch.allclose(out["grad0"], alone / 2) and torch.allclose(out["grad1"], alone / 2)
+    alone = torch.ones(1, 3)  # d(sum(Wx + b))/dW on worker 0 (work 5); zeros on worker 1 (work 0)
+    # weighted by work: worker 1's nothing does not halve worker 0's gradient
+    assert torch.allclose(out["grad0"], alone) and torch.allclose(out["grad1"], alone)
     assert out["total0"] == out["total1"] == 5.0
     assert out["stop0"] is True and out["stop1"] is True  # worker 1's limit stops both
     assert out["metrics0"] == out["metrics1"] == {"reward": 0.75, "samples": 4.0}

@@ -45,6 +45,9 @@ def test_a_bug_is_not_a_lost_process() -> None:
     mixed = {0: bug, 1: WorkerHealthCheckFailedError("A worker health check failed.", _gone())}
     assert lost_processes(WorkerGroupError("mixed", mixed)) is None
     assert lost_processes(ValueError("plain")) is None
+    # an actor whose __init__ raised (a bad model path, no CUDA): its error, not "run it again"
+    failed_start = rex.ActorDiedError(rex.RayTaskError("__init__", "Traceback ...", ValueError("no model here")))
+    assert failed_start.actor_init_failed and lost_processes(failed_start) is None
 
 
 def test_lost_workers_are_one_line_and_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
