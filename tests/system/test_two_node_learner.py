@@ -4,14 +4,17 @@ worker node, each node its own session folder), as one ``ray job submit`` with e
 node, each asking for no more than its node has (the state API says where each ran). Then the
 worker node is killed mid-phase: the job ends with one line naming what was lost, exit 3. The node
 comes back and the same ``ray job submit`` resumes from the last checkpoint Ray Train had
-registered on S3; ``ray job stop`` ends it after a checkpoint of its own, and the same job again
-resumes from there and finishes: every iteration logged, the last run's iterations once each, the
+registered on S3; ``ray job stop`` ends it after a checkpoint of its own, the same job resumes;
+one of its Ray Train workers is SIGKILLed with the driver alive (one line, exit 3), and the same
+job again resumes from there and finishes: every iteration logged, the last run's iterations once each, the
 counts of the finished run those of an unbroken one."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -151,11 +154,30 @@ def test_learner_on_two_uneven_nodes_survives_losing_one(uneven_two_nodes, input
     registered = max(_registered(s3, prefix))  # after the stop
     assert registered < ITERATIONS, "the phase ended before it could be stopped"
 
+    # a lone Ray Train worker SIGKILLed, the driver alive: one line, exit 3; the same job resumes
     third = submit()
-    job = cluster.wait_job(third, deadline_s=300)
+    deadline = time.monotonic() + 300
+    while max(_registered(s3, prefix)) <= registered:
+        assert cluster.job_status(third).get("status") in ("PENDING", "RUNNING"), logs(third)[-4000:]
+        assert time.monotonic() < deadline, logs(third)[-4000:]
+        time.sleep(1)
+    ray_job = cluster.job_status(third)["job_id"]
+    workers = [a for a in cluster.state("actors", f"job_id={ray_job}")
+               if a["class_name"] == "RayTrainWorker" and a["state"] == "ALIVE" and a["node_id"] == head]  # fmt: skip
+    assert workers, "no learner worker alive on the head"
+    os.kill(int(workers[0]["pid"]), signal.SIGKILL)
+    job = cluster.wait_job(third, deadline_s=180)
     third_logs = logs(third)
-    assert job.get("status") == "SUCCEEDED", f"{job}\n{third_logs[-4000:]}\n{cluster.logs()}"
-    resumed = resumed_at(third_logs)
+    assert job.get("status") == "FAILED" and "exit code 3" in job.get("message", ""), f"{job}\n{third_logs[-3000:]}"
+    assert [line for line in driver_err(third_logs).splitlines() if line.startswith("error:")][0].count("were lost")
+    registered = max(_registered(s3, prefix))  # after the kill
+    assert registered < ITERATIONS, "the phase ended before its worker could be killed"
+
+    fourth = submit()
+    job = cluster.wait_job(fourth, deadline_s=300)
+    fourth_logs = logs(fourth)
+    assert job.get("status") == "SUCCEEDED", f"{job}\n{fourth_logs[-4000:]}\n{cluster.logs()}"
+    resumed = resumed_at(fourth_logs)
     assert len(resumed) == 1 and registered <= resumed[0] < ITERATIONS, (registered, resumed)
 
     def read(key: str) -> bytes:
