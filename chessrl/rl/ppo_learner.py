@@ -158,17 +158,7 @@ def make_batch(
     legal_ids = legal_move_ids(rows, tokens.tolist(), moves_table) if moves_table is not None else None
     if settings.masked and legal_ids is None:
         raise ValueError("masked PPO needs the move tokens (moves_table) to list each position's legal moves")
-    masked = legal_ids if settings.masked else None
-    with torch.no_grad():
-        ref = torch.cat(
-            [
-                action_terms(
-                    policy_ref, rows[i : i + chunk], tokens[i : i + chunk], pad_id, settings.temperature,
-                    masked[i : i + chunk] if masked is not None else None,
-                )[0]
-                for i in range(0, len(rows), chunk)
-            ]
-        ).cpu()  # fmt: skip
+    ref = reference_logprobs(policy_ref, rows, tokens, pad_id, settings, legal_ids if settings.masked else None, chunk)
     values = torch.tensor(score_ids(critic, rows, pad_id, chunk))
     old = torch.tensor([a.logprob for a in flat])
     legal_scores = [a.score for a in flat if a.legal]
@@ -216,6 +206,29 @@ def make_batch(
         legal_ids=legal_ids,
         masked=settings.masked,
     )
+
+
+@torch.no_grad()
+def reference_logprobs(
+    policy_ref: Any,
+    rows: Sequence[Sequence[int]],
+    tokens: torch.Tensor,
+    pad_id: int,
+    settings: PPOSettings,
+    masked: torch.Tensor | None,
+    chunk: int = 64,
+) -> torch.Tensor:
+    """The frozen reference's log-probability of each action (masked: over its legal moves),
+    ``chunk`` prompts a forward pass, on the CPU."""
+    return torch.cat(
+        [
+            action_terms(
+                policy_ref, rows[i : i + chunk], tokens[i : i + chunk], pad_id, settings.temperature,
+                masked[i : i + chunk] if masked is not None else None,
+            )[0]
+            for i in range(0, len(rows), chunk)
+        ]
+    ).cpu()  # fmt: skip
 
 
 def whiten_over(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from chessrl.rl.ppo import PPOSettings
@@ -28,35 +29,18 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     import ray.data
     import torch
 
-    from chessrl.arena.saved_models import load_saved_model
-    from chessrl.lm.legality import MoveTokens
-    from chessrl.rl.data_parallel import (
-        any_worker,
-        average_gradients,
-        broadcast_objects,
-        metrics_over_workers,
-        sum_over_workers,
-    )
-    from chessrl.rl.ppo import make_batch, ppo_update
+    from chessrl.rl.data_parallel import any_worker, broadcast_objects
 
     torch.set_num_threads(max(1, min(int(cfg["threads"]), os.cpu_count() or 1)))
     ray.data.DataContext.get_current().enable_progress_bars = False
     rank, world, device = worker_place(bool(cfg.get("use_gpu")), "ppo")
     lead = rank == 0
-    settings = PPOSettings(**cfg["settings"])
-    policy, tokenizer = load_saved_model(cfg["policy_path"], "policy")
-    policy.to(device)  # before the optimizers and a resume's state: one device throughout
-    reference = frozen_copy(policy)
-    critic, _ = load_saved_model(cfg["reward_path"], "reward")
-    critic.to(device)
-    moves_table = MoveTokens(tokenizer)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    policy_opt = torch.optim.AdamW(policy.parameters(), lr=cfg["learning_rate"], weight_decay=0.0)
-    critic_opt = torch.optim.AdamW(critic.parameters(), lr=cfg["critic_learning_rate"], weight_decay=0.0)
+    parts = PPOParts.load(cfg, rank, world, device)
+    policy, critic = parts.policy, parts.critic
     learner = LoopLearner(
         "ppo", cfg,
         {"iteration": 0, "version": 0, "read": [], "episodes": 0, "actions": 0, "stale_dropped": 0, "seconds": 0.0},
-        {"policy": policy, "critic": critic, "policy_opt": policy_opt, "critic_opt": critic_opt}, lead=lead,
+        {"policy": policy, "critic": critic, "policy_opt": parts.policy_opt, "critic_opt": parts.critic_opt}, lead=lead,
     )  # fmt: skip
     learner.resume("learner resumes at iteration {iteration} (version {version})")
     state = learner.state
@@ -76,20 +60,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         wait_s = time.perf_counter() - wait_started
         learn_started = time.perf_counter()
         warmup = state["iteration"] < cfg["critic_warmup"]
-        # eval mode throughout (dropout off, as OpenRLHF does): the ratio compares the same function
-        policy.eval()
-        critic.eval()
-        mine = my_share(actions, rank, world)
-        # the reference's log-probs and the values in fp32, as the collectors' old log-probs are
-        batch = make_batch(mine, reference, critic, pad, settings, moves_table=moves_table,
-                           sums=sum_over_workers if world > 1 else None)  # fmt: skip
-        with bf16_autocast(device):
-            opt = None if warmup else policy_opt
-            got = ppo_update(
-                policy, critic, opt, critic_opt, batch, pad, settings, generator,
-                **data_parallel_steps(len(batch.rows), settings.minibatch, world, average_gradients),
-            )  # fmt: skip
-        got = metrics_over_workers(got, len(mine), sums=("actions",))
+        got = parts.learn(actions, warmup, generator)
         learn_s = time.perf_counter() - learn_started
         state["iteration"] += 1
         figures = episode_figures(actions, state["version"])
@@ -116,7 +87,68 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         ray.get(server.stop.remote())
     learner.finish({**metrics, "iteration": state["iteration"], "episodes_total": state["episodes"],
                     "actions_total": state["actions"], "stale_dropped": state["stale_dropped"]},
-                   export=(lambda: export_models(policy, critic, tokenizer, learner.phase)) if lead else None)  # fmt: skip
+                   export=(lambda: export_models(policy, critic, parts.tokenizer, learner.phase)) if lead else None)  # fmt: skip
+
+
+@dataclass
+class PPOParts:
+    """What one ppo learner worker trains, on its device: the policy, its frozen reference, the
+    critic (initialised from the reward model), their optimizers, and what the update reads."""
+
+    settings: PPOSettings
+    policy: Any
+    tokenizer: Any
+    reference: Any
+    critic: Any
+    policy_opt: Any
+    critic_opt: Any
+    moves_table: Any
+    pad: int
+    device: Any
+    rank: int
+    world: int
+
+    @classmethod
+    def load(cls, cfg: dict[str, Any], rank: int, world: int, device: Any) -> PPOParts:
+        """The models from ``cfg``'s paths, moved to ``device`` before their optimizers are made
+        (a resume's optimizer state then lands on the same device)."""
+        import torch
+
+        from chessrl.arena.saved_models import load_saved_model
+        from chessrl.lm.legality import MoveTokens
+
+        policy, tokenizer = load_saved_model(cfg["policy_path"], "policy")
+        policy.to(device)
+        critic, _ = load_saved_model(cfg["reward_path"], "reward")
+        critic.to(device)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        return cls(
+            PPOSettings(**cfg["settings"]), policy, tokenizer, frozen_copy(policy), critic,
+            torch.optim.AdamW(policy.parameters(), lr=cfg["learning_rate"], weight_decay=0.0),
+            torch.optim.AdamW(critic.parameters(), lr=cfg["critic_learning_rate"], weight_decay=0.0),
+            MoveTokens(tokenizer), pad, device, rank, world,
+        )  # fmt: skip
+
+    def learn(self, actions: list[Any], warmup: bool, generator: Any) -> dict[str, float]:
+        """One iteration's PPO passes on this worker's share of ``actions`` (critic only during
+        ``warmup``), the metrics over all workers."""
+        from chessrl.rl.data_parallel import average_gradients, metrics_over_workers, sum_over_workers
+        from chessrl.rl.ppo import make_batch, ppo_update
+
+        # eval mode throughout (dropout off, as OpenRLHF does): the ratio compares the same function
+        self.policy.eval()
+        self.critic.eval()
+        mine = my_share(actions, self.rank, self.world)
+        # the reference's log-probs and the values in fp32, as the collectors' old log-probs are
+        batch = make_batch(mine, self.reference, self.critic, self.pad, self.settings, moves_table=self.moves_table,
+                           sums=sum_over_workers if self.world > 1 else None)  # fmt: skip
+        with bf16_autocast(self.device):
+            got = ppo_update(
+                self.policy, self.critic, None if warmup else self.policy_opt, self.critic_opt, batch, self.pad,
+                self.settings, generator,
+                **data_parallel_steps(len(batch.rows), self.settings.minibatch, self.world, average_gradients),
+            )  # fmt: skip
+        return metrics_over_workers(got, len(mine), sums=("actions",))
 
 
 def my_share(actions: list[Any], rank: int, world: int) -> list[Any]:

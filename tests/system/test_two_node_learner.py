@@ -17,6 +17,7 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -105,13 +106,25 @@ def test_learner_on_two_uneven_nodes_survives_losing_one(uneven_two_nodes, input
     worker = next(i for i, n in nodes.items() if n["resources_total"].get("node_worker"))
     assert (nodes[head]["resources_total"]["CPU"], nodes[worker]["resources_total"]["CPU"]) == (2, 3)
 
+    def running_until(job_id: str, recorded: Callable[[list[int]], bool]) -> None:
+        """Wait, the job still running, until the checkpoints registered on S3 satisfy ``recorded``."""
+        deadline = time.monotonic() + 300
+        while not recorded(_registered(s3, prefix)):
+            assert cluster.job_status(job_id).get("status") in ("PENDING", "RUNNING"), logs(job_id)[-4000:]
+            assert time.monotonic() < deadline, logs(job_id)[-4000:]
+            time.sleep(1)
+
+    def lost_in_one_line(job_id: str) -> None:
+        """The job ended with the one line of processes lost, exit 3, no traceback of the driver's."""
+        job = cluster.wait_job(job_id, deadline_s=180)
+        text = logs(job_id)
+        assert job.get("status") == "FAILED" and "exit code 3" in job.get("message", ""), f"{job}\n{text[-4000:]}"
+        driver = [line for line in driver_err(text).splitlines() if line.startswith("error:")]
+        assert len(driver) == 1 and "were lost" in driver[0] and "Run the same command again" in driver[0], driver
+        assert "Traceback" not in driver_err(text)  # the driver's own lines (Ray's forwarded ones aside)
+
     first = submit()
-    deadline = time.monotonic() + 300
-    while len(_registered(s3, prefix)) < 2:  # two checkpoints recorded, then the node goes
-        status = cluster.job_status(first).get("status")
-        assert status in ("PENDING", "RUNNING"), f"{status}\n{logs(first)[-4000:]}"
-        assert time.monotonic() < deadline, logs(first)[-4000:]
-        time.sleep(1)
+    running_until(first, lambda steps: len(steps) >= 2)  # two checkpoints recorded, then the node goes
     ray_job = cluster.job_status(first)["job_id"]
     placed: dict[str, set[str]] = {}
     for actor in cluster.state("actors", f"job_id={ray_job}"):
@@ -124,13 +137,7 @@ def test_learner_on_two_uneven_nodes_survives_losing_one(uneven_two_nodes, input
     assert registered < ITERATIONS, "the phase ended before the node could be killed"
 
     cluster.kill_worker()
-    job = cluster.wait_job(first, deadline_s=180)
-    first_logs = logs(first)
-    assert job.get("status") == "FAILED", f"{job}\n{first_logs[-4000:]}"
-    assert "exit code 3" in job.get("message", ""), job.get("message")
-    driver = [line for line in first_logs.splitlines() if line.startswith("error:")]
-    assert len(driver) == 1 and "were lost" in driver[0] and "Run the same command again" in driver[0], driver
-    assert "Traceback" not in driver_err(first_logs)  # the driver's own lines (Ray's forwarded ones aside)
+    lost_in_one_line(first)
     registered = max(_registered(s3, prefix))  # read after the kill: the oldest the rerun may resume from
 
     cluster.start_worker()
@@ -141,11 +148,7 @@ def test_learner_on_two_uneven_nodes_survives_losing_one(uneven_two_nodes, input
     # the node back: the same job resumes; once it has registered a checkpoint of its own,
     # `ray job stop` ends it, and the same job again resumes from there and finishes
     second = submit()
-    deadline = time.monotonic() + 300
-    while max(_registered(s3, prefix)) <= registered:
-        assert cluster.job_status(second).get("status") in ("PENDING", "RUNNING"), logs(second)[-4000:]
-        assert time.monotonic() < deadline, logs(second)[-4000:]
-        time.sleep(1)
+    running_until(second, lambda steps, after=registered: max(steps) > after)
     stopped = cluster.cli("job", "stop", "--address", cluster.url, second, timeout=120)
     assert stopped.returncode == 0, stopped.stderr[-2000:]
     assert cluster.wait_job(second, deadline_s=120).get("status") == "STOPPED"
@@ -156,20 +159,13 @@ def test_learner_on_two_uneven_nodes_survives_losing_one(uneven_two_nodes, input
 
     # a lone Ray Train worker SIGKILLed, the driver alive: one line, exit 3; the same job resumes
     third = submit()
-    deadline = time.monotonic() + 300
-    while max(_registered(s3, prefix)) <= registered:
-        assert cluster.job_status(third).get("status") in ("PENDING", "RUNNING"), logs(third)[-4000:]
-        assert time.monotonic() < deadline, logs(third)[-4000:]
-        time.sleep(1)
+    running_until(third, lambda steps, after=registered: max(steps) > after)
     ray_job = cluster.job_status(third)["job_id"]
     workers = [a for a in cluster.state("actors", f"job_id={ray_job}")
                if a["class_name"] == "RayTrainWorker" and a["state"] == "ALIVE" and a["node_id"] == head]  # fmt: skip
     assert workers, "no learner worker alive on the head"
     os.kill(int(workers[0]["pid"]), signal.SIGKILL)
-    job = cluster.wait_job(third, deadline_s=180)
-    third_logs = logs(third)
-    assert job.get("status") == "FAILED" and "exit code 3" in job.get("message", ""), f"{job}\n{third_logs[-3000:]}"
-    assert [line for line in driver_err(third_logs).splitlines() if line.startswith("error:")][0].count("were lost")
+    lost_in_one_line(third)
     registered = max(_registered(s3, prefix))  # after the kill
     assert registered < ITERATIONS, "the phase ended before its worker could be killed"
 
