@@ -84,7 +84,7 @@ def grpo_settings(cfg: GRPOConfig) -> GRPOSettings:
         group_size=cfg.group_size, loss_type=cfg.loss_type, beta=cfg.beta, clip=cfg.clip,
         clip_high=cfg.clip_high, temperature=cfg.temperature, illegal_reward=cfg.illegal_reward,
         max_loss=cfg.max_loss, masked=cfg.masked, legal_weight=cfg.legal_weight, dead_zone=cfg.dead_zone,
-        std_floor=cfg.std_floor, drop_flat=cfg.drop_flat,
+        std_floor=cfg.std_floor, drop_flat=cfg.drop_flat, pair_margin=cfg.pair_margin, rpo_alpha=cfg.rpo_alpha,
     )  # fmt: skip
 
 

@@ -37,7 +37,14 @@ import torch
 from chessrl.data.positions import Position, split_counts
 from chessrl.lm.formats import MovesFormat, RookWorldFormat, parse_move
 from chessrl.lm.lm_data import ENV_HISTORY
-from chessrl.rl.grpo_loss import completion_logprobs, group_advantages, grpo_loss, masked_completion_logprobs
+from chessrl.rl.grpo_loss import (
+    completion_logprobs,
+    group_advantages,
+    group_pairs,
+    grpo_loss,
+    masked_completion_logprobs,
+    online_dpo_loss,
+)
 from chessrl.rl.grpo_types import (  # noqa: F401 - re-exported: the settings, prompts and samples of GRPO
     ENV_FIELDS,
     ENV_WEIGHTS,
@@ -48,6 +55,7 @@ from chessrl.rl.grpo_types import (  # noqa: F401 - re-exported: the settings, p
     Prompt,
     Sample,
 )
+from chessrl.rl.policy_gradient import kl_penalty, masked_mean
 
 
 def policy_reward(
@@ -261,7 +269,14 @@ def grpo_update(
     ``reduce`` (several data-parallel workers, :func:`chessrl.rl.data_parallel.average_gradients`)
     averages the gradients over the workers before the step and returns what all of them
     trained on; every worker calls it each update, one whose groups were all flat included, so
-    all take the same step (none when no worker had anything to learn)."""
+    all take the same step (none when no worker had anything to learn).
+
+    ``loss_type`` ``dpo``: :func:`online_dpo_update` instead."""
+    if settings.loss_type == "dpo":
+        return online_dpo_update(
+            policy, reference, optimizer, samples, pad, settings,
+            minibatch=minibatch, max_grad_norm=max_grad_norm, reduce=reduce,
+        )  # fmt: skip
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
     groups = [s.group for s in samples]
     advantages, keep = group_advantages(
@@ -300,14 +315,7 @@ def grpo_update(
         for key in ("pg_loss", "kl", "clipfrac", "approx_kl"):
             metrics[key] += m[key] * share
     if legality:
-        # the legality term, once per distinct masked prompt (flat groups included: legality
-        # is learnt wherever the policy was asked)
-        firsts = list({tuple(samples[i].prompt_ids): i for i in masked}.values())
-        for start in range(0, len(firsts), minibatch):
-            batch = [samples[i] for i in firsts[start : start + minibatch]]
-            _, _, nll = masked_completion_logprobs(policy, batch, pad, settings.temperature)
-            (settings.legal_weight * nll.sum() / len(firsts)).backward()
-            metrics["legal_nll"] += float(nll.detach().sum()) / len(firsts)
+        metrics["legal_nll"] = legality_backward(policy, samples, masked, pad, settings, minibatch)
     # the loss is a mean over sequences (dapo: tokens); with nothing to learn but legality, over its prompts
     work = float(tokens if settings.loss_type == "dapo" else len(used)) if used else float(legality and len(masked))
     if reduce is not None and reduce(policy, work) == 0:
@@ -315,6 +323,91 @@ def grpo_update(
     grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
     optimizer.step()
     return {**metrics, "trained_samples": float(len(used)), "grad_norm": float(grad_norm)}
+
+
+def legality_backward(
+    policy: torch.nn.Module, samples: Sequence[Sample], masked: Sequence[int], pad: int,
+    settings: GRPOSettings, minibatch: int,
+) -> float:  # fmt: skip
+    """The legality term's gradient (``legal_weight`` times ``-log P(legal)``), once per distinct
+    masked prompt (flat groups included: legality is learnt wherever the policy was asked), and
+    its mean."""
+    firsts = list({tuple(samples[i].prompt_ids): i for i in masked}.values())
+    total = 0.0
+    for start in range(0, len(firsts), minibatch):
+        batch = [samples[i] for i in firsts[start : start + minibatch]]
+        _, _, nll = masked_completion_logprobs(policy, batch, pad, settings.temperature)
+        (settings.legal_weight * nll.sum() / len(firsts)).backward()
+        total += float(nll.detach().sum()) / len(firsts)
+    return total
+
+
+def online_dpo_update(
+    policy: torch.nn.Module,
+    reference: torch.nn.Module | None,
+    optimizer: torch.optim.Optimizer,
+    samples: Sequence[Sample],
+    pad: int,
+    settings: GRPOSettings,
+    *,
+    minibatch: int = 64,
+    max_grad_norm: float = 1.0,
+    reduce: Callable[[torch.nn.Module, float], float] | None = None,
+) -> dict[str, float]:
+    """One online DPO step (``loss_type`` ``dpo``) on a batch of groups of the current policy's
+    samples: each group's best and worst, ``pair_margin`` apart (:func:`group_pairs`), a
+    chosen/rejected pair; DPO's loss against the frozen ``reference`` plus the RPO anchor
+    (:func:`chessrl.rl.grpo_loss.online_dpo_loss`), the mean over the pairs, gradients
+    accumulated over minibatches of pairs; the legality term as :func:`grpo_update`'s. Log-probs
+    are the sampler's (masked samples: under the legal moves alone). ``reduce`` as in
+    :func:`grpo_update` (the work is the pairs)."""
+    if reference is None:
+        raise ValueError("online DPO needs the frozen reference (beta > 0)")
+    pairs = group_pairs(
+        [s.reward for s in samples], [s.group for s in samples], [s.completion_ids for s in samples],
+        settings.pair_margin,
+    )  # fmt: skip
+    masked = [i for i in range(len(samples)) if samples[i].legal_ids is not None]
+    legality = settings.legal_weight > 0 and bool(masked)
+    metrics: dict[str, float] = {
+        "pg_loss": 0.0, "kl": 0.0, "clipfrac": 0.0, "approx_kl": 0.0,
+        "dpo_loss": 0.0, "nll": 0.0, "pair_accuracy": 0.0, "reward_margin": 0.0, "pairs": float(len(pairs)),
+    }  # fmt: skip
+    if legality:
+        metrics["legal_nll"] = 0.0
+    if not pairs and not legality and reduce is None:
+        return {**metrics, "trained_samples": 0.0, "grad_norm": 0.0}
+    policy.train(False)
+    optimizer.zero_grad(set_to_none=True)
+    half = max(1, minibatch // 2)
+    for start in range(0, len(pairs), half):
+        part = pairs[start : start + half]
+        batch = [samples[c] for c, _ in part] + [samples[r] for _, r in part]
+        score = masked_completion_logprobs if batch[0].legal_ids is not None else completion_logprobs
+        logprobs, mask, *_ = score(policy, batch, pad, settings.temperature)
+        with torch.no_grad():
+            ref, *_ = score(reference, batch, pad, settings.temperature)
+        seq, ref_seq = (logprobs * mask).sum(-1), (ref * mask).sum(-1)
+        n = len(part)
+        loss, m = online_dpo_loss(
+            seq[:n], seq[n:], ref_seq[:n], ref_seq[n:], mask[:n].sum(-1), settings.beta, settings.rpo_alpha
+        )
+        share = n / len(pairs)
+        (loss * share).backward()
+        with torch.no_grad():
+            kl = kl_penalty(logprobs, ref, settings.kl_estimator)
+        metrics["kl"] += float(masked_mean(kl, mask)) * share
+        for key in ("dpo_loss", "nll", "pair_accuracy", "reward_margin"):
+            metrics[key] += m[key] * share
+    metrics["pg_loss"] = metrics["dpo_loss"]
+    if legality:
+        metrics["legal_nll"] = legality_backward(policy, samples, masked, pad, settings, minibatch)
+    work = float(len(pairs)) if pairs else float(legality and len(masked))
+    if reduce is not None and reduce(policy, work) == 0:
+        return {**metrics, "trained_samples": 0.0, "grad_norm": 0.0}
+    grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
+    optimizer.step()
+    return {**metrics, "trained_samples": float(2 * len(pairs)), "grad_norm": float(grad_norm)}
 
 
 def batch_metrics(samples: Sequence[Sample]) -> dict[str, float]:

@@ -11,6 +11,12 @@ Advantages: :func:`chessrl.rl.policy_gradient.compute_grpo_outcome_advantage` ov
   length, then the mean over sequences.
 - ``dapo`` (DAPO): ``A`` as ``grpo``; clip-higher (``clip_high``, 0.28); token mean over the
   batch; groups whose rewards are all equal are dropped from the loss (dynamic sampling).
+- ``dpo`` (online DPO, :func:`group_pairs` and :func:`online_dpo_loss`): each group's best and
+  worst samples, when their rewards differ by ``pair_margin``, are a chosen/rejected pair of the
+  current policy's own samples; DPO's sigmoid loss against the frozen reference (beta) plus an
+  NLL anchor on the chosen sample (RPO, ``rpo_alpha``). Every iteration samples from the updated
+  policy, so the pairs stay on-policy (iterative / online DPO: Xiong et al. 2024, OpenRLHF's
+  iterative DPO; RPO: Pang et al. 2024).
 """
 
 from __future__ import annotations
@@ -62,6 +68,63 @@ def group_advantages(
             if bool((values == values[0]).all()):
                 keep[idx] = False
     return advantages, keep
+
+
+def group_pairs(
+    rewards: Sequence[float], groups: Sequence[Hashable], completions: Sequence[Sequence[int]], margin: float
+) -> list[tuple[int, int]]:
+    """Online DPO's pairs: per group, the index of its best sample (chosen) and of its worst
+    (rejected), when their rewards differ by at least ``margin`` and their completions differ;
+    samples without a completion are left out. The first of equal rewards is taken.
+
+    >>> group_pairs([0.9, 0.2, 0.5, 0.5, 0.51], [0, 0, 0, 1, 1], [[1], [2], [3], [4], [5]], 0.05)
+    [(0, 1)]
+    """
+    members: dict[Hashable, list[int]] = {}
+    for i, g in enumerate(groups):
+        if completions[i]:
+            members.setdefault(g, []).append(i)
+    pairs = []
+    for idx in members.values():
+        best = max(idx, key=lambda i: rewards[i])
+        worst = min(idx, key=lambda i: rewards[i])
+        if rewards[best] - rewards[worst] >= margin and list(completions[best]) != list(completions[worst]):
+            pairs.append((best, worst))
+    return pairs
+
+
+def online_dpo_loss(
+    chosen: torch.Tensor,
+    rejected: torch.Tensor,
+    ref_chosen: torch.Tensor,
+    ref_rejected: torch.Tensor,
+    chosen_tokens: torch.Tensor,
+    beta: float,
+    rpo_alpha: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """DPO's sigmoid loss on ``(P,)`` sequence log-probs of chosen and rejected samples and their
+    reference's, plus ``rpo_alpha`` times the chosen samples' NLL per token (``chosen_tokens``
+    their lengths); the mean over the pairs.
+
+    A pair the policy already ranks by more than the reference does costs less:
+
+    >>> z = torch.zeros(2)
+    >>> loss, m = online_dpo_loss(torch.tensor([-1.0, -2.0]), torch.tensor([-2.0, -1.0]), z - 1.5, z - 1.5,
+    ...                           torch.ones(2), beta=1.0, rpo_alpha=0.0)
+    >>> round(float(loss), 3), m["pair_accuracy"]
+    (0.813, 0.5)
+    """
+    margin = beta * ((chosen - ref_chosen) - (rejected - ref_rejected))
+    dpo = -torch.nn.functional.logsigmoid(margin)
+    nll = -chosen / chosen_tokens.clamp(min=1)
+    loss = (dpo + rpo_alpha * nll).mean()
+    metrics = {
+        "dpo_loss": float(dpo.detach().mean()),
+        "nll": float(nll.detach().mean()),
+        "pair_accuracy": float((margin.detach() > 0).float().mean()),
+        "reward_margin": float(margin.detach().mean()),
+    }
+    return loss, metrics
 
 
 def grpo_loss(

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-LossType = Literal["grpo", "dr_grpo", "dapo"]
-LOSS_TYPES: tuple[str, ...] = ("grpo", "dr_grpo", "dapo")
+LossType = Literal["grpo", "dr_grpo", "dapo", "dpo"]
+LOSS_TYPES: tuple[str, ...] = ("grpo", "dr_grpo", "dapo", "dpo")
 TASKS: tuple[str, ...] = ("policy", "environment")
 #: Partial credit of the environment task's fields.
 ENV_WEIGHTS: dict[str, float] = {"fen": 0.7, "reward": 0.1, "terminated": 0.1, "truncated": 0.1}
@@ -25,7 +25,8 @@ class GRPOSettings:
     """Completions sampled per prompt."""
     loss_type: LossType = "grpo"
     beta: float = 0.04
-    """Weight of the k3 KL to the frozen reference in the loss (0: no reference pass)."""
+    """Weight of the k3 KL to the frozen reference in the loss (0: no reference pass); ``dpo``:
+    DPO's beta, the reference's pull on the pairs' log-ratios (> 0)."""
     clip: float = 0.2
     """epsilon of the clipped surrogate (the lower bound for ``dapo``)."""
     clip_high: float = 0.28
@@ -50,6 +51,11 @@ class GRPOSettings:
     """grpo/dapo: the group std is at least this, so noise-level differences stay small advantages."""
     drop_flat: bool = False
     """Leave groups whose rewards are all equal out of the update (they teach nothing)."""
+    pair_margin: float = 0.05
+    """``dpo``: a group gives its best and worst samples as a pair when their rewards differ by
+    at least this (expected score; below it the ranking is engine noise)."""
+    rpo_alpha: float = 1.0
+    """``dpo``: weight of the NLL anchor on each pair's chosen sample (RPO; 0: plain DPO)."""
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -64,6 +70,10 @@ class GRPOSettings:
             raise ValueError(f"dead_zone must be in [0, max_loss={self.max_loss:g}), got {self.dead_zone:g}")
         if self.std_floor < 0 or self.legal_weight < 0:
             raise ValueError("std_floor and legal_weight must be >= 0")
+        if self.loss_type == "dpo" and self.beta <= 0:
+            raise ValueError(f"loss_type dpo needs beta > 0 (DPO's beta, the reference's pull), got {self.beta:g}")
+        if self.pair_margin < 0 or self.rpo_alpha < 0:
+            raise ValueError("pair_margin and rpo_alpha must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         state["samples"] += int(everyone)
         metrics = metrics_over_workers(
             iteration_metrics(state, samples, got, (t0, t1, t2, t3), learner.tick()), len(samples),
-            sums=("samples", "trained_samples", "samples_per_s"), maxes=("generate_s", "score_s", "learn_s", "elapsed_s"),
+            sums=("samples", "trained_samples", "samples_per_s", "pairs"), maxes=("generate_s", "score_s", "learn_s", "elapsed_s"),
         )  # fmt: skip
         learner.record({**metrics, "workers": world}, progress_line(metrics))
         learner.maybe_checkpoint(metrics)
@@ -156,6 +156,11 @@ def progress_line(metrics: dict[str, Any]) -> str:
         f"(policy {metrics['reward_policy']:+.3f}, env {metrics['reward_environment']:.3f}), "
         f"legal {metrics['legal_rate']:.1%}, env exact {metrics['env_exact']:.1%}, "
         f"zero-variance groups {metrics['zero_variance_groups']:.0%}, KL {metrics['kl']:.4f}, "
-        f"{metrics['samples_per_s']:.1f} samples/s (generate {metrics['generate_s']:.1f} s, "
+        + (
+            f"{int(metrics['pairs'])} pairs (ranked right {metrics['pair_accuracy']:.0%}), "
+            if "pairs" in metrics
+            else ""
+        )
+        + f"{metrics['samples_per_s']:.1f} samples/s (generate {metrics['generate_s']:.1f} s, "
         f"Stockfish {metrics['score_s']:.1f} s, learn {metrics['learn_s']:.1f} s)"
     )

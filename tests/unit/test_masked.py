@@ -109,6 +109,43 @@ def test_a_masked_update_trains_legality_through_its_own_term(tiny) -> None:
     assert after < before  # -log P(legal) went down
 
 
+def test_an_online_dpo_round_raises_the_better_ranked_move() -> None:
+    """A hanging queen (Rd2xd5): a group of the policy's masked samples, the capture ranked best and
+    a king move worst; one online DPO step raises the capture's masked log-prob and lowers the
+    king move's, the reference untouched; a group of equal rewards makes no pair."""
+    from chessrl.rl.grpo import board_prompt, grpo_update
+
+    torch.manual_seed(5)
+    model, tok = build_model("tiny")
+    reference = build_model("tiny")[0]
+    reference.load_state_dict(model.state_dict())
+    fen = "4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1"
+    s = GRPOSettings(group_size=4, masked=True, loss_type="dpo", beta=0.1, rpo_alpha=1.0, pair_margin=0.05)
+    (template,) = sample_groups(model, tok, [board_prompt(fen)], GRPOSettings(group_size=2, masked=True),
+                                {"policy": 1, "environment": 8})[:1]  # fmt: skip
+    legal = MaskedMoves(tok)
+    ids = dict(zip(sorted(m.uci() for m in chess.Board(fen).legal_moves), template.legal_ids or [], strict=True))
+
+    def sample(move: str, reward: float, group: int = 0) -> Sample:
+        return Sample(template.prompt, group, template.prompt_ids, [ids[move]], " " + move, reward,
+                      "legal", legal_ids=template.legal_ids)  # fmt: skip
+
+    samples = [sample("d2d5", 1.0), sample("e1f1", 0.0), sample("d2d3", 0.4), sample("d2d4", 0.97)]
+    samples += [sample("e1e2", 0.5, 1), sample("e1d1", 0.5, 1)]  # flat: no pair
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    before = masked_completion_logprobs(model, samples[:2], tok.pad_token_id, 1.0)[0].detach()[:, 0]
+    got = grpo_update(model, reference, optimizer, samples, tok.pad_token_id, s)
+    after = masked_completion_logprobs(model, samples[:2], tok.pad_token_id, 1.0)[0].detach()[:, 0]
+    assert got["pairs"] == 1.0 and got["trained_samples"] == 2.0
+    assert got["dpo_loss"] == pytest.approx(0.6931, abs=1e-3)  # policy == reference: log 2
+    assert float(after[0]) > float(before[0]) and float(after[1]) < float(before[1])
+    ref_after = masked_completion_logprobs(reference, samples[:2], tok.pad_token_id, 1.0)[0].detach()[:, 0]
+    assert torch.allclose(ref_after, before, atol=1e-6)
+    assert legal.move_of(samples[0].completion_ids[0]) == "d2d5"
+    with pytest.raises(ValueError, match="beta > 0"):
+        GRPOSettings(loss_type="dpo", beta=0.0)
+
+
 def test_noise_level_rewards_get_small_advantages_and_a_blunder_a_large_one() -> None:
     s = GRPOSettings(dead_zone=0.03, std_floor=0.1)
     from chessrl.rl.grpo import policy_reward
