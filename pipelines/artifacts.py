@@ -82,6 +82,21 @@ def sft_folder(text_format: str) -> str:
     return "sft" if text_format == "moves" else f"sft-{text_format}"
 
 
+#: The run's folder (and ``rlaif`` node) of ``grpo --loss-type dpo``, beside grpo's own.
+ONLINE_DPO = "online-dpo"
+
+
+def grpo_folder(loss_type: str) -> str:
+    """The run's folder a grpo run of this loss type writes: ``grpo``, or :data:`ONLINE_DPO` for
+    ``dpo``, so online DPO and GRPO from the same start sit side by side (and one never resumes
+    the other's checkpoint).
+
+    >>> grpo_folder("dapo"), grpo_folder("dpo")
+    ('grpo', 'online-dpo')
+    """
+    return ONLINE_DPO if loss_type == "dpo" else "grpo"
+
+
 def mark_text_format(folder: Any, text_format: str) -> None:
     """Record the text format in the model's ``config.json`` (``grpo`` reads it to warn about a
     policy that never saw the rookworld tasks); transformers keeps unknown keys as attributes."""

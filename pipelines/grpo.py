@@ -51,7 +51,7 @@ from chessrl.rl.grpo import GRPOSettings, Prompt
 from cluster.errors import ConfigError, StorageError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
-from pipelines.artifacts import sft_folder
+from pipelines.artifacts import grpo_folder, sft_folder
 from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, GRPOConfig
 from pipelines.learner import (
@@ -85,6 +85,7 @@ def grpo_settings(cfg: GRPOConfig) -> GRPOSettings:
         clip_high=cfg.clip_high, temperature=cfg.temperature, illegal_reward=cfg.illegal_reward,
         max_loss=cfg.max_loss, masked=cfg.masked, legal_weight=cfg.legal_weight, dead_zone=cfg.dead_zone,
         std_floor=cfg.std_floor, drop_flat=cfg.drop_flat, pair_margin=cfg.pair_margin, rpo_alpha=cfg.rpo_alpha,
+        dpo_beta=cfg.dpo_beta,
     )  # fmt: skip
 
 
@@ -345,7 +346,7 @@ def loop_config(
     """The learner loop's config (:func:`pipelines.learner.grpo.train_loop_per_worker`)."""
     cfg, run = context.config.grpo, context.config.run
     return {
-        "phase_uri": context.phase_storage("grpo").uri, "policy_path": found.policy,
+        "phase_uri": context.phase_storage(grpo_folder(cfg.loss_type)).uri, "policy_path": found.policy,
         "settings": found.settings.__dict__, "text_format": cfg.text_format, "own_opponent": cfg.own_opponent,
         "seed": run.seed, "iterations": cfg.iterations, "prompts_per_iteration": cfg.prompts_per_iteration,
         "learning_rate": cfg.learning_rate, "minibatch": batch_size, "max_new_tokens": limits,
@@ -362,7 +363,7 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
     from cluster.runtime import release_actor_name
 
     cfg = context.config.grpo
-    phase = context.phase_storage("grpo")
+    phase = context.phase_storage(grpo_folder(cfg.loss_type))
     found = check_grpo(context.config, Inputs.of_context(context), context.log)
     if cfg.use_gpu:  # the GPUs asked for are there, before anything starts or is written
         check_gpus("grpo", cfg.num_workers)
@@ -381,7 +382,7 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
     pool = EnginePool.spread(cfg.engines, run=context.config.run.name, num_cpus_per_engine=engine_cpus, key="grpo.engines")
     trainer = torch_trainer(
         context, "grpo", train_loop_per_worker, loop_config(context, found, limits, batch_size, pool, learner_cpus),
-        num_workers=cfg.num_workers, cpus_per_worker=learner_cpus, use_gpu=cfg.use_gpu,
+        num_workers=cfg.num_workers, cpus_per_worker=learner_cpus, use_gpu=cfg.use_gpu, folder=grpo_folder(cfg.loss_type),
         progress=(board := ProgressBoard(context.log, "iteration", cfg.iterations)),
     )  # fmt: skip
     started = time.perf_counter()
@@ -403,10 +404,11 @@ def heldout_results(
     paired move quality (:func:`heldout_quality`, logged to MLflow); empty without a final model."""
     from chessrl.engine.client import SearchLimit
 
-    cfg, phase = context.config.grpo, context.phase_storage("grpo")
+    cfg = context.config.grpo
+    phase = context.phase_storage(grpo_folder(cfg.loss_type))
     if not phase.exists("model/config.json"):
         return {}, {}
-    final_path = model_location(None, phase.child("model"), "grpo", "grpo")
+    final_path = model_location(None, phase.child("model"), grpo_folder(cfg.loss_type), "grpo")
     context.log(f"trained in {seconds:.0f} s; the start and final policies on {len(heldout)} held-out prompts")
     expected = partial(expected_scores, pool, SearchLimit(nodes=cfg.stockfish_nodes))
     models = {"start": found.policy, "final": final_path}
@@ -422,12 +424,13 @@ def summarise(
     scores: dict[str, dict[str, float]], quality: dict[str, Any],
 ) -> PhaseResult:
     """``summary.json`` and the summary lines."""
-    cfg, phase = context.config.grpo, context.phase_storage("grpo")
+    cfg = context.config.grpo
+    phase = context.phase_storage(grpo_folder(cfg.loss_type))
     final = final_metrics(result)
     rows = read_metrics(phase.child("logs"))
     first, last = (rows[0], rows[-1]) if rows else ({}, {})
     summary = {
-        "phase": "grpo", "iterations": int(final.get("iteration", 0)), "samples": int(final.get("samples_total", 0)),
+        "phase": grpo_folder(cfg.loss_type), "iterations": int(final.get("iteration", 0)), "samples": int(final.get("samples_total", 0)),
         "seconds": round(seconds, 1), "drawn": drawn, "first": first, "last": last, "heldout": scores,
         "quality": quality,
         "samples_per_s": sum(r["samples"] for r in rows) / max(1e-9, sum(r["generate_s"] + r["score_s"] + r["learn_s"] for r in rows)),

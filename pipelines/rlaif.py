@@ -50,6 +50,7 @@ from cluster.progress import clock
 from cluster.runtime import quiet_driver, ray_session
 from cluster.storage import Storage
 from cluster.tracking import Tracker, write_json_artifact
+from pipelines.artifacts import ONLINE_DPO
 from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, RlaifConfig
 from pipelines.phase import (
@@ -90,18 +91,21 @@ def graph_nodes(config: ChessRLConfig) -> tuple[Node, ...]:
     """:data:`NODES`, with grpo starting from an sft of its own text format (an extra node, the
     ``sft`` phase with ``text_format: rookworld`` or ``board``) when ``grpo.text_format`` is not
     moves and no ``grpo.policy`` is given, or from a given policy (then it reads only the
-    games). A board grpo's start also plays in the comparison, so evaluate reads it too."""
-    if config.grpo.policy:
-        return tuple(Node("grpo", ("prepare",)) if n.name == "grpo" else n for n in NODES)
-    extra = FORMAT_SFT.get(config.grpo.text_format)
-    if extra is None:
-        return NODES
+    games). A board grpo's start also plays in the comparison, so evaluate reads it too. With
+    ``rlaif.online_dpo``, an ``online-dpo`` node (grpo with ``loss_type: dpo``) needs what grpo
+    needs, and evaluate reads it."""
     out: list[Node] = []
+    extra = None if config.grpo.policy else FORMAT_SFT.get(config.grpo.text_format)
     for n in NODES:
         if n.name == "grpo":
-            out += [Node(extra, ("prepare",)), Node("grpo", ("prepare", extra))]
-        elif n.name == "evaluate" and extra == BOARD_SFT:
-            out.append(Node("evaluate", (*n.needs, BOARD_SFT)))
+            grpo = Node("grpo", ("prepare",) + ((extra,) if extra else () if config.grpo.policy else ("sft",)))
+            out += [Node(extra, ("prepare",))] if extra else []
+            out.append(grpo)
+            if config.rlaif.online_dpo:
+                out.append(Node(ONLINE_DPO, grpo.needs))
+        elif n.name == "evaluate":
+            needs = n.needs + ((BOARD_SFT,) if extra == BOARD_SFT else ())
+            out.append(Node("evaluate", needs + ((ONLINE_DPO,) if config.rlaif.online_dpo else ())))
         else:
             out.append(n)
     return tuple(out)
@@ -118,10 +122,11 @@ Examples:
 
 
 def phase_module(name: str) -> Phase:
-    """The ``Phase`` of ``pipelines.<name>`` (``sft-rookworld``, ``sft-board``: the sft phase)."""
+    """The ``Phase`` of ``pipelines.<name>`` (``sft-rookworld``, ``sft-board``: the sft phase;
+    ``online-dpo``: the grpo phase)."""
     import importlib
 
-    name = "sft" if name in FORMAT_SFT.values() else name
+    name = "sft" if name in FORMAT_SFT.values() else "grpo" if name == ONLINE_DPO else name
     return importlib.import_module(f"pipelines.{name}").PHASE  # type: ignore[no-any-return]
 
 
@@ -132,6 +137,8 @@ def node_config(config: ChessRLConfig, name: str, run_storage: Storage) -> Chess
     for text_format, node in FORMAT_SFT.items():
         if name == node:
             return config.model_copy(update={"sft": config.sft.model_copy(update={"text_format": text_format})})
+    if name == ONLINE_DPO:
+        return config.model_copy(update={"grpo": config.grpo.model_copy(update={"loss_type": "dpo"})})
     if name != "evaluate":
         return config
     players, _, starts = comparison_players(config, run_storage)
@@ -148,8 +155,8 @@ def node_config(config: ChessRLConfig, name: str, run_storage: Storage) -> Chess
 def comparison_players(
     config: ChessRLConfig, run_storage: Storage
 ) -> tuple[list[str], dict[str, str], dict[str, str]]:
-    """The comparison's players (the ppo, grpo and dpo policies, the sft start, a board grpo's own
-    start, a random mover; language models masked), their printed names, and each RL policy's
+    """The comparison's players (the ppo, grpo, online-dpo (with ``rlaif.online_dpo``) and dpo
+    policies, the sft start, a board grpo's own start, a random mover; language models masked), their printed names, and each RL policy's
     start. Each RL policy plays its start and the random mover, each start the random mover."""
 
     def model(phase: str) -> str:
@@ -164,6 +171,10 @@ def comparison_players(
         board = model(BOARD_SFT)
         players.append(board)
         labels[board], starts[grpo] = BOARD_SFT, board
+    if config.rlaif.online_dpo:  # beside grpo, from grpo's start
+        online = model(ONLINE_DPO)
+        players.insert(players.index(grpo) + 1, online)
+        labels[online], starts[online] = ONLINE_DPO, starts[grpo]
     return [*players, "random"], labels, starts
 
 

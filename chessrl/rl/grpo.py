@@ -356,13 +356,13 @@ def online_dpo_update(
 ) -> dict[str, float]:
     """One online DPO step (``loss_type`` ``dpo``) on a batch of groups of the current policy's
     samples: each group's best and worst, ``pair_margin`` apart (:func:`group_pairs`), a
-    chosen/rejected pair; DPO's loss against the frozen ``reference`` plus the RPO anchor
+    chosen/rejected pair; DPO's loss (``dpo_beta``) against the frozen ``reference`` plus the RPO anchor
     (:func:`chessrl.rl.grpo_loss.online_dpo_loss`), the mean over the pairs, gradients
     accumulated over minibatches of pairs; the legality term as :func:`grpo_update`'s. Log-probs
     are the sampler's (masked samples: under the legal moves alone). ``reduce`` as in
     :func:`grpo_update` (the work is the pairs)."""
     if reference is None:
-        raise ValueError("online DPO needs the frozen reference (beta > 0)")
+        raise ValueError("online DPO needs the frozen reference")
     pairs = group_pairs(
         [s.reward for s in samples], [s.group for s in samples], [s.completion_ids for s in samples],
         settings.pair_margin,
@@ -390,7 +390,7 @@ def online_dpo_update(
         seq, ref_seq = (logprobs * mask).sum(-1), (ref * mask).sum(-1)
         n = len(part)
         loss, m = online_dpo_loss(
-            seq[:n], seq[n:], ref_seq[:n], ref_seq[n:], mask[:n].sum(-1), settings.beta, settings.rpo_alpha
+            seq[:n], seq[n:], ref_seq[:n], ref_seq[n:], mask[:n].sum(-1), settings.dpo_beta, settings.rpo_alpha
         )
         share = n / len(pairs)
         (loss * share).backward()

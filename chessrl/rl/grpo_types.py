@@ -25,8 +25,8 @@ class GRPOSettings:
     """Completions sampled per prompt."""
     loss_type: LossType = "grpo"
     beta: float = 0.04
-    """Weight of the k3 KL to the frozen reference in the loss (0: no reference pass); ``dpo``:
-    DPO's beta, the reference's pull on the pairs' log-ratios (> 0)."""
+    """Weight of the k3 KL to the frozen reference in the loss (0: no reference pass; ``dpo``
+    uses ``dpo_beta`` instead)."""
     clip: float = 0.2
     """epsilon of the clipped surrogate (the lower bound for ``dapo``)."""
     clip_high: float = 0.28
@@ -54,7 +54,9 @@ class GRPOSettings:
     pair_margin: float = 0.05
     """``dpo``: a group gives its best and worst samples as a pair when their rewards differ by
     at least this (expected score; below it the ranking is engine noise)."""
-    rpo_alpha: float = 1.0
+    dpo_beta: float = 0.5
+    """``dpo``: DPO's beta, the frozen reference's pull on the pairs' log-ratios (> 0)."""
+    rpo_alpha: float = 0.2
     """``dpo``: weight of the NLL anchor on each pair's chosen sample (RPO; 0: plain DPO)."""
 
     def __post_init__(self) -> None:
@@ -70,8 +72,8 @@ class GRPOSettings:
             raise ValueError(f"dead_zone must be in [0, max_loss={self.max_loss:g}), got {self.dead_zone:g}")
         if self.std_floor < 0 or self.legal_weight < 0:
             raise ValueError("std_floor and legal_weight must be >= 0")
-        if self.loss_type == "dpo" and self.beta <= 0:
-            raise ValueError(f"loss_type dpo needs beta > 0 (DPO's beta, the reference's pull), got {self.beta:g}")
+        if self.dpo_beta <= 0:
+            raise ValueError(f"dpo_beta must be > 0 (DPO's beta, the reference's pull), got {self.dpo_beta:g}")
         if self.pair_margin < 0 or self.rpo_alpha < 0:
             raise ValueError("pair_margin and rpo_alpha must be >= 0")
 

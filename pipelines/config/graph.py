@@ -19,6 +19,7 @@ RLAIF_PHASES: tuple[str, ...] = (
     "reward",
     "ppo",
     "grpo",
+    "online-dpo",
     "dpo",
     "evaluate",
 )
@@ -38,6 +39,10 @@ class RlaifConfig(Section):
     """Run these phases again even when their manifest matches (their outputs are replaced)."""
     compare_games: int = Field(20, ge=2)
     """evaluate: games of each head-to-head pairing (ppo vs sft, grpo vs sft, ppo vs grpo)."""
+    online_dpo: bool = False
+    """Add an online-dpo node beside grpo: the grpo section with loss_type dpo (the same start,
+    rollouts and Stockfish grades; each group's best and worst moves a DPO pair), its outputs in
+    <run>/online-dpo, its policy in the comparison against its start and the random mover."""
     compare_adjudicate_cp: int | None = Field(300, ge=1)
     """The comparison's games that reach evaluate.max_plies are decided by Stockfish: ahead by this
     many centipawns wins (null: drawn). Its language models play masked (their best legal move),

@@ -412,15 +412,16 @@ class GRPOConfig(Section):
     loss_type: Literal["grpo", "dr_grpo", "dapo", "dpo"] = "grpo"
     """grpo: std-normalised advantages, per-sequence token mean; dr_grpo: no std, token sum over a
     constant length; dapo: clip-higher, token mean, zero-variance groups dropped; dpo: online DPO,
-    each group's best and worst samples (pair_margin apart) a pair, DPO's loss against the frozen
-    start plus an NLL anchor on the chosen move (rpo_alpha)."""
+    each group's best and worst samples (pair_margin apart) a pair, DPO's loss (dpo_beta) against
+    the frozen start plus an NLL anchor on the chosen move (rpo_alpha); outputs in <run>/online-dpo."""
     beta: float = Field(0.04, ge=0)
-    """Weight of the k3 KL to the frozen reference (0: no reference); loss_type dpo: DPO's beta
-    (> 0)."""
+    """Weight of the k3 KL to the frozen reference (0: no reference; loss_type dpo: unused)."""
+    dpo_beta: float = Field(0.5, gt=0)
+    """loss_type dpo: DPO's beta, the frozen start's pull on the pairs' log-ratios."""
     pair_margin: float = Field(0.05, ge=0)
     """loss_type dpo: the least reward gap (expected score) between a group's best and worst
     samples that makes them a pair."""
-    rpo_alpha: float = Field(1.0, ge=0)
+    rpo_alpha: float = Field(0.2, ge=0)
     """loss_type dpo: weight of the NLL anchor on each pair's chosen move (RPO; 0: plain DPO)."""
     clip: float = Field(0.2, gt=0)
     """epsilon of the clipped surrogate (dapo: its lower side)."""

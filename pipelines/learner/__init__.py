@@ -119,6 +119,7 @@ def torch_trainer(
     num_workers: int,
     cpus_per_worker: float,
     use_gpu: bool,
+    folder: str | None = None,
     datasets: dict[str, Any] | None = None,
     progress: ProgressBoard | None = None,
 ) -> Any:
@@ -137,7 +138,8 @@ def torch_trainer(
         )
     if use_gpu:
         check_gpus(phase, num_workers)
-    ray_storage = context.phase_storage(phase).child("ray")
+    folder = folder or phase
+    ray_storage = context.phase_storage(folder).child("ray")
     ray_storage.makedirs()
     # Ray Train patches print() in its workers to tee each line to the console *and* to its
     # logger, which prints it again: every worker line showed twice. Ray Train passes this
@@ -151,7 +153,7 @@ def torch_trainer(
         ),
         datasets=datasets or {},
         run_config=RunConfig(
-            name=f"{context.config.run.name}-{phase}",
+            name=f"{context.config.run.name}-{folder}",
             storage_path=ray_storage.root if ray_storage.is_local else ray_storage.path(),
             storage_filesystem=None if ray_storage.is_local else ray_storage.fs,
             callbacks=list(context.train_callbacks) or None,

@@ -110,8 +110,8 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
 def learner_models(
     cfg: dict[str, Any], settings: GRPOSettings, own: int, device: Any = "cpu"
 ) -> tuple[Any, Any, Any, Any]:
-    """The policy (on ``device``) and its tokenizer, the frozen reference of the KL penalty (None
-    without one: beta 0) and the own games' ``start`` opponent (the reference, or a copy of the
+    """The policy (on ``device``) and its tokenizer, the frozen reference of the KL penalty or of
+    online DPO (None without one: beta 0 and another loss) and the own games' ``start`` opponent (the reference, or a copy of the
     start policy when there is none)."""
     import copy
 
@@ -119,7 +119,7 @@ def learner_models(
 
     policy, tokenizer = load_saved_model(cfg["policy_path"], "policy")
     policy.to(device)  # before the optimizer and a resume's state: one device throughout
-    reference = frozen_copy(policy) if settings.beta > 0 else None
+    reference = frozen_copy(policy) if settings.beta > 0 or settings.loss_type == "dpo" else None
     start_model = reference  # the own games' opponent "start": the frozen start policy
     if start_model is None and own and "start" in cfg["own_opponent"]:
         start_model = copy.deepcopy(policy).eval()

@@ -37,8 +37,8 @@ def test_grpo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys, monk
     assert "dead_zone" in line and "max_loss" in line, line
     line = run("--dead-zone", "1.5")
     assert "grpo.dead_zone" in line, line
-    line = run("--loss-type", "dpo", "--beta", "0")  # online DPO's beta is the reference's pull
-    assert line.startswith("error: grpo: loss_type dpo needs beta > 0"), line
+    line = run("--loss-type", "dpo", "--dpo-beta", "0")  # online DPO's beta is the reference's pull
+    assert "grpo.dpo_beta" in line, line
     line = run("--loss-type", "dpo", "--pair-margin", "-0.1")
     assert "grpo.pair_margin" in line, line
     line = run("--no-masked")  # the preset's own positions are played with masked moves

@@ -69,8 +69,9 @@ def micro_run(tmp_path_factory, pgn_dir, registered_checkpoints, killed_run) -> 
     graph = (run / "rlaif" / "graph.json").read_text() if rerun.returncode == 0 else ""
     manifests_after = {p.name: p.read_bytes() for p in manifests.glob("*.json")}
     # a changed grpo section: grpo and what is built from it run again, nothing else
-    changed = subprocess.run([*command, "--set", "grpo.beta=0.07"], cwd=ROOT, env=env, capture_output=True,
-                             text=True, timeout=900) if rerun.returncode == 0 else None  # fmt: skip
+    # (and an online-dpo node added: grpo's section with loss_type dpo, beside grpo, in the comparison)
+    changed = subprocess.run([*command, "--set", "grpo.beta=0.07", "--set", "rlaif.online_dpo=true"], cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=900) if rerun.returncode == 0 else None  # fmt: skip
     return {"tmp": tmp_path, "run": run, "env": env, "alive": alive, "first_log": (tmp_path / "first.log").read_text(),
             "finished": finished, "reward_started": reward_started, "sft_model": sft_model, "rerun": rerun,
             "graph": graph, "manifests": manifests_after, "changed": changed}  # fmt: skip
@@ -137,12 +138,19 @@ def test_a_changed_grpo_section_reruns_grpo_and_evaluate_only(micro_run):
     graph = json.loads((run / "rlaif" / "graph.json").read_text())
     states = {n["node"]: n["state"] for n in graph["nodes"]}
     assert states == {"prepare": "skipped", "sft": "skipped", "preferences": "skipped", "reward": "skipped",
-                      "ppo": "skipped", "grpo": "done", "dpo": "skipped", "evaluate": "done"}  # fmt: skip
+                      "ppo": "skipped", "grpo": "done", "online-dpo": "done", "dpo": "skipped",
+                      "evaluate": "done"}  # fmt: skip
     after = {p.name: p.read_bytes() for p in (run / "rlaif" / "manifests").glob("*.json")}
     unchanged = {"prepare.json", "sft.json", "preferences.json", "reward.json", "ppo.json", "dpo.json"}
     assert {n for n in unchanged if after[n] == before[n]} == unchanged
     assert after["grpo.json"] != before["grpo.json"] and after["evaluate.json"] != before["evaluate.json"]
     assert "its config or an input changed: clearing" in changed.stderr
+    online = json.loads((run / "online-dpo" / "summary.json").read_text())  # its own folder, grpo's untouched
+    assert online["phase"] == "online-dpo" and (run / "online-dpo" / "model" / "config.json").exists()
+    assert (run / "grpo" / "model" / "config.json").exists()
+    logged = [json.loads(line) for line in (run / "online-dpo" / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert logged and all("pairs" in row and "dpo_loss" in row for row in logged)
+    assert "online-dpo" in changed.stdout  # a row of the comparison
 
 
 @pytest.mark.slow

@@ -120,7 +120,7 @@ def test_an_online_dpo_round_raises_the_better_ranked_move() -> None:
     reference = build_model("tiny")[0]
     reference.load_state_dict(model.state_dict())
     fen = "4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1"
-    s = GRPOSettings(group_size=4, masked=True, loss_type="dpo", beta=0.1, rpo_alpha=1.0, pair_margin=0.05)
+    s = GRPOSettings(group_size=4, masked=True, loss_type="dpo", beta=0.0, dpo_beta=0.1, rpo_alpha=1.0)
     (template,) = sample_groups(model, tok, [board_prompt(fen)], GRPOSettings(group_size=2, masked=True),
                                 {"policy": 1, "environment": 8})[:1]  # fmt: skip
     legal = MaskedMoves(tok)
@@ -142,8 +142,8 @@ def test_an_online_dpo_round_raises_the_better_ranked_move() -> None:
     ref_after = masked_completion_logprobs(reference, samples[:2], tok.pad_token_id, 1.0)[0].detach()[:, 0]
     assert torch.allclose(ref_after, before, atol=1e-6)
     assert legal.move_of(samples[0].completion_ids[0]) == "d2d5"
-    with pytest.raises(ValueError, match="beta > 0"):
-        GRPOSettings(loss_type="dpo", beta=0.0)
+    with pytest.raises(ValueError, match="dpo_beta must be > 0"):
+        GRPOSettings(loss_type="dpo", dpo_beta=0.0)
 
 
 def test_noise_level_rewards_get_small_advantages_and_a_blunder_a_large_one() -> None:

@@ -62,7 +62,7 @@ def test_the_default_space_of_each_phase() -> None:
         ({"phase": "ppo", "space": {"ppo.nonsense": [1]}}, "is not a key of ppo; keys: policy,"),
         ({"phase": "grpo", "space": {"ppo.kl_coef": [0.1]}}, "a grpo sweep varies keys of its own section"),
         ({"phase": "selfplay", "space": {"selfplay.mcts_cpuct": [1.0, "high"]}}, "selfplay.mcts_cpuct='high'"),
-        ({"phase": "grpo", "space": {"grpo.loss_type": ["grpo", "dpo"]}}, "grpo.loss_type='dpo'"),
+        ({"phase": "grpo", "space": {"grpo.loss_type": ["grpo", "ppo"]}}, "grpo.loss_type='ppo'"),
     ],
 )
 def test_a_space_over_an_unknown_key_or_a_bad_value_is_one_config_error(fields: dict, expected: str) -> None:
