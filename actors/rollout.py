@@ -80,6 +80,12 @@ class RolloutSpec:
     """An :class:`actors.engine_pool.EnginePool` when an opponent is Stockfish."""
     stockfish_nodes: int = 1000
     invocation: str = ""
+    reward: str = "model"
+    """model: the reward servers score the moves; stockfish: ``engine_pool`` grades them
+    (:func:`chessrl.rl.ppo.graded_scores` at ``reward_nodes``, ``max_loss``, ``dead_zone``)."""
+    reward_nodes: int = 2000
+    max_loss: float = 0.5
+    dead_zone: float = 0.0
 
 
 class _Stopped(Exception):
@@ -218,15 +224,19 @@ class RolloutCollector(CollectorStatus):
 
         from actors.reward_server import RewardClient
         from chessrl.arena.saved_models import load_saved_model
+        from chessrl.engine.client import SearchLimit
         from chessrl.lm.legality import MoveTokens
+        from chessrl.rl.ppo import graded_scores
         from chessrl.rl.reward import RewardQuery
         from cluster.storage import Storage
 
         spec = self.spec
         # a step's moves checked and tokenised here (this collector's CPU, its games cached), so the
         # shared server does only forward passes
-        reward = RewardClient(
-            [ray.get_actor(n, namespace=spec.namespace) for n in spec.reward_servers], prepare_here=True
+        reward = (
+            RewardClient([ray.get_actor(n, namespace=spec.namespace) for n in spec.reward_servers], prepare_here=True)
+            if spec.reward == "model"
+            else None
         )
         policy, tokenizer = load_saved_model(spec.policy_path, "policy")
         policy.eval()
@@ -240,7 +250,13 @@ class RolloutCollector(CollectorStatus):
         weights = _Weights(policy, server)
 
         def score(queries: list[tuple[list[str], str]]) -> list[float]:
+            if reward is None:  # Stockfish grades each move
+                return graded_scores(queries, expected, spec.max_loss, spec.dead_zone)
             return reward.score_batch([RewardQuery(tuple(moves), move) for moves, move in queries])
+
+        def expected(fens: list[str]) -> list[float]:
+            limit = SearchLimit(nodes=spec.reward_nodes)
+            return [a.score.expected for a in spec.engine_pool.analyse(fens, limit)]
 
         return _Rounds(
             policy, tokenizer, moves_table, [_timed(spent, "opponents", o) for o in opponents], generator,

@@ -114,9 +114,10 @@ def learner_threads(cpus: float, reserved: float) -> int:
     return max(1, round(cpus - reserved))
 
 
-def check_models(policy_path: str, reward_path: str, max_tokens: int) -> dict[str, Any]:
-    """Load-free checks of the policy and reward model: both GPT-2-style, one tokenizer, a
-    token per move, a context long enough for an episode. Returns facts for the log."""
+def check_models(policy_path: str, reward_path: str | None, max_tokens: int) -> dict[str, Any]:
+    """Load-free checks of the policy and the reward model (None: Stockfish scores the moves):
+    both GPT-2-style, one tokenizer, a token per move, a context long enough for an episode.
+    Returns facts for the log."""
     from chessrl.lm.legality import MoveTokens
     from chessrl.lm.models import load_tokenizer
 
@@ -125,12 +126,15 @@ def check_models(policy_path: str, reward_path: str, max_tokens: int) -> dict[st
             policy_path, "ppo.policy (--policy)", "GPT2LMHeadModel",
             "ppo needs a GPT-2-style language model (GPT2LMHeadModel), e.g. this run's sft model",
         ),
-        "ppo.reward_model (--reward-model)": gpt2_config(
-            reward_path, "ppo.reward_model (--reward-model)", "GPT2ForSequenceClassification",
-            "ppo needs a reward model (GPT2ForSequenceClassification): train one with `chess-rl reward`",
-        ),
     }  # fmt: skip
-    policy_tok, reward_tok = load_tokenizer(policy_path), load_tokenizer(reward_path)
+    if reward_path is not None:
+        configs["ppo.reward_model (--reward-model)"] = gpt2_config(
+            reward_path, "ppo.reward_model (--reward-model)", "GPT2ForSequenceClassification",
+            "ppo needs a reward model (GPT2ForSequenceClassification): train one with `chess-rl reward`, "
+            "or score the moves with Stockfish (--reward stockfish)",
+        )  # fmt: skip
+    policy_tok = load_tokenizer(policy_path)
+    reward_tok = load_tokenizer(reward_path) if reward_path is not None else policy_tok
     if policy_tok.get_vocab() != reward_tok.get_vocab():
         raise ConfigError(
             f"ppo.reward_model (--reward-model): its tokenizer ({len(reward_tok)} tokens) is not the policy's "
@@ -151,9 +155,9 @@ def check_models(policy_path: str, reward_path: str, max_tokens: int) -> dict[st
 
 @dataclass(frozen=True)
 class PPOInputs:
-    """What ``ppo`` reads, checked: its opponents, the policy and the reward model, and what
-    :func:`check_models` found (None while an earlier phase of the graph run still has to write
-    one of the models)."""
+    """What ``ppo`` reads, checked: its opponents, the policy and the reward model ("" when
+    Stockfish scores the moves), and what :func:`check_models` found (None while an earlier phase
+    of the graph run still has to write one of the models)."""
 
     opponents: list[Any]
     policy: str
@@ -181,13 +185,27 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
         cfg.policy, inputs.folder("sft").child("model"), "ppo.policy (--policy)", "sft",
         produced=inputs.will_write("sft"),
     )  # fmt: skip
-    reward_path = model_location(
-        cfg.reward_model, inputs.folder("reward").child("model"), "ppo.reward_model (--reward-model)", "reward",
-        produced=inputs.will_write("reward"),
-    )  # fmt: skip
+    stockfish = cfg.reward == "stockfish"
+    if stockfish:
+        from chessrl.engine.client import find_stockfish
+
+        if cfg.dead_zone >= cfg.max_loss:
+            raise ConfigError(
+                f"ppo.dead_zone (--dead-zone) is {cfg.dead_zone:g}, not below ppo.max_loss (--max-loss) "
+                f"{cfg.max_loss:g}: every move would grade as the best"
+            )
+        find_stockfish()  # the engines that grade the moves
+        reward_path = ""
+    else:
+        reward_path = model_location(
+            cfg.reward_model, inputs.folder("reward").child("model"), "ppo.reward_model (--reward-model)", "reward",
+            produced=inputs.will_write("reward"),
+        )  # fmt: skip
     facts = None
-    if (cfg.policy or not inputs.will_write("sft")) and (cfg.reward_model or not inputs.will_write("reward")):
-        facts = check_models(policy_path, reward_path, cfg.max_start_ply + 2 * cfg.max_actions + 2)
+    if (cfg.policy or not inputs.will_write("sft")) and (
+        stockfish or cfg.reward_model or not inputs.will_write("reward")
+    ):
+        facts = check_models(policy_path, reward_path or None, cfg.max_start_ply + 2 * cfg.max_actions + 2)
     source = Storage.from_uri(cfg.games or inputs.folder("prepare").uri_of("games"))
     if cfg.games or (not inputs.will_write("prepare") and source.exists()):
         games_table(source)
@@ -266,8 +284,9 @@ def plot_curves(rows: list[dict[str, Any]], path: str) -> None:
 @dataclass
 class PPOActors:
     """The actors the ppo learner trains with: the parameter server (``server_name`` in
-    ``namespace``), the reward servers' client, the EnginePool of the Stockfish opponents (or
-    None), the rollout collectors and their runs."""
+    ``namespace``), the reward servers' client (None when Stockfish grades the moves), the
+    EnginePool of the grading engines or of the Stockfish opponents (or None), the rollout
+    collectors and their runs."""
 
     server_name: str
     namespace: str
@@ -280,7 +299,8 @@ class PPOActors:
     def stop(self) -> list[dict[str, Any]]:
         """Stop them all; each collector's summary (or its error)."""
         summaries = stop_collectors(self.server, self.collectors, self.runs)
-        self.reward.shutdown()
+        if self.reward is not None:
+            self.reward.shutdown()
         if self.engine_pool is not None:
             self.engine_pool.shutdown()
         return summaries
@@ -318,12 +338,21 @@ def start_actors(context: PhaseContext, found: PPOInputs, collector_cpus: float,
     for name in names:
         release_actor_name(name, namespace)
     server = ParameterServer.options(name=server_name, namespace=namespace).remote()
-    reward = RewardClient.create(
-        found.reward, cfg.reward_servers, run=run.name, num_cpus=server_cpus, threads=1, max_wait_ms=2.0,
-        num_gpus=cfg.reward_server_gpus,
-    )  # fmt: skip
-    engine_pool = None
-    if any(o.kind == "stockfish" for o in found.opponents):
+    reward, engine_pool = None, None
+    if cfg.reward == "stockfish":  # the engines grade the moves (and play a Stockfish opponent)
+        from actors.engine_pool import EnginePool
+
+        for i in range(cfg.reward_servers):
+            release_actor_name(f"{run.name}/engine-pool-{i}", namespace)
+        engine_pool = EnginePool.spread(
+            cfg.reward_servers, run=run.name, num_cpus_per_engine=server_cpus, key="ppo.reward_servers"
+        )
+    else:
+        reward = RewardClient.create(
+            found.reward, cfg.reward_servers, run=run.name, num_cpus=server_cpus, threads=1, max_wait_ms=2.0,
+            num_gpus=cfg.reward_server_gpus,
+        )  # fmt: skip
+    if engine_pool is None and any(o.kind == "stockfish" for o in found.opponents):
         from actors.engine_pool import EnginePool
 
         engine_pool = EnginePool.create(1, 1, run=run.name, num_cpus_per_engine=0.25)
@@ -332,8 +361,10 @@ def start_actors(context: PhaseContext, found: PPOInputs, collector_cpus: float,
         policy_path=found.policy, settings=ppo_settings(cfg), opponents=tuple(cfg.opponents),
         phase_uri=phase.uri, concurrent_games=cfg.concurrent_games, max_actions=cfg.max_actions,
         rounds_per_version=rounds_per_version(cfg), seed=run.seed, server_name=server_name,
-        namespace=namespace, reward_servers=tuple(f"{run.name}/reward-server-{i}" for i in range(cfg.reward_servers)),
+        namespace=namespace,
+        reward_servers=tuple(f"{run.name}/reward-server-{i}" for i in range(cfg.reward_servers)) if reward else (),
         engine_pool=engine_pool, stockfish_nodes=cfg.stockfish_nodes, invocation=uuid.uuid4().hex,
+        reward=cfg.reward, reward_nodes=cfg.reward_nodes, max_loss=cfg.max_loss, dead_zone=cfg.dead_zone,
     )  # fmt: skip
     collectors = [
         RolloutCollector.options(name=f"{run.name}/rollout-collector-{i}", num_cpus=collector_cpus).remote(spec, i)
@@ -379,13 +410,15 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     phase.write_text("starts.json", json.dumps(pool))
     collector_cpus, server_cpus, learner_cpus, threads = learner_resources(context, cfg)
     log(
-        f"policy {found.policy}, reward model {found.reward} (vocab {facts['vocab']}, context {facts['context']}); "
+        f"policy {found.policy}, "
+        + (f"reward model {found.reward}" if found.reward else f"moves graded by Stockfish at {cfg.reward_nodes} nodes")
+        + f" (vocab {facts['vocab']}, context {facts['context']}); "
         f"{len(pool)} start games; opponents {', '.join(o.text for o in found.opponents)}"
     )
     actors = start_actors(context, found, collector_cpus, server_cpus)
     log(
         f"{cfg.collectors} collector(s) x {cfg.concurrent_games} games ({collector_cpus:g} CPU each), "
-        f"{cfg.reward_servers} reward server(s), learner {cfg.num_workers} worker(s) x {learner_cpus:g} CPU"
+        f"{cfg.reward_servers} {'Stockfish' if cfg.reward == 'stockfish' else 'reward server(s)'}, learner {cfg.num_workers} worker(s) x {learner_cpus:g} CPU"
         f"{' + 1 GPU' if cfg.use_gpu else ''} ({threads} threads); {cfg.iterations} iterations of "
         f"{cfg.episodes_per_iteration} episodes, T={cfg.max_actions}, beta={cfg.kl_coef:g}, clip={cfg.clip:g}"
         + (f", at most {cfg.time_limit_minutes:g} min" if cfg.time_limit_minutes else "")

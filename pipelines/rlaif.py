@@ -93,7 +93,8 @@ def graph_nodes(config: ChessRLConfig) -> tuple[Node, ...]:
     moves and no ``grpo.policy`` is given, or from a given policy (then it reads only the
     games). A board grpo's start also plays in the comparison, so evaluate reads it too. With
     ``rlaif.online_dpo``, an ``online-dpo`` node (grpo with ``loss_type: dpo``) needs what grpo
-    needs, and evaluate reads it."""
+    needs, and evaluate reads it; a ppo graded by Stockfish (``ppo.reward: stockfish``) does not
+    need the reward model."""
     out: list[Node] = []
     extra = None if config.grpo.policy else FORMAT_SFT.get(config.grpo.text_format)
     for n in NODES:
@@ -103,6 +104,8 @@ def graph_nodes(config: ChessRLConfig) -> tuple[Node, ...]:
             out.append(grpo)
             if config.rlaif.online_dpo:
                 out.append(Node(ONLINE_DPO, grpo.needs))
+        elif n.name == "ppo" and config.ppo.reward == "stockfish":  # no reward model read
+            out.append(Node("ppo", tuple(x for x in n.needs if x != "reward")))
         elif n.name == "evaluate":
             needs = n.needs + ((BOARD_SFT,) if extra == BOARD_SFT else ())
             out.append(Node("evaluate", needs + ((ONLINE_DPO,) if config.rlaif.online_dpo else ())))

@@ -7,8 +7,8 @@ that ``bench/rl_step.py`` compares it with.
 One policy move is one action, one token (the chess tokenizer has a token per UCI move; a
 tokenizer without one is refused by :class:`chessrl.lm.legality.MoveTokens`). For each action the
 collector records the prompt (the game so far), the sampled token, its log-probability under the
-sampling policy and the weights' version, whether it was a legal move, and the reward model's
-normalised score of it.
+sampling policy and the weights' version, whether it was a legal move, and its score: the reward
+model's, normalised, or Stockfish's grade of it (:func:`graded_scores`, ``ppo.reward: stockfish``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,48 @@ from chessrl.lm.legality import MoveTokens
 from chessrl.rl.ppo_learner import last_token_logits, make_batch, ppo_update
 from chessrl.rl.ppo_types import Action, PPOSettings  # noqa: F401 - re-exported: PPO's settings and actions
 from cluster.errors import ConfigError
+
+
+def graded_scores(
+    queries: Sequence[tuple[Sequence[str], str]],
+    expected: Callable[[list[str]], list[float]],
+    max_loss: float = 0.5,
+    dead_zone: float = 0.0,
+    *,
+    start_fen: str = chess.STARTING_FEN,
+) -> list[float]:
+    """Stockfish's grade of each legal ``(moves so far, move)`` (the moves from ``start_fen``), as
+    grpo grades a move: how much of the best move's expected score it keeps,
+    ``clamp(1 - loss / max_loss, 0, 1)`` with ``loss`` the position's expected score (its best
+    move's) less the move's, losses up to ``dead_zone`` counted as none. ``expected(fens)`` is the
+    side to move's expected score in each position (the EnginePool), asked once for the distinct
+    positions before and after the moves.
+
+    A hanging queen: taking it keeps everything, a king move gives the win away.
+
+    >>> values = {"4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1": 0.99,   # White to move, the queen hangs
+    ...           "4k3/8/8/3R4/8/8/8/4K3 b - - 0 1": 0.01,     # after Rxd5: Black is lost
+    ...           "4k3/8/8/3q4/8/8/3R4/5K2 b - - 1 1": 0.99}   # after Kf1: Black is winning
+    >>> graded_scores([((), "d2d5"), ((), "e1f1")], lambda fens: [values[f] for f in fens],
+    ...               start_fen="4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1")
+    [1.0, 0.0]
+    """
+    roots, children = [], []
+    for moves, move in queries:
+        board = chess.Board(start_fen)
+        for m in moves:
+            board.push_uci(m)
+        roots.append(board.fen())
+        board.push_uci(move)
+        children.append(board.fen())
+    distinct = sorted(set(roots) | set(children))
+    value = dict(zip(distinct, expected(distinct), strict=True))
+    grades = []
+    for root, child in zip(roots, children, strict=True):
+        loss = max(0.0, value[root] - (1.0 - value[child]))
+        loss = 0.0 if loss <= dead_zone else loss
+        grades.append(float(min(1.0, max(0.0, 1.0 - loss / max_loss))))
+    return grades
 
 
 def sample_actions(

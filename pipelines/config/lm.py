@@ -279,6 +279,17 @@ class PPOConfig(Section):
     """The starting policy and frozen reference: a saved model folder or s3:// prefix (default: this run's sft model)."""
     reward_model: ModelPath | None = None
     """The reward model (default: this run's reward model); its tokenizer must be the policy's."""
+    reward: Literal["model", "stockfish"] = "model"
+    """What scores each move: model (the reward model, on the reward servers; the critic starts
+    from it) or stockfish (each move graded against Stockfish's best at reward_nodes, as grpo
+    grades it, on reward_servers engines; the critic starts from the policy's transformer, and no
+    reward model is read)."""
+    reward_nodes: int = Field(2000, ge=1)
+    """reward stockfish: the node limit of each position's search."""
+    max_loss: float = Field(0.5, gt=0)
+    """reward stockfish: the expected-score loss against the best move that scores 0 (the best 1)."""
+    dead_zone: float = Field(0.02, ge=0, lt=1)
+    """reward stockfish: losses up to this count as none (Stockfish's noise); below max_loss."""
     games: str | None = None
     """Games table the episodes start from (default: this run's prepare output; none: the start position)."""
     iterations: int = Field(40, ge=1)
@@ -302,7 +313,7 @@ class PPOConfig(Section):
     max_staleness: int = Field(1, ge=0)
     """Most versions a sample's weights may lag the learner's; older episodes are dropped."""
     reward_servers: int = Field(1, ge=1)
-    """RewardServer replicas."""
+    """RewardServer replicas (reward stockfish: Stockfish processes, spread over the nodes)."""
     reward_server_gpus: float = Field(0.0, ge=0)
     """GPUs each RewardServer takes (a fraction shares one: 0.25 puts four on a GPU); 0: the CPU."""
     kl_coef: float = Field(0.05, ge=0)

@@ -93,7 +93,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
 @dataclass
 class PPOParts:
     """What one ppo learner worker trains, on its device: the policy, its frozen reference, the
-    critic (initialised from the reward model), their optimizers, and what the update reads."""
+    critic (initialised from the reward model, or from the policy when Stockfish scores), their optimizers, and what the update reads."""
 
     settings: PPOSettings
     policy: Any
@@ -119,7 +119,12 @@ class PPOParts:
 
         policy, tokenizer = load_saved_model(cfg["policy_path"], "policy")
         policy.to(device)
-        critic, _ = load_saved_model(cfg["reward_path"], "reward")
+        if cfg["reward_path"]:
+            critic, _ = load_saved_model(cfg["reward_path"], "reward")
+        else:  # Stockfish grades the moves: the critic is the policy's transformer under a value head
+            from pipelines.reward import reward_model_from_backbone
+
+            critic, _ = reward_model_from_backbone(cfg["policy_path"])
         critic.to(device)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         return cls(

@@ -70,5 +70,10 @@ def test_ppo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys):
     assert "ppo.reward_server_gpus" in line and "need 0.5 GPU each, but this Ray cluster has 0" in line, line
     line = run(*models, "--use-gpu", "--num-workers", "2")
     assert "ppo.use_gpu (--use-gpu)" in line and "2 worker(s) need a GPU each" in line, line
+    # Stockfish grading: no reward model needed, but a dead zone as wide as max_loss calls every move the best
+    line = run(*policy, "--reward", "stockfish", "--dead-zone", "0.5")
+    assert "ppo.dead_zone" in line and "ppo.max_loss" in line, line
+    line = run(*policy, "--reward", "engine")
+    assert "ppo.reward" in line and "stockfish" in line, line
     # nothing started: no phase output, no rollouts
     assert not (tmp_path / "bad" / "ppo").exists()

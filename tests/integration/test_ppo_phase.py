@@ -139,3 +139,27 @@ def check_outputs(phase: Path, iterations: int, out: str) -> None:
     assert generated.shape[1] == ids["input_ids"].shape[1] + 1
     assert (phase / "curves.png").stat().st_size > 1000
     assert "ppo summary" in out and "sprt" in out
+
+
+@pytest.mark.slow
+def test_ppo_graded_by_stockfish_needs_no_reward_model(tmp_path, tiny_lm_dir):
+    """``--reward stockfish``: the collectors' scores are Stockfish's grades of the moves (in [0, 1],
+    some moves the best and some not), no reward server runs, the critic is the policy's
+    transformer under a value head, and the run finishes with the usual outputs."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ADDRESS", None)
+    command = [
+        sys.executable, "-m", "pipelines.ppo", "--storage", str(tmp_path), "--run-name", "s", "--no-tracking",
+        "--num-cpus", "2", "--policy", str(tiny_lm_dir), "--reward", "stockfish", "--reward-nodes", "200",
+        "--masked", "--gamma", "0", "--opponents", "random", "--heldout-positions", "0", *SMALL[:1], "2", *SMALL[2:],
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "moves graded by Stockfish at 200 nodes" in done.stdout + done.stderr
+    phase = tmp_path / "s" / "ppo"
+    scores = [r["score"] for r in shard_rows(phase) if r["legal"]]
+    assert scores and all(0.0 <= s <= 1.0 for s in scores)
+    assert max(scores) == 1.0 and min(scores) < 1.0  # graded: best moves and worse ones
+    critic = json.loads((phase / "critic" / "config.json").read_text())
+    assert critic["architectures"] == ["GPT2ForSequenceClassification"]
+    assert json.loads((phase / "summary.json").read_text())["iterations"] == 2

@@ -190,7 +190,16 @@ def test_the_graded_reward_orders_moves_as_stockfish_does() -> None:
         losses = move_losses(
             [x.prompt.fen for x in samples], {"m": [x.text.strip() for x in samples]}, expected
         )["m"]
+        from chessrl.rl.ppo import graded_scores  # ppo --reward stockfish: the same grade of each move
+
+        ppo = {
+            m: g
+            for fen, moves in cases.items()
+            for m, g in zip(moves, graded_scores([((), m) for m in moves], expected, s.max_loss, s.dead_zone,
+                                                 start_fen=fen), strict=True)  # fmt: skip
+        }
     r = {x.text.strip(): x.reward for x in samples}
+    assert ppo == pytest.approx(r, abs=0.05) and ppo["d2d5"] == 1.0 and ppo["e1f1"] < 0.5  # the hung queen
     assert r["d2d5"] == 1.0 and r["d2d5"] > r["e1f1"] and r["d2d1"] < 0.5
     assert r["b1b8"] == 1.0 and r["b1b7"] < 0.5 and r["h2h3"] < 0.5
     assert r["e2e4"] >= 0.9 and r["d2d4"] >= 0.9 and r["g2g4"] < r["e2e4"]
