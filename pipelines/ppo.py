@@ -485,6 +485,8 @@ def summary_lines(summary: dict[str, Any], cfg: PPOConfig, seconds: float, curve
         "ppo summary",
         f"  learner       {summary['iterations']} iterations, {summary['episodes']} episodes, "
         f"{summary['actions']} actions in {seconds:.0f} s ({summary['stale_dropped']} stale episodes dropped)",
+        f"  score         {curve(first, last, 'score_mean', '+.3f')}   (the moves' mean score before centring: "
+        f"{'Stockfish grade' if cfg.reward == 'stockfish' else 'reward model'})",
         f"  reward        {curve(first, last, 'reward_mean', '+.3f')}   "
         f"(legal moves only: {curve(first, last, 'legal_reward_mean', '+.3f')})",
         f"  KL to sft     {curve(first, last, 'kl_to_ref', '.4f')}",

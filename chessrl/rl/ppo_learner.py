@@ -130,6 +130,7 @@ class Batch:
     legal: torch.Tensor  # (N,) bool
     legal_ids: torch.Tensor | None = None  # (N, W) legal move token ids of each position, -1 padded
     masked: bool = False  # log-probs are the masked policy's (over legal_ids)
+    score_mean: float = 0.0  # the legal moves' mean score before centring (the reward model's or Stockfish's grade)
 
 
 def make_batch(
@@ -162,10 +163,9 @@ def make_batch(
     values = torch.tensor(score_ids(critic, rows, pad_id, chunk))
     old = torch.tensor([a.logprob for a in flat])
     legal_scores = [a.score for a in flat if a.legal]
-    shift = 0.0
-    if settings.center_scores:
-        total, count = (sums or list)([sum(legal_scores), float(len(legal_scores))])
-        shift = total / count if count else 0.0
+    total, count = (sums or list)([sum(legal_scores), float(len(legal_scores))])
+    score_mean = total / count if count else 0.0
+    shift = score_mean if settings.center_scores else 0.0
     width = max(len(ep) for ep in episodes)
     rewards = torch.zeros(len(episodes), width)
     vals = torch.zeros(len(episodes), width)
@@ -205,6 +205,7 @@ def make_batch(
         legal=torch.tensor([a.legal for a in flat]),
         legal_ids=legal_ids,
         masked=settings.masked,
+        score_mean=score_mean,
     )
 
 
@@ -325,6 +326,7 @@ def ppo_update(
         ),
         actions=float(n),
         legal_reward_mean=float(masked_mean(batch.rewards, batch.legal.float())) if n else 0.0,
+        score_mean=batch.score_mean,
     )
     return out
 

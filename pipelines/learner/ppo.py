@@ -233,7 +233,7 @@ def episode_figures(actions: list[Any], version: int) -> dict[str, Any]:
 def progress_line(metrics: dict[str, Any]) -> str:
     """An iteration's line on the driver's progress board."""
     return (
-        f"reward {metrics['reward_mean']:+.3f}, KL {metrics['kl_to_ref']:.4f}, legal {metrics['legal_rate']:.1%}, "
+        f"score {metrics.get('score_mean', 0.0):+.3f}, reward {metrics['reward_mean']:+.3f}, KL {metrics['kl_to_ref']:.4f}, legal {metrics['legal_rate']:.1%}, "
         + ("critic warm-up, " if metrics["critic_warmup"] else f"clip {metrics.get('clipfrac', 0):.2f}, ")
         + f"value loss {metrics['value_loss']:.3f}, EV {metrics['explained_variance']:+.2f}, "
         f"{metrics['episodes']} episodes (lag <= {metrics['version_lag_max']}), "
