@@ -1,5 +1,5 @@
-"""``ppo`` with real Ray, tiny models and the RewardServer: a collector killed with SIGKILL, then
-the driver; the same command resumes, and the finished run's shards, metrics, learner state and
+"""``ppo`` with real Ray, tiny models and Stockfish grading the moves (the RewardServer's ppo runs in
+the rlaif test): a collector killed with SIGKILL, then the driver; the same command resumes, and the finished run's shards, metrics, learner state and
 model agree with one another (nothing written twice, nothing read twice, no sample newer than the
 learner or staler than the bound)."""
 
@@ -21,19 +21,6 @@ SMALL = ["--iterations", "3", "--episodes-per-iteration", "16", "--concurrent-ga
          "--critic-warmup", "1", "--minibatch", "32", "--ppo-epochs", "1", "--max-start-ply", "10"]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def reward_dir(tmp_path_factory, tiny_lm_dir) -> Path:
-    """A tiny untrained reward model on the tiny policy's tokenizer."""
-    from chessrl.lm.models import load_tokenizer
-    from chessrl.rl.reward import build_reward_model
-
-    folder = tmp_path_factory.mktemp("rm")
-    model, tokenizer = build_reward_model("tiny", load_tokenizer(str(tiny_lm_dir)))
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 def shard_rows(phase: Path) -> list[dict]:
     rows = []
     for path in sorted((phase / "rollouts").glob("shard-*.parquet")):
@@ -51,16 +38,19 @@ def restarts(status: Path) -> int:
 
 @pytest.mark.slow
 def test_collector_and_driver_killed_then_the_same_command_resumes(
-    tmp_path, tiny_lm_dir, reward_dir, registered_checkpoints, killed_run
+    tmp_path, tiny_lm_dir, registered_checkpoints, killed_run
 ):
     phase = tmp_path / "k" / "ppo"
     env = {**os.environ, "RAY_ADDRESS": "", "PYTHONUNBUFFERED": "1"}
     env.pop("RAY_ADDRESS")
     command = [
         sys.executable, "-m", "pipelines.ppo", "--storage", str(tmp_path), "--run-name", "k", "--no-tracking",
-        "--num-cpus", "2", "--policy", str(tiny_lm_dir), "--reward-model", str(reward_dir),
+        "--num-cpus", "2", "--policy", str(tiny_lm_dir),
         *SMALL[:1], "10", *SMALL[2:], "--checkpoint-interval", "2",
         "--num-workers", "2",  # two data-parallel learner workers, killed and resumed with the driver
+        # the moves graded by Stockfish, not by the reward model (the rlaif test runs ppo on one):
+        # the engines and the critic from the policy resume too
+        "--reward", "stockfish", "--reward-nodes", "200",
     ]  # fmt: skip
     assert command[command.index("--iterations") + 1] == "10"  # iterations left to kill the driver in
     status = phase / "collectors" / "collector-00.json"
@@ -85,6 +75,14 @@ def test_collector_and_driver_killed_then_the_same_command_resumes(
     check_outputs(phase, iterations=10, out=rerun.stdout)
     metrics = [json.loads(line) for line in (phase / "logs" / "metrics.jsonl").read_text().splitlines()]
     assert all(m["workers"] == 2 for m in metrics)
+    # Stockfish's grades: in [0, 1], some moves the best and some not; no reward server; the
+    # critic is the policy's transformer under a value head
+    assert "moves graded by Stockfish at 200 nodes" in rerun.stdout + rerun.stderr
+    scores = [r["score"] for r in shard_rows(phase) if r["legal"]]
+    assert scores and all(0.0 <= s <= 1.0 for s in scores) and max(scores) == 1.0 and min(scores) < 1.0
+    assert all(0.0 <= m["score_mean"] <= 1.0 for m in metrics)
+    critic = json.loads((phase / "critic" / "config.json").read_text())
+    assert critic["architectures"] == ["GPT2ForSequenceClassification"]
 
 
 def check_outputs(phase: Path, iterations: int, out: str) -> None:
@@ -140,26 +138,3 @@ def check_outputs(phase: Path, iterations: int, out: str) -> None:
     assert (phase / "curves.png").stat().st_size > 1000
     assert "ppo summary" in out and "sprt" in out
 
-
-@pytest.mark.slow
-def test_ppo_graded_by_stockfish_needs_no_reward_model(tmp_path, tiny_lm_dir):
-    """``--reward stockfish``: the collectors' scores are Stockfish's grades of the moves (in [0, 1],
-    some moves the best and some not), no reward server runs, the critic is the policy's
-    transformer under a value head, and the run finishes with the usual outputs."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("RAY_ADDRESS", None)
-    command = [
-        sys.executable, "-m", "pipelines.ppo", "--storage", str(tmp_path), "--run-name", "s", "--no-tracking",
-        "--num-cpus", "2", "--policy", str(tiny_lm_dir), "--reward", "stockfish", "--reward-nodes", "200",
-        "--masked", "--gamma", "0", "--opponents", "random", "--heldout-positions", "0", *SMALL[:1], "2", *SMALL[2:],
-    ]  # fmt: skip
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    assert "moves graded by Stockfish at 200 nodes" in done.stdout + done.stderr
-    phase = tmp_path / "s" / "ppo"
-    scores = [r["score"] for r in shard_rows(phase) if r["legal"]]
-    assert scores and all(0.0 <= s <= 1.0 for s in scores)
-    assert max(scores) == 1.0 and min(scores) < 1.0  # graded: best moves and worse ones
-    critic = json.loads((phase / "critic" / "config.json").read_text())
-    assert critic["architectures"] == ["GPT2ForSequenceClassification"]
-    assert json.loads((phase / "summary.json").read_text())["iterations"] == 2
