@@ -78,6 +78,13 @@ DESCRIPTION = (
 )
 
 
+def output_name(context: PhaseContext) -> str:
+    """The name of this run's outputs folder: :func:`pipelines.artifacts.grpo_folder` of its loss
+    type (``grpo``, or ``online-dpo``), unless the caller placed grpo's outputs elsewhere (a tune
+    trial's folder, given as ``grpo``)."""
+    return "grpo" if "grpo" in context.outputs else grpo_folder(context.config.grpo.loss_type)
+
+
 def grpo_settings(cfg: GRPOConfig) -> GRPOSettings:
     """The algorithm's settings from the config section."""
     return GRPOSettings(
@@ -346,7 +353,7 @@ def loop_config(
     """The learner loop's config (:func:`pipelines.learner.grpo.train_loop_per_worker`)."""
     cfg, run = context.config.grpo, context.config.run
     return {
-        "phase_uri": context.phase_storage(grpo_folder(cfg.loss_type)).uri, "policy_path": found.policy,
+        "phase_uri": context.phase_storage(output_name(context)).uri, "policy_path": found.policy,
         "settings": found.settings.__dict__, "text_format": cfg.text_format, "own_opponent": cfg.own_opponent,
         "seed": run.seed, "iterations": cfg.iterations, "prompts_per_iteration": cfg.prompts_per_iteration,
         "learning_rate": cfg.learning_rate, "minibatch": batch_size, "max_new_tokens": limits,
@@ -363,7 +370,7 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
     from cluster.runtime import release_actor_name
 
     cfg = context.config.grpo
-    phase = context.phase_storage(grpo_folder(cfg.loss_type))
+    phase = context.phase_storage(output_name(context))
     found = check_grpo(context.config, Inputs.of_context(context), context.log)
     if cfg.use_gpu:  # the GPUs asked for are there, before anything starts or is written
         check_gpus("grpo", cfg.num_workers)
@@ -382,7 +389,7 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
     pool = EnginePool.spread(cfg.engines, run=context.config.run.name, num_cpus_per_engine=engine_cpus, key="grpo.engines")
     trainer = torch_trainer(
         context, "grpo", train_loop_per_worker, loop_config(context, found, limits, batch_size, pool, learner_cpus),
-        num_workers=cfg.num_workers, cpus_per_worker=learner_cpus, use_gpu=cfg.use_gpu, folder=grpo_folder(cfg.loss_type),
+        num_workers=cfg.num_workers, cpus_per_worker=learner_cpus, use_gpu=cfg.use_gpu, folder=output_name(context),
         progress=(board := ProgressBoard(context.log, "iteration", cfg.iterations)),
     )  # fmt: skip
     started = time.perf_counter()
@@ -405,10 +412,10 @@ def heldout_results(
     from chessrl.engine.client import SearchLimit
 
     cfg = context.config.grpo
-    phase = context.phase_storage(grpo_folder(cfg.loss_type))
+    phase = context.phase_storage(output_name(context))
     if not phase.exists("model/config.json"):
         return {}, {}
-    final_path = model_location(None, phase.child("model"), grpo_folder(cfg.loss_type), "grpo")
+    final_path = model_location(None, phase.child("model"), output_name(context), "grpo")
     context.log(f"trained in {seconds:.0f} s; the start and final policies on {len(heldout)} held-out prompts")
     expected = partial(expected_scores, pool, SearchLimit(nodes=cfg.stockfish_nodes))
     models = {"start": found.policy, "final": final_path}
@@ -425,7 +432,7 @@ def summarise(
 ) -> PhaseResult:
     """``summary.json`` and the summary lines."""
     cfg = context.config.grpo
-    phase = context.phase_storage(grpo_folder(cfg.loss_type))
+    phase = context.phase_storage(output_name(context))
     final = final_metrics(result)
     rows = read_metrics(phase.child("logs"))
     first, last = (rows[0], rows[-1]) if rows else ({}, {})

@@ -1,9 +1,11 @@
-"""``ppo``: actor-critic RL of the sft policy against the reward model, on rollout collectors, a
-parameter server, a RewardServer and a Ray Train learner.
+"""``ppo``: actor-critic RL of the sft policy against the reward model (or Stockfish's grade of each
+move: ``--reward stockfish``), on rollout collectors, a parameter server, RewardServers (or an
+EnginePool) and a Ray Train learner.
 
     python -m pipelines.ppo --config tiny
     chess-rl ppo --kl-coef 0.05 --clip 0.2 --ppo-epochs 2 --collectors 2 --opponents self random stockfish:skill=0
     chess-rl ppo --policy runs/a/sft/model --reward-model runs/a/reward/model --iterations 200
+    chess-rl ppo --reward stockfish --reward-nodes 2000     # no reward model: each move graded by Stockfish
 
 How the pieces fit (the formulas are :mod:`chessrl.rl.ppo` and :mod:`chessrl.rl.policy_gradient`):
 
@@ -13,7 +15,8 @@ How the pieces fit (the formulas are :mod:`chessrl.rl.ppo` and :mod:`chessrl.rl.
    ``--collectors`` RolloutCollectors (actors named ``<run>/<role>-<i>``).
 2. Each collector plays ``concurrent_games`` episodes at once: the policy plays the side to move
    of a start position against an opponent of the pool (``self``, ``random``, weak Stockfish),
-   one batched forward pass per move for all games, the RewardServer scores each legal move,
+   one batched forward pass per move for all games, the RewardServer scores each legal move
+   (``--reward stockfish``: the EnginePool's grade of it, :func:`chessrl.rl.ppo.graded_scores`),
    newer weights are pulled between moves. A round is one rollout shard under ``rollouts/``.
 3. The learner (a Ray Train ``TorchTrainer``, :mod:`pipelines.learner.ppo`) publishes its weights
    as version ``v``, reads the shards it has not read until it has ``episodes_per_iteration``
@@ -397,7 +400,7 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     found = check_ppo(context.config, Inputs.of_context(context))
     if cfg.use_gpu:  # the GPUs asked for are there, before anything starts or is written
         check_gpus("ppo", cfg.num_workers)
-    if cfg.reward_server_gpus:  # beside the learner's whole GPUs: a learner's GPU is not shared
+    if cfg.reward_server_gpus and cfg.reward == "model":  # beside the learner's whole GPUs: not shared
         learner = cfg.num_workers if cfg.use_gpu else 0
         check_gpus("ppo", learner + math.ceil(cfg.reward_servers * cfg.reward_server_gpus - 1e-9),
                    "ppo.reward_server_gpus",

@@ -118,6 +118,7 @@ DESCRIPTION = """Runs prepare -> sft -> preferences -> reward -> ppo, preference
 evaluate of the ppo, grpo and dpo policies against the sft start, on one Ray session. A phase whose manifest
 (<run>/rlaif/manifests/<phase>.json) holds the key of its config and inputs is skipped; the others
 resume from their own checkpoints. A changed section re-runs that phase and everything below it.
+--set rlaif.online_dpo=true adds online DPO (grpo --loss-type dpo) beside grpo, and to the comparison.
 Examples:
   chess-rl rlaif --config tiny
   chess-rl rlaif --only ppo evaluate --set ppo.kl_coef=0.1
@@ -234,6 +235,11 @@ class GraphRun:
                 raise ConfigError(
                     f"rlaif: --force {name}: not a phase of this graph; phases: {', '.join(self.graph.order())}"
                 )
+        if config.grpo.loss_type == "dpo":
+            raise ConfigError(
+                "rlaif: grpo.loss_type is dpo, but the graph's grpo node is GRPO (its comparison reads <run>/grpo): "
+                "set rlaif.online_dpo: true for an online-dpo node beside it"
+            )
         if config.sft.text_format != "moves":
             raise ConfigError(
                 "rlaif: sft.text_format must be moves here (the graph's sft feeds preferences, reward and ppo); "

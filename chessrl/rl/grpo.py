@@ -380,8 +380,10 @@ def online_dpo_update(
     policy.train(False)
     optimizer.zero_grad(set_to_none=True)
     half = max(1, minibatch // 2)
-    for start in range(0, len(pairs), half):
-        part = pairs[start : start + half]
+    # masked (policy) and unmasked (environment) pairs are scored differently: never in one minibatch
+    kinds = [[p for p in pairs if (samples[p[0]].legal_ids is not None) == masked_kind] for masked_kind in (True, False)]
+    chunks = [kind[start : start + half] for kind in kinds for start in range(0, len(kind), half)]
+    for part in chunks:
         batch = [samples[c] for c, _ in part] + [samples[r] for _, r in part]
         score = masked_completion_logprobs if batch[0].legal_ids is not None else completion_logprobs
         logprobs, mask, *_ = score(policy, batch, pad, settings.temperature)
@@ -402,7 +404,10 @@ def online_dpo_update(
     metrics["pg_loss"] = metrics["dpo_loss"]
     if legality:
         metrics["legal_nll"] = legality_backward(policy, samples, masked, pad, settings, minibatch)
-    work = float(len(pairs)) if pairs else float(legality and len(masked))
+    # the loss is a mean over pairs (about one a group); with nothing to learn but legality, over
+    # its distinct prompts (one a group), so such a worker does not outweigh the others
+    prompts = len({tuple(samples[i].prompt_ids) for i in masked})
+    work = float(len(pairs)) if pairs else float(legality and prompts)
     if reduce is not None and reduce(policy, work) == 0:
         return {**metrics, "trained_samples": 0.0, "grad_norm": 0.0}
     grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)

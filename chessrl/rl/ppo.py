@@ -151,8 +151,8 @@ def play_episodes(
     """Play one episode per start ``(name, moves so far)`` at once: the policy moves for every
     game whose turn it is in one forward pass, the opponents answer, until each game ends, an
     illegal move, or ``max_actions`` policy moves. The policy plays the side to move at the
-    start; opponents are taken in turn. ``score([(moves, move), ...])`` gives the reward model's
-    normalised scores of the legal moves, batched per step. ``refresh()``, called between moves,
+    start; opponents are taken in turn. ``score([(moves, move), ...])`` gives the legal moves'
+    scores (the reward model's, normalised, or :func:`graded_scores`), batched per step. ``refresh()``, called between moves,
     returns ``(newer policy, its version)`` or None: each action records the version that chose
     it. Returns every action."""
     from chessrl.lm.models import prompt_ids

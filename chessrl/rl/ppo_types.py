@@ -69,7 +69,8 @@ class Action:
     logprob: float
     version: int
     score: float = 0.0
-    """The reward model's normalised score of the move (0 for an illegal one)."""
+    """The move's score: the reward model's, normalised, or Stockfish's grade in [0, 1]
+    (``ppo.reward: stockfish``); 0 for an illegal one."""
     result: float = 0.0
     """The game's result from the policy's side, on the episode's last action (0 elsewhere)."""
     last: bool = False

@@ -121,9 +121,13 @@ class PPOParts:
         policy.to(device)
         if cfg["reward_path"]:
             critic, _ = load_saved_model(cfg["reward_path"], "reward")
-        else:  # Stockfish grades the moves: the critic is the policy's transformer under a value head
+        else:  # Stockfish grades the moves: the critic is the policy's transformer under a value head,
+            # the head seeded alike on every worker (data-parallel workers must start equal)
+            import torch
+
             from pipelines.reward import reward_model_from_backbone
 
+            torch.manual_seed(cfg["seed"])
             critic, _ = reward_model_from_backbone(cfg["policy_path"])
         critic.to(device)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

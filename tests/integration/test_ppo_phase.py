@@ -137,4 +137,3 @@ def check_outputs(phase: Path, iterations: int, out: str) -> None:
     assert generated.shape[1] == ids["input_ids"].shape[1] + 1
     assert (phase / "curves.png").stat().st_size > 1000
     assert "ppo summary" in out and "sprt" in out
-

@@ -67,6 +67,9 @@ def micro_run(tmp_path_factory, pgn_dir, registered_checkpoints, killed_run) -> 
     sft_model = (run / "sft" / "model" / "model.safetensors").read_bytes() if finished else b""
     rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     graph = (run / "rlaif" / "graph.json").read_text() if rerun.returncode == 0 else ""
+    # the rerun's comparison, before the changed run below writes its own
+    compared = {name: (run / folder / name).read_text() if rerun.returncode == 0 else ""
+                for folder, name in (("evaluate/eval", "results.json"), ("rlaif", "comparison.md"))}  # fmt: skip
     manifests_after = {p.name: p.read_bytes() for p in manifests.glob("*.json")}
     # a changed grpo section: grpo and what is built from it run again, nothing else
     # (and an online-dpo node added: grpo's section with loss_type dpo, beside grpo, in the comparison)
@@ -74,7 +77,7 @@ def micro_run(tmp_path_factory, pgn_dir, registered_checkpoints, killed_run) -> 
                              env=env, capture_output=True, text=True, timeout=900) if rerun.returncode == 0 else None  # fmt: skip
     return {"tmp": tmp_path, "run": run, "env": env, "alive": alive, "first_log": (tmp_path / "first.log").read_text(),
             "finished": finished, "reward_started": reward_started, "sft_model": sft_model, "rerun": rerun,
-            "graph": graph, "manifests": manifests_after, "changed": changed}  # fmt: skip
+            "graph": graph, "manifests": manifests_after, "changed": changed, "compared": compared}  # fmt: skip
 
 
 @pytest.mark.slow
@@ -113,14 +116,14 @@ def test_rlaif_killed_during_reward_resumes_and_skips_what_finished(micro_run):
     for name in ("reward", "ppo", "grpo", "dpo"):
         assert (run / name / "model" / "config.json").exists(), name
     assert json.loads((run / "grpo" / "model" / "config.json").read_text())["chessrl_text_format"] == "moves"
-    results = json.loads((run / "evaluate" / "eval" / "results.json").read_text())
+    results = json.loads(micro_run["compared"]["results.json"])
     ppo, grpo, dpo, sft = (f"lm:{run / name / 'model'},masked" for name in ("ppo", "grpo", "dpo", "sft"))
     assert results["players"] == [ppo, grpo, dpo, sft, "random"]  # masked, adjudicated at the cap
     # each RL policy against its start (the sft) and the random mover, the start against the random mover
     assert results["games"] == 7 * 2
     assert "evaluate summary" in rerun.stdout and "rlaif: graph state" in rerun.stdout
     assert "```mermaid" in (run / "rlaif" / "graph.md").read_text()
-    table = (run / "rlaif" / "comparison.md").read_text()
+    table = micro_run["compared"]["comparison.md"]
     assert "What RL did" in table and "(anchor)" in table and "row vs column" in table
     story = table.split("What RL did")[1].split("The comparison's")[0]
     for phase in ("ppo", "grpo", "dpo"):  # its paired gain over its start, its games against the start and random
@@ -150,7 +153,11 @@ def test_a_changed_grpo_section_reruns_grpo_and_evaluate_only(micro_run):
     assert (run / "grpo" / "model" / "config.json").exists()
     logged = [json.loads(line) for line in (run / "online-dpo" / "logs" / "metrics.jsonl").read_text().splitlines()]
     assert logged and all("pairs" in row and "dpo_loss" in row for row in logged)
-    assert "online-dpo" in changed.stdout  # a row of the comparison
+    results = json.loads((run / "evaluate" / "eval" / "results.json").read_text())
+    online, grpo = (f"lm:{run / name / 'model'},masked" for name in ("online-dpo", "grpo"))
+    assert results["players"][1:3] == [grpo, online] and results["games"] == 9 * 2  # against its start and random
+    story = (run / "rlaif" / "comparison.md").read_text().split("What RL did")[1].split("The comparison's")[0]
+    assert any(line.strip().startswith("online-dpo ") for line in story.splitlines()), story
 
 
 @pytest.mark.slow
@@ -225,6 +232,8 @@ def test_rlaif_bad_input_is_one_line_before_any_work(tmp_path, capsys):
             ["--only", "sft-rookworld", "--set", "grpo.text_format=moves", "--set", "grpo.policy_share=1"],
             "unknown phase 'sft-rookworld'",
         ),
+        # the graph's grpo node is GRPO: online DPO is its own node
+        (["--set", "grpo.loss_type=dpo"], "rlaif.online_dpo: true"),
     ]
     for args, expected in cases:
         assert rlaif.main(["--config", "tiny", *common, *args]) == EXIT_USER_ERROR
