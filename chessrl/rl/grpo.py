@@ -318,11 +318,22 @@ def grpo_update(
         metrics["legal_nll"] = legality_backward(policy, samples, masked, pad, settings, minibatch)
     # the loss is a mean over sequences (dapo: tokens); with nothing to learn but legality, over its prompts
     work = float(tokens if settings.loss_type == "dapo" else len(used)) if used else float(legality and len(masked))
+    return step_with(policy, optimizer, work, reduce, max_grad_norm, metrics, trained=float(len(used)))
+
+
+def step_with(
+    policy: torch.nn.Module, optimizer: torch.optim.Optimizer, work: float,
+    reduce: Callable[[torch.nn.Module, float], float] | None, max_grad_norm: float,
+    metrics: dict[str, float], *, trained: float,
+) -> dict[str, float]:  # fmt: skip
+    """The end of an update whose gradients are accumulated: averaged over the workers by
+    ``reduce`` (no step anywhere when no worker had ``work``), clipped, one optimizer step; the
+    metrics with ``trained_samples`` and ``grad_norm``."""
     if reduce is not None and reduce(policy, work) == 0:
         return {**metrics, "trained_samples": 0.0, "grad_norm": 0.0}
     grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
     optimizer.step()
-    return {**metrics, "trained_samples": float(len(used)), "grad_norm": float(grad_norm)}
+    return {**metrics, "trained_samples": trained, "grad_norm": float(grad_norm)}
 
 
 def legality_backward(
@@ -408,11 +419,7 @@ def online_dpo_update(
     # its distinct prompts (one a group), so such a worker does not outweigh the others
     prompts = len({tuple(samples[i].prompt_ids) for i in masked})
     work = float(len(pairs)) if pairs else float(legality and prompts)
-    if reduce is not None and reduce(policy, work) == 0:
-        return {**metrics, "trained_samples": 0.0, "grad_norm": 0.0}
-    grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
-    optimizer.step()
-    return {**metrics, "trained_samples": float(2 * len(pairs)), "grad_norm": float(grad_norm)}
+    return step_with(policy, optimizer, work, reduce, max_grad_norm, metrics, trained=float(2 * len(pairs)))
 
 
 def batch_metrics(samples: Sequence[Sample]) -> dict[str, float]:
