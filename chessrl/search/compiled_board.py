@@ -1,0 +1,554 @@
+"""A chess position as two small arrays and the rules on them in compiled code (numba): legal moves
+in python-chess's order, children, repetition keys and end-of-game values, python-chess's answers.
+
+A position is a row of ``words`` (``(WORDS,)`` uint64: white's pawns, knights, bishops, rooks,
+queens, king, then black's, in python-chess's square numbering, ``a1 = 0``; then the repetition
+key) and a row of ``meta`` (``(META,)`` int64: the side to move, 0 white and 1 black; the castling
+rights, bits ``1`` white kingside, ``2`` white queenside, ``4`` black kingside, ``8`` black
+queenside; the en passant square python-chess keeps after a double push, 64 for none; the
+half-move clock; the full-move number). Moves are the integer *codes* of
+:mod:`chessrl.search.board_encoding`: ``kind * 4096 + from * 64 + to``, kind 0 an ordinary move
+(castling is the king's two-square move), 1–4 a promotion to queen, rook, bishop, knight.
+
+Each kernel takes rows and writes into arrays the caller owns, so a search can keep every node's
+position in two arrays and make a round's children and list a round's moves in one call. The
+counters are 64-bit (no clock limit as in ``rust_chess``); the key is a 64-bit zobrist hash of
+python-chess's ``_transposition_key`` class (pieces, side to move, cleaned castling rights, the en
+passant square only when a capture there is legal).
+
+>>> words, meta = from_board(chess.Board())
+>>> out = np.empty(MAX_MOVES, dtype=np.int64)
+>>> n = legal_codes(words, meta, out)
+>>> n, out[:3].tolist() == [code_of_uci(u) for u in ("g1h3", "g1f3", "b1c3")]
+(20, True)
+>>> w2, m2 = np.empty_like(words), np.empty_like(meta)
+>>> make_move(words, meta, code_of_uci("e2e4"), w2, m2)
+>>> to_board(w2, m2).fen() == chess.Board("rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1").fen()
+True
+>>> terminal_value(w2, m2, legal_count(w2, m2), 0)      # the game goes on: NaN
+nan
+"""
+
+from __future__ import annotations
+
+import math
+
+import chess
+import numpy as np
+
+from chessrl.search.compiled import jit
+
+__all__ = [
+    "MAX_MOVES",
+    "META",
+    "WORDS",
+    "code_of_uci",
+    "from_board",
+    "in_check",
+    "legal_codes",
+    "legal_count",
+    "make_move",
+    "repetition_key",
+    "terminal_value",
+    "to_board",
+]
+
+WORDS = 13  # 12 piece bitboards, the key
+META = 5  # turn, castling, en passant square, half-move clock, full-move number
+KEY = 12
+TURN, CASTLING, EP, CLOCK, FULLMOVE = 0, 1, 2, 3, 4
+NO_EP = 64
+#: Room for every legal move of any position (the most known is 218).
+MAX_MOVES = 256
+
+_ONE = np.uint64(1)
+_ZERO = np.uint64(0)
+_FULL = np.uint64(0xFFFFFFFFFFFFFFFF)
+# Promotion kinds 1..4 -> piece type index (P N B R Q K = 0..5): queen, rook, bishop, knight.
+_PROMO_TYPE = np.array([0, 4, 3, 2, 1], dtype=np.int64)
+
+# Directions: N, S, E, W (rook), NE, NW, SE, SW (bishop); _STEP[d, sq] the next square or -1.
+_DIRS = ((0, 1), (0, -1), (1, 0), (-1, 0), (1, 1), (-1, 1), (1, -1), (-1, -1))
+
+
+def _tables() -> tuple[np.ndarray, ...]:
+    step = np.full((8, 64), -1, dtype=np.int64)
+    knight = np.zeros(64, dtype=np.uint64)
+    king = np.zeros(64, dtype=np.uint64)
+    pawn = np.zeros((2, 64), dtype=np.uint64)
+    for sq in range(64):
+        f, r = sq & 7, sq >> 3
+        for d, (df, dr) in enumerate(_DIRS):
+            if 0 <= f + df < 8 and 0 <= r + dr < 8:
+                step[d, sq] = (r + dr) * 8 + f + df
+                king[sq] |= np.uint64(1) << np.uint64((r + dr) * 8 + f + df)
+        for df, dr in ((1, 2), (2, 1), (2, -1), (1, -2), (-1, -2), (-2, -1), (-2, 1), (-1, 2)):
+            if 0 <= f + df < 8 and 0 <= r + dr < 8:
+                knight[sq] |= np.uint64(1) << np.uint64((r + dr) * 8 + f + df)
+        for colour, dr in ((0, 1), (1, -1)):
+            for df in (-1, 1):
+                if 0 <= f + df < 8 and 0 <= r + dr < 8:
+                    pawn[colour, sq] |= np.uint64(1) << np.uint64((r + dr) * 8 + f + df)
+    rng = np.random.default_rng(0x5EED_C4E55)
+    zobrist = rng.integers(0, 2**63, size=12 * 64 + 1 + 16 + 8, dtype=np.int64).astype(np.uint64)
+    zobrist ^= rng.integers(0, 2**63, size=zobrist.shape, dtype=np.int64).astype(np.uint64) << np.uint64(1)
+    return step, knight, king, pawn, zobrist
+
+
+_STEP, _KNIGHT, _KING, _PAWN_ATT, _ZOBRIST = _tables()
+_Z_TURN = 12 * 64
+_Z_CASTLE = _Z_TURN + 1
+_Z_EP = _Z_CASTLE + 16
+_DARK = np.uint64(chess.BB_DARK_SQUARES)
+_LIGHT = np.uint64(chess.BB_LIGHT_SQUARES)
+
+
+@jit
+def _bit(sq: int) -> np.uint64:
+    return _ONE << np.uint64(sq)
+
+
+@jit
+def _lsb(b: np.uint64) -> int:
+    """The lowest set square of a non-empty bitboard."""
+    n = 0
+    if not b & np.uint64(0xFFFFFFFF):
+        b >>= np.uint64(32)
+        n += 32
+    if not b & np.uint64(0xFFFF):
+        b >>= np.uint64(16)
+        n += 16
+    if not b & np.uint64(0xFF):
+        b >>= np.uint64(8)
+        n += 8
+    if not b & np.uint64(0xF):
+        b >>= np.uint64(4)
+        n += 4
+    if not b & np.uint64(0x3):
+        b >>= np.uint64(2)
+        n += 2
+    if not b & _ONE:
+        n += 1
+    return n
+
+
+@jit
+def _popcount(b: np.uint64) -> int:
+    n = 0
+    while b:
+        b &= b - _ONE
+        n += 1
+    return n
+
+
+@jit
+def _slide(sq: int, occ: np.uint64, d0: int, d1: int) -> np.uint64:
+    """The squares a slider on ``sq`` reaches in directions ``d0 .. d1 - 1`` (blockers included)."""
+    att = _ZERO
+    for d in range(d0, d1):
+        s = _STEP[d, sq]
+        while s >= 0:
+            b = _ONE << np.uint64(s)
+            att |= b
+            if occ & b:
+                break
+            s = _STEP[d, s]
+    return att
+
+
+@jit
+def _attacked(words: np.ndarray, sq: int, by: int, occ: np.uint64, keep: np.uint64) -> bool:
+    """Whether colour ``by``'s pieces (those on ``keep``) attack ``sq`` with ``occ`` occupied."""
+    o = by * 6
+    if _KNIGHT[sq] & words[o + 1] & keep:
+        return True
+    if _KING[sq] & words[o + 5] & keep:
+        return True
+    if _PAWN_ATT[1 - by, sq] & words[o] & keep:  # a pawn of `by` attacks sq where ours on sq would attack it
+        return True
+    queens = words[o + 4]
+    diagonal = (words[o + 2] | queens) & keep
+    if diagonal and _slide(sq, occ, 4, 8) & diagonal:
+        return True
+    straight = (words[o + 3] | queens) & keep
+    if straight and _slide(sq, occ, 0, 4) & straight:
+        return True
+    return False
+
+
+@jit
+def _occupied(words: np.ndarray, colour: int) -> np.uint64:
+    o = colour * 6
+    return words[o] | words[o + 1] | words[o + 2] | words[o + 3] | words[o + 4] | words[o + 5]
+
+
+@jit
+def _legal_after(
+    words: np.ndarray, us: int, ksq: int, frm: int, to: int, occ: np.uint64, captured: np.uint64
+) -> bool:
+    """Whether the move ``frm -> to`` (removing the enemy piece on ``captured``, a bitboard, when
+    not empty) leaves our king (on ``ksq`` before the move) unattacked."""
+    king = to if frm == ksq else ksq
+    after = (occ & ~_bit(frm) & ~captured) | _bit(to)
+    return not _attacked(words, king, 1 - us, after, ~(captured | _bit(to)))
+
+
+@jit
+def _add(out: np.ndarray, n: int, frm: int, to: int, promote: bool) -> int:
+    if promote:
+        for kind in range(1, 5):
+            out[n] = kind * 4096 + frm * 64 + to
+            n += 1
+        return n
+    out[n] = frm * 64 + to
+    return n + 1
+
+
+@jit
+def _generate(words: np.ndarray, meta: np.ndarray, out: np.ndarray, stop_at_one: bool) -> int:
+    """Write the legal codes into ``out`` (unordered); returns their number (at most 1 with
+    ``stop_at_one``)."""
+    us = meta[TURN]
+    them = 1 - us
+    own = _occupied(words, us)
+    opp = _occupied(words, them)
+    occ = own | opp
+    o = us * 6
+    ksq = _lsb(words[o + 5])
+    n = 0
+    # pawns
+    pawns = words[o]
+    up = 8 if us == 0 else -8
+    last_rank = 7 if us == 0 else 0
+    start_rank = 1 if us == 0 else 6
+    ep = meta[EP]
+    while pawns:
+        frm = _lsb(pawns)
+        pawns &= pawns - _ONE
+        to = frm + up
+        promote = (to >> 3) == last_rank
+        if not occ & _bit(to):
+            if _legal_after(words, us, ksq, frm, to, occ, _ZERO):
+                n = _add(out, n, frm, to, promote)
+            two = to + up
+            if (frm >> 3) == start_rank and not occ & _bit(two) and _legal_after(words, us, ksq, frm, two, occ, _ZERO):
+                n = _add(out, n, frm, two, False)
+        caps = _PAWN_ATT[us, frm] & opp
+        while caps:
+            to = _lsb(caps)
+            caps &= caps - _ONE
+            if _legal_after(words, us, ksq, frm, to, occ, _bit(to)):
+                n = _add(out, n, frm, to, promote)
+        if ep != NO_EP and _PAWN_ATT[us, frm] & _bit(ep) and not occ & _bit(ep):
+            if _legal_after(words, us, ksq, frm, ep, occ, _bit(ep - up)):
+                n = _add(out, n, frm, ep, False)
+        if stop_at_one and n:
+            return n
+    # knights, bishops, rooks, queens, king
+    for t in range(1, 6):
+        pieces = words[o + t]
+        while pieces:
+            frm = _lsb(pieces)
+            pieces &= pieces - _ONE
+            if t == 1:
+                targets = _KNIGHT[frm]
+            elif t == 2:
+                targets = _slide(frm, occ, 4, 8)
+            elif t == 3:
+                targets = _slide(frm, occ, 0, 4)
+            elif t == 4:
+                targets = _slide(frm, occ, 0, 8)
+            else:
+                targets = _KING[frm]
+            targets &= ~own
+            while targets:
+                to = _lsb(targets)
+                targets &= targets - _ONE
+                if _legal_after(words, us, ksq, frm, to, occ, _bit(to) & opp):
+                    out[n] = frm * 64 + to
+                    n += 1
+            if stop_at_one and n:
+                return n
+    # castling (standard chess: the king on e1/e8, the rooks on their corners)
+    rights = meta[CASTLING] >> (2 * us)
+    if rights & 3 and not _attacked(words, ksq, them, occ, _FULL):
+        base = 56 * us
+        if rights & 1 and not occ & (_bit(base + 5) | _bit(base + 6)):
+            if not _attacked(words, base + 5, them, occ, _FULL) and not _attacked(words, base + 6, them, occ, _FULL):
+                out[n] = ksq * 64 + base + 6
+                n += 1
+        if rights & 2 and not occ & (_bit(base + 1) | _bit(base + 2) | _bit(base + 3)):
+            if not _attacked(words, base + 3, them, occ, _FULL) and not _attacked(words, base + 2, them, occ, _FULL):
+                out[n] = ksq * 64 + base + 2
+                n += 1
+    return n
+
+
+@jit
+def _order(words: np.ndarray, meta: np.ndarray, out: np.ndarray, n: int) -> None:
+    """Sort ``out[:n]`` as python-chess generates the moves (see
+    :func:`chessrl.search.native_board._python_chess_order`), in place."""
+    us = meta[TURN]
+    o = us * 6
+    pawns = words[o]
+    king = _lsb(words[o + 5])
+    check = _attacked(words, king, 1 - us, _occupied(words, 0) | _occupied(words, 1), _FULL)
+    ep = meta[EP]
+    keys = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        c = out[i]
+        f = (c >> 6) & 63
+        t = c & 63
+        if pawns & _bit(f):
+            if (t & 7) != (f & 7):
+                cat = 6 if t == ep else 3
+            elif abs(t - f) == 16:
+                cat = 5
+            else:
+                cat = 4
+        elif f == king:
+            cat = 0 if check else (2 if abs(t - f) == 2 else 1)
+        else:
+            cat = 1
+        keys[i] = (cat << 20) | ((63 - f) << 14) | ((63 - t) << 8) | (c >> 12)
+    for i in range(1, n):  # insertion sort: a few dozen moves
+        k, c = keys[i], out[i]
+        j = i - 1
+        while j >= 0 and keys[j] > k:
+            keys[j + 1] = keys[j]
+            out[j + 1] = out[j]
+            j -= 1
+        keys[j + 1] = k
+        out[j + 1] = c
+
+
+@jit
+def legal_codes(words: np.ndarray, meta: np.ndarray, out: np.ndarray) -> int:
+    """Write the legal moves' codes into ``out`` (room for :data:`MAX_MOVES`) in python-chess's
+    order of ``legal_moves``; returns how many."""
+    n = _generate(words, meta, out, False)
+    _order(words, meta, out, n)
+    return n
+
+
+@jit
+def legal_count(words: np.ndarray, meta: np.ndarray) -> int:
+    """The number of legal moves."""
+    out = np.empty(MAX_MOVES, dtype=np.int64)
+    return _generate(words, meta, out, False)
+
+
+@jit
+def _has_legal(words: np.ndarray, meta: np.ndarray, scratch: np.ndarray) -> bool:
+    return _generate(words, meta, scratch, True) > 0
+
+
+@jit
+def in_check(words: np.ndarray, meta: np.ndarray) -> bool:
+    """Whether the side to move is in check."""
+    us = meta[TURN]
+    return _attacked(words, _lsb(words[us * 6 + 5]), 1 - us, _occupied(words, 0) | _occupied(words, 1), _FULL)
+
+
+@jit
+def _legal_en_passant(words: np.ndarray, meta: np.ndarray) -> bool:
+    """Whether a pawn of the side to move can capture en passant now."""
+    ep = meta[EP]
+    if ep == NO_EP:
+        return False
+    us = meta[TURN]
+    o = us * 6
+    occ = _occupied(words, 0) | _occupied(words, 1)
+    if occ & _bit(ep):
+        return False
+    up = 8 if us == 0 else -8
+    ksq = _lsb(words[o + 5])
+    attackers = _PAWN_ATT[1 - us, ep] & words[o]
+    while attackers:
+        frm = _lsb(attackers)
+        attackers &= attackers - _ONE
+        if _legal_after(words, us, ksq, frm, ep, occ, _bit(ep - up)):
+            return True
+    return False
+
+
+@jit
+def repetition_key(words: np.ndarray, meta: np.ndarray) -> np.uint64:
+    """The 64-bit zobrist key of the position's python-chess ``_transposition_key`` class."""
+    key = _ZERO
+    for p in range(12):
+        b = words[p]
+        while b:
+            sq = _lsb(b)
+            b &= b - _ONE
+            key ^= _ZOBRIST[p * 64 + sq]
+    if meta[TURN] == 1:
+        key ^= _ZOBRIST[_Z_TURN]
+    key ^= _ZOBRIST[_Z_CASTLE + meta[CASTLING]]
+    if _legal_en_passant(words, meta):
+        key ^= _ZOBRIST[_Z_EP + (meta[EP] & 7)]
+    return key
+
+
+@jit
+def make_move(words: np.ndarray, meta: np.ndarray, code: int, out_words: np.ndarray, out_meta: np.ndarray) -> None:
+    """Write the position after the legal move ``code`` into ``out_words``, ``out_meta`` (its key
+    too). Legality is not checked: pass a legal move only."""
+    frm = (code >> 6) & 63
+    to = code & 63
+    kind = code >> 12
+    us = meta[TURN]
+    them = 1 - us
+    o, t = us * 6, them * 6
+    for p in range(12):
+        out_words[p] = words[p]
+    fb, tb = _bit(frm), _bit(to)
+    moving = o
+    for p in range(o, o + 6):
+        if words[p] & fb:
+            moving = p
+            break
+    capture = False
+    for p in range(t, t + 6):
+        if words[p] & tb:
+            out_words[p] &= ~tb
+            capture = True
+    pawn = moving == o
+    if pawn and to == meta[EP] and (to & 7) != (frm & 7) and not capture:
+        out_words[t] &= ~_bit(to - 8 if us == 0 else to + 8)
+        capture = True
+    out_words[moving] &= ~fb
+    if kind:
+        out_words[o + _PROMO_TYPE[kind]] |= tb
+    else:
+        out_words[moving] |= tb
+    rights = meta[CASTLING]
+    if moving == o + 5:
+        if abs(to - frm) == 2:  # castling: the rook too
+            rook_from, rook_to = (frm + 3, frm + 1) if to > frm else (frm - 4, frm - 1)
+            out_words[o + 3] = (out_words[o + 3] & ~_bit(rook_from)) | _bit(rook_to)
+        rights &= ~(3 << (2 * us))
+    for sq in (frm, to):
+        if sq == 7:
+            rights &= ~1
+        elif sq == 0:
+            rights &= ~2
+        elif sq == 63:
+            rights &= ~4
+        elif sq == 56:
+            rights &= ~8
+    out_meta[TURN] = them
+    out_meta[CASTLING] = rights
+    out_meta[EP] = (frm + to) // 2 if pawn and abs(to - frm) == 16 else NO_EP
+    out_meta[CLOCK] = 0 if pawn or capture else meta[CLOCK] + 1
+    out_meta[FULLMOVE] = meta[FULLMOVE] + (1 if us == 1 else 0)
+    out_words[KEY] = repetition_key(out_words, out_meta)
+
+
+@jit
+def _insufficient_material(words: np.ndarray) -> bool:
+    """python-chess's ``is_insufficient_material``: neither side can mate."""
+    for c in range(2):
+        o = c * 6
+        if words[o] or words[o + 3] or words[o + 4]:
+            return False
+    knights = words[1] | words[7]
+    bishops = words[2] | words[8]
+    kings = words[5] | words[11]
+    for c in range(2):
+        ours = _occupied(words, c)
+        theirs = _occupied(words, 1 - c)
+        if ours & knights:
+            if _popcount(ours) > 2 or theirs & ~kings:
+                return False
+        elif ours & bishops:
+            same_colour = not bishops & _DARK or not bishops & _LIGHT
+            if not same_colour or knights:
+                return False
+    return True
+
+
+@jit
+def _fifty_by_move(words: np.ndarray, meta: np.ndarray) -> bool:
+    """At clock 99: a legal move that is no capture or pawn move reaches clock 100 and a position
+    with a legal move (python-chess's ``can_claim_fifty_moves``)."""
+    moves = np.empty(MAX_MOVES, dtype=np.int64)
+    n = _generate(words, meta, moves, False)
+    w2 = np.empty(WORDS, dtype=np.uint64)
+    m2 = np.empty(META, dtype=np.int64)
+    scratch = np.empty(MAX_MOVES, dtype=np.int64)
+    for i in range(n):
+        make_move(words, meta, moves[i], w2, m2)
+        if m2[CLOCK] >= 100 and _has_legal(w2, m2, scratch):
+            return True
+    return False
+
+
+@jit
+def terminal_value(words: np.ndarray, meta: np.ndarray, n_legal: int, repetitions: int) -> float:
+    """:func:`chessrl.search.search_board.terminal_value`: -1 checkmated, 0 drawn (stalemate, a
+    threefold repetition — ``repetitions`` earlier occurrences, two or more —, a fifty-move
+    claim, insufficient material), NaN while the game goes on. ``n_legal``: the legal moves' count."""
+    if n_legal == 0:
+        return -1.0 if in_check(words, meta) else 0.0
+    if repetitions >= 2:
+        return 0.0
+    clock = meta[CLOCK]
+    if clock >= 100:
+        return 0.0
+    if clock == 99 and _fifty_by_move(words, meta):
+        return 0.0
+    if _insufficient_material(words):
+        return 0.0
+    return math.nan
+
+
+# --- python-chess <-> arrays ---------------------------------------------------------------------
+
+_CASTLE_SQUARES = ((chess.H1, 1), (chess.A1, 2), (chess.H8, 4), (chess.A8, 8))
+
+
+def from_board(board: chess.Board) -> tuple[np.ndarray, np.ndarray]:
+    """``board``'s current position as ``(words, meta)`` (its key too). A standard board only
+    (:func:`chessrl.search.native_board.supported`)."""
+    words = np.zeros(WORDS, dtype=np.uint64)
+    for c, colour in enumerate((chess.WHITE, chess.BLACK)):
+        mine = board.occupied_co[colour]
+        for t, bb in enumerate((board.pawns, board.knights, board.bishops, board.rooks, board.queens, board.kings)):
+            words[c * 6 + t] = np.uint64(bb & mine)
+    clean = board.clean_castling_rights()
+    rights = sum(bit for sq, bit in _CASTLE_SQUARES if clean & chess.BB_SQUARES[sq])
+    ep = NO_EP if board.ep_square is None else board.ep_square
+    meta = np.array([0 if board.turn else 1, rights, ep, board.halfmove_clock, board.fullmove_number], dtype=np.int64)
+    words[KEY] = repetition_key(words, meta)
+    return words, meta
+
+
+def to_board(words: np.ndarray, meta: np.ndarray) -> chess.Board:
+    """The python-chess board of a position (no move stack)."""
+    board = chess.Board(None)
+    for p in range(12):
+        for sq in chess.SquareSet(int(words[p])):
+            board.set_piece_at(sq, chess.Piece(p % 6 + 1, p < 6))
+    board.turn = bool(meta[TURN] == 0)
+    board.castling_rights = sum(
+        chess.BB_SQUARES[sq] for sq, bit in _CASTLE_SQUARES if int(meta[CASTLING]) & bit
+    )
+    board.ep_square = None if meta[EP] == NO_EP else int(meta[EP])
+    board.halfmove_clock = int(meta[CLOCK])
+    board.fullmove_number = int(meta[FULLMOVE])
+    return board
+
+
+_PROMOTION_LETTERS = ("", "q", "r", "b", "n")
+
+
+def code_of_uci(uci: str) -> int:
+    """The code of a UCI move (standard chess: castling as the king's two-square move).
+
+    >>> code_of_uci("e7e8n")
+    19772
+    """
+    move = chess.Move.from_uci(uci)
+    kind = _PROMOTION_LETTERS.index(uci[4:]) if len(uci) > 4 else 0
+    return kind * 4096 + move.from_square * 64 + move.to_square
