@@ -171,9 +171,7 @@ def _attacked(words: np.ndarray, sq: int, by: int, occ: np.uint64, keep: np.uint
     if diagonal and _slide(sq, occ, 4, 8) & diagonal:
         return True
     straight = (words[o + 3] | queens) & keep
-    if straight and _slide(sq, occ, 0, 4) & straight:
-        return True
-    return False
+    return bool(straight) and bool(_slide(sq, occ, 0, 4) & straight)
 
 
 @jit
@@ -231,7 +229,11 @@ def _generate(words: np.ndarray, meta: np.ndarray, out: np.ndarray, stop_at_one:
             if _legal_after(words, us, ksq, frm, to, occ, _ZERO):
                 n = _add(out, n, frm, to, promote)
             two = to + up
-            if (frm >> 3) == start_rank and not occ & _bit(two) and _legal_after(words, us, ksq, frm, two, occ, _ZERO):
+            if (
+                (frm >> 3) == start_rank
+                and not occ & _bit(two)
+                and _legal_after(words, us, ksq, frm, two, occ, _ZERO)
+            ):
                 n = _add(out, n, frm, two, False)
         caps = _PAWN_ATT[us, frm] & opp
         while caps:
@@ -239,9 +241,9 @@ def _generate(words: np.ndarray, meta: np.ndarray, out: np.ndarray, stop_at_one:
             caps &= caps - _ONE
             if _legal_after(words, us, ksq, frm, to, occ, _bit(to)):
                 n = _add(out, n, frm, to, promote)
-        if ep != NO_EP and _PAWN_ATT[us, frm] & _bit(ep) and not occ & _bit(ep):
-            if _legal_after(words, us, ksq, frm, ep, occ, _bit(ep - up)):
-                n = _add(out, n, frm, ep, False)
+        en_passant = ep != NO_EP and (_PAWN_ATT[us, frm] & _bit(ep)) != _ZERO and not occ & _bit(ep)
+        if en_passant and _legal_after(words, us, ksq, frm, ep, occ, _bit(ep - up)):
+            n = _add(out, n, frm, ep, False)
         if stop_at_one and n:
             return n
     # knights, bishops, rooks, queens, king
@@ -273,14 +275,22 @@ def _generate(words: np.ndarray, meta: np.ndarray, out: np.ndarray, stop_at_one:
     rights = meta[CASTLING] >> (2 * us)
     if rights & 3 and not _attacked(words, ksq, them, occ, _FULL):
         base = 56 * us
-        if rights & 1 and not occ & (_bit(base + 5) | _bit(base + 6)):
-            if not _attacked(words, base + 5, them, occ, _FULL) and not _attacked(words, base + 6, them, occ, _FULL):
-                out[n] = ksq * 64 + base + 6
-                n += 1
-        if rights & 2 and not occ & (_bit(base + 1) | _bit(base + 2) | _bit(base + 3)):
-            if not _attacked(words, base + 3, them, occ, _FULL) and not _attacked(words, base + 2, them, occ, _FULL):
-                out[n] = ksq * 64 + base + 2
-                n += 1
+        short = (rights & 1) != 0 and not occ & (_bit(base + 5) | _bit(base + 6))
+        if (
+            short
+            and not _attacked(words, base + 5, them, occ, _FULL)
+            and not _attacked(words, base + 6, them, occ, _FULL)
+        ):
+            out[n] = ksq * 64 + base + 6
+            n += 1
+        long = (rights & 2) != 0 and not occ & (_bit(base + 1) | _bit(base + 2) | _bit(base + 3))
+        if (
+            long
+            and not _attacked(words, base + 3, them, occ, _FULL)
+            and not _attacked(words, base + 2, them, occ, _FULL)
+        ):
+            out[n] = ksq * 64 + base + 2
+            n += 1
     return n
 
 
@@ -391,7 +401,9 @@ def repetition_key(words: np.ndarray, meta: np.ndarray) -> np.uint64:
 
 
 @jit
-def make_move(words: np.ndarray, meta: np.ndarray, code: int, out_words: np.ndarray, out_meta: np.ndarray) -> None:
+def make_move(
+    words: np.ndarray, meta: np.ndarray, code: int, out_words: np.ndarray, out_meta: np.ndarray
+) -> None:
     """Write the position after the legal move ``code`` into ``out_words``, ``out_meta`` (its key
     too). Legality is not checked: pass a legal move only."""
     frm = (code >> 6) & 63
@@ -514,12 +526,16 @@ def from_board(board: chess.Board) -> tuple[np.ndarray, np.ndarray]:
     words = np.zeros(WORDS, dtype=np.uint64)
     for c, colour in enumerate((chess.WHITE, chess.BLACK)):
         mine = board.occupied_co[colour]
-        for t, bb in enumerate((board.pawns, board.knights, board.bishops, board.rooks, board.queens, board.kings)):
+        for t, bb in enumerate(
+            (board.pawns, board.knights, board.bishops, board.rooks, board.queens, board.kings)
+        ):
             words[c * 6 + t] = np.uint64(bb & mine)
     clean = board.clean_castling_rights()
     rights = sum(bit for sq, bit in _CASTLE_SQUARES if clean & chess.BB_SQUARES[sq])
     ep = NO_EP if board.ep_square is None else board.ep_square
-    meta = np.array([0 if board.turn else 1, rights, ep, board.halfmove_clock, board.fullmove_number], dtype=np.int64)
+    meta = np.array(
+        [0 if board.turn else 1, rights, ep, board.halfmove_clock, board.fullmove_number], dtype=np.int64
+    )
     words[KEY] = repetition_key(words, meta)
     return words, meta
 

@@ -38,7 +38,9 @@ class Game:
     moves: list[int] = field(default_factory=list)
 
 
-def _record(game: Game, board: chess.Board, words: np.ndarray, meta: np.ndarray, keys: list[int]) -> list[chess.Move]:
+def _record(
+    game: Game, board: chess.Board, words: np.ndarray, meta: np.ndarray, keys: list[int]
+) -> list[chess.Move]:
     moves = list(board.legal_moves)
     game.positions.append(Position(
         board.copy(stack=False), words, meta, [code_of_move(m) for m in moves],
@@ -47,7 +49,9 @@ def _record(game: Game, board: chess.Board, words: np.ndarray, meta: np.ndarray,
     return moves
 
 
-def _push(game: Game, board: chess.Board, move: chess.Move, words: np.ndarray, meta: np.ndarray, keys: list[int]):
+def _push(
+    game: Game, board: chess.Board, move: chess.Move, words: np.ndarray, meta: np.ndarray, keys: list[int]
+):
     board.push(move)
     code = code_of_move(move)
     game.moves.append(code)
@@ -141,7 +145,11 @@ def test_make_move_matches_push(all_games: list[Game]) -> None:
                 board.push(chess.Move(code % 4096 // 64, code % 64, (None, 5, 4, 3, 2)[code // 4096]))
                 cb.make_move(p.words, p.meta, code, w2, m2)
                 made = cb.to_board(w2, m2)
-                assert made.fen(en_passant="fen") == board.fen(en_passant="fen"), (game.name, p.board.fen(), code)
+                assert made.fen(en_passant="fen") == board.fen(en_passant="fen"), (
+                    game.name,
+                    p.board.fen(),
+                    code,
+                )
                 assert made.ep_square == board.ep_square
                 assert made.clean_castling_rights() == board.clean_castling_rights()
                 checked += 1
@@ -152,7 +160,10 @@ def test_from_board_round_trips(all_games: list[Game]) -> None:
     for game in all_games:
         for p in game.positions:
             words, meta = cb.from_board(p.board)
-            assert words.tolist() == p.words.tolist() and meta.tolist() == p.meta.tolist(), (game.name, p.board.fen())
+            assert words.tolist() == p.words.tolist() and meta.tolist() == p.meta.tolist(), (
+                game.name,
+                p.board.fen(),
+            )
             assert cb.to_board(words, meta).fen() == p.board.fen()
 
 
