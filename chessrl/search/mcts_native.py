@@ -1,19 +1,22 @@
-"""Search nodes on native boards: the tree's board work in ``rust_chess``, python-chess's answers.
+"""Search nodes on native boards: the tree's board work in compiled code, python-chess's answers.
 
-A node of a standard game (:func:`chessrl.search.native_board.supported`) keeps a ``rust_chess`` board
-(``tree.native[i]``): listing its moves (:func:`list_edges`, as board_encoding codes in python-chess's
-order, mapped to action indices in one array lookup), making a child (:func:`make_child`), the end-of-game test
-and the repetition count (keys along the tree path, then the root's game: :meth:`ArrayTree.
-earlier_keys`) run in the native library, and the input planes (:func:`planes`, from the nodes'
-bitboards and their ancestors', as :func:`chessrl.search.board_encoding.encode_boards` computes them
-from python-chess boards) in one compiled call. Its python-chess board is made only when something asks
-for it (:meth:`ArrayTree.board`). Everything here gives python-chess's answer; the unit tests
-compare the two on random games.
+A node of a standard game (:func:`chessrl.search.native_board.supported`) keeps its position in the
+tree's arrays (``tree.cwords[i]``, ``tree.cmeta[i]``: :mod:`chessrl.search.compiled_board`'s rows):
+listing its moves (:func:`list_edges`, one compiled call for all the nodes of a round, as
+board_encoding codes in python-chess's order, mapped to action indices in one array lookup),
+making a child (:func:`make_child`: the position, its key, its legal moves' count, its end-of-game
+value and its input planes' parts in one compiled call; the repetitions counted with the keys
+along the tree path, then the root's game: :meth:`ArrayTree.earlier_keys`), and the input planes
+(:func:`planes`, from the nodes' bitboards and their ancestors', as
+:func:`chessrl.search.board_encoding.encode_boards` computes them from python-chess boards) in one
+compiled call. Its python-chess board is made only when something asks for it
+(:meth:`ArrayTree.board`). Everything here gives python-chess's answer; the unit tests compare
+the two on random games (``rust_chess``, :mod:`chessrl.search.native_board`, the other reference).
 
 >>> from chessrl.search.mcts_tree import ArrayTree
 >>> tree = ArrayTree()
 >>> root = new_root(tree, chess.Board())
->>> tree.native[root] is not None, int(tree.count[root])
+>>> tree.native[root], int(tree.count[root])
 (True, 20)
 >>> child = make_child(tree, root, 0)
 >>> tree.board(child).move_stack == [tree.move_list(root)[0]]
@@ -29,6 +32,7 @@ import math
 import chess
 import numpy as np
 
+from chessrl.search import compiled_board as cb
 from chessrl.search import native_board as nb
 from chessrl.search.board_encoding import (
     _ACTION_OF_CODE,
@@ -41,35 +45,58 @@ from chessrl.search.compiled import jit
 from chessrl.search.mcts_tree import ArrayTree
 from chessrl.search.search_board import terminal_value
 
-__all__ = ["first_mate", "list_edges", "make_child", "new_root", "planes"]
+__all__ = ["first_mate", "history_keys", "list_edges", "make_child", "new_root", "planes"]
 
 
 def _nan_or(value: float | None) -> float:
     return math.nan if value is None else value
 
 
-def _actions(rb: object, codes: np.ndarray) -> np.ndarray:
-    return _ACTION_OF_CODE[int(nb.turn(rb))][codes]
+def history_keys(board: chess.Board) -> list[int]:
+    """The compiled repetition keys of ``board``'s positions since its last capture or pawn move
+    (at most its move stack back), oldest first, its current position last: the positions
+    python-chess's ``is_repetition`` looks at. Pass a :func:`~chessrl.search.native_board.supported` board.
+
+    >>> board = chess.Board()
+    >>> for uci in ["g1f3", "g8f6", "f3g1", "f6g8"]:
+    ...     _ = board.push_uci(uci)
+    >>> keys = history_keys(board)
+    >>> len(keys), keys[0] == keys[-1]
+    (5, True)
+    """
+    back = min(board.halfmove_clock, len(board.move_stack))
+    if back == 0:
+        return [int(cb.from_board(board)[0][cb.KEY])]
+    start = chess.Board(None)
+    board._stack[-back].restore(start)
+    words, meta = cb.from_board(start)
+    keys = [int(words[cb.KEY])]
+    w2, m2 = np.empty_like(words), np.empty_like(meta)
+    for move in board.move_stack[-back:]:
+        cb.make_move(words, meta, nb.code_of_move(move), w2, m2)
+        words, meta, w2, m2 = w2, m2, words, meta
+        keys.append(int(words[cb.KEY]))
+    return keys
 
 
 def new_root(tree: ArrayTree, board: chess.Board) -> int | None:
     """Add ``board`` (the tree's own copy) as a native root with its legal moves, or return
-    None when the native library cannot stand in for python-chess there (the caller falls back).
+    None when the compiled board cannot stand in for python-chess there (the caller falls back).
     Its game's earlier positions (since the last irreversible move) give their keys to ``hist``."""
     if not nb.supported(board):
         return None
-    try:  # an earlier position python-chess plays through may be one rust_chess refuses
-        hist = tuple(reversed(nb.history_keys(board)[:-1]))  # the game's earlier positions, newest first
-        rb = nb.from_board(board)
-    except ValueError:
-        return None
-    codes = nb.legal_codes(rb)
+    hist = tuple(reversed(history_keys(board)[:-1]))  # the game's earlier positions, newest first
+    words, meta = cb.from_board(board)
+    out = np.empty(cb.MAX_MOVES, dtype=np.int64)
+    codes = out[: cb.legal_codes(words, meta, out)].copy()
     terminal = _nan_or(terminal_value(board, len(codes)))
-    i = tree.add_node(board, None, None, terminal, native=rb, key=nb.repetition_key(rb))
-    tree.add_edges(i, None, _actions(rb, codes), codes)
+    i = tree.add_node(board, None, None, terminal, native=True, key=int(words[cb.KEY]))
+    tree.cwords[i] = words
+    tree.cmeta[i] = meta
+    tree.add_edges(i, None, _ACTION_OF_CODE[int(board.turn)][codes], codes)
     tree.clock[i] = board.halfmove_clock
     tree.stacked[i] = bool(board.move_stack)
-    _parts(tree, i, rb)
+    _parts(tree.cwords, tree.cmeta, tree.pieces, tree.consts, i)
     tree.hist[i] = hist
     tree.rep[i] = hist[1::2].count(tree.keys[i])
     return i
@@ -77,10 +104,28 @@ def new_root(tree: ArrayTree, board: chess.Board) -> int | None:
 
 def list_edges(tree: ArrayTree, nodes: list[int]) -> list[np.ndarray]:
     """Give native ``nodes`` (moves not listed yet) their edges; returns their action indices."""
-    codes = [nb.legal_codes(tree.native[i]) for i in nodes]
-    actions = [_actions(tree.native[i], c) for i, c in zip(nodes, codes, strict=True)]
-    tree.add_edges_many(nodes, None, actions, codes)
+    ids = np.array(nodes, dtype=np.int64)
+    flat = np.empty(len(nodes) * cb.MAX_MOVES, dtype=np.int64)
+    counts = np.empty(len(nodes), dtype=np.int64)
+    total = _list_many(tree.cwords, tree.cmeta, ids, flat, counts)
+    codes = flat[:total]
+    white = np.repeat(tree.cmeta[ids, cb.TURN] == 0, counts)
+    actions = np.split(_ACTION_OF_CODE[white.astype(np.int64), codes], np.cumsum(counts)[:-1])
+    tree.add_edges_many(nodes, None, actions, np.split(codes, np.cumsum(counts)[:-1]))
     return actions
+
+
+@jit
+def _list_many(
+    words: np.ndarray, meta: np.ndarray, ids: np.ndarray, flat: np.ndarray, counts: np.ndarray
+) -> int:
+    """Each node's legal codes, one after another in ``flat``; their counts; the total."""
+    total = 0
+    for k in range(ids.shape[0]):
+        n = cb.legal_codes(words[ids[k]], meta[ids[k]], flat[total:])
+        counts[k] = n
+        total += n
+    return total
 
 
 def make_child(tree: ArrayTree, node: int, i: int) -> int:
@@ -89,46 +134,69 @@ def make_child(tree: ArrayTree, node: int, i: int) -> int:
     node's mate."""
     e = int(tree.first[node]) + i
     code = int(tree.code[e])
-    rb = nb.child(tree.native[node], code)
-    key = nb.repetition_key(rb)
-    clock = nb.halfmove_clock(rb)
+    c = tree.add_node(None, None, None, math.nan, native=True)
+    value, n_legal = _child_into(tree.cwords, tree.cmeta, tree.pieces, tree.consts, node, c, code)
+    key = int(tree.cwords[c, cb.KEY])
+    clock = int(tree.cmeta[c, cb.CLOCK])
+    tree.keys[c] = key
     # the same side to move: 2, 4, ... plies back, the first of them the node's parent's
     rep = tree.earlier_keys(node, clock - 1)[::2].count(key) if clock >= 4 else 0
-    c = tree.add_node(None, None, None, _nan_or(nb.terminal_value(rb, rep)), native=rb, key=key)
+    tree.terminal[c] = 0.0 if rep >= 2 and n_legal > 0 else value
     tree.parent[c] = node
     tree.pcode[c] = code
     tree.clock[c] = clock
     tree.rep[c] = rep
-    _parts(tree, c, rb)
     tree.child[e] = c
     if tree.terminal[c] < 0:
         tree.mate[node] = i
     return c
 
 
+@jit
+def _child_into(
+    words: np.ndarray, meta: np.ndarray, pieces: np.ndarray, consts: np.ndarray, node: int, c: int, code: int
+) -> tuple[float, int]:
+    """Row ``c`` becomes row ``node`` after ``code`` (its planes' parts too); returns its end
+    value before repetitions (NaN: on) and its legal moves' count."""
+    cb.make_move(words[node], meta[node], code, words[c], meta[c])
+    _parts(words, meta, pieces, consts, c)
+    n = cb.legal_count(words[c], meta[c])
+    return cb.terminal_value(words[c], meta[c], n, 0), n
+
+
 def first_mate(tree: ArrayTree, node: int) -> int | None:
     """The first of native ``node``'s moves (edges listed) that checkmates at once, or None."""
-    rb = tree.native[node]
-    for i, code in enumerate(tree.code[tree.edges(node)].tolist()):
-        after = nb.child(rb, code)
-        if after.is_check() and nb.terminal_value(after, 0) == -1.0:
+    found = _first_mate(tree.cwords[node], tree.cmeta[node], tree.code[tree.edges(node)])
+    return None if found < 0 else found
+
+
+@jit
+def _first_mate(words: np.ndarray, meta: np.ndarray, codes: np.ndarray) -> int:
+    w2 = np.empty(cb.WORDS, dtype=np.uint64)
+    m2 = np.empty(cb.META, dtype=np.int64)
+    for i in range(codes.shape[0]):
+        cb.make_move(words, meta, codes[i], w2, m2)
+        if cb.in_check(w2, m2) and cb.legal_count(w2, m2) == 0:
             return i
-    return None
+    return -1
 
 
-def _parts(tree: ArrayTree, i: int, rb: object) -> None:
-    """Keep node ``i``'s input-plane parts: its piece bitboards and constant planes' values."""
-    tree.pieces[i] = nb.piece_words(rb)
-    white, fullmove, ok, oq, tk, tq, clock = nb.constant_fields(rb)
-    tree.consts[i] = (
-        1.0 if white else 0.0,
-        fullmove / MOVE_COUNT_SCALE,
-        ok,
-        oq,
-        tk,
-        tq,
-        clock / NO_PROGRESS_SCALE,
-    )
+@jit
+def _parts(words: np.ndarray, meta: np.ndarray, pieces: np.ndarray, consts: np.ndarray, i: int) -> None:
+    """Keep node ``i``'s input-plane parts: its piece bitboards (the side to move's first) and
+    the constant planes' values."""
+    black = meta[i, cb.TURN]
+    for p in range(12):
+        pieces[i, p] = words[i, (p + 6 * black) % 12]
+    rights = meta[i, cb.CASTLING]
+    ours, theirs = (rights >> (2 * black)) & 3, (rights >> (2 - 2 * black)) & 3
+    consts[i, 0] = 1.0 - black
+    consts[i, 1] = meta[i, cb.FULLMOVE] / MOVE_COUNT_SCALE
+    consts[i, 2] = ours & 1
+    consts[i, 3] = ours >> 1
+    consts[i, 4] = theirs & 1
+    consts[i, 5] = theirs >> 1
+    consts[i, 6] = meta[i, cb.CLOCK] / NO_PROGRESS_SCALE
 
 
 def planes(tree: ArrayTree, ids: np.ndarray, history: int) -> np.ndarray:

@@ -50,6 +50,9 @@ _NODE_FIELDS = {
     # a native node's input planes' parts: its 12 piece bitboards (ours, then theirs) and the
     # 7 constant planes' values (colour, move number / 100, castling ours K Q theirs K Q, clock / 100)
     "pieces": (np.uint64, 0, 12),
+    # a native node's position: chessrl.search.compiled_board's words (12 bitboards, key) and meta
+    "cwords": (np.uint64, 0, 13),
+    "cmeta": (np.int64, 0, 5),
     "consts": (np.float32, 0.0, 7),
 }
 _EDGE_FIELDS = {
@@ -73,8 +76,8 @@ class ArrayTree:
     python-chess's order, aligned with the edge range). ``handles`` maps node ids to the live
     :class:`chessrl.search.mcts.Node` objects that view them (weakly).
 
-    A *native* node (:mod:`chessrl.search.mcts_native`) keeps a ``rust_chess`` board in ``native[i]``
-    instead: its moves are the edges' ``code`` (in python-chess's order all the same), its
+    A *native* node (:mod:`chessrl.search.mcts_native`, ``native[i]`` True) keeps its position in
+    the rows ``cwords[i]``, ``cmeta[i]`` (:mod:`chessrl.search.compiled_board`) instead: its moves are the edges' ``code`` (in python-chess's order all the same), its
     python-chess board and move list are made only when asked (:meth:`board`, :meth:`move_list`,
     replaying the moves from the nearest node that has one), and its repetitions are counted
     with ``keys[i]`` along ``parent`` links, then a root's ``hist[i]`` (the keys of its game's

@@ -164,14 +164,25 @@ def test_the_first_mate_in_one_is_python_chess_s(monkeypatch: pytest.MonkeyPatch
 def test_games_the_native_board_cannot_replay_take_python_chess() -> None:
     nulls = chess.Board()
     nulls.push(chess.Move.null())
-    nulls.push(chess.Move.null())  # a null move from an empty square would abort rust_chess
-    refused = chess.Board("4k3/8/8/8/8/8/8/4R1K1 w - - 0 1")  # black in check, white to move
-    refused.push_uci("e1a1")  # valid now; the position before it rust_chess refuses
-    for board in (nulls, refused):
-        node = Node(board)
-        assert node._tree.native[node._id] is None
-        BatchedMCTS(UniformEvaluator(), MCTSConfig(simulations=8)).search([node])
-        assert node.visits == 8
+    nulls.push(chess.Move.null())  # no move for the compiled board (and one would abort rust_chess)
+    node = Node(nulls)
+    assert node._tree.native[node._id] is None
+    BatchedMCTS(UniformEvaluator(), MCTSConfig(simulations=8)).search([node])
+    assert node.visits == 8
+
+
+def test_a_game_through_an_invalid_position_is_native() -> None:
+    """A game whose earlier position python-chess calls invalid (rust_chess refused it): the
+    compiled board replays it, and the repetition keys come out as python-chess's."""
+    board = chess.Board("4k3/8/8/8/8/8/8/4R1K1 w - - 0 1")  # black in check, white to move
+    for uci in ["e1a1", "e8d7", "g1h1", "d7e8", "h1g1"]:  # back to the position after the first move
+        board.push_uci(uci)
+    node = Node(board)
+    assert node._tree.native[node._id] is True
+    tree = node._tree
+    assert int(tree.rep[node._id]) == 1 and board.is_repetition(2) and not board.is_repetition(3)
+    BatchedMCTS(UniformEvaluator(), MCTSConfig(simulations=8)).search([node])
+    assert node.visits == 8
 
 
 def test_an_evaluator_that_changes_evaluate_logits_sees_the_boards(net: PolicyValueNet) -> None:
