@@ -61,9 +61,10 @@ from chessrl.search.mcts_leaves import (
     finite_priors,
     legal_softmax,
     make_child,
+    segment_softmax,
 )
 from chessrl.search.mcts_node import Node, Priors, normalised_priors
-from chessrl.search.mcts_tree import ArrayTree, puct_pick, puct_pick_one
+from chessrl.search.mcts_tree import ArrayTree, edge_ranges, puct_pick, puct_pick_one
 from chessrl.search.network import PolicyValueNet
 from chessrl.search.search_board import terminal_value
 
@@ -505,6 +506,11 @@ class BatchedMCTS:
         evaluate_logits = getattr(self.evaluator, "evaluate_logits", None)
         if evaluate_logits is None:
             ensure_edges(tree, ids)
+        else:  # native leaves list their moves now (compiled, cheap): no row of logits kept for them
+            unlisted = ids[~tree.ready[ids]]
+            native = [i for i in unlisted.tolist() if tree.native[i] is not None]
+            if native:
+                mcts_native.list_edges(tree, np.unique(np.array(native, dtype=np.int64)))
         id_list = ids.tolist()
         evaluate_planes = getattr(self.evaluator, "evaluate_planes", None)
         if evaluate_planes is not None and not _planes_follow_logits(type(self.evaluator)):
@@ -521,9 +527,10 @@ class BatchedMCTS:
             ready = tree.ready[ids]
             tree.keep_logits(ids[~ready], logits[~ready])
             now = ids[ready]
-            flat, _ = legal_softmax(
-                logits, np.flatnonzero(ready), [tree.action[tree.edges(i)] for i in now.tolist()]
-            )
+            counts = tree.count[now]
+            idx, _ = edge_ranges(tree.first[now], counts)  # the legal moves' logits, gathered at once
+            rows = np.repeat(np.flatnonzero(ready), counts)
+            flat = segment_softmax(logits[rows, tree.action[idx]].astype(np.float64), counts)
             tree.set_priors(
                 now, finite_priors(flat, tree.count[now]), np.asarray(values, dtype=np.float64)[ready]
             )

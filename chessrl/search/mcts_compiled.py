@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from chessrl.search import mcts_native
 from chessrl.search.compiled import jit
 from chessrl.search.mcts_leaves import ensure_edges, make_child
 from chessrl.search.mcts_tree import ArrayTree
@@ -252,9 +253,13 @@ def descend_tree(
         making = st == NEEDS_CHILD
         if making.any():
             made = walkers[making]
-            for w, d in zip(made.tolist(), (depth[made] - 1).tolist(), strict=True):
-                parent = int(nodes[w, d])
-                cur[w] = make_child(tree, parent, int(edges[w, d] - tree.first[parent]))
+            parents = nodes[made, depth[made] - 1]
+            moves = edges[made, depth[made] - 1] - tree.first[parents]
+            native = np.fromiter((tree.native[p] is not None for p in parents.tolist()), dtype=bool, count=len(made))
+            if native.any():  # one compiled call for the native games' children
+                cur[made[native]] = mcts_native.make_children(tree, parents[native], moves[native])
+            for w, parent, i in zip(made[~native].tolist(), parents[~native].tolist(), moves[~native].tolist(), strict=True):
+                cur[w] = make_child(tree, parent, i)
             making[making] = tree.walk[cur[made]]  # a new child is a leaf unless walkable
             walkers = walkers[~(st == NEEDS_CHILD) | making]
     return Paths(cur, nodes, edges, depth)

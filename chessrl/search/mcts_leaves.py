@@ -111,7 +111,8 @@ def finite_priors(flat: np.ndarray, counts: np.ndarray) -> np.ndarray:
 def ensure_edges_one(tree: ArrayTree, node: int) -> None:
     """:func:`ensure_edges` for one node whose moves are not listed yet."""
     if tree.native[node] is not None:
-        [actions] = mcts_native.list_edges(tree, [node])
+        mcts_native.list_edges(tree, np.array([node]))
+        actions = tree.action[tree.edges(node)]
     else:
         moves, actions = legal_indices(tree.boards[node], cache=False)
         tree.add_edges(node, moves, actions)
@@ -133,15 +134,14 @@ def ensure_edges(tree: ArrayTree, nodes: np.ndarray) -> None:
     listed = [legal_indices(tree.boards[i], cache=False) for i in plain]
     if plain:
         tree.add_edges_many(plain, [m for m, _ in listed], [a for _, a in listed])
-    todo = plain + native
-    all_actions = [a for _, a in listed] + (mcts_native.list_edges(tree, native) if native else [])
+    if native:
+        mcts_native.list_edges(tree, np.array(native, dtype=np.int64))
     with_logits: list[int] = []
     gathered: list[np.ndarray] = []
-    for i, actions in zip(todo, all_actions, strict=True):
+    for i in (i for i in todo if tree.lrow[i] >= 0):
         logits = tree.take_logits(i)
-        if logits is not None:
-            with_logits.append(i)
-            gathered.append(logits[actions])
+        with_logits.append(i)
+        gathered.append(logits[tree.action[tree.edges(i)]])  # type: ignore[index]
     if with_logits:
         _set_priors_from_logits(tree, np.array(with_logits, dtype=np.int64), gathered)
 

@@ -45,7 +45,7 @@ from chessrl.search.compiled import jit
 from chessrl.search.mcts_tree import ArrayTree
 from chessrl.search.search_board import terminal_value
 
-__all__ = ["first_mate", "history_keys", "list_edges", "make_child", "new_root", "planes"]
+__all__ = ["first_mate", "history_keys", "list_edges", "make_child", "make_children", "new_root", "planes"]
 
 
 def _nan_or(value: float | None) -> float:
@@ -90,35 +90,36 @@ def new_root(tree: ArrayTree, board: chess.Board) -> int | None:
     out = np.empty(cb.MAX_MOVES, dtype=np.int64)
     codes = out[: cb.legal_codes(words, meta, out)].copy()
     terminal = _nan_or(terminal_value(board, len(codes)))
-    i = tree.add_node(board, None, None, terminal, native=True, key=int(words[cb.KEY]))
+    i = tree.add_node(board, None, None, terminal, native=True)
     tree.cwords[i] = words
     tree.cmeta[i] = meta
     tree.add_edges(i, None, _ACTION_OF_CODE[int(board.turn)][codes], codes)
     tree.clock[i] = board.halfmove_clock
     tree.stacked[i] = bool(board.move_stack)
     _parts(tree.cwords, tree.cmeta, tree.pieces, tree.consts, i)
-    tree.hist[i] = hist
-    tree.rep[i] = hist[1::2].count(tree.keys[i])
+    tree.set_hist(i, hist)
+    tree.rep[i] = hist[1::2].count(int(words[cb.KEY]))
     return i
 
 
-def list_edges(tree: ArrayTree, nodes: list[int]) -> list[np.ndarray]:
-    """Give native ``nodes`` (moves not listed yet) their edges; returns their action indices."""
-    ids = np.array(nodes, dtype=np.int64)
-    flat = np.empty(len(nodes) * cb.MAX_MOVES, dtype=np.int64)
-    counts = np.empty(len(nodes), dtype=np.int64)
+def list_edges(tree: ArrayTree, nodes: np.ndarray) -> None:
+    """Give native ``nodes`` (distinct, moves not listed yet) their edges: codes and action
+    indices written into the tree's edge arrays by compiled code."""
+    ids = np.asarray(nodes, dtype=np.int64)
+    if len(ids) == 0:
+        return
+    flat = np.empty(len(ids) * cb.MAX_MOVES, dtype=np.int64)
+    counts = np.empty(len(ids), dtype=np.int64)
     total = _list_many(tree.cwords, tree.cmeta, ids, flat, counts)
-    codes = flat[:total]
-    white = np.repeat(tree.cmeta[ids, cb.TURN] == 0, counts)
-    actions = np.split(_ACTION_OF_CODE[white.astype(np.int64), codes], np.cumsum(counts)[:-1])
-    tree.add_edges_many(nodes, None, actions, np.split(codes, np.cumsum(counts)[:-1]))
-    return actions
+    if tree.n_edges + total > tree.edge_capacity:
+        tree._grow(0, total)
+    _write_edges(tree.first, tree.count, tree.ready, tree.code, tree.action, _ACTION_OF_CODE, tree.cmeta,
+                 ids, flat, counts, tree.n_edges)  # fmt: skip
+    tree.n_edges += total
 
 
 @jit
-def _list_many(
-    words: np.ndarray, meta: np.ndarray, ids: np.ndarray, flat: np.ndarray, counts: np.ndarray
-) -> int:
+def _list_many(words: np.ndarray, meta: np.ndarray, ids: np.ndarray, flat: np.ndarray, counts: np.ndarray) -> int:
     """Each node's legal codes, one after another in ``flat``; their counts; the total."""
     total = 0
     for k in range(ids.shape[0]):
@@ -128,40 +129,100 @@ def _list_many(
     return total
 
 
+@jit
+def _write_edges(
+    first: np.ndarray, count: np.ndarray, ready: np.ndarray, code: np.ndarray, action: np.ndarray,
+    action_of_code: np.ndarray, meta: np.ndarray, ids: np.ndarray, flat: np.ndarray, counts: np.ndarray, start: int,
+) -> None:  # fmt: skip
+    """The listed codes as the nodes' edges from edge ``start`` on (:meth:`ArrayTree.add_edges_many`)."""
+    e = start
+    j = 0
+    for k in range(ids.shape[0]):
+        node = ids[k]
+        white = 1 if meta[node, cb.TURN] == 0 else 0
+        first[node] = e
+        count[node] = counts[k]
+        ready[node] = True
+        for _ in range(counts[k]):
+            code[e] = flat[j]
+            action[e] = action_of_code[white, flat[j]]
+            e += 1
+            j += 1
+
+
 def make_child(tree: ArrayTree, node: int, i: int) -> int:
     """The native child of ``node`` after its ``i``-th move, without its moves listed; scored as
     finished or not (a repetition counted along the game); a checkmated child makes ``i`` the
-    node's mate."""
-    e = int(tree.first[node]) + i
-    code = int(tree.code[e])
-    c = tree.add_node(None, None, None, math.nan, native=True)
-    value, n_legal = _child_into(tree.cwords, tree.cmeta, tree.pieces, tree.consts, node, c, code)
-    key = int(tree.cwords[c, cb.KEY])
-    clock = int(tree.cmeta[c, cb.CLOCK])
-    tree.keys[c] = key
-    # the same side to move: 2, 4, ... plies back, the first of them the node's parent's
-    rep = tree.earlier_keys(node, clock - 1)[::2].count(key) if clock >= 4 else 0
-    tree.terminal[c] = 0.0 if rep >= 2 and n_legal > 0 else value
-    tree.parent[c] = node
-    tree.pcode[c] = code
-    tree.clock[c] = clock
-    tree.rep[c] = rep
-    tree.child[e] = c
-    if tree.terminal[c] < 0:
-        tree.mate[node] = i
-    return c
+    node's mate. Returns the child (the one there already, if made before)."""
+    return int(make_children(tree, np.array([node]), np.array([i]))[0])
+
+
+def make_children(tree: ArrayTree, nodes: np.ndarray, moves: np.ndarray) -> np.ndarray:
+    """:func:`make_child` of ``nodes[k]``'s ``moves[k]``-th move for every k, in one compiled call
+    (distinct edges; an edge whose child exists gives that child). Returns the children."""
+    nodes = np.asarray(nodes, dtype=np.int64)
+    moves = np.asarray(moves, dtype=np.int64)
+    new = tree.add_native_nodes(len(nodes))
+    t = tree
+    return _make_children(
+        t.cwords, t.cmeta, t.pieces, t.consts, t.parent, t.pcode, t.clock, t.rep, t.terminal, t.mate,
+        t.first, t.code, t.child, t.hfirst, t.hcount, t.hkeys, nodes, moves, new,
+    )  # fmt: skip
 
 
 @jit
-def _child_into(
-    words: np.ndarray, meta: np.ndarray, pieces: np.ndarray, consts: np.ndarray, node: int, c: int, code: int
-) -> tuple[float, int]:
-    """Row ``c`` becomes row ``node`` after ``code`` (its planes' parts too); returns its end
-    value before repetitions (NaN: on) and its legal moves' count."""
-    cb.make_move(words[node], meta[node], code, words[c], meta[c])
-    _parts(words, meta, pieces, consts, c)
-    n = cb.legal_count(words[c], meta[c])
-    return cb.terminal_value(words[c], meta[c], n, 0), n
+def _make_children(
+    words: np.ndarray, meta: np.ndarray, pieces: np.ndarray, consts: np.ndarray, parent: np.ndarray,
+    pcode: np.ndarray, clock: np.ndarray, rep: np.ndarray, terminal: np.ndarray, mate: np.ndarray,
+    first: np.ndarray, code: np.ndarray, child: np.ndarray, hfirst: np.ndarray, hcount: np.ndarray,
+    hkeys: np.ndarray, nodes: np.ndarray, moves: np.ndarray, new: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """Row ``new[k]`` becomes node ``nodes[k]`` after its ``moves[k]``-th move: the position and
+    its planes' parts, key, clock, repetitions (along ``parent`` links, then the top node's
+    ``hkeys``), end value; the edge points to it. Returns the children."""
+    out = np.empty(nodes.shape[0], dtype=np.int64)
+    for k in range(nodes.shape[0]):
+        node = nodes[k]
+        e = first[node] + moves[k]
+        if child[e] >= 0:
+            out[k] = child[e]
+            continue
+        c = new[k]
+        mv = code[e]
+        cb.make_move(words[node], meta[node], mv, words[c], meta[c])
+        _parts(words, meta, pieces, consts, c)
+        n = cb.legal_count(words[c], meta[c])
+        value = cb.terminal_value(words[c], meta[c], n, 0)
+        key = words[c, cb.KEY]
+        clk = meta[c, cb.CLOCK]
+        reps = 0
+        if clk >= 4:  # the same side to move: 2, 4, ... plies back, at most clk plies back
+            plies = clk - 1  # positions before ``node``, newest first: its parent's, ...
+            taken = 0
+            j = node
+            while taken < plies:
+                p = parent[j]
+                if p < 0:
+                    h0 = hfirst[j]
+                    for h in range(min(hcount[j], plies - taken)):
+                        if taken % 2 == 0 and hkeys[h0 + h] == key:
+                            reps += 1
+                        taken += 1
+                    break
+                if taken % 2 == 0 and words[p, cb.KEY] == key:
+                    reps += 1
+                taken += 1
+                j = p
+        terminal[c] = 0.0 if reps >= 2 and n > 0 else value
+        parent[c] = node
+        pcode[c] = mv
+        clock[c] = clk
+        rep[c] = reps
+        child[e] = c
+        if terminal[c] < 0:
+            mate[node] = moves[k]
+        out[k] = c
+    return out
 
 
 def first_mate(tree: ArrayTree, node: int) -> int | None:

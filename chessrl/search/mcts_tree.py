@@ -53,6 +53,9 @@ _NODE_FIELDS = {
     # a native node's position: chessrl.search.compiled_board's words (12 bitboards, key) and meta
     "cwords": (np.uint64, 0, 13),
     "cmeta": (np.int64, 0, 5),
+    # a native root's earlier keys (``hist``) as a range of ``hkeys``, for the compiled kernels
+    "hfirst": (np.int64, -1),
+    "hcount": (np.int64, 0),
     "consts": (np.float32, 0.0, 7),
 }
 _EDGE_FIELDS = {
@@ -80,8 +83,9 @@ class ArrayTree:
     the rows ``cwords[i]``, ``cmeta[i]`` (:mod:`chessrl.search.compiled_board`) instead: its moves are the edges' ``code`` (in python-chess's order all the same), its
     python-chess board and move list are made only when asked (:meth:`board`, :meth:`move_list`,
     replaying the moves from the nearest node that has one), and its repetitions are counted
-    with ``keys[i]`` along ``parent`` links, then a root's ``hist[i]`` (the keys of its game's
-    earlier positions, newest first). A native root always has its python-chess board.
+    with their keys (``cwords[i, 12]``) along ``parent`` links, then a root's ``hist[i]`` (the keys
+    of its game's earlier positions, newest first; also kept in ``hkeys`` for compiled code, see
+    :meth:`set_hist`). A native root always has its python-chess board.
     """
 
     def __init__(self, node_capacity: int = 16, edge_capacity: int = 512) -> None:
@@ -96,8 +100,9 @@ class ArrayTree:
         self.boards: list[Any] = []
         self.moves: list[list[Any] | None] = []
         self.native: list[Any] = []
-        self.keys: list[int | None] = []
         self.hist: dict[int, tuple[int, ...]] = {}
+        self.hkeys = np.zeros(64, dtype=np.uint64)
+        self.n_hkeys = 0
         #: The network logits of nodes evaluated before their moves were listed (``lrow``), one
         #: row each, in one buffer that doubles when full and is reused by compaction (a taken
         #: row stays until then): no batch array stays referenced by the few leaves it left
@@ -132,11 +137,10 @@ class ArrayTree:
         actions: np.ndarray | None,
         terminal: float,
         native: Any = None,
-        key: int | None = None,
     ) -> int:
         """A new node (not expanded) with one edge per legal move (none yet when ``moves`` is
-        None: :meth:`add_edges` later); returns its id. ``native`` and ``key``: a native node's
-        board and repetition key (the caller sets ``parent``, ``pcode``, ``clock``, ``rep``)."""
+        None: :meth:`add_edges` later); returns its id. ``native``: True for a native node (the
+        caller sets its position, ``parent``, ``pcode``, ``clock``, ``rep``)."""
         n = 0 if actions is None else len(actions)
         if self.n_nodes + 1 > self.node_capacity or self.n_edges + n > self.edge_capacity:
             self._grow(1, n)
@@ -146,10 +150,34 @@ class ArrayTree:
         self.boards.append(board)
         self.moves.append(None)
         self.native.append(native)
-        self.keys.append(key)
         if moves is not None:
             self.add_edges(i, moves, actions)  # type: ignore[arg-type]
         return i
+
+    def add_native_nodes(self, k: int) -> np.ndarray:
+        """``k`` new native nodes, their rows at their defaults (the caller fills them); their ids."""
+        if self.n_nodes + k > self.node_capacity:
+            self._grow(k, 0)
+        ids = np.arange(self.n_nodes, self.n_nodes + k, dtype=np.int64)
+        self.n_nodes += k
+        self.boards += [None] * k
+        self.moves += [None] * k
+        self.native += [True] * k
+        return ids
+
+    def set_hist(self, node: int, keys: tuple[int, ...]) -> None:
+        """Keep ``keys`` (newest first) as the earlier positions' keys of the game above the root
+        ``node``: in ``hist`` and, for compiled code, as ``hkeys[hfirst[node] : + hcount[node]]``."""
+        self.hist[node] = keys
+        n = len(keys)
+        if self.n_hkeys + n > len(self.hkeys):
+            grown = np.zeros(max(2 * len(self.hkeys), self.n_hkeys + n), dtype=np.uint64)
+            grown[: self.n_hkeys] = self.hkeys[: self.n_hkeys]
+            self.hkeys = grown
+        self.hkeys[self.n_hkeys : self.n_hkeys + n] = np.array(keys, dtype=np.uint64)
+        self.hfirst[node] = self.n_hkeys
+        self.hcount[node] = n
+        self.n_hkeys += n
 
     def add_edges(self, node: int, moves: list[Any] | None, actions: np.ndarray, codes: Any = None) -> None:
         """Give ``node`` its legal moves: one new edge each (a native node: ``moves`` None and
@@ -234,7 +262,7 @@ class ArrayTree:
             if parent < 0:
                 keys += self.hist.get(i, ())[: plies - len(keys)]
                 break
-            keys.append(self.keys[parent])  # type: ignore[arg-type]
+            keys.append(int(self.cwords[parent, 12]))
             i = parent
         return keys
 
@@ -244,7 +272,7 @@ class ArrayTree:
         if self.parent[node] < 0:
             return
         self.board(node)
-        self.hist[node] = tuple(self.earlier_keys(node, int(self.clock[node])))
+        self.set_hist(node, tuple(self.earlier_keys(node, int(self.clock[node]))))
         self.parent[node] = -1
         self.stacked[node] = True
 
@@ -331,7 +359,6 @@ class ArrayTree:
         boards = [other.boards[i] for i in node_list]
         moves = [other.moves[i] for i in node_list]
         natives = [other.native[i] for i in node_list]
-        keys = [other.keys[i] for i in node_list]
         hist = {row: other.hist[i] for row, i in enumerate(node_list) if i in other.hist}
         lrows = node_vals["lrow"]
         kept = np.flatnonzero(lrows >= 0)
@@ -356,8 +383,10 @@ class ArrayTree:
         self.boards += boards
         self.moves += moves
         self.native += natives
-        self.keys += keys
-        self.hist.update({int(new_ids[row]): h for row, h in hist.items()})
+        self.hfirst[new_ids] = -1
+        self.hcount[new_ids] = 0
+        for row, h in hist.items():
+            self.set_hist(int(new_ids[row]), h)
         self.lrow[new_ids] = -1
         self.keep_logits(new_ids[kept], kept_logits)
         return new_ids

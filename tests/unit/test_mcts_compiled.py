@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import chessrl.search.mcts_compiled as mc
+from chessrl.search import mcts_leaves
 from chessrl.search.board_encoding import NUM_ACTIONS
 from chessrl.search.mcts import BatchedMCTS, MCTSConfig, Node
 from chessrl.search.mcts_compiled import (
@@ -77,10 +78,18 @@ class LogitEvaluator:
 
 @pytest.fixture(scope="module")
 def grown() -> tuple[ArrayTree, np.ndarray, list[Node]]:
-    """One searcher's tree of every position in ``FENS`` (kept alive by the returned roots); most
-    leaves evaluated, their moves not listed yet."""
+    """One searcher's tree of every position in ``FENS`` (kept alive by the returned roots): every
+    other game on native boards (leaves list their moves when evaluated), the rest on python-chess
+    boards (most leaves evaluated, their moves not listed yet)."""
     mcts = BatchedMCTS(LogitEvaluator(), MCTSConfig(simulations=40, leaves_per_game=2), seed=0)
-    roots = [Node(chess.Board(fen)) for fen in FENS]
+    roots = []
+    for k, fen in enumerate(FENS):
+        mcts_leaves.NATIVE_BOARDS = k % 2 == 0
+        try:
+            roots.append(Node(chess.Board(fen)))
+        finally:
+            mcts_leaves.NATIVE_BOARDS = True
+    assert {root._tree.native[root._id] for root in roots} == {True, None}
     mcts.search(roots, seeds=list(range(len(roots))))
     return mcts.tree, np.array([r._id for r in roots], dtype=np.int64), roots
 

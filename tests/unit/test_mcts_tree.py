@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import chessrl.search.gumbel
+import chessrl.search.mcts_leaves
 import chessrl.search.mcts_tree
 from chessrl.search.board_encoding import legal_indices
 from chessrl.search.mcts import (
@@ -155,7 +156,30 @@ def test_every_node_of_a_searched_tree_adds_up(leaves_per_game: int) -> None:
                     assert node.W[i] == pytest.approx(-(child.W.sum() + child.value))
 
 
-def test_leaves_list_their_moves_only_when_walked_through() -> None:
+def test_native_leaves_keep_their_legal_priors_not_the_logits() -> None:
+    """On native boards a leaf lists its moves when evaluated (compiled, cheap) and keeps the
+    softmax of its legal logits, not the network's row of 4,672."""
+    torch.manual_seed(0)
+    net = PolicyValueNet(NetConfig(blocks=1, channels=8, history=2, value_hidden=8)).eval()
+    mcts = BatchedMCTS(NetworkEvaluator(net), MCTSConfig(simulations=40), seed=0)
+    root = Node(chess.Board(MIDDLEGAME))
+    mcts.search([root], add_noise=False)
+    tree = mcts.tree
+    ids = tree.subtree(np.array([root._id]))
+    expanded = ids[~np.isnan(tree.value[ids])]
+    assert len(expanded) == 41 and tree.ready[expanded].all() and tree.n_rows == 0
+    leaf = Node._of(tree, int(expanded[-1]))
+    logits, _ = net.predict(chessrl.search.mcts.encode_boards([leaf.board], 2))
+    moves, actions = legal_indices(leaf.board)
+    assert leaf.moves == moves
+    expected = torch.softmax(torch.from_numpy(logits[0][actions]).double(), dim=0).numpy()
+    np.testing.assert_allclose(leaf.priors, expected, rtol=1e-5)
+
+
+def test_leaves_list_their_moves_only_when_walked_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On python-chess boards (listing moves costs): a leaf keeps its row of logits until a walk
+    goes through it."""
+    monkeypatch.setattr(chessrl.search.mcts_leaves, "NATIVE_BOARDS", False)
     torch.manual_seed(0)
     net = PolicyValueNet(NetConfig(blocks=1, channels=8, history=2, value_hidden=8)).eval()
     mcts = BatchedMCTS(NetworkEvaluator(net), MCTSConfig(simulations=40), seed=0)
@@ -264,10 +288,14 @@ def test_kept_logits_are_rows_of_one_buffer_taken_once() -> None:
     np.testing.assert_array_equal(tree.take_logits(int(ids[0])), rows[0])
 
 
-@pytest.mark.parametrize("network", [False, True])
-def test_compaction_keeps_the_live_trees_and_the_same_search(network: bool) -> None:
-    """With a network, unwalked leaves keep rows of logits: compaction carries the kept ones
-    (the same search after it) and drops the rest."""
+@pytest.mark.parametrize(("network", "native"), [(False, True), (True, True), (True, False)])
+def test_compaction_keeps_the_live_trees_and_the_same_search(
+    network: bool, native: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a network on python-chess boards, unwalked leaves keep rows of logits: compaction
+    carries the kept ones (the same search after it) and drops the rest. Native leaves keep none."""
+    monkeypatch.setattr(chessrl.search.mcts_leaves, "NATIVE_BOARDS", native)
+    lazy_rows = network and not native
     torch.manual_seed(0)
     net = PolicyValueNet(NetConfig(blocks=1, channels=8, history=2, value_hidden=8)).eval()
 
@@ -285,14 +313,14 @@ def test_compaction_keeps_the_live_trees_and_the_same_search(network: bool) -> N
         n = tree.n_nodes
         rows = tree.lrow[:n]
         lazy = ~np.isnan(tree.value[:n]) & ~tree.ready[:n]  # evaluated, moves never listed
-        assert ((rows >= 0) == (lazy & network)).all()
-        assert len(np.unique(rows[rows >= 0])) == int(lazy.sum() * network) <= tree.n_rows
+        assert ((rows >= 0) == (lazy & lazy_rows)).all()
+        assert len(np.unique(rows[rows >= 0])) == int(lazy.sum() * lazy_rows) <= tree.n_rows
         return [r.N.tolist() for r in roots], n, tree.n_rows
 
     plain, big, rows_big = play(1 << 30)
     compacted, small, rows_small = play(1)
     assert plain == compacted
-    assert small < big and (rows_small < rows_big if network else rows_small == rows_big == 0)
+    assert small < big and (rows_small < rows_big if lazy_rows else rows_small == rows_big == 0)
 
 
 def test_roots_move_between_searchers_with_their_trees() -> None:
