@@ -298,7 +298,7 @@ class BatchedMCTS:
         if len(ids) == 1 and not virtual and self.scalar_alone:  # no batch to build for one leaf
             self._simulate_alone(int(ids[0]), sims)
             return
-        compiled = self.compiled and cfg.search == "puct"
+        compiled = self.compiled
         while remaining.any():
             k = np.minimum(cfg.leaves_per_game, remaining)
             remaining -= k
@@ -424,8 +424,9 @@ class BatchedMCTS:
     def _descend_compiled(self, roots: np.ndarray, virtual: bool) -> tuple[np.ndarray, mcts_compiled.Paths]:
         """:meth:`_descend` as compiled walks (:mod:`chessrl.search.mcts_compiled`), one per root."""
         cfg = self.config
+        gumbel = (self._seq_of, cfg.c_visit, cfg.c_scale) if cfg.search == "gumbel" else None
         paths = mcts_compiled.descend_tree(
-            self.tree, roots, cfg.c_puct, cfg.fpu_reduction, virtual, cfg.virtual_loss
+            self.tree, roots, cfg.c_puct, cfg.fpu_reduction, virtual, cfg.virtual_loss, gumbel=gumbel
         )
         return paths.leaves, paths
 

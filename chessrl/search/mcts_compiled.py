@@ -58,6 +58,7 @@ __all__ = [
     "backup",
     "backup_tree",
     "descend",
+    "descend_gumbel",
     "descend_tree",
     "puct_pick_nodes",
 ]
@@ -172,6 +173,122 @@ def descend(
         status[g] = st
 
 
+_TINY = float(np.finfo(np.float64).tiny)
+
+
+@jit
+def _gumbel_pick(
+    first: _Arr, count: _Arr, N: _Arr, N0: _Arr, Q: _Arr, P: _Arr, value: _Arr, mate: _Arr, score: _Arr,
+    node: int, at_root: bool, considered: int, c_visit: float, c_scale: float,
+) -> int:  # fmt: skip
+    """:func:`chessrl.search.mcts_gumbel.pick` for one node: at a root the considered move
+    (``considered`` visits in this search) with the best ``g + logits + sigma(completed Q)``,
+    below it the deterministic selection ``pi'(a) - N(a) / (1 + sum N)``; a mate first. The
+    same formulas as :mod:`chessrl.search.gumbel` (its sums in order, not NumPy's pairwise: the
+    scores may differ in the last bit, the choices only at such a near-tie)."""
+    f = first[node]
+    if mate[node] >= 0:
+        return f + mate[node]
+    c = count[node]
+    total = 0
+    psum = 0.0
+    for i in range(c):
+        n = N[f + i]
+        total += n
+        if n > 0:
+            psum += max(P[f + i], _TINY)
+    weighted = 0.0
+    for i in range(c):
+        if N[f + i] > 0:
+            weighted += max(P[f + i], _TINY) * Q[f + i] / max(psum, _TINY)
+    mixed = (value[node] + total * weighted) / (total + 1.0)
+    lo, hi, maxvisit = math.inf, -math.inf, 0
+    for i in range(c):
+        cq = Q[f + i] if N[f + i] > 0 else mixed
+        lo = min(lo, cq)
+        hi = max(hi, cq)
+        maxvisit = max(maxvisit, N[f + i])
+    scale = (c_visit + maxvisit) * c_scale
+    span = max(hi - lo, 1e-8)
+    best = -math.inf
+    pick = 0
+    if at_root:
+        for i in range(c):
+            e = f + i
+            if N[e] - N0[e] != considered:
+                continue
+            cq = Q[e] if N[e] > 0 else mixed
+            s = max(-1e9, score[e] + scale * ((cq - lo) / span))
+            if s > best:
+                best = s
+                pick = i
+        return f + pick
+    top = -math.inf
+    for i in range(c):
+        cq = Q[f + i] if N[f + i] > 0 else mixed
+        top = max(top, math.log(max(P[f + i], _TINY)) + scale * ((cq - lo) / span))
+    esum = 0.0
+    for i in range(c):
+        cq = Q[f + i] if N[f + i] > 0 else mixed
+        esum += math.exp(math.log(max(P[f + i], _TINY)) + scale * ((cq - lo) / span) - top)
+    for i in range(c):
+        e = f + i
+        cq = Q[e] if N[e] > 0 else mixed
+        pi = math.exp(math.log(max(P[e], _TINY)) + scale * ((cq - lo) / span) - top) / esum
+        s = pi - N[e] / (1.0 + total)
+        if s > best:
+            best = s
+            pick = i
+    return f + pick
+
+
+@jit
+def descend_gumbel(
+    first: _Arr, count: _Arr, N: _Arr, N0: _Arr, W: _Arr, Q: _Arr, P: _Arr, visits: _Arr, value: _Arr,
+    mate: _Arr, score: _Arr, child: _Arr, walk: _Arr, ready: _Arr,
+    cur: _Arr, path_nodes: _Arr, path_edges: _Arr, depth: _Arr, status: _Arr, walkers: _Arr,
+    schedule: _Arr, schedule_len: _Arr, c_visit: float, c_scale: float, virtual: bool, loss: float,
+) -> None:  # fmt: skip
+    """:func:`descend` with Gumbel's selection (:func:`_gumbel_pick`): each walker starts at its
+    search root (depth 0), whose sequential-halving schedule is row ``g`` of ``schedule``
+    (``schedule_len[g]`` long); the same statuses, the same resumption."""
+    width = path_nodes.shape[1]
+    for k in range(walkers.shape[0]):
+        g = walkers[k]
+        node = cur[g]
+        st = LEAF
+        while walk[node]:
+            if not ready[node]:
+                st = NEEDS_EDGES
+                break
+            d = depth[g]
+            if d >= width:
+                st = NEEDS_ROOM
+                break
+            considered = 0
+            if d == 0 and schedule_len[g] > 0:
+                done = 0
+                for e in range(first[node], first[node] + count[node]):
+                    done += N[e] - N0[e]
+                considered = schedule[g, min(done, schedule_len[g] - 1)]
+            e = _gumbel_pick(first, count, N, N0, Q, P, value, mate, score, node, d == 0, considered, c_visit, c_scale)
+            if virtual:
+                N[e] += 1
+                W[e] -= loss
+                Q[e] = W[e] / N[e]
+                visits[node] += 1
+            path_nodes[g, d] = node
+            path_edges[g, d] = e
+            depth[g] = d + 1
+            c = child[e]
+            if c < 0:
+                st = NEEDS_CHILD
+                break
+            node = c
+            cur[g] = c
+        status[g] = st
+
+
 @jit
 def backup(
     N: _Arr, W: _Arr, Q: _Arr, visits: _Arr, value: _Arr, terminal: _Arr,
@@ -220,10 +337,13 @@ def descend_tree(
     virtual: bool,
     loss: float,
     width: int = 32,
+    gumbel: tuple[dict[int, tuple[int, ...]], float, float] | None = None,
 ) -> Paths:
     """One walk from each of ``roots`` to a leaf (:func:`descend`), the moves of nodes walked
     through listed and children made on the way (``mcts_leaves``' ``ensure_edges`` and
-    ``make_child``): ``BatchedMCTS._descend``'s walks. ``width``: the paths' first length."""
+    ``make_child``): ``BatchedMCTS._descend``'s walks. ``width``: the paths' first length.
+    ``gumbel``: Gumbel's selection instead of PUCT (:func:`descend_gumbel`), with the roots'
+    halving schedules, ``c_visit`` and ``c_scale``."""
     g = len(roots)
     cur = np.array(roots, dtype=np.int64)
     depth = np.zeros(g, dtype=np.int64)
@@ -233,12 +353,26 @@ def descend_tree(
     walkers = np.arange(g, dtype=np.int64)
     fpu = math.nan if fpu_reduction is None else float(fpu_reduction)
     c_puct, loss, virtual = float(c_puct), float(loss), bool(virtual)
+    if gumbel is not None:
+        seqs = [gumbel[0].get(r, ()) for r in cur.tolist()]
+        schedule_len = np.array([len(q) for q in seqs], dtype=np.int64)
+        schedule = np.zeros((g, max(1, int(schedule_len.max(initial=0)))), dtype=np.int64)
+        for row, q in enumerate(seqs):
+            schedule[row, : len(q)] = q
+        c_visit, c_scale = float(gumbel[1]), float(gumbel[2])
     while len(walkers):
         t = tree  # growing replaces the arrays: read them at each call
-        descend(
-            t.first, t.count, t.N, t.W, t.Q, t.Psel, t.visits, t.value, t.mate, t.child, t.walk, t.ready,
-            cur, nodes, edges, depth, status, walkers, c_puct, fpu, virtual, loss,
-        )  # fmt: skip
+        if gumbel is None:
+            descend(
+                t.first, t.count, t.N, t.W, t.Q, t.Psel, t.visits, t.value, t.mate, t.child, t.walk, t.ready,
+                cur, nodes, edges, depth, status, walkers, c_puct, fpu, virtual, loss,
+            )  # fmt: skip
+        else:
+            descend_gumbel(
+                t.first, t.count, t.N, t.N0, t.W, t.Q, t.P, t.visits, t.value, t.mate, t.score, t.child,
+                t.walk, t.ready, cur, nodes, edges, depth, status, walkers, schedule, schedule_len,
+                c_visit, c_scale, virtual, loss,
+            )  # fmt: skip
         st = status[walkers]
         stopped = st != LEAF
         if not stopped.any():

@@ -390,3 +390,26 @@ def test_a_search_is_the_same_compiled_or_not(fpu: float | None, monkeypatch: py
 
     compiled, reference = run(True), run(False)
     assert all(np.array_equal(a, b) for a, b in zip(compiled, reference, strict=True))
+
+
+@pytest.mark.parametrize(("leaves_per_game", "evaluator"), [(1, LogitEvaluator), (3, TieEvaluator)])
+def test_a_gumbel_search_is_the_same_compiled_or_not(
+    leaves_per_game: int, evaluator: Callable[[], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gumbel's selection compiled (:func:`descend_gumbel`) and in NumPy: the same moves chosen,
+    the same root visits and values bit for bit, over searches and advances."""
+
+    def run(compiled: bool) -> list[np.ndarray]:
+        monkeypatch.setattr(BatchedMCTS, "compiled", compiled)
+        cfg = MCTSConfig(search="gumbel", simulations=48, gumbel_actions=4, leaves_per_game=leaves_per_game)
+        mcts = BatchedMCTS(evaluator(), cfg, seed=1)
+        roots = [Node(chess.Board(fen)) for fen in (*FENS[:3], FENS[5])]
+        stats = []
+        for _ in range(3):
+            mcts.search(roots)
+            stats += [bits(a).copy() for r in roots for a in (r.N, r.W, r.Q)]
+            roots = [BatchedMCTS.advance(r, r.best_move()) for r in roots]
+        return stats
+
+    compiled, reference = run(True), run(False)
+    assert all(np.array_equal(a, b) for a, b in zip(compiled, reference, strict=True))
