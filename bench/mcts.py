@@ -127,7 +127,7 @@ def collector_run(
 #: encoding is the network's input planes; the network is ``predict``; the tree is the rest.
 SPLIT_POINTS = [
     ("chessrl.search.mcts_native", "new_root", "board"),
-    ("chessrl.search.mcts_native", "make_child", "board"),
+    ("chessrl.search.mcts_native", "make_children", "board"),
     ("chessrl.search.mcts_native", "list_edges", "board"),
     ("chessrl.search.mcts_leaves", "legal_indices", "board"),
     ("chessrl.search.mcts_leaves", "child_board", "board"),
@@ -256,13 +256,13 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Arg
         "--boards",
         choices=["native", "python"],
         default="native",
-        help="the search's boards: native (rust_chess, the default) or python-chess (the reference, as before)",
+        help="the search's boards: native (compiled_board in the tree's arrays, the default) or python-chess (the reference)",
     )
     parser.add_argument(
         "--tree",
         choices=["compiled", "numpy"],
         default="compiled",
-        help="the PUCT walk and backup: compiled (numba, the default) or NumPy array operations (the reference)",
+        help="the walk (PUCT or Gumbel) and backup: compiled (numba, the default) or NumPy array operations (the reference)",
     )
     parser.add_argument("--json", default=str(RESULTS / "mcts.json"))
     return parser.parse_args(argv), parser

@@ -5,8 +5,9 @@
 - :mod:`~chessrl.search.mcts`: batched PUCT (or Gumbel) search over many games at once.
 - :mod:`~chessrl.search.mcts_config`, :mod:`~chessrl.search.mcts_node`: the search's settings, and a node of its trees.
 - :mod:`~chessrl.search.mcts_tree`, :mod:`~chessrl.search.mcts_leaves`: the flat array trees and how a node gets its moves.
-- :mod:`~chessrl.search.mcts_compiled`, :mod:`~chessrl.search.compiled`: the numba-compiled walk and backup.
-- :mod:`~chessrl.search.native_board`, :mod:`~chessrl.search.mcts_native`: board work on ``rust_chess`` boards.
+- :mod:`~chessrl.search.mcts_compiled`, :mod:`~chessrl.search.compiled`: the numba-compiled walks (PUCT, Gumbel) and backup.
+- :mod:`~chessrl.search.compiled_board`, :mod:`~chessrl.search.mcts_native`: the rules in numba over arrays, and the search's nodes on them.
+- :mod:`~chessrl.search.native_board`: the same answers from ``rust_chess`` boards (a reference in the tests; which boards a native search takes).
 - :mod:`~chessrl.search.search_board`: exact python-chess board operations in fewer steps.
 - :mod:`~chessrl.search.gumbel`, :mod:`~chessrl.search.mcts_gumbel`: Gumbel root search's math, and its steps on a tree.
 - :mod:`~chessrl.search.selfplay`: many self-play games at once.

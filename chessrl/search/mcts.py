@@ -6,13 +6,15 @@ root to a leaf (``leaves_per_game`` leaves per game, spread by virtual loss), se
 positions are scored exactly and never sent to the evaluator. After a move,
 :meth:`BatchedMCTS.advance` keeps the subtree.
 
-The trees live in flat arrays (:class:`chessrl.search.mcts_tree.ArrayTree`): a PUCT round walks every
-game to a leaf and backs it up in compiled code (:mod:`chessrl.search.mcts_compiled`; the NumPy
-version, a few array operations per tree level for all games, is the reference and Gumbel's),
-and :class:`Node` (:mod:`chessrl.search.mcts_node`) is a handle on a row. A standard game's nodes keep native boards
-(:mod:`chessrl.search.mcts_native`: the same moves, in python-chess's order, and the same answers).
-A leaf's legal moves are listed only when a search first walks through it; until then it keeps its row of the network's logits (a leaf's end of game is found
-without listing its moves). The settings are an :class:`MCTSConfig` (:mod:`chessrl.search.mcts_config`);
+The trees live in flat arrays (:class:`chessrl.search.mcts_tree.ArrayTree`): a round (PUCT or
+Gumbel) walks every game to a leaf, makes the children it meets and backs it up in compiled code
+(:mod:`chessrl.search.mcts_compiled`; the NumPy version, a few array operations per tree level for
+all games, is the reference), and :class:`Node` (:mod:`chessrl.search.mcts_node`) is a handle on a
+row. A standard game's nodes keep their positions in the tree's arrays
+(:mod:`chessrl.search.mcts_native` on :mod:`chessrl.search.compiled_board`: the same moves, in
+python-chess's order, and the same answers); such a leaf lists its moves when evaluated and keeps
+only its legal moves' priors. A python-chess leaf lists its moves only when a search first walks
+through it; until then it keeps its row of the network's logits. The settings are an :class:`MCTSConfig` (:mod:`chessrl.search.mcts_config`);
 ``MCTSConfig(search="gumbel")`` is Gumbel root search (:mod:`chessrl.search.mcts_gumbel`, its math
 :mod:`chessrl.search.gumbel`).
 
@@ -211,7 +213,7 @@ class BatchedMCTS:
     COMPACT_NODES = 1 << 11
     #: Search one root alone in scalar steps (:meth:`_simulate_alone`); False: the batch rounds.
     scalar_alone = True
-    #: PUCT rounds walk and back up in compiled code (:mod:`chessrl.search.mcts_compiled`); False: the
+    #: Rounds (PUCT or Gumbel) walk and back up in compiled code (:mod:`chessrl.search.mcts_compiled`); False: the
     #: NumPy array operations per tree level (the reference, bit for bit the same).
     compiled = True
 
