@@ -44,6 +44,7 @@ __all__ = [
     "WORDS",
     "code_of_uci",
     "from_board",
+    "has_legal_move",
     "in_check",
     "legal_codes",
     "legal_count",
@@ -350,6 +351,13 @@ def legal_count(words: np.ndarray, meta: np.ndarray) -> int:
 
 @jit
 def _has_legal(words: np.ndarray, meta: np.ndarray, scratch: np.ndarray) -> bool:
+    return _generate(words, meta, scratch, True) > 0
+
+
+@jit
+def has_legal_move(words: np.ndarray, meta: np.ndarray) -> bool:
+    """Whether the side to move has a legal move (the generator stops at the first)."""
+    scratch = np.empty(MAX_MOVES, dtype=np.int64)
     return _generate(words, meta, scratch, True) > 0
 
 

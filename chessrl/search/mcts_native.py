@@ -191,7 +191,7 @@ def _make_children(
         mv = code[e]
         cb.make_move(words[node], meta[node], mv, words[c], meta[c])
         _parts(words, meta, pieces, consts, c)
-        n = cb.legal_count(words[c], meta[c])
+        n = 1 if cb.has_legal_move(words[c], meta[c]) else 0  # only whether there is one matters here
         value = cb.terminal_value(words[c], meta[c], n, 0)
         key = words[c, cb.KEY]
         clk = meta[c, cb.CLOCK]
@@ -237,7 +237,7 @@ def _first_mate(words: np.ndarray, meta: np.ndarray, codes: np.ndarray) -> int:
     m2 = np.empty(cb.META, dtype=np.int64)
     for i in range(codes.shape[0]):
         cb.make_move(words, meta, codes[i], w2, m2)
-        if cb.in_check(w2, m2) and cb.legal_count(w2, m2) == 0:
+        if cb.in_check(w2, m2) and not cb.has_legal_move(w2, m2):
             return i
     return -1
 

@@ -126,6 +126,7 @@ def test_legal_codes_match_python_chess_in_order(all_games: list[Game]) -> None:
             n = cb.legal_codes(p.words, p.meta, out)
             assert out[:n].tolist() == p.legal, (game.name, p.board.fen())
             assert cb.legal_count(p.words, p.meta) == n
+            assert cb.has_legal_move(p.words, p.meta) is (n > 0)
             assert cb.in_check(p.words, p.meta) is p.board.is_check()
 
 
