@@ -510,10 +510,9 @@ class BatchedMCTS:
         if evaluate_logits is None:
             ensure_edges(tree, ids)
         else:  # native leaves list their moves now (compiled, cheap): no row of logits kept for them
-            unlisted = ids[~tree.ready[ids]]
-            native = [i for i in unlisted.tolist() if tree.native[i] is not None]
-            if native:
-                mcts_native.list_edges(tree, np.unique(np.array(native, dtype=np.int64)))
+            native = ids[~tree.ready[ids] & tree.nat[ids]]
+            if len(native):
+                mcts_native.list_edges(tree, np.unique(native))
         id_list = ids.tolist()
         evaluate_planes = getattr(self.evaluator, "evaluate_planes", None)
         if evaluate_planes is not None and not _planes_follow_logits(type(self.evaluator)):
@@ -528,18 +527,20 @@ class BatchedMCTS:
                     f"evaluator returned {len(logits)} logits and {len(values)} values for {len(ids)} boards"
                 )
             ready = tree.ready[ids]
-            tree.keep_logits(ids[~ready], logits[~ready])
-            now = ids[ready]
+            everyone = bool(ready.all())  # native leaves: all listed, nothing to keep
+            values = np.asarray(values, dtype=np.float64)
+            if not everyone:
+                tree.keep_logits(ids[~ready], logits[~ready])
+            now = ids if everyone else ids[ready]
             counts = tree.count[now]
             idx, _ = edge_ranges(tree.first[now], counts)  # the legal moves' logits, gathered at once
-            rows = np.repeat(np.flatnonzero(ready), counts)
+            rows = np.repeat(np.arange(len(ids)) if everyone else np.flatnonzero(ready), counts)
             flat = segment_softmax(logits[rows, tree.action[idx]].astype(np.float64), counts)
-            tree.set_priors(
-                now, finite_priors(flat, tree.count[now]), np.asarray(values, dtype=np.float64)[ready]
-            )
-            later = ids[~ready]
-            tree.value[later] = np.asarray(values, dtype=np.float64)[~ready]
-            tree.walk[later] = np.isnan(tree.terminal[later])
+            tree.set_priors(now, finite_priors(flat, counts), values if everyone else values[ready], idx)
+            if not everyone:
+                later = ids[~ready]
+                tree.value[later] = values[~ready]
+                tree.walk[later] = np.isnan(tree.terminal[later])
             n_priors = len(ids)
         else:
             boards = [tree.board(i) for i in id_list]

@@ -389,11 +389,14 @@ def descend_tree(
             made = walkers[making]
             parents = nodes[made, depth[made] - 1]
             moves = edges[made, depth[made] - 1] - tree.first[parents]
-            native = np.fromiter((tree.native[p] is not None for p in parents.tolist()), dtype=bool, count=len(made))
-            if native.any():  # one compiled call for the native games' children
-                cur[made[native]] = mcts_native.make_children(tree, parents[native], moves[native])
-            for w, parent, i in zip(made[~native].tolist(), parents[~native].tolist(), moves[~native].tolist(), strict=True):
-                cur[w] = make_child(tree, parent, i)
+            native = tree.nat[parents]
+            if native.all():  # one compiled call for the native games' children
+                cur[made] = mcts_native.make_children(tree, parents, moves)
+            else:
+                if native.any():
+                    cur[made[native]] = mcts_native.make_children(tree, parents[native], moves[native])
+                for w, parent, i in zip(made[~native].tolist(), parents[~native].tolist(), moves[~native].tolist(), strict=True):
+                    cur[w] = make_child(tree, parent, i)
             making[making] = tree.walk[cur[made]]  # a new child is a leaf unless walkable
             walkers = walkers[~(st == NEEDS_CHILD) | making]
     return Paths(cur, nodes, edges, depth)

@@ -269,7 +269,7 @@ def planes(tree: ArrayTree, ids: np.ndarray, history: int) -> np.ndarray:
     out = np.zeros((n, input_channels(history), 8, 8), dtype=np.float32)
     if n == 0:
         return out
-    native = np.fromiter((tree.native[i] is not None for i in ids.tolist()), dtype=bool, count=n)
+    native = tree.nat[ids]
     fallback = _fill_planes(
         out, ids, native, tree.parent, tree.pieces, tree.rep, tree.consts, tree.stacked, history
     )

@@ -56,6 +56,7 @@ _NODE_FIELDS = {
     # a native root's earlier keys (``hist``) as a range of ``hkeys``, for the compiled kernels
     "hfirst": (np.int64, -1),
     "hcount": (np.int64, 0),
+    "nat": (np.bool_, False),  # a native node (``native[i]`` True), for array code
     "consts": (np.float32, 0.0, 7),
 }
 _EDGE_FIELDS = {
@@ -150,6 +151,7 @@ class ArrayTree:
         self.boards.append(board)
         self.moves.append(None)
         self.native.append(native)
+        self.nat[i] = native is not None
         if moves is not None:
             self.add_edges(i, moves, actions)  # type: ignore[arg-type]
         return i
@@ -163,6 +165,7 @@ class ArrayTree:
         self.boards += [None] * k
         self.moves += [None] * k
         self.native += [True] * k
+        self.nat[ids] = True
         return ids
 
     def set_hist(self, node: int, keys: tuple[int, ...]) -> None:
@@ -312,12 +315,15 @@ class ArrayTree:
         f = int(self.first[node])
         return slice(f, f + int(self.count[node]))
 
-    def set_priors(self, nodes: np.ndarray, flat_priors: np.ndarray, values: np.ndarray) -> None:
+    def set_priors(
+        self, nodes: np.ndarray, flat_priors: np.ndarray, values: np.ndarray, idx: np.ndarray | None = None
+    ) -> None:
         """Expand ``nodes``: their priors, concatenated in the order of ``nodes`` (each node's
-        aligned with its moves), and their values."""
+        aligned with its moves), and their values. ``idx``: their edges' rows, when known."""
         if len(nodes) == 0:
             return
-        idx, _ = edge_ranges(self.first[nodes], self.count[nodes])
+        if idx is None:
+            idx, _ = edge_ranges(self.first[nodes], self.count[nodes])
         self.P[idx] = flat_priors
         self.Psel[idx] = flat_priors
         self.noisy[nodes] = False
