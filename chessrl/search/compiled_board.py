@@ -49,6 +49,7 @@ __all__ = [
     "legal_codes",
     "legal_count",
     "make_move",
+    "order_key",
     "repetition_key",
     "terminal_value",
     "to_board",
@@ -204,23 +205,15 @@ def _add(out: np.ndarray, n: int, frm: int, to: int, promote: bool) -> int:
 
 
 @jit
-def _generate(words: np.ndarray, meta: np.ndarray, out: np.ndarray, stop_at_one: bool) -> int:
-    """Write the legal codes into ``out`` (unordered); returns their number (at most 1 with
-    ``stop_at_one``)."""
-    us = meta[TURN]
-    them = 1 - us
-    own = _occupied(words, us)
-    opp = _occupied(words, them)
-    occ = own | opp
-    o = us * 6
-    ksq = _lsb(words[o + 5])
-    n = 0
-    # pawns
-    pawns = words[o]
+def _pawn_moves(
+    words: np.ndarray, us: int, ksq: int, occ: np.uint64, opp: np.uint64, ep: int, out: np.ndarray, n: int
+) -> int:
+    """Append the legal pawn moves (pushes, captures, promotions, en passant) to ``out[n:]``;
+    returns the new count."""
+    pawns = words[us * 6]
     up = 8 if us == 0 else -8
     last_rank = 7 if us == 0 else 0
     start_rank = 1 if us == 0 else 6
-    ep = meta[EP]
     while pawns:
         frm = _lsb(pawns)
         pawns &= pawns - _ONE
@@ -230,11 +223,7 @@ def _generate(words: np.ndarray, meta: np.ndarray, out: np.ndarray, stop_at_one:
             if _legal_after(words, us, ksq, frm, to, occ, _ZERO):
                 n = _add(out, n, frm, to, promote)
             two = to + up
-            if (
-                (frm >> 3) == start_rank
-                and not occ & _bit(two)
-                and _legal_after(words, us, ksq, frm, two, occ, _ZERO)
-            ):
+            if (frm >> 3) == start_rank and not occ & _bit(two) and _legal_after(words, us, ksq, frm, two, occ, _ZERO):
                 n = _add(out, n, frm, two, False)
         caps = _PAWN_ATT[us, frm] & opp
         while caps:
@@ -245,10 +234,43 @@ def _generate(words: np.ndarray, meta: np.ndarray, out: np.ndarray, stop_at_one:
         en_passant = ep != NO_EP and (_PAWN_ATT[us, frm] & _bit(ep)) != _ZERO and not occ & _bit(ep)
         if en_passant and _legal_after(words, us, ksq, frm, ep, occ, _bit(ep - up)):
             n = _add(out, n, frm, ep, False)
-        if stop_at_one and n:
-            return n
-    # knights, bishops, rooks, queens, king
-    for t in range(1, 6):
+    return n
+
+
+@jit
+def _castling(words: np.ndarray, rights: int, us: int, ksq: int, occ: np.uint64, out: np.ndarray, n: int) -> int:
+    """Append the legal castling moves (standard chess: the king on e1/e8, the rooks on their
+    corners, as the cleaned ``rights`` say) to ``out[n:]``; returns the new count."""
+    mine = rights >> (2 * us)
+    them = 1 - us
+    if not mine & 3 or _attacked(words, ksq, them, occ, _FULL):
+        return n
+    base = 56 * us
+    short = (mine & 1) != 0 and not occ & (_bit(base + 5) | _bit(base + 6))
+    if short and not _attacked(words, base + 5, them, occ, _FULL) and not _attacked(words, base + 6, them, occ, _FULL):
+        out[n] = ksq * 64 + base + 6
+        n += 1
+    long = (mine & 2) != 0 and not occ & (_bit(base + 1) | _bit(base + 2) | _bit(base + 3))
+    if long and not _attacked(words, base + 3, them, occ, _FULL) and not _attacked(words, base + 2, them, occ, _FULL):
+        out[n] = ksq * 64 + base + 2
+        n += 1
+    return n
+
+
+@jit
+def _generate(words: np.ndarray, meta: np.ndarray, out: np.ndarray, stop_at_one: bool) -> int:
+    """Write the legal codes into ``out`` (unordered); returns their number (at least 1 and
+    possibly fewer than all with ``stop_at_one``, when there is one)."""
+    us = meta[TURN]
+    own = _occupied(words, us)
+    opp = _occupied(words, 1 - us)
+    occ = own | opp
+    o = us * 6
+    ksq = _lsb(words[o + 5])
+    n = _pawn_moves(words, us, ksq, occ, opp, meta[EP], out, 0)
+    if stop_at_one and n:
+        return n
+    for t in range(1, 6):  # knights, bishops, rooks, queens, king
         pieces = words[o + t]
         while pieces:
             frm = _lsb(pieces)
@@ -272,33 +294,35 @@ def _generate(words: np.ndarray, meta: np.ndarray, out: np.ndarray, stop_at_one:
                     n += 1
             if stop_at_one and n:
                 return n
-    # castling (standard chess: the king on e1/e8, the rooks on their corners)
-    rights = meta[CASTLING] >> (2 * us)
-    if rights & 3 and not _attacked(words, ksq, them, occ, _FULL):
-        base = 56 * us
-        short = (rights & 1) != 0 and not occ & (_bit(base + 5) | _bit(base + 6))
-        if (
-            short
-            and not _attacked(words, base + 5, them, occ, _FULL)
-            and not _attacked(words, base + 6, them, occ, _FULL)
-        ):
-            out[n] = ksq * 64 + base + 6
-            n += 1
-        long = (rights & 2) != 0 and not occ & (_bit(base + 1) | _bit(base + 2) | _bit(base + 3))
-        if (
-            long
-            and not _attacked(words, base + 3, them, occ, _FULL)
-            and not _attacked(words, base + 2, them, occ, _FULL)
-        ):
-            out[n] = ksq * 64 + base + 2
-            n += 1
-    return n
+    return _castling(words, meta[CASTLING], us, ksq, occ, out, n)
+
+
+@jit
+def order_key(code: int, pawns: np.uint64, king: int, in_check: bool, ep: int) -> int:
+    """A move's rank in python-chess's order of ``legal_moves`` (smaller first): in check, the
+    king's moves first; then the other pieces' (the king's too when not in check) from the highest
+    square down, each one's targets likewise; castling; pawn captures (from and target high to low,
+    promotions queen, rook, bishop, knight); single pushes, double pushes; en passant. ``pawns``:
+    the side to move's pawns; ``ep``: the en passant square (any other value: none)."""
+    f = (code >> 6) & 63
+    t = code & 63
+    if (pawns >> np.uint64(f)) & _ONE:
+        if (t & 7) != (f & 7):
+            cat = 6 if t == ep else 3
+        elif abs(t - f) == 16:
+            cat = 5
+        else:
+            cat = 4
+    elif f == king:
+        cat = 0 if in_check else (2 if abs(t - f) == 2 else 1)
+    else:
+        cat = 1
+    return (cat << 20) | ((63 - f) << 14) | ((63 - t) << 8) | (code >> 12)
 
 
 @jit
 def _order(words: np.ndarray, meta: np.ndarray, out: np.ndarray, n: int) -> None:
-    """Sort ``out[:n]`` as python-chess generates the moves (see
-    :func:`chessrl.search.native_board._python_chess_order`), in place."""
+    """Sort ``out[:n]`` by :func:`order_key`, in place (an insertion sort: a few dozen moves)."""
     us = meta[TURN]
     o = us * 6
     pawns = words[o]
@@ -307,22 +331,8 @@ def _order(words: np.ndarray, meta: np.ndarray, out: np.ndarray, n: int) -> None
     ep = meta[EP]
     keys = np.empty(n, dtype=np.int64)
     for i in range(n):
-        c = out[i]
-        f = (c >> 6) & 63
-        t = c & 63
-        if pawns & _bit(f):
-            if (t & 7) != (f & 7):
-                cat = 6 if t == ep else 3
-            elif abs(t - f) == 16:
-                cat = 5
-            else:
-                cat = 4
-        elif f == king:
-            cat = 0 if check else (2 if abs(t - f) == 2 else 1)
-        else:
-            cat = 1
-        keys[i] = (cat << 20) | ((63 - f) << 14) | ((63 - t) << 8) | (c >> 12)
-    for i in range(1, n):  # insertion sort: a few dozen moves
+        keys[i] = order_key(out[i], pawns, king, check, ep)
+    for i in range(1, n):
         k, c = keys[i], out[i]
         j = i - 1
         while j >= 0 and keys[j] > k:

@@ -71,6 +71,7 @@ import numpy as np
 import rust_chess
 
 from chessrl.search.compiled import jit
+from chessrl.search.compiled_board import order_key
 
 __all__ = [
     "MAX_PLIES",
@@ -195,28 +196,11 @@ def legal_codes(rb: rust_chess.Board) -> np.ndarray:
 
 @jit
 def _python_chess_order(codes: np.ndarray, pawns: np.uint64, king: int, in_check: bool, ep: int) -> np.ndarray:
-    """``codes`` sorted as python-chess generates them: in check, the king's moves first; then
-    the other pieces' (the king's too when not in check) from the highest square down, each one's
-    targets likewise; castling; pawn captures (from and target high to low, promotions queen,
-    rook, bishop, knight); single pushes, double pushes (target high to low); en passant."""
+    """``codes`` sorted as python-chess generates them (:func:`chessrl.search.compiled_board.order_key`)."""
     n = len(codes)
     keys = np.empty(n, dtype=np.int64)
     for i in range(n):
-        c = codes[i]
-        f = (c >> 6) & 63
-        t = c & 63
-        if (pawns >> np.uint64(f)) & np.uint64(1):
-            if (t & 7) != (f & 7):
-                cat = 6 if t == ep else 3
-            elif abs(t - f) == 16:
-                cat = 5
-            else:
-                cat = 4
-        elif f == king:
-            cat = 0 if in_check else (2 if abs(t - f) == 2 else 1)
-        else:
-            cat = 1
-        keys[i] = (cat << 20) | ((63 - f) << 14) | ((63 - t) << 8) | (c >> 12)
+        keys[i] = order_key(codes[i], pawns, king, in_check, ep)
     return codes[np.argsort(keys)]
 
 

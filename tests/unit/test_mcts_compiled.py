@@ -370,25 +370,31 @@ def test_descend_resumes_after_each_stop(grown: tuple[ArrayTree, np.ndarray, lis
     same_trees(tree, ids, other, ids_o)
 
 
-@pytest.mark.parametrize("fpu", [None, 0.2])
-def test_a_search_is_the_same_compiled_or_not(fpu: float | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``BatchedMCTS`` with its compiled walks and with the NumPy ones: the same root statistics
-    bit for bit, over searches and advances, several leaves per game."""
+def _compiled_or_not(
+    monkeypatch: pytest.MonkeyPatch, evaluator: Callable[[], Any], cfg: MCTSConfig, fens: Sequence[str], searches: int
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The roots' N, W, Q (bits) after ``searches`` searches and advances, compiled and in NumPy."""
 
     def run(compiled: bool) -> list[np.ndarray]:
         monkeypatch.setattr(BatchedMCTS, "compiled", compiled)
-        mcts = BatchedMCTS(
-            TieEvaluator(), MCTSConfig(simulations=24, leaves_per_game=3, fpu_reduction=fpu), seed=1
-        )
-        roots = [Node(chess.Board(fen)) for fen in FENS[:3]]
+        mcts = BatchedMCTS(evaluator(), cfg, seed=1)
+        roots = [Node(chess.Board(fen)) for fen in fens]
         stats = []
-        for _ in range(2):
+        for _ in range(searches):
             mcts.search(roots)
             stats += [bits(a).copy() for r in roots for a in (r.N, r.W, r.Q)]
             roots = [BatchedMCTS.advance(r, r.best_move()) for r in roots]
         return stats
 
-    compiled, reference = run(True), run(False)
+    return run(True), run(False)
+
+
+@pytest.mark.parametrize("fpu", [None, 0.2])
+def test_a_search_is_the_same_compiled_or_not(fpu: float | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``BatchedMCTS`` with its compiled walks and with the NumPy ones: the same root statistics
+    bit for bit, over searches and advances, several leaves per game."""
+    cfg = MCTSConfig(simulations=24, leaves_per_game=3, fpu_reduction=fpu)
+    compiled, reference = _compiled_or_not(monkeypatch, TieEvaluator, cfg, FENS[:3], 2)
     assert all(np.array_equal(a, b) for a, b in zip(compiled, reference, strict=True))
 
 
@@ -398,18 +404,6 @@ def test_a_gumbel_search_is_the_same_compiled_or_not(
 ) -> None:
     """Gumbel's selection compiled (:func:`descend_gumbel`) and in NumPy: the same moves chosen,
     the same root visits and values bit for bit, over searches and advances."""
-
-    def run(compiled: bool) -> list[np.ndarray]:
-        monkeypatch.setattr(BatchedMCTS, "compiled", compiled)
-        cfg = MCTSConfig(search="gumbel", simulations=48, gumbel_actions=4, leaves_per_game=leaves_per_game)
-        mcts = BatchedMCTS(evaluator(), cfg, seed=1)
-        roots = [Node(chess.Board(fen)) for fen in (*FENS[:3], FENS[5])]
-        stats = []
-        for _ in range(3):
-            mcts.search(roots)
-            stats += [bits(a).copy() for r in roots for a in (r.N, r.W, r.Q)]
-            roots = [BatchedMCTS.advance(r, r.best_move()) for r in roots]
-        return stats
-
-    compiled, reference = run(True), run(False)
+    cfg = MCTSConfig(search="gumbel", simulations=48, gumbel_actions=4, leaves_per_game=leaves_per_game)
+    compiled, reference = _compiled_or_not(monkeypatch, evaluator, cfg, (*FENS[:3], FENS[5]), 3)
     assert all(np.array_equal(a, b) for a, b in zip(compiled, reference, strict=True))
