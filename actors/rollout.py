@@ -155,7 +155,10 @@ class RolloutCollector(CollectorStatus):
                 out.append(random_opponent(seed))
             elif spec.kind == "self":
                 out.append(
-                    policy_opponent(policy, tokenizer, moves_table, self.spec.settings.temperature, generator)
+                    policy_opponent(
+                        policy, tokenizer, moves_table, self.spec.settings.temperature, generator,
+                        self.spec.settings.text_format,
+                    )  # fmt: skip
                 )
             else:
                 out.append(self._stockfish(spec.player, seed))

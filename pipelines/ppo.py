@@ -62,8 +62,9 @@ DESCRIPTION = (
 )
 
 
-def ppo_settings(cfg: PPOConfig) -> PPOSettings:
-    """The algorithm's knobs from the config section.
+def ppo_settings(cfg: PPOConfig, text_format: str | None = None) -> PPOSettings:
+    """The algorithm's knobs from the config section (``text_format``: the policy's, as
+    :func:`check_ppo` resolved it; default the section's, else moves).
 
     >>> ppo_settings(PPOConfig(kl_coef=0.1)).kl_coef
     0.1
@@ -72,7 +73,8 @@ def ppo_settings(cfg: PPOConfig) -> PPOSettings:
         kl_coef=cfg.kl_coef, clip=cfg.clip, value_clip=cfg.value_clip, gamma=cfg.gamma, lam=cfg.lam,
         ppo_epochs=cfg.ppo_epochs, minibatch=cfg.minibatch, temperature=cfg.temperature,
         illegal_penalty=cfg.illegal_penalty, result_weight=cfg.result_weight, entropy_coef=cfg.entropy_coef,
-        legal_coef=cfg.legal_coef, masked=cfg.masked,
+        legal_coef=cfg.legal_coef, masked=cfg.masked, text_format=text_format or cfg.text_format or "moves",
+        samples_per_state=cfg.samples_per_state,
     )  # fmt: skip
 
 
@@ -117,12 +119,15 @@ def learner_threads(cpus: float, reserved: float) -> int:
     return max(1, round(cpus - reserved))
 
 
-def check_models(policy_path: str, reward_path: str | None, max_tokens: int) -> dict[str, Any]:
+def check_models(
+    policy_path: str, reward_path: str | None, max_tokens: int, text_format: str = "moves"
+) -> dict[str, Any]:
     """Load-free checks of the policy and the reward model (None: Stockfish scores the moves):
-    both GPT-2-style, one tokenizer, a token per move, a context long enough for an episode.
+    both GPT-2-style, one tokenizer, a token per move, a context long enough for an episode
+    (``max_tokens`` in the moves format; a position format's longest prompt and a move).
     Returns facts for the log."""
     from chessrl.lm.legality import MoveTokens
-    from chessrl.lm.models import load_tokenizer
+    from chessrl.lm.models import load_tokenizer, prompt_ids
 
     configs = {
         "ppo.policy (--policy)": gpt2_config(
@@ -148,7 +153,19 @@ def check_models(policy_path: str, reward_path: str | None, max_tokens: int) -> 
     except ValueError as exc:
         raise ConfigError(f"ppo.policy (--policy): {exc}") from None
     context = int(configs["ppo.policy (--policy)"].get("n_positions", 1024))
-    if max_tokens > context:
+    if text_format != "moves":
+        import chess
+
+        from chessrl.lm.formats import get_format
+
+        longest = chess.Board("r3k2r/8/8/8/4Pp2/8/8/R3K2R b KQkq e3 0 1")  # every castling right, en passant
+        needed = len(prompt_ids(policy_tok, get_format(text_format).prompt_for(longest, []))) + 2
+        if needed > context:
+            raise ConfigError(
+                f"ppo.text_format (--text-format) {text_format}: a position's prompt needs {needed} tokens, more than "
+                f"the policy's context ({context})"
+            )
+    elif max_tokens > context:
         raise ConfigError(
             f"ppo.max_start_ply + 2 x ppo.max_actions needs {max_tokens} tokens, more than the policy's context "
             f"({context}): lower --max-start-ply or --max-actions"
@@ -166,6 +183,8 @@ class PPOInputs:
     policy: str
     reward: str
     facts: dict[str, Any] | None
+    text_format: str = "moves"
+    """What the policy reads: the section's ``text_format``, else the policy's own."""
 
 
 def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
@@ -183,6 +202,17 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
             f"ppo.episodes_per_iteration (--episodes-per-iteration) is {cfg.episodes_per_iteration}, fewer than "
             f"ppo.num_workers (--num-workers) {cfg.num_workers}: each learner worker learns on whole episodes, at "
             "least one an iteration"
+        )
+    if cfg.samples_per_state > 1 and not cfg.masked:
+        raise ConfigError(
+            f"ppo.samples_per_state (--samples-per-state) is {cfg.samples_per_state}: drawing several moves a "
+            "position needs ppo.masked (--masked) true (every drawn move legal, so each can be graded)"
+        )
+    if cfg.samples_per_state > 1 and cfg.gamma > 0:
+        raise ConfigError(
+            f"ppo.samples_per_state (--samples-per-state) is {cfg.samples_per_state} with ppo.gamma (--gamma) "
+            f"{cfg.gamma:g}: the moves not played have no continuation, so each move's credit must be its own "
+            "grade: set ppo.gamma 0"
         )
     policy_path = model_location(
         cfg.policy, inputs.folder("sft").child("model"), "ppo.policy (--policy)", "sft",
@@ -205,10 +235,21 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
             produced=inputs.will_write("reward"),
         )  # fmt: skip
     facts = None
+    text_format = cfg.text_format or "moves"
     if (cfg.policy or not inputs.will_write("sft")) and (
         stockfish or cfg.reward_model or not inputs.will_write("reward")
     ):
-        facts = check_models(policy_path, reward_path or None, cfg.max_start_ply + 2 * cfg.max_actions + 2)
+        from pipelines.preferences import policy_text_format
+
+        text_format = cfg.text_format or policy_text_format(policy_path)
+        if text_format not in ("moves", "board"):
+            raise ConfigError(
+                f"ppo.policy (--policy): {policy_path} was trained on the {text_format} format; ppo plays the moves "
+                "and board formats: pass --text-format moves or board to ask it in one of them"
+            )
+        facts = check_models(
+            policy_path, reward_path or None, cfg.max_start_ply + 2 * cfg.max_actions + 2, text_format
+        )
     source = Storage.from_uri(cfg.games or inputs.folder("prepare").uri_of("games"))
     if cfg.games or (not inputs.will_write("prepare") and source.exists()):
         games_table(source)
@@ -216,7 +257,7 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
         from chessrl.engine.client import find_stockfish
 
         find_stockfish()  # the paired move quality at the end needs it: said before any work
-    return PPOInputs(opponents, policy_path, reward_path, facts)
+    return PPOInputs(opponents, policy_path, reward_path, facts, text_format)
 
 
 def start_pool(context: PhaseContext, cfg: PPOConfig, limit: int = 4096) -> list[tuple[str, ...]]:
@@ -236,10 +277,11 @@ def start_pool(context: PhaseContext, cfg: PPOConfig, limit: int = 4096) -> list
 
 
 def heldout_legal_rates(
-    context: PhaseContext, cfg: PPOConfig, models: dict[str, str]
+    context: PhaseContext, cfg: PPOConfig, models: dict[str, str], text_format: str = "moves"
 ) -> dict[str, dict[str, float]]:
     """The greedy legal-move rate and top-1 agreement of each model on ``cfg.heldout_positions``
-    positions of the held-out games (the split sft used); empty without a games table."""
+    positions of the held-out games (the split sft used), asked in ``text_format``; empty
+    without a games table."""
     from chessrl.arena.saved_models import load_saved_model
     from chessrl.lm.lm_data import split_games
     from chessrl.lm.lm_eval import evaluate_moves, sample_positions
@@ -255,7 +297,7 @@ def heldout_legal_rates(
     out = {}
     for name, path in models.items():
         model, tokenizer = load_saved_model(path, "policy")
-        out[name] = evaluate_moves(model, tokenizer, positions) | {"positions": len(positions)}
+        out[name] = evaluate_moves(model, tokenizer, positions, text_format=text_format) | {"positions": len(positions)}
     return out
 
 
@@ -361,7 +403,7 @@ def start_actors(context: PhaseContext, found: PPOInputs, collector_cpus: float,
         engine_pool = EnginePool.create(1, 1, run=run.name, num_cpus_per_engine=0.25)
     spec = RolloutSpec(
         run=run.name, rollout_uri=phase.uri_of("rollouts"), status_uri=phase.uri_of("collectors"),
-        policy_path=found.policy, settings=ppo_settings(cfg), opponents=tuple(cfg.opponents),
+        policy_path=found.policy, settings=ppo_settings(cfg, found.text_format), opponents=tuple(cfg.opponents),
         phase_uri=phase.uri, concurrent_games=cfg.concurrent_games, max_actions=cfg.max_actions,
         rounds_per_version=rounds_per_version(cfg), seed=run.seed, server_name=server_name,
         namespace=namespace,
@@ -382,7 +424,7 @@ def loop_config(context: PhaseContext, found: PPOInputs, threads: int, actors: P
     cfg, run = context.config.ppo, context.config.run
     return {
         "phase_uri": context.phase_storage("ppo").uri, "policy_path": found.policy, "reward_path": found.reward,
-        "settings": ppo_settings(cfg).__dict__, "seed": run.seed, "iterations": cfg.iterations,
+        "settings": ppo_settings(cfg, found.text_format).__dict__, "seed": run.seed, "iterations": cfg.iterations,
         "episodes_per_iteration": cfg.episodes_per_iteration, "max_staleness": cfg.max_staleness,
         "critic_warmup": cfg.critic_warmup, "learning_rate": cfg.learning_rate,
         "critic_learning_rate": cfg.critic_learning_rate, "checkpoint_interval": cfg.checkpoint_interval,
@@ -432,11 +474,16 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
         progress=(board := ProgressBoard(log, "iteration", cfg.iterations)),
     )  # fmt: skip
     result, seconds, summaries = fit_then_stop(trainer, board, actors.stop)
-    return summarise(context, found.policy, result, seconds, summaries)
+    return summarise(context, found.policy, result, seconds, summaries, found.text_format)
 
 
 def summarise(
-    context: PhaseContext, policy_path: str, result: Any, seconds: float, summaries: list[dict[str, Any]]
+    context: PhaseContext,
+    policy_path: str,
+    result: Any,
+    seconds: float,
+    summaries: list[dict[str, Any]],
+    text_format: str = "moves",
 ) -> PhaseResult:
     """The curves' plot, the start and final policies on held-out positions, ``summary.json``
     and the summary lines."""
@@ -457,8 +504,8 @@ def summarise(
         context.log(
             f"trained in {seconds:.0f} s; the start and final policies on {cfg.heldout_positions} held-out positions"
         )
-        heldout = heldout_legal_rates(context, cfg, {"start": policy_path, "final": final_path})
-        quality = heldout_quality(context, cfg, {"start": policy_path, "final": final_path})
+        heldout = heldout_legal_rates(context, cfg, {"start": policy_path, "final": final_path}, text_format)
+        quality = heldout_quality(context, cfg, {"start": policy_path, "final": final_path}, text_format)
     shards = list_rollout_shards(phase.child("rollouts"))
     learner = json.loads(phase.read_text("learner_state.json")) if phase.exists("learner_state.json") else {}
     starts = [int(s.get("starts", 1)) for s in summaries if "starts" in s]
@@ -471,7 +518,7 @@ def summarise(
         "collectors": summaries, "collector_restarts": sum(s - 1 for s in starts),
         "learn_seconds": round(seconds, 1), "first": first, "last": last,
         "model": phase.uri_of("model"), "critic": phase.uri_of("critic"), "heldout": heldout,
-        "quality": quality,
+        "quality": quality, "start": policy_path, "text_format": text_format,
     }  # fmt: skip
     phase.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))
     lines = summary_lines(summary, cfg, seconds, phase.uri_of("curves.png"))
@@ -507,7 +554,8 @@ def summary_lines(summary: dict[str, Any], cfg: PPOConfig, seconds: float, curve
         f"{summary['collector_restarts']} restart(s)",
         f"  model         {summary['model']}",
         f"  curves        {curves}",
-        f"  next          chess-rl evaluate --mode sprt --players lm:{summary['model']},masked sft,masked --adjudicate-cp 300",
+        f"  next          chess-rl evaluate --mode sprt --players lm:{summary['model']},masked "
+        f"lm:{summary.get('start', 'sft')},masked --adjudicate-cp 300",
     ]
 
 

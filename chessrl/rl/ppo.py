@@ -23,7 +23,6 @@ import pyarrow as pa
 import torch
 
 from chessrl.arena.players import PlayerSpec, parse_player_spec
-from chessrl.lm.formats import MovesFormat
 from chessrl.lm.legality import MoveTokens
 from chessrl.rl.ppo_learner import last_token_logits, make_batch, ppo_update
 from chessrl.rl.ppo_types import Action, PPOSettings  # noqa: F401 - re-exported: PPO's settings and actions
@@ -82,20 +81,36 @@ def sample_actions(
 ) -> tuple[list[int], list[float]]:
     """One batched forward pass: a sampled next token per row and its log-probability; with
     ``legal`` (each row's legal move tokens) drawn from the masked policy."""
+    if legal is not None:
+        tokens, chosen = sample_masked(model, rows, pad_id, temperature, generator, legal, 1)
+        return [t[0] for t in tokens], [c[0] for c in chosen]
     with torch.no_grad():
         raw = last_token_logits(model, rows, pad_id)
-        if legal is not None:
-            from chessrl.lm.masked import masked_log_softmax, pad_ids
-
-            table = pad_ids(legal)
-            logp = masked_log_softmax(raw, table.to(raw.device), temperature).cpu()
-            picks = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
-            chosen = logp.gather(-1, picks.view(-1, 1)).squeeze(-1)
-            return table.gather(-1, picks.view(-1, 1)).squeeze(-1).tolist(), chosen.tolist()
         logp = torch.log_softmax(raw / max(temperature, 1e-6), dim=-1)
         tokens = torch.multinomial(logp.exp().cpu(), 1, generator=generator).squeeze(-1)
     picked = logp.cpu().gather(-1, tokens.view(-1, 1)).squeeze(-1)
     return tokens.tolist(), picked.tolist()
+
+
+def sample_masked(
+    model: Any,
+    rows: Sequence[Sequence[int]],
+    pad_id: int,
+    temperature: float,
+    generator: torch.Generator,
+    legal: Sequence[Sequence[int]],
+    n: int,
+) -> tuple[list[list[int]], list[list[float]]]:
+    """One batched forward pass: ``n`` tokens per row drawn (with replacement) from the policy
+    restricted to the row's ``legal`` move tokens, and their masked log-probabilities."""
+    from chessrl.lm.masked import masked_log_softmax, pad_ids
+
+    with torch.no_grad():
+        raw = last_token_logits(model, rows, pad_id)
+        table = pad_ids(legal)
+        logp = masked_log_softmax(raw, table.to(raw.device), temperature).cpu()
+        picks = torch.multinomial(logp.exp(), n, replacement=True, generator=generator)
+    return table.gather(-1, picks).tolist(), logp.gather(-1, picks).tolist()
 
 
 #: An opponent chooses a move for each board it is given (batched; a random mover, a frozen
@@ -155,9 +170,12 @@ def play_episodes(
     scores (the reward model's, normalised, or :func:`graded_scores`), batched per step. ``refresh()``, called between moves,
     returns ``(newer policy, its version)`` or None: each action records the version that chose
     it. Returns every action."""
+    from chessrl.lm.formats import get_format
+    from chessrl.lm.masked import MaskedMoves
     from chessrl.lm.models import prompt_ids
 
-    fmt = MovesFormat()
+    fmt = get_format(settings.text_format)
+    masked = MaskedMoves(tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     episodes = _start_episodes(starts, len(opponents))
     while True:
@@ -168,15 +186,18 @@ def play_episodes(
         if newer is not None:
             policy, version = newer
         # the policy's turn in every live game (opponents answered at the end of the last step)
-        rows = [prompt_ids(tokenizer, fmt.prompt(e.moves)) for e in live]
-        legal = None
+        texts = [fmt.prompt_for(e.board, e.moves) for e in live]
+        rows = [prompt_ids(tokenizer, t) for t in texts]
+        # the move's token carries a space unless it opens an empty prompt (a game's first move, moves format)
+        legal = [masked.legal_ids(e.board, bool(t.strip())) for e, t in zip(live, texts, strict=True)]
         if settings.masked:
-            from chessrl.lm.masked import MaskedMoves
-
-            masked = MaskedMoves(tokenizer)
-            legal = [masked.legal_ids(e.board, bool(e.moves)) for e in live]
-        tokens, logprobs = sample_actions(policy, rows, pad, settings.temperature, generator, legal)
-        _record_moves(live, rows, tokens, logprobs, moves_table, tokenizer, version, score)
+            tokens, logprobs = sample_masked(
+                policy, rows, pad, settings.temperature, generator, legal, max(1, settings.samples_per_state)
+            )
+        else:
+            one, lps = sample_actions(policy, rows, pad, settings.temperature, generator)
+            tokens, logprobs = [[t] for t in one], [[lp] for lp in lps]
+        _record_moves(live, rows, legal, tokens, logprobs, moves_table, tokenizer, version, score)
         _opponents_reply(live, opponents, max_actions)
     return _episode_actions(episodes)
 
@@ -195,33 +216,43 @@ def _start_episodes(starts: Sequence[tuple[str, Sequence[str]]], n_opponents: in
 def _record_moves(
     live: Sequence[Episode],
     rows: Sequence[list[int]],
-    tokens: Sequence[int],
-    logprobs: Sequence[float],
+    legal_ids: Sequence[list[int]],
+    tokens: Sequence[Sequence[int]],
+    logprobs: Sequence[Sequence[float]],
     moves_table: MoveTokens,
     tokenizer: Any,
     version: int,
     score: Callable[[list[tuple[list[str], str]]], list[float]],
 ) -> None:
-    """Each live game's sampled token as its next :class:`Action`: a legal move is played and
-    scored (one batched ``score`` call for them all), an illegal one ends the episode."""
+    """Each live game's first sampled token as its next :class:`Action` (the others, masked and
+    so legal, as its ``alt_*``): a legal move is played, it and the others are scored (one batched
+    ``score`` call for them all), an illegal one ends the episode."""
     legal_queries: list[tuple[list[str], str]] = []
-    owners: list[Action] = []
-    for e, row, token, logprob in zip(live, rows, tokens, logprobs, strict=True):
+    owners: list[tuple[Action, int]] = []  # (action, -1: its move, j: its j-th other move)
+    for e, row, ids, drawn, lps in zip(live, rows, legal_ids, tokens, logprobs, strict=True):
+        token, logprob = drawn[0], lps[0]
         found = moves_table.move_of.get(token)
         move = found[0] if found else None
         legal = move is not None and move in e.board.legal_moves
         uci = move.uci() if move is not None else tokenizer.decode([token]).strip()
-        action = Action(e.name, len(e.actions), row, token, uci, legal, logprob, version, opponent=e.opponent)
+        action = Action(
+            e.name, len(e.actions), row, token, uci, legal, logprob, version, opponent=e.opponent,
+            legal_ids=list(ids), alt_ids=list(drawn[1:]), alt_logprobs=list(lps[1:]),
+        )  # fmt: skip
         e.actions.append(action)
         if legal:
-            legal_queries.append((list(e.moves), uci))
-            owners.append(action)
+            for j, other in enumerate([token, *drawn[1:]]):
+                legal_queries.append((list(e.moves), moves_table.move_of[other][0].uci()))
+                owners.append((action, j - 1))
             e.board.push_uci(uci)
             e.moves.append(uci)
         else:
             e.done = True
-    for action, value in zip(owners, score(legal_queries) if legal_queries else [], strict=True):
-        action.score = value
+    for (action, j), value in zip(owners, score(legal_queries) if legal_queries else [], strict=True):
+        if j < 0:
+            action.score = value
+        else:
+            action.alt_scores.append(value)
 
 
 def _opponents_reply(live: Sequence[Episode], opponents: Sequence[Opponent], max_actions: int) -> None:
@@ -284,19 +315,25 @@ def parse_opponent(spec: str, key: str = "ppo.opponents (--opponents)") -> Oppon
 
 
 def policy_opponent(
-    model: Any, tokenizer: Any, moves_table: MoveTokens, temperature: float, generator: torch.Generator
+    model: Any,
+    tokenizer: Any,
+    moves_table: MoveTokens,
+    temperature: float,
+    generator: torch.Generator,
+    text_format: str = "moves",
 ) -> Opponent:
-    """The policy itself as an opponent: one batched forward pass for all boards, a sampled move
-    each; an illegal sample is replaced by a random legal move (the opponent's moves are
-    observations, never trained on)."""
+    """The policy itself as an opponent: one batched forward pass for all boards (each asked in
+    ``text_format``), a sampled move each; an illegal sample is replaced by a random legal move
+    (the opponent's moves are observations, never trained on)."""
+    from chessrl.lm.formats import get_format
     from chessrl.lm.models import prompt_ids
 
-    fmt = MovesFormat()
+    fmt = get_format(text_format)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     rng = random.Random(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
 
     def choose(boards: Sequence[chess.Board]) -> list[chess.Move]:
-        rows = [prompt_ids(tokenizer, fmt.prompt([m.uci() for m in b.move_stack])) for b in boards]
+        rows = [prompt_ids(tokenizer, fmt.prompt_for(b, [m.uci() for m in b.move_stack])) for b in boards]
         tokens, _ = sample_actions(model, rows, pad, temperature, generator)
         out = []
         for board, token in zip(boards, tokens, strict=True):
@@ -347,6 +384,10 @@ ROLLOUT_SCHEMA = pa.schema(
         ("result", pa.float64()),
         ("last", pa.bool_()),
         ("opponent", pa.int32()),
+        ("legal_ids", pa.list_(pa.int32())),
+        ("alt_ids", pa.list_(pa.int32())),
+        ("alt_logprobs", pa.list_(pa.float64())),
+        ("alt_scores", pa.list_(pa.float64())),
     ]
 )
 
@@ -365,10 +406,12 @@ def rollout_table(actions: Sequence[Action]) -> pa.Table:
 def actions_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Action]:
     """Rows of a rollout shard (``to_pylist()``, Ray Data rows) as :class:`Action` s."""
     names = [f.name for f in ROLLOUT_SCHEMA]
+    lists = {f.name for f in ROLLOUT_SCHEMA if pa.types.is_list(f.type)}
     out = []
     for r in rows:
-        values = {k: r[k] for k in names}
-        values["prompt_ids"] = [int(x) for x in values["prompt_ids"]]
+        values = {k: r.get(k) for k in names}
+        for k in lists:  # Ray Data hands lists as arrays; a shard written before a column has None
+            values[k] = [x.item() if hasattr(x, "item") else x for x in (values[k] if values[k] is not None else [])]
         out.append(Action(**values))
     return out
 

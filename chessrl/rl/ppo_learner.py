@@ -4,6 +4,8 @@ episodes that record them). The learner adds the reference policy's log-probabil
 critic's value to each action, then (OpenRLHF's ``compute_reward``, veRL's GAE)::
 
     r_t = score_t - kl_coef * (logprob_t - ref_logprob_t)         (k1, per action)
+    score_t -= mean of the batch's legal scores                    (center_scores), or, with k moves
+    score_t -= mean score of the other k - 1 drawn in its position  (samples_per_state: RLOO)
     r_t = illegal_penalty                                          (an illegal move: the episode ends)
     r_T += result_weight * result                                  (+1 / 0 / -1 from the policy's side)
     A, R = GAE(r, V; gamma, lam) ; A whitened ; R = A_raw + V
@@ -20,7 +22,7 @@ and takes ``ppo_epochs`` passes of clipped-surrogate and clipped-value minibatch
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -38,8 +40,36 @@ from chessrl.rl.ppo_types import Action, PPOSettings
 from chessrl.rl.reward import score_ids
 
 
+def unique_rows(rows: Sequence[Sequence[int]]) -> tuple[list[Sequence[int]], list[int]]:
+    """The distinct rows (first appearance order) and each row's index among them: the ``k``
+    moves drawn in one position share its prompt, so one forward pass serves them all.
+
+    >>> unique_rows([[1, 2], [3], [1, 2]])
+    ([[1, 2], [3]], [0, 1, 0])
+    """
+    first: dict[tuple[int, ...], int] = {}
+    unique: list[Sequence[int]] = []
+    index = []
+    for row in rows:
+        key = tuple(row)
+        if key not in first:
+            first[key] = len(unique)
+            unique.append(row)
+        index.append(first[key])
+    return unique, index
+
+
 def last_token_logits(model: Any, rows: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
-    """``(B, V)`` logits at each row's last token (right-padded batch, one forward pass)."""
+    """``(B, V)`` logits at each row's last token (right-padded batch, one forward pass over the
+    distinct rows)."""
+    unique, index = unique_rows(rows)
+    if len(unique) < len(rows):
+        logits = _last_token_logits(model, unique, pad_id)
+        return logits[torch.tensor(index, device=logits.device)]
+    return _last_token_logits(model, rows, pad_id)
+
+
+def _last_token_logits(model: Any, rows: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
     device = next(model.parameters()).device
     ids, mask = right_padded(rows, pad_id, device)
     last = torch.tensor([len(r) - 1 for r in rows], device=device)
@@ -90,9 +120,11 @@ def action_terms(
 
 def state_values(critic: Any, rows: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
     """``(B,)`` values of the states (a one-label sequence-classification model reads each row
-    up to its last token); differentiable when grad is on."""
-    ids, mask = right_padded(rows, pad_id, next(critic.parameters()).device)
-    return critic(input_ids=ids, attention_mask=mask).logits[:, 0].float()
+    up to its last token, once per distinct row); differentiable when grad is on."""
+    unique, index = unique_rows(rows)
+    ids, mask = right_padded(unique, pad_id, next(critic.parameters()).device)
+    values = critic(input_ids=ids, attention_mask=mask).logits[:, 0].float()
+    return values if len(unique) == len(rows) else values[torch.tensor(index, device=values.device)]
 
 
 def action_rewards(
@@ -149,6 +181,13 @@ def make_batch(
     Data-parallel workers, each with its share of the episodes, pass ``sums``
     (:func:`chessrl.rl.data_parallel.sum_over_workers`): the scores' centre and the advantages'
     mean and variance are then the whole iteration's, as one worker would compute them."""
+    legal_scores = [s for a in actions if a.legal for s in (a.score, *a.alt_scores)]
+    total, count = (sums or list)([sum(legal_scores), float(len(legal_scores))])
+    score_mean = total / count if count else 0.0
+    grouped = any(a.alt_ids for a in actions)
+    shift = score_mean if settings.center_scores and not grouped else 0.0
+    if grouped:
+        actions = leave_one_out(actions)
     by_episode: dict[str, list[Action]] = {}
     for a in actions:
         by_episode.setdefault(a.episode, []).append(a)
@@ -156,16 +195,13 @@ def make_batch(
     flat = [a for ep in episodes for a in ep]
     rows = [a.prompt_ids for a in flat]
     tokens = torch.tensor([a.action_id for a in flat])
-    legal_ids = legal_move_ids(rows, tokens.tolist(), moves_table) if moves_table is not None else None
+    legal_ids = _legal_ids(flat, moves_table)
     if settings.masked and legal_ids is None:
         raise ValueError("masked PPO needs the move tokens (moves_table) to list each position's legal moves")
     ref = reference_logprobs(policy_ref, rows, tokens, pad_id, settings, legal_ids if settings.masked else None, chunk)
-    values = torch.tensor(score_ids(critic, rows, pad_id, chunk))
+    unique, index = unique_rows(rows)
+    values = torch.tensor(score_ids(critic, unique, pad_id, chunk))[torch.tensor(index, dtype=torch.long)]
     old = torch.tensor([a.logprob for a in flat])
-    legal_scores = [a.score for a in flat if a.legal]
-    total, count = (sums or list)([sum(legal_scores), float(len(legal_scores))])
-    score_mean = total / count if count else 0.0
-    shift = score_mean if settings.center_scores else 0.0
     width = max(len(ep) for ep in episodes)
     rewards = torch.zeros(len(episodes), width)
     vals = torch.zeros(len(episodes), width)
@@ -207,6 +243,48 @@ def make_batch(
         masked=settings.masked,
         score_mean=score_mean,
     )
+
+
+def leave_one_out(actions: Sequence[Action]) -> list[Action]:
+    """Actions with moves drawn beside them (``alt_ids``, ``samples_per_state`` > 1) as one
+    action per drawn move, each scored against the mean score of the others drawn in the same
+    position (RLOO's leave-one-out baseline): the played move keeps its place in its episode, the
+    others become one-move episodes (named ``<episode>/<t>.<j>``). Actions without others are
+    returned unchanged.
+
+    >>> a = Action("g", 0, [1, 7], 9, "e2e4", True, -1.0, 0, score=1.0, alt_ids=[8, 6],
+    ...            alt_logprobs=[-2.0, -0.5], alt_scores=[0.0, 0.5])
+    >>> [(b.episode, b.action_id, b.score) for b in leave_one_out([a])]
+    [('g', 9, 0.75), ('g/0.0', 8, -0.75), ('g/0.1', 6, 0.0)]
+    """
+    out: list[Action] = []
+    for a in actions:
+        if not a.alt_ids:
+            out.append(a)
+            continue
+        grades = [a.score, *a.alt_scores]
+        total, k = sum(grades), len(grades)
+        out.append(replace(a, score=a.score - (total - a.score) / (k - 1), alt_ids=[], alt_logprobs=[], alt_scores=[]))
+        for j, (token, logprob, grade) in enumerate(zip(a.alt_ids, a.alt_logprobs, a.alt_scores, strict=True)):
+            out.append(
+                Action(
+                    f"{a.episode}/{a.t}.{j}", 0, a.prompt_ids, token, "", True, logprob, a.version,
+                    score=grade - (total - grade) / (k - 1), last=True, opponent=a.opponent, legal_ids=a.legal_ids,
+                )
+            )  # fmt: skip
+    return out
+
+
+def _legal_ids(flat: Sequence[Action], moves_table: MoveTokens | None) -> torch.Tensor | None:
+    """``(N, W)`` legal move tokens of each action's position: as the collector recorded them,
+    or (a shard without them) listed from the prompt's moves; None without either."""
+    if flat and all(a.legal_ids for a in flat):
+        from chessrl.lm.masked import pad_ids
+
+        return pad_ids([a.legal_ids for a in flat])
+    if moves_table is None:
+        return None
+    return legal_move_ids([a.prompt_ids for a in flat], [a.action_id for a in flat], moves_table)
 
 
 @torch.no_grad()
@@ -296,8 +374,15 @@ def ppo_update(
     n = len(batch.rows)
     totals: dict[str, float] = {}
     steps = 0
+    _, index = unique_rows(batch.rows)
+    groups: list[list[int]] = [[] for _ in range(max(index, default=-1) + 1)]
+    for i, g in enumerate(index):
+        groups[g].append(i)
     for _ in range(settings.ppo_epochs):
-        order = torch.randperm(n, generator=generator).tolist()
+        if len(groups) == n:
+            order = torch.randperm(n, generator=generator).tolist()
+        else:  # the actions of one prompt kept together: one forward pass serves them in a minibatch
+            order = [i for g in torch.randperm(len(groups), generator=generator).tolist() for i in groups[g]]
         if minibatches is None:
             parts = [order[i : i + settings.minibatch] for i in range(0, n, settings.minibatch)]
         else:

@@ -6,7 +6,7 @@ them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,15 @@ class PPOSettings:
     policy: -0.4 on the demo) earns a negative reward per move, so an early illegal move, which
     ends the episode, beats playing on: with gamma = 1 the illegal moves got the higher
     advantages and PPO taught the policy to play them (measured on the demo run)."""
+    text_format: str = "moves"
+    """What the policy reads (:func:`chessrl.lm.formats.get_format`): ``moves`` (the game so far)
+    or ``board`` (the position, one character a square: the board sft's format)."""
+    samples_per_state: int = 1
+    """Moves drawn for each policy turn (``k``, masked only): the first is played, all are graded,
+    and each is scored against the mean grade of the other ``k - 1`` (the leave-one-out baseline of
+    RLOO, veRL's ``rloo`` estimator) instead of the batch's mean; the ``k - 1`` not played are
+    learned from as one-move episodes (so ``gamma`` must be 0). A per-position baseline: most of a
+    grade's variance is which position it is, not which move."""
 
 
 @dataclass
@@ -76,3 +85,12 @@ class Action:
     last: bool = False
     opponent: int = 0
     """Index of the episode's opponent in the configured pool."""
+    legal_ids: list[int] = field(default_factory=list)
+    """The legal move tokens of the position (as the masked policy saw them; empty: not recorded,
+    the learner lists them from the prompt's moves)."""
+    alt_ids: list[int] = field(default_factory=list)
+    """The other moves drawn in this position (``samples_per_state - 1``), not played."""
+    alt_logprobs: list[float] = field(default_factory=list)
+    """Their log-probabilities under the sampling policy."""
+    alt_scores: list[float] = field(default_factory=list)
+    """Their scores (grades), as :attr:`score` is the played move's."""

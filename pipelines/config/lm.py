@@ -345,6 +345,15 @@ class PPOConfig(Section):
     """Weight of the game result (+1/0/-1) added to an episode's last action."""
     entropy_coef: float = Field(0.0, ge=0)
     """Entropy bonus in the policy loss."""
+    text_format: Literal["moves", "board"] | None = None
+    """What the policy reads: moves (the game so far) or board (the position, one character a
+    square: `sft --text-format board`'s model); default: the format the policy was trained on
+    (``chessrl_text_format`` in its config), else moves."""
+    samples_per_state: int = Field(1, ge=1, le=64)
+    """k: moves drawn for each policy turn (masked only). The first is played; all are graded and
+    each is scored against the mean grade of the other k - 1 (RLOO's leave-one-out baseline, a
+    per-position one) instead of the batch's mean; the k - 1 not played are learned from as
+    one-move episodes (gamma must be 0). 1: one move, the batch-mean baseline."""
     legal_coef: float = Field(1.0, ge=0)
     """Weight of the auxiliary legal-move loss (-log of the probability on the legal moves) in the
     policy loss, as PPO-ptx mixes in the pretraining loss; 0: pure PPO, which on the demo leaked

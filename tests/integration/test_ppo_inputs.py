@@ -75,5 +75,12 @@ def test_ppo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys):
     assert "ppo.dead_zone" in line and "ppo.max_loss" in line, line
     line = run(*policy, "--reward", "engine")
     assert "ppo.reward" in line and "stockfish" in line, line
+    # several moves a position: only masked (each drawn move legal), only at gamma 0 (no continuation)
+    line = run(*policy, "--reward", "stockfish", "--samples-per-state", "4", "--no-masked")
+    assert "ppo.samples_per_state" in line and "ppo.masked" in line, line
+    line = run(*policy, "--reward", "stockfish", "--samples-per-state", "4", "--gamma", "0.5")
+    assert "ppo.samples_per_state" in line and "ppo.gamma" in line, line
+    line = run(*policy, "--reward", "stockfish", "--text-format", "fen")
+    assert "ppo.text_format" in line and "board" in line, line
     # nothing started: no phase output, no rollouts
     assert not (tmp_path / "bad" / "ppo").exists()

@@ -9,7 +9,7 @@ import chess
 import pytest
 import torch
 
-from chessrl.lm.formats import MovesFormat
+from chessrl.lm.formats import BoardFormat, MovesFormat
 from chessrl.lm.legality import MoveTokens
 from chessrl.lm.models import build_model, prompt_ids
 from chessrl.rl.ppo import (
@@ -21,7 +21,13 @@ from chessrl.rl.ppo import (
     random_opponent,
     result_for,
 )
-from chessrl.rl.ppo_learner import action_logprobs, action_rewards, legal_move_ids
+from chessrl.rl.ppo_learner import (
+    action_logprobs,
+    action_rewards,
+    last_token_logits,
+    legal_move_ids,
+    state_values,
+)
 from chessrl.rl.reward import build_reward_model
 
 
@@ -100,6 +106,50 @@ def test_episodes_follow_the_rules(tiny):
                 assert a.score == 0.0
     # an untrained policy proposes illegal moves: some episode ended on one
     assert any(not a.legal for a in actions)
+
+
+def test_board_prompts_and_k_moves_a_position_scored_against_each_other(tiny):
+    """samples_per_state 3 in the board format: each turn's prompt is the position, three legal
+    moves are drawn and graded, and the learner scores each against the other two's mean (a
+    move grading above its siblings gets a positive reward, below a negative one)."""
+    policy, critic, tok = tiny
+    grades = {"e2e4": 1.0, "d2d4": 0.6}  # every other move 0
+
+    def score(queries):
+        return [grades.get(move, 0.0) for _, move in queries]
+
+    settings = PPOSettings(masked=True, gamma=0.0, kl_coef=0.0, text_format="board", samples_per_state=3)
+    gen = torch.Generator().manual_seed(0)
+    actions = play_episodes(
+        policy, tok, MoveTokens(tok), [("a", []), ("b", ["g1f3", "g8f6"])], [random_opponent(1)], settings, 2, 0,
+        gen, score,
+    )  # fmt: skip
+    board = chess.Board()
+    first = next(a for a in actions if a.episode == "a" and a.t == 0)
+    assert first.prompt_ids == prompt_ids(tok, BoardFormat().policy_prompt(board))
+    legal = {tok.convert_tokens_to_ids(f"Ġ{m.uci()}") for m in board.legal_moves} | {
+        tok.convert_tokens_to_ids(f" {m.uci()}") for m in board.legal_moves
+    }
+    assert set(first.legal_ids) <= legal and len(first.legal_ids) == 20
+    for a in actions:
+        assert a.legal and len(a.alt_ids) == 2 and len(a.alt_scores) == 2
+        assert set(a.alt_ids) <= set(a.legal_ids)
+    a = Action("p", 0, first.prompt_ids, first.legal_ids[0], "a2a3", True, -3.0, 0, score=1.0,
+               legal_ids=first.legal_ids, alt_ids=first.legal_ids[1:3], alt_logprobs=[-3.0, -3.0],
+               alt_scores=[0.0, 0.5])  # fmt: skip
+    batch = make_batch([a], policy, critic, tok.pad_token_id, settings, moves_table=MoveTokens(tok))
+    assert batch.rewards.tolist() == pytest.approx([0.75, -0.75, 0.0])  # 1 - 0.25, 0 - 0.75, 0.5 - 0.5
+    assert batch.score_mean == pytest.approx(0.5)
+
+
+def test_a_shared_prompt_is_read_once_with_the_same_logits_and_values(tiny):
+    policy, critic, tok = tiny
+    rows = [prompt_ids(tok, "e2e4"), prompt_ids(tok, "d2d4 d7d5"), prompt_ids(tok, "e2e4")]
+    once = last_token_logits(policy, rows, tok.pad_token_id)
+    each = torch.cat([last_token_logits(policy, [r], tok.pad_token_id) for r in rows])
+    assert torch.allclose(once, each, atol=1e-5) and torch.equal(once[0], once[2])
+    values = state_values(critic, rows, tok.pad_token_id)
+    assert torch.allclose(values, torch.cat([state_values(critic, [r], tok.pad_token_id) for r in rows]), atol=1e-5)
 
 
 def test_make_batch_gae_per_episode(tiny):
