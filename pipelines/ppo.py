@@ -153,6 +153,16 @@ def check_models(
     except ValueError as exc:
         raise ConfigError(f"ppo.policy (--policy): {exc}") from None
     context = int(configs["ppo.policy (--policy)"].get("n_positions", 1024))
+    if reward_path is not None:
+        from chessrl.rl.reward import reward_format
+
+        judge = configs["ppo.reward_model (--reward-model)"]
+        judge_context = int(judge.get("n_positions", 1024))
+        if reward_format(judge).name == "moves" and max_tokens > judge_context:
+            raise ConfigError(
+                f"ppo.max_start_ply + 2 x ppo.max_actions needs {max_tokens} tokens, more than the reward model's "
+                f"context ({judge_context}; it reads the game's moves): lower --max-start-ply or --max-actions"
+            )
     if text_format != "moves":
         import chess
 

@@ -407,9 +407,10 @@ def actions_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Action]:
     """Rows of a rollout shard (``to_pylist()``, Ray Data rows) as :class:`Action` s."""
     names = [f.name for f in ROLLOUT_SCHEMA]
     lists = {f.name for f in ROLLOUT_SCHEMA if pa.types.is_list(f.type)}
+    newer = {"legal_ids", "alt_ids", "alt_logprobs", "alt_scores"}  # absent from shards written before them
     out = []
     for r in rows:
-        values = {k: r.get(k) for k in names}
+        values = {k: r.get(k) if k in newer else r[k] for k in names}
         for k in lists:  # Ray Data hands lists as arrays; a shard written before a column has None
             values[k] = [x.item() if hasattr(x, "item") else x for x in (values[k] if values[k] is not None else [])]
         out.append(Action(**values))

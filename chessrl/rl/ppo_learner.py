@@ -163,6 +163,7 @@ class Batch:
     legal_ids: torch.Tensor | None = None  # (N, W) legal move token ids of each position, -1 padded
     masked: bool = False  # log-probs are the masked policy's (over legal_ids)
     score_mean: float = 0.0  # the legal moves' mean score before centring (the reward model's or Stockfish's grade)
+    grouped: bool = False  # several moves drawn a position (samples_per_state): minibatches keep a prompt's moves together
 
 
 def make_batch(
@@ -185,6 +186,11 @@ def make_batch(
     total, count = (sums or list)([sum(legal_scores), float(len(legal_scores))])
     score_mean = total / count if count else 0.0
     grouped = any(a.alt_ids for a in actions)
+    if grouped and settings.gamma > 0:
+        raise ValueError(
+            f"moves drawn beside the played one (samples_per_state > 1) are one-move episodes: gamma must be 0, "
+            f"not {settings.gamma:g}"
+        )
     shift = score_mean if settings.center_scores and not grouped else 0.0
     if grouped:
         actions = leave_one_out(actions)
@@ -242,6 +248,7 @@ def make_batch(
         legal_ids=legal_ids,
         masked=settings.masked,
         score_mean=score_mean,
+        grouped=grouped,
     )
 
 
@@ -374,7 +381,7 @@ def ppo_update(
     n = len(batch.rows)
     totals: dict[str, float] = {}
     steps = 0
-    _, index = unique_rows(batch.rows)
+    index = unique_rows(batch.rows)[1] if batch.grouped else list(range(n))
     groups: list[list[int]] = [[] for _ in range(max(index, default=-1) + 1)]
     for i, g in enumerate(index):
         groups[g].append(i)

@@ -5,6 +5,8 @@ rewarded action."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import chess
 import pytest
 import torch
@@ -140,6 +142,8 @@ def test_board_prompts_and_k_moves_a_position_scored_against_each_other(tiny):
     batch = make_batch([a], policy, critic, tok.pad_token_id, settings, moves_table=MoveTokens(tok))
     assert batch.rewards.tolist() == pytest.approx([0.75, -0.75, 0.0])  # 1 - 0.25, 0 - 0.75, 0.5 - 0.5
     assert batch.score_mean == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="gamma must be 0"):  # the moves not played have no continuation
+        make_batch([a], policy, critic, tok.pad_token_id, replace(settings, gamma=0.5), moves_table=MoveTokens(tok))
 
 
 def test_a_shared_prompt_is_read_once_with_the_same_logits_and_values(tiny):
