@@ -108,6 +108,17 @@ def mark_text_format(folder: Any, text_format: str) -> None:
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
+def policy_text_format(policy: str) -> str:
+    """The text format a saved policy was trained on (``chessrl_text_format`` in its config, as
+    sft writes it; moves without): what preferences asks its proposals in and ppo plays it in."""
+    import json
+
+    from chessrl.lm.models import local_checkpoint
+
+    config = json.loads((local_checkpoint(policy) / "config.json").read_text())
+    return str(config.get("chessrl_text_format") or "moves")
+
+
 def games_table(source: Storage, columns: Sequence[str] = ("game_id", "moves")) -> Any:
     """The games table at ``source`` as a pyarrow dataset, checked without reading its rows: it
     exists, is Parquet, has ``columns`` and at least one game; else one clear error (every phase

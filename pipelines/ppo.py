@@ -249,7 +249,7 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
     if (cfg.policy or not inputs.will_write("sft")) and (
         stockfish or cfg.reward_model or not inputs.will_write("reward")
     ):
-        from pipelines.preferences import policy_text_format
+        from pipelines.artifacts import policy_text_format
 
         text_format = cfg.text_format or policy_text_format(policy_path)
         if text_format not in ("moves", "board"):

@@ -48,7 +48,7 @@ from chessrl.rl.preferences import (
     unique_positions,
 )
 from cluster.storage import Storage
-from pipelines.artifacts import games_table, read_games
+from pipelines.artifacts import games_table, policy_text_format, read_games
 from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, PreferencesConfig
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, readable_model
@@ -74,15 +74,6 @@ def policy_location(config: ChessRLConfig, inputs: Inputs) -> str:
         config.preferences.policy, inputs.folder("sft").child("model"), "preferences.policy (--policy)", "sft",
         produced=inputs.will_write("sft"),
     )  # fmt: skip
-
-
-def policy_text_format(policy: str) -> str:
-    """The text format the proposing policy was trained on (``chessrl_text_format`` in its
-    config, as sft writes it; moves without): its proposals are asked in that format."""
-    from chessrl.lm.models import local_checkpoint
-
-    config = json.loads((local_checkpoint(policy) / "config.json").read_text())
-    return str(config.get("chessrl_text_format") or "moves")
 
 
 def check_preferences(config: ChessRLConfig, inputs: Inputs) -> tuple[str, Storage]:
@@ -178,7 +169,7 @@ def run_preferences(context: PhaseContext) -> PhaseResult:
     cfg = context.config.preferences
     seed = context.config.run.seed
     policy, source = check_preferences(context.config, Inputs.of_context(context))
-    text_format = policy_text_format(policy)
+    text_format = policy_text_format(policy)  # its proposals are asked in the format it was trained on
     fmt = get_format(text_format)
     rows = read_games(source)
     rule = PairRule(margin_cp=cfg.margin_cp, ranked=cfg.ranked_pairs)
