@@ -208,25 +208,7 @@ def make_batch(
     unique, index = unique_rows(rows)
     values = torch.tensor(score_ids(critic, unique, pad_id, chunk))[torch.tensor(index, dtype=torch.long)]
     old = torch.tensor([a.logprob for a in flat])
-    width = max(len(ep) for ep in episodes)
-    rewards = torch.zeros(len(episodes), width)
-    vals = torch.zeros(len(episodes), width)
-    mask = torch.zeros(len(episodes), width)
-    position = 0
-    for e, ep in enumerate(episodes):
-        n = len(ep)
-        got = action_rewards(
-            [a.score - shift for a in ep],
-            [a.legal for a in ep],
-            old[position : position + n].tolist(),
-            ref[position : position + n].tolist(),
-            settings,
-            ep[-1].result,
-        )
-        rewards[e, :n] = torch.tensor(got)
-        vals[e, :n] = values[position : position + n]
-        mask[e, :n] = 1
-        position += n
+    rewards, vals, mask = _episode_matrices(episodes, shift, old, ref, values, settings)
     if sums is None:
         advantages, returns = compute_gae_advantage_return(
             rewards, vals, mask, settings.gamma, settings.lam, int(mask.sum()) >= 2
@@ -250,6 +232,38 @@ def make_batch(
         score_mean=score_mean,
         grouped=grouped,
     )
+
+
+def _episode_matrices(
+    episodes: Sequence[Sequence[Action]],
+    shift: float,
+    old: torch.Tensor,
+    ref: torch.Tensor,
+    values: torch.Tensor,
+    settings: PPOSettings,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(episodes, T)`` rewards (:func:`action_rewards`, scores less ``shift``), values and the
+    mask of real actions, from the flat per-action ``old``, ``ref`` and ``values`` in episode order."""
+    width = max(len(ep) for ep in episodes)
+    rewards = torch.zeros(len(episodes), width)
+    vals = torch.zeros(len(episodes), width)
+    mask = torch.zeros(len(episodes), width)
+    position = 0
+    for e, ep in enumerate(episodes):
+        n = len(ep)
+        got = action_rewards(
+            [a.score - shift for a in ep],
+            [a.legal for a in ep],
+            old[position : position + n].tolist(),
+            ref[position : position + n].tolist(),
+            settings,
+            ep[-1].result,
+        )
+        rewards[e, :n] = torch.tensor(got)
+        vals[e, :n] = values[position : position + n]
+        mask[e, :n] = 1
+        position += n
+    return rewards, vals, mask
 
 
 def leave_one_out(actions: Sequence[Action]) -> list[Action]:
