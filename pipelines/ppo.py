@@ -271,16 +271,18 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
 
 
 def start_pool(context: PhaseContext, cfg: PPOConfig, limit: int = 4096) -> list[tuple[str, ...]]:
-    """Move lists the episodes start from: up to ``limit`` seeded games of the games table, cut
+    """Move lists the episodes start from: up to ``limit`` seeded training games of the games
+    table (the held-out games, whose positions the paired quality is measured on, stay out), cut
     after ``max_start_ply + 1`` moves; only the start position when there is no table."""
     import random
 
+    from chessrl.lm.lm_data import split_games
     from pipelines.artifacts import read_games
 
     source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
     if not cfg.games and not source.exists():
         return [()]
-    rows = read_games(source)
+    rows, _, _ = split_games(read_games(source), context.config.sft.heldout_fraction)
     random.Random(context.config.run.seed).shuffle(rows)
     pool = [tuple(str(r["moves"]).split()[: cfg.max_start_ply + 1]) for r in rows[:limit]]
     return [m for m in pool if m] or [()]

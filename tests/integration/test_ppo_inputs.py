@@ -84,3 +84,26 @@ def test_ppo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys):
     assert "ppo.text_format" in line and "board" in line, line
     # nothing started: no phase output, no rollouts
     assert not (tmp_path / "bad" / "ppo").exists()
+
+
+def test_episodes_start_in_training_games_only(tmp_path):
+    """The held-out games, whose positions the paired quality is measured on, are never a start."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from chessrl.lm.lm_data import is_heldout
+    from pipelines.config import ChessRLConfig
+
+    ids = [f"{i:016x}" for i in range(0, 2**64 - 1, 2**58)][:64]  # spread over the hash space
+    games = tmp_path / "games"
+    games.mkdir()
+    pq.write_table(pa.table({"game_id": ids, "moves": [f"e2e4 e7e5 g1f3 g{i}" for i in range(64)]}),
+                   games / "part-0.parquet")  # fmt: skip
+    config = ChessRLConfig()
+    config.sft.heldout_fraction = 0.25
+    pool = ppo.start_pool(SimpleNamespace(config=config), config.ppo.model_copy(update={"games": str(games)}))
+    held = {f"g{i}" for i, game_id in enumerate(ids) if is_heldout(game_id, 0.25)}
+    assert held and len(pool) == 64 - len(held)
+    assert not held & {moves[3] for moves in pool}
