@@ -46,6 +46,7 @@ from chessrl.rl.ppo import PPOSettings
 from cluster.errors import ConfigError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
+from pipelines.artifacts import sft_folder
 from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, PPOConfig
 from pipelines.learner import check_gpus, final_metrics, largest_node_cpus, torch_trainer
@@ -224,9 +225,10 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
             f"{cfg.gamma:g}: the moves not played have no continuation, so each move's credit must be its own "
             "grade: set ppo.gamma 0"
         )
+    producer = sft_folder(cfg.text_format or "moves")  # a board ppo starts from the board sft
     policy_path = model_location(
-        cfg.policy, inputs.folder("sft").child("model"), "ppo.policy (--policy)", "sft",
-        produced=inputs.will_write("sft"),
+        cfg.policy, inputs.folder(producer).child("model"), "ppo.policy (--policy)",
+        "sft --text-format board" if producer != "sft" else "sft", produced=inputs.will_write(producer),
     )  # fmt: skip
     stockfish = cfg.reward == "stockfish"
     if stockfish:
@@ -246,7 +248,7 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
         )  # fmt: skip
     facts = None
     text_format = cfg.text_format or "moves"
-    if (cfg.policy or not inputs.will_write("sft")) and (
+    if (cfg.policy or not inputs.will_write(producer)) and (
         stockfish or cfg.reward_model or not inputs.will_write("reward")
     ):
         from pipelines.artifacts import policy_text_format

@@ -94,20 +94,25 @@ def graph_nodes(config: ChessRLConfig) -> tuple[Node, ...]:
     games). A board grpo's start also plays in the comparison, so evaluate reads it too. With
     ``rlaif.online_dpo``, an ``online-dpo`` node (grpo with ``loss_type: dpo``) needs what grpo
     needs, and evaluate reads it; a ppo graded by Stockfish (``ppo.reward: stockfish``) does not
-    need the reward model."""
+    need the reward model, and a board ppo (``ppo.text_format: board``, no ``ppo.policy``) starts
+    from the sft-board node instead of sft."""
     out: list[Node] = []
     extra = None if config.grpo.policy else FORMAT_SFT.get(config.grpo.text_format)
+    board_ppo = ppo_board_start(config)
     for n in NODES:
+        if n.name == "ppo" and board_ppo:  # the board sft node, before ppo (and grpo) read it
+            out.append(Node(BOARD_SFT, ("prepare",)))
         if n.name == "grpo":
             grpo = Node("grpo", ("prepare",) + ((extra,) if extra else () if config.grpo.policy else ("sft",)))
-            out += [Node(extra, ("prepare",))] if extra else []
+            out += [Node(extra, ("prepare",))] if extra and not (board_ppo and extra == BOARD_SFT) else []
             out.append(grpo)
             if config.rlaif.online_dpo:
                 out.append(Node(ONLINE_DPO, grpo.needs))
-        elif n.name == "ppo" and config.ppo.reward == "stockfish":  # no reward model read
-            out.append(Node("ppo", tuple(x for x in n.needs if x != "reward")))
+        elif n.name == "ppo":
+            needs = tuple(x for x in n.needs if x != "reward" or config.ppo.reward != "stockfish")
+            out.append(Node("ppo", tuple(BOARD_SFT if x == "sft" and board_ppo else x for x in needs)))
         elif n.name == "evaluate":
-            needs = n.needs + ((BOARD_SFT,) if extra == BOARD_SFT else ())
+            needs = n.needs + ((BOARD_SFT,) if extra == BOARD_SFT or board_ppo else ())
             out.append(Node("evaluate", needs + ((ONLINE_DPO,) if config.rlaif.online_dpo else ())))
         else:
             out.append(n)
@@ -132,6 +137,12 @@ def phase_module(name: str) -> Phase:
 
     name = "sft" if name in FORMAT_SFT.values() else "grpo" if name == ONLINE_DPO else name
     return importlib.import_module(f"pipelines.{name}").PHASE  # type: ignore[no-any-return]
+
+
+def ppo_board_start(config: ChessRLConfig) -> bool:
+    """Whether ppo starts from the graph's sft-board node: it reads the board format and is
+    given no policy of its own."""
+    return config.ppo.text_format == "board" and not config.ppo.policy
 
 
 def node_config(config: ChessRLConfig, name: str, run_storage: Storage) -> ChessRLConfig:
@@ -171,10 +182,15 @@ def comparison_players(
     labels = {ppo: "ppo", grpo: "grpo", dpo: "dpo", sft: "sft"}
     starts = {ppo: sft, grpo: sft, dpo: sft}
     players = [ppo, grpo, dpo, sft]
-    if config.grpo.text_format == "board" and not config.grpo.policy:  # grpo's own start plays too
+    board_grpo = config.grpo.text_format == "board" and not config.grpo.policy
+    if board_grpo or ppo_board_start(config):  # the board start plays too
         board = model(BOARD_SFT)
         players.append(board)
-        labels[board], starts[grpo] = BOARD_SFT, board
+        labels[board] = BOARD_SFT
+        if board_grpo:
+            starts[grpo] = board
+        if ppo_board_start(config):
+            starts[ppo] = board
     if config.rlaif.online_dpo:  # beside grpo, from grpo's start
         online = model(ONLINE_DPO)
         players.insert(players.index(grpo) + 1, online)

@@ -40,6 +40,9 @@ def test_ppo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys):
     )
     models = (*policy, "--reward-model", str(reward_ok))
 
+    # a board ppo with no --policy starts from the run's board sft, which is not there
+    line = run("--reward", "stockfish", "--text-format", "board")
+    assert "sft-board/model" in line and "chess-rl sft --text-format board" in line and "--policy" in line, line
     # no reward model in the run and no --reward-model
     line = run(*policy)
     assert line.startswith("error: ") and "chess-rl reward" in line and "--reward-model" in line, line

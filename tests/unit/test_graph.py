@@ -260,3 +260,25 @@ def test_a_board_grpo_gets_its_own_board_sft_node_and_plays_in_the_comparison(tm
     )
     # grpo plays its own start, ppo and dpo theirs (the sft), and every policy the random mover (5)
     assert players.pairs == ["0-3", "1-4", "2-3", "0-5", "1-5", "2-5", "3-5", "4-5"]
+
+
+@pytest.mark.parametrize("grpo_format", ["moves", "board"])
+def test_a_board_ppo_graded_by_stockfish_starts_from_the_board_sft(tmp_path, grpo_format):
+    from pipelines.rlaif import GraphRun, node_config
+
+    phases = Phases(Storage.from_uri(str(tmp_path)).child("r"))
+    config = load_config(
+        ChessRLConfig, path=None,
+        overrides={"run.storage": (str(tmp_path), "--storage"), "ppo.text_format": ("board", "--text-format"),
+                   "ppo.reward": ("stockfish", "--reward"), "grpo.text_format": (grpo_format, "--text-format")},
+    )  # fmt: skip
+    run = GraphRun(config, phases.root, lambda _: None, phases)
+    assert run.graph.nodes["ppo"].needs == ("prepare", "sft-board")  # no reward model, the board start
+    assert "sft-board" in run.graph.nodes["evaluate"].needs
+    assert run.run() and phases.calls.count("sft-board") == 1
+    assert phases.calls.index("sft-board") < phases.calls.index("ppo")
+    players = node_config(config, "evaluate", phases.root).evaluate
+    ppo, board = players.players.index(players.players[0]), players.players.index(
+        next(p for p in players.players if p.endswith("sft-board/model,masked"))
+    )
+    assert players.players[ppo].endswith("ppo/model,masked") and f"{ppo}-{board}" in players.pairs
