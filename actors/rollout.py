@@ -86,6 +86,9 @@ class RolloutSpec:
     reward_nodes: int = 2000
     max_loss: float = 0.5
     dead_zone: float = 0.0
+    table_share: float = 0.0
+    """Share of a round's episodes that are one move at a position of ``table.json`` (whole
+    training games in the phase's folder; any ply), the rest the policy's own games."""
 
 
 class _Stopped(Exception):
@@ -265,6 +268,8 @@ class RolloutCollector(CollectorStatus):
             policy, tokenizer, moves_table, [_timed(spent, "opponents", o) for o in opponents], generator,
             _timed(spent, "score", score), _timed(spent, "weights", weights.refresh), weights, spent,
             [{"moves": " ".join(m)} for m in starts], seed,
+            [{"moves": " ".join(m)} for m in json.loads(Storage.from_uri(spec.phase_uri).read_text("table.json"))]
+            if spec.table_share > 0 else [],
         )  # fmt: skip
 
     def _round(self, play: _Rounds) -> tuple[int, int]:
@@ -274,14 +279,18 @@ class RolloutCollector(CollectorStatus):
         from chessrl.search.replay import write_shard
 
         spec, spent, n = self.spec, play.spent, self.next_shard
+        table = round(spec.concurrent_games * spec.table_share) if play.table_games else 0
         starts = start_positions(
-            play.start_games, spec.concurrent_games, seed=play.seed * 100_003 + n, max_ply=10**6,
+            play.start_games, spec.concurrent_games - table, seed=play.seed * 100_003 + n, max_ply=10**6,
             prefix=f"c{self.index}-{n:06d}",
+        ) + start_positions(  # one graded move at a position anywhere in a training game
+            play.table_games, table, seed=play.seed * 100_019 + n, max_ply=10**6, prefix=f"c{self.index}-{n:06d}t",
         )  # fmt: skip
         began = time.perf_counter()
         actions = play_episodes(
             play.policy, play.tokenizer, play.moves_table, starts, play.opponents, spec.settings,
-            spec.max_actions, play.weights.version, play.generator, play.score, refresh=play.refresh,
+            [spec.max_actions] * (len(starts) - table) + [1] * table, play.weights.version, play.generator,
+            play.score, refresh=play.refresh,
         )  # fmt: skip
         spent["round"] += time.perf_counter() - began
         began = time.perf_counter()
@@ -330,7 +339,8 @@ class _Weights:
 @dataclass
 class _Rounds:
     """What a collector's rounds play with: the policy and its move table, the (timed)
-    opponents, reward and weight refresh, the games the episodes start from and the seed."""
+    opponents, reward and weight refresh, the games the episodes start from, the seed and the
+    games whose positions are one-move episodes."""
 
     policy: Any
     tokenizer: Any
@@ -343,6 +353,8 @@ class _Rounds:
     spent: dict[str, float]
     start_games: list[dict[str, str]]
     seed: int
+    table_games: list[dict[str, str]]
+    """Whole training games whose positions are one-move episodes (``table_share``)."""
 
 
 def _timed(spent: dict[str, float], key: str, fn: Any) -> Any:

@@ -126,7 +126,8 @@ def check_models(
     """Load-free checks of the policy and the reward model (None: Stockfish scores the moves):
     both GPT-2-style, one tokenizer, a token per move, a context long enough for an episode
     (``max_tokens`` in the moves format; a position format's longest prompt and a move).
-    Returns facts for the log."""
+    Returns facts for the log, and ``moves_context``: the shortest context of a model that reads
+    the game's moves (None when none does)."""
     from chessrl.lm.legality import MoveTokens
     from chessrl.lm.models import load_tokenizer, prompt_ids
 
@@ -154,11 +155,13 @@ def check_models(
     except ValueError as exc:
         raise ConfigError(f"ppo.policy (--policy): {exc}") from None
     context = int(configs["ppo.policy (--policy)"].get("n_positions", 1024))
+    readers = [context] if text_format == "moves" else []  # the contexts that read the game's moves
     if reward_path is not None:
         from chessrl.rl.reward import reward_format
 
         judge = configs["ppo.reward_model (--reward-model)"]
         judge_context = int(judge.get("n_positions", 1024))
+        readers += [judge_context] if reward_format(judge).name == "moves" else []
         if reward_format(judge).name == "moves" and max_tokens > judge_context:
             raise ConfigError(
                 f"ppo.max_start_ply + 2 x ppo.max_actions needs {max_tokens} tokens, more than the reward model's "
@@ -181,7 +184,7 @@ def check_models(
             f"ppo.max_start_ply + 2 x ppo.max_actions needs {max_tokens} tokens, more than the policy's context "
             f"({context}): lower --max-start-ply or --max-actions"
         )
-    return {"context": context, "vocab": len(policy_tok)}
+    return {"context": context, "vocab": len(policy_tok), "moves_context": min(readers, default=None)}
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,23 @@ def start_pool(context: PhaseContext, cfg: PPOConfig, limit: int = 4096) -> list
     random.Random(context.config.run.seed).shuffle(rows)
     pool = [tuple(str(r["moves"]).split()[: cfg.max_start_ply + 1]) for r in rows[:limit]]
     return [m for m in pool if m] or [()]
+
+
+def table_games(context: PhaseContext, cfg: PPOConfig, max_ply: int, limit: int = 4096) -> list[list[str]]:
+    """Whole training games (cut at ``max_ply`` moves: what the policy's context holds) whose
+    positions are ``table_positions``' one-move episodes; empty when the share is 0 or there is
+    no table."""
+    import random
+
+    from chessrl.lm.lm_data import split_games
+    from pipelines.artifacts import read_games
+
+    source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
+    if cfg.table_positions == 0 or (not cfg.games and not source.exists()):
+        return []
+    rows, _, _ = split_games(read_games(source), context.config.sft.heldout_fraction)
+    random.Random(context.config.run.seed + 1).shuffle(rows)
+    return [m for m in (str(r["moves"]).split()[:max_ply] for r in rows[:limit]) if m]
 
 
 def heldout_legal_rates(
@@ -424,6 +444,7 @@ def start_actors(context: PhaseContext, found: PPOInputs, collector_cpus: float,
         reward_servers=tuple(f"{run.name}/reward-server-{i}" for i in range(cfg.reward_servers)) if reward else (),
         engine_pool=engine_pool, stockfish_nodes=cfg.stockfish_nodes, invocation=uuid.uuid4().hex,
         reward=cfg.reward, reward_nodes=cfg.reward_nodes, max_loss=cfg.max_loss, dead_zone=cfg.dead_zone,
+        table_share=cfg.table_positions,
     )  # fmt: skip
     collectors = [
         RolloutCollector.options(name=f"{run.name}/rollout-collector-{i}", num_cpus=collector_cpus).remote(spec, i)
@@ -465,14 +486,19 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     facts = found.facts
     assert facts is not None  # nothing is taken as given here
     pool = start_pool(context, cfg)
+    # a moves prompt is the game so far: a table position must leave room for its move
+    table = table_games(context, cfg, facts["moves_context"] - 2 if facts["moves_context"] else 10**6)
     phase.makedirs()
     phase.write_text("starts.json", json.dumps(pool))
+    phase.write_text("table.json", json.dumps(table))
     collector_cpus, server_cpus, learner_cpus, threads = learner_resources(context, cfg)
     log(
         f"policy {found.policy}, "
         + (f"reward model {found.reward}" if found.reward else f"moves graded by Stockfish at {cfg.reward_nodes} nodes")
         + f" (vocab {facts['vocab']}, context {facts['context']}); "
         f"{len(pool)} start games; opponents {', '.join(o.text for o in found.opponents)}"
+        + (f"; {cfg.table_positions:.0%} of the episodes one move at a position of {len(table)} training games"
+           if table else "")
     )
     actors = start_actors(context, found, collector_cpus, server_cpus)
     log(

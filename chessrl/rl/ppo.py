@@ -139,6 +139,8 @@ class Episode:
     moves: list[str] = field(default_factory=list)
     actions: list[Action] = field(default_factory=list)
     done: bool = False
+    max_actions: int = 1 << 30
+    """The policy moves this episode may take (T, or 1 for a table position)."""
 
 
 def result_for(board: chess.Board, colour: chess.Color) -> float:
@@ -156,7 +158,7 @@ def play_episodes(
     starts: Sequence[tuple[str, Sequence[str]]],
     opponents: Sequence[Opponent],
     settings: PPOSettings,
-    max_actions: int,
+    max_actions: int | Sequence[int],
     version: int,
     generator: torch.Generator,
     score: Callable[[list[tuple[list[str], str]]], list[float]],
@@ -165,7 +167,8 @@ def play_episodes(
 ) -> list[Action]:
     """Play one episode per start ``(name, moves so far)`` at once: the policy moves for every
     game whose turn it is in one forward pass, the opponents answer, until each game ends, an
-    illegal move, or ``max_actions`` policy moves. The policy plays the side to move at the
+    illegal move, or ``max_actions`` policy moves (one limit for all, or one per start: 1 makes a
+    start a single graded move, a table position). The policy plays the side to move at the
     start; opponents are taken in turn. ``score([(moves, move), ...])`` gives the legal moves'
     scores (the reward model's, normalised, or :func:`graded_scores`), batched per step. ``refresh()``, called between moves,
     returns ``(newer policy, its version)`` or None: each action records the version that chose
@@ -178,6 +181,11 @@ def play_episodes(
     masked = MaskedMoves(tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     episodes = _start_episodes(starts, len(opponents))
+    limits = [max_actions] * len(episodes) if isinstance(max_actions, int) else list(max_actions)
+    if len(limits) != len(episodes):
+        raise ValueError(f"max_actions: {len(limits)} limits for {len(episodes)} starts")
+    for e, limit in zip(episodes, limits, strict=True):
+        e.max_actions = limit
     while True:
         live = [e for e in episodes if not e.done]
         if not live:
@@ -198,7 +206,7 @@ def play_episodes(
             one, lps = sample_actions(policy, rows, pad, settings.temperature, generator)
             tokens, logprobs = [[t] for t in one], [[lp] for lp in lps]
         _record_moves(live, rows, legal, tokens, logprobs, moves_table, tokenizer, version, score)
-        _opponents_reply(live, opponents, max_actions)
+        _opponents_reply(live, opponents)
     return _episode_actions(episodes)
 
 
@@ -255,8 +263,8 @@ def _record_moves(
             action.alt_scores.append(value)
 
 
-def _opponents_reply(live: Sequence[Episode], opponents: Sequence[Opponent], max_actions: int) -> None:
-    """The opponents answer, batched per opponent; then a game that is over, or has had
+def _opponents_reply(live: Sequence[Episode], opponents: Sequence[Opponent]) -> None:
+    """The opponents answer, batched per opponent; then a game that is over, or has had its
     ``max_actions`` policy moves, is done."""
     waiting = [e for e in live if not e.done and not e.board.is_game_over(claim_draw=True)]
     for k, opponent in enumerate(opponents):
@@ -268,7 +276,7 @@ def _opponents_reply(live: Sequence[Episode], opponents: Sequence[Opponent], max
     for e in live:
         if e.done:
             continue
-        if e.board.is_game_over(claim_draw=True) or len(e.actions) >= max_actions:
+        if e.board.is_game_over(claim_draw=True) or len(e.actions) >= e.max_actions:
             e.done = True
 
 

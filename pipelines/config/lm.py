@@ -302,6 +302,12 @@ class PPOConfig(Section):
     """T: policy moves per episode at most."""
     max_start_ply: int = Field(40, ge=0)
     """Episodes start at a ply in [0, this] of a sampled game."""
+    table_positions: float = Field(0.0, ge=0, le=1)
+    """Share of each round's episodes that are one policy move at a position anywhere in a
+    training game (the table's positions, as grpo's prompts), beside the episodes of the policy's
+    own games (from plies <= max_start_ply, up to max_actions moves against the opponents). The
+    paired quality is read on such positions of the held-out games; the head-to-head games are
+    the policy's own."""
     opponents: list[str] = Field(default_factory=lambda: ["self", "random"], min_length=1)
     """Opponent pool, taken in turn: self (the policy as last pulled), random, stockfish[:skill=N|elo=N|nodes=N|random=P]."""
     stockfish_nodes: int = Field(1000, ge=1)

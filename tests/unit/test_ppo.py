@@ -122,10 +122,13 @@ def test_board_prompts_and_k_moves_a_position_scored_against_each_other(tiny):
 
     settings = PPOSettings(masked=True, gamma=0.0, kl_coef=0.0, text_format="board", samples_per_state=3)
     gen = torch.Generator().manual_seed(0)
-    actions = play_episodes(
-        policy, tok, MoveTokens(tok), [("a", []), ("b", ["g1f3", "g8f6"])], [random_opponent(1)], settings, 2, 0,
-        gen, score,
+    starts = [("a", []), ("b", ["g1f3", "g8f6"])]
+    actions = play_episodes(  # "b" a table position: one move (ppo.table_positions), "a" a game of T 2
+        policy, tok, MoveTokens(tok), starts, [random_opponent(1)], settings, [2, 1], 0, gen, score,
     )  # fmt: skip
+    assert [a.t for a in actions if a.episode == "a"] == [0, 1] and [a.t for a in actions if a.episode == "b"] == [0]
+    with pytest.raises(ValueError, match="3 limits for 2 starts"):
+        play_episodes(policy, tok, MoveTokens(tok), starts, [random_opponent(1)], settings, [2, 1, 1], 0, gen, score)
     board = chess.Board()
     first = next(a for a in actions if a.episode == "a" and a.t == 0)
     assert first.prompt_ids == prompt_ids(tok, BoardFormat().policy_prompt(board))
