@@ -149,3 +149,18 @@ def read_games(source: Storage) -> list[dict[str, Any]]:
     """``game_id`` and ``moves`` of every game; an empty or wrong-schema table is one clear error."""
     rows: list[dict[str, Any]] = games_table(source).to_table(columns=["game_id", "moves"]).to_pylist()
     return rows
+
+
+def fit_games(rows: list[dict[str, Any]], text_format: str, policy: str) -> list[dict[str, Any]]:
+    """``rows`` with each game's moves cut to what ``policy``'s context holds as a moves-format
+    prompt and its answer (a rare game longer than the context would overflow the position
+    embeddings); unchanged in a position format, whose prompt does not grow with the game.
+
+    >>> fit_games([{"game_id": "a", "moves": "e2e4 e7e5"}], "board", "unused")
+    [{'game_id': 'a', 'moves': 'e2e4 e7e5'}]
+    """
+    if text_format != "moves":
+        return rows
+    config = json.loads(Storage.from_uri(policy).read_text("config.json"))  # local or s3://, config only
+    keep = int(config.get("n_positions") or 1024) - 2  # the prompt's first token and the move
+    return [{**r, "moves": " ".join(str(r["moves"]).split()[:keep])} for r in rows]

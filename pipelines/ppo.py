@@ -46,7 +46,7 @@ from chessrl.rl.ppo import PPOSettings
 from cluster.errors import ConfigError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
-from pipelines.artifacts import sft_folder
+from pipelines.artifacts import fit_games, sft_folder
 from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, PPOConfig
 from pipelines.learner import check_gpus, final_metrics, largest_node_cpus, torch_trainer
@@ -325,6 +325,7 @@ def heldout_legal_rates(
     if cfg.heldout_positions == 0 or (not cfg.games and not source.exists()):
         return {}
     _, held, _ = split_games(read_games(source), context.config.sft.heldout_fraction)
+    held = fit_games(held, text_format, next(iter(models.values()), ""))
     positions = sample_positions(
         [(r["moves"], None) for r in held], cfg.heldout_positions, seed=context.config.run.seed
     )

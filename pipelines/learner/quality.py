@@ -22,7 +22,7 @@ def heldout_quality(
     from chessrl.arena.move_quality import heldout_positions, paired_move_quality, stockfish_expected
     from chessrl.arena.saved_models import load_saved_model
     from chessrl.lm.lm_data import split_games
-    from pipelines.artifacts import read_games
+    from pipelines.artifacts import fit_games, read_games
 
     source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
     if cfg.heldout_positions == 0 or cfg.quality_nodes == 0 or (not cfg.games and not source.exists()):
@@ -30,6 +30,7 @@ def heldout_quality(
     _, held, _ = split_games(read_games(source), context.config.sft.heldout_fraction)
     if not held:
         return {}
+    held = fit_games(held, text_format, next(iter(models.values())))
     positions = heldout_positions(held, cfg.heldout_positions, context.config.run.seed + 1)
     loaded = {name: load_saved_model(path, "policy") for name, path in models.items()}
     with stockfish_expected(cfg.quality_nodes) as expected:

@@ -41,6 +41,7 @@ def test_collector_and_driver_killed_then_the_same_command_resumes(
     tmp_path, tiny_lm_dir, registered_checkpoints, killed_run
 ):
     phase = tmp_path / "k" / "ppo"
+    games = random_games(tmp_path / "games")
     env = {**os.environ, "RAY_ADDRESS": "", "PYTHONUNBUFFERED": "1"}
     env.pop("RAY_ADDRESS")
     command = [
@@ -51,6 +52,8 @@ def test_collector_and_driver_killed_then_the_same_command_resumes(
         # the moves graded by Stockfish, not by the reward model (the rlaif test runs ppo on one):
         # the engines and the critic from the policy resume too
         "--reward", "stockfish", "--reward-nodes", "200",
+        # half the episodes one move at a position anywhere in a training game, half its own games
+        "--games", str(games), "--table-positions", "0.5",
     ]  # fmt: skip
     assert command[command.index("--iterations") + 1] == "10"  # iterations left to kill the driver in
     status = phase / "collectors" / "collector-00.json"
@@ -83,6 +86,35 @@ def test_collector_and_driver_killed_then_the_same_command_resumes(
     assert all(0.0 <= m["score_mean"] <= 1.0 for m in metrics)
     critic = json.loads((phase / "critic" / "config.json").read_text())
     assert critic["architectures"] == ["GPT2ForSequenceClassification"]
+    # the table positions: 4 of each round's 8 episodes, one action each, cut to the policy's context
+    lengths: dict[str, int] = {}
+    for r in shard_rows(phase):
+        lengths[r["episode"]] = lengths.get(r["episode"], 0) + 1
+    table = [n for n in lengths if "t-" in n]
+    assert len(table) * 2 == len(lengths) and all(lengths[n] == 1 for n in table)
+    assert any(lengths[n] > 1 for n in lengths if n not in table)
+    context = json.loads((tiny_lm_dir / "config.json").read_text())["n_positions"]
+    cut = [len(m) for m in json.loads((phase / "table.json").read_text())]
+    assert max(cut) == context - 2 and min(cut) >= 1  # some random games run past the context
+
+
+def random_games(folder: Path, n: int = 12, plies: int = 600) -> Path:
+    """A games table of ``n`` seeded random games, long enough to reach past a tiny context."""
+    import random
+
+    import chess
+    import pyarrow as pa
+
+    rng = random.Random(0)
+    rows = []
+    for i in range(n):
+        board = chess.Board()
+        while not board.is_game_over() and board.ply() < plies:
+            board.push(rng.choice(list(board.legal_moves)))
+        rows.append({"game_id": f"{(i * 2**60 + 2**59) % 2**64:016x}", "moves": " ".join(m.uci() for m in board.move_stack)})
+    folder.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), folder / "part-0.parquet")
+    return folder
 
 
 def check_outputs(phase: Path, iterations: int, out: str) -> None:
