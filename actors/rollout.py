@@ -22,6 +22,7 @@ the round it was playing is lost.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import re
@@ -279,7 +280,7 @@ class RolloutCollector(CollectorStatus):
         from chessrl.search.replay import write_shard
 
         spec, spent, n = self.spec, play.spent, self.next_shard
-        table = round(spec.concurrent_games * spec.table_share) if play.table_games else 0
+        table = table_count(spec.concurrent_games, spec.table_share, n) if play.table_games else 0
         starts = start_positions(
             play.start_games, spec.concurrent_games - table, seed=play.seed * 100_003 + n, max_ply=10**6,
             prefix=f"c{self.index}-{n:06d}",
@@ -303,6 +304,17 @@ class RolloutCollector(CollectorStatus):
         self._legal.set(sum(a.legal for a in actions) / max(1, len(actions)))
         self._write_status(state="running", last_shard=rollout_shard_name(self.index, n), seconds=self._split(spent))
         return len(starts), table.num_rows
+
+
+def table_count(games: int, share: float, round_index: int) -> int:
+    """How many of round ``round_index``'s ``games`` episodes are table positions: the share
+    carried over from round to round, so it holds over the run even where ``games x share`` is
+    not whole (0.1 of 4 games: one table position every 2.5 rounds).
+
+    >>> [table_count(4, 0.1, n) for n in range(5)], sum(table_count(80, 0.8, n) for n in range(10))
+    ([0, 0, 1, 0, 1], 640)
+    """
+    return math.floor((round_index + 1) * games * share + 1e-9) - math.floor(round_index * games * share + 1e-9)
 
 
 class _Weights:

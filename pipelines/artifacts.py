@@ -162,5 +162,5 @@ def fit_games(rows: list[dict[str, Any]], text_format: str, policy: str) -> list
     if text_format != "moves":
         return rows
     config = json.loads(Storage.from_uri(policy).read_text("config.json"))  # local or s3://, config only
-    keep = int(config.get("n_positions") or 1024) - 2  # the prompt's first token and the move
+    keep = int(config.get("n_positions") or config.get("max_position_embeddings") or 1024) - 2
     return [{**r, "moves": " ".join(str(r["moves"]).split()[:keep])} for r in rows]

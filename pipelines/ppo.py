@@ -161,7 +161,8 @@ def check_models(
 
         judge = configs["ppo.reward_model (--reward-model)"]
         judge_context = int(judge.get("n_positions", 1024))
-        readers += [judge_context] if reward_format(judge).name == "moves" else []
+        # the judge reads the game's moves in its own format, and as the critic the policy's prompts
+        readers += [judge_context] if "moves" in (reward_format(judge).name, text_format) else []
         if reward_format(judge).name == "moves" and max_tokens > judge_context:
             raise ConfigError(
                 f"ppo.max_start_ply + 2 x ppo.max_actions needs {max_tokens} tokens, more than the reward model's "
@@ -268,6 +269,12 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
     source = Storage.from_uri(cfg.games or inputs.folder("prepare").uri_of("games"))
     if cfg.games or (not inputs.will_write("prepare") and source.exists()):
         games_table(source)
+    elif cfg.table_positions > 0 and not inputs.will_write("prepare"):
+        raise ConfigError(
+            f"ppo.table_positions (--table-positions) is {cfg.table_positions:g}, but there is no games table at "
+            f"{source.uri} to take the positions from: run `chess-rl prepare` first, pass --games DIR|s3://..., "
+            "or set it to 0"
+        )
     if cfg.quality_nodes > 0 and cfg.heldout_positions > 0:
         from chessrl.engine.client import find_stockfish
 

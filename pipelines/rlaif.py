@@ -171,8 +171,8 @@ def comparison_players(
     config: ChessRLConfig, run_storage: Storage
 ) -> tuple[list[str], dict[str, str], dict[str, str]]:
     """The comparison's players (the ppo, grpo, online-dpo (with ``rlaif.online_dpo``) and dpo
-    policies, the sft start, a board grpo's own start, a random mover; language models masked), their printed names, and each RL policy's
-    start. Each RL policy plays its start and the random mover, each start the random mover."""
+    policies, the sft start, a board grpo's or board ppo's sft-board start, a random mover;
+    language models masked), their printed names, and each RL policy's start. Each RL policy plays its start and the random mover, each start the random mover."""
 
     def model(phase: str) -> str:
         folder = run_storage.child(phase).child("model")

@@ -206,7 +206,7 @@ def play_episodes(
             one, lps = sample_actions(policy, rows, pad, settings.temperature, generator)
             tokens, logprobs = [[t] for t in one], [[lp] for lp in lps]
         _record_moves(live, rows, legal, tokens, logprobs, moves_table, tokenizer, version, score)
-        _opponents_reply(live, opponents)
+        _opponents_reply(live, opponents, final_reply=settings.result_weight > 0)
     return _episode_actions(episodes)
 
 
@@ -263,10 +263,14 @@ def _record_moves(
             action.alt_scores.append(value)
 
 
-def _opponents_reply(live: Sequence[Episode], opponents: Sequence[Opponent]) -> None:
+def _opponents_reply(live: Sequence[Episode], opponents: Sequence[Opponent], final_reply: bool = True) -> None:
     """The opponents answer, batched per opponent; then a game that is over, or has had its
-    ``max_actions`` policy moves, is done."""
-    waiting = [e for e in live if not e.done and not e.board.is_game_over(claim_draw=True)]
+    ``max_actions`` policy moves, is done. ``final_reply`` False: no reply after an episode's
+    last allowed move (it only matters to the game's result, which then has no weight)."""
+    waiting = [
+        e for e in live
+        if not e.done and not e.board.is_game_over(claim_draw=True) and (final_reply or len(e.actions) < e.max_actions)
+    ]  # fmt: skip
     for k, opponent in enumerate(opponents):
         mine = [e for e in waiting if e.opponent == k]
         if mine:
@@ -355,6 +359,16 @@ def policy_opponent(
         return out
 
     return choose
+
+
+def is_table_episode(name: str) -> bool:
+    """Whether an episode (or a drawn sibling, ``<episode>/<t>.<j>``) is a table position's one
+    move: its collector round's prefix ends in ``t`` (``c0-000012t-3``; own games ``c0-000012-3``).
+
+    >>> is_table_episode("c0-000012t-3"), is_table_episode("c0-000012-3/0.1"), is_table_episode("a")
+    (True, False, False)
+    """
+    return name.split("/")[0].rsplit("-", 1)[0].endswith("t")
 
 
 def start_positions(

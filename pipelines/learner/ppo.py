@@ -220,14 +220,20 @@ def take_episodes(learner: LoopLearner, feed: RolloutFeed, server: Any) -> list[
 
 
 def episode_figures(actions: list[Any], version: int) -> dict[str, Any]:
-    """An iteration's episodes: how many, their length, how they ended (wins and losses of the
-    legal endings) and how many versions behind ``version`` their actions were played."""
+    """An iteration's episodes: how many (``table_episodes`` of them one move at a table
+    position), the policy's own games' length and how they ended (wins and losses of the legal
+    endings), and how many versions behind ``version`` their actions were played."""
+    from chessrl.rl.ppo import is_table_episode
+
     lags = [version - a.version for a in actions]
     episodes = {a.episode for a in actions}
-    finished = [a for a in actions if a.last]
+    table = {e for e in episodes if is_table_episode(e)}
+    own = [a for a in actions if a.episode not in table]
+    finished = [a for a in own if a.last]
     results = Counter(a.result for a in finished if a.legal)
     return {
-        "episodes": len(episodes), "episode_length": len(actions) / max(1, len(episodes)),
+        "episodes": len(episodes), "table_episodes": len(table),
+        "episode_length": len(own) / max(1, len(episodes) - len(table)),
         "illegal_end_rate": sum(not a.legal for a in finished) / max(1, len(finished)),
         "win_rate": results[1.0] / max(1, len(finished)), "loss_rate": results[-1.0] / max(1, len(finished)),
         "version_lag_mean": sum(lags) / max(1, len(lags)), "version_lag_max": max(lags, default=0),

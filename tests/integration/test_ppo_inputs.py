@@ -43,6 +43,9 @@ def test_ppo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys):
     # a board ppo with no --policy starts from the run's board sft, which is not there
     line = run("--reward", "stockfish", "--text-format", "board")
     assert "sft-board/model" in line and "chess-rl sft --text-format board" in line and "--policy" in line, line
+    # table positions with no games table to take them from
+    line = run(*policy, "--reward", "stockfish", "--table-positions", "0.5")
+    assert "ppo.table_positions" in line and "no games table" in line and "--games" in line, line
     # no reward model in the run and no --reward-model
     line = run(*policy)
     assert line.startswith("error: ") and "chess-rl reward" in line and "--reward-model" in line, line

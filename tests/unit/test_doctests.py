@@ -69,6 +69,7 @@ MODULES = [
     "chessrl.engine.annotation",
     "pipelines.annotate",
     "actors.engine_pool",
+    "actors.rollout",
 ]
 
 

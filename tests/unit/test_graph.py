@@ -282,3 +282,6 @@ def test_a_board_ppo_graded_by_stockfish_starts_from_the_board_sft(tmp_path, grp
         next(p for p in players.players if p.endswith("sft-board/model,masked"))
     )
     assert players.players[ppo].endswith("ppo/model,masked") and f"{ppo}-{board}" in players.pairs
+    grpo, sft = players.players.index(players.players[1]), 3  # a moves grpo still plays the sft
+    assert players.players[sft].endswith("/sft/model,masked")
+    assert f"{grpo}-{board if grpo_format == 'board' else sft}" in players.pairs
