@@ -9,7 +9,8 @@ learner on an embedded local Ray of 2 CPUs) ÷ the same algorithm in one process
     .venv/bin/python bench/rl_step.py --algo grpo           # GRPO against TRL's GRPOTrainer: bench/grpo_step.py
 
 A sample is one policy action the learner trained on. Both sides take the ``ppo`` section of the
-tiny preset (``--config`` for another) with ``critic_warmup`` 0 (every iteration moves the
+tiny preset (``--config`` for another) with :data:`REWARD_MODEL_PPO` (the reward-model path this
+bench measures) and ``critic_warmup`` 0 (every iteration moves the
 policy) and ``--iterations`` + 1 iterations; the first is a warm-up and is not timed.
 
 - Baseline: this process, ``torch.set_num_threads(--baseline-threads)`` (2: the CPUs the phase
@@ -82,13 +83,25 @@ def tiny_models(folder: Path) -> tuple[str, str]:
     return str(policy), str(rm)
 
 
-def episode_pool(games: str | None, cfg: Any, seed: int) -> list[tuple[str, ...]]:
-    """The phase's start pool (:func:`pipelines.ppo.start_pool`): cut games, or the start position."""
+#: The ppo this bench measures: against a reward model, one move a state, the policy's own games
+#: (the tiny preset's ppo section until it moved to the board sft graded by Stockfish).
+REWARD_MODEL_PPO: dict[str, Any] = {
+    "reward": "model", "text_format": "moves", "samples_per_state": 1, "table_positions": 0.0,
+    "episodes_per_iteration": 64, "concurrent_games": 32, "max_actions": 16, "max_staleness": 1,
+    "minibatch": 64, "legal_coef": 1.0, "learning_rate": 1e-5,
+}  # fmt: skip
+
+
+def episode_pool(games: str | None, cfg: Any, seed: int, heldout_fraction: float = 0.05) -> list[tuple[str, ...]]:
+    """The phase's start pool (:func:`pipelines.ppo.start_pool`): cut training games (sft's split at
+    ``heldout_fraction``, the presets' 0.05), or the start position."""
     from pipelines.ppo import start_pool
 
     if not games:
         return [()]
-    context = SimpleNamespace(config=SimpleNamespace(run=SimpleNamespace(seed=seed)))
+    context = SimpleNamespace(
+        config=SimpleNamespace(run=SimpleNamespace(seed=seed), sft=SimpleNamespace(heldout_fraction=heldout_fraction))
+    )
     return start_pool(context, cfg.model_copy(update={"games": games}))  # type: ignore[arg-type]
 
 
@@ -236,6 +249,9 @@ def phase_run(
         "--critic-warmup", "0", "--episodes-per-iteration", str(cfg.episodes_per_iteration),
         "--concurrent-games", str(cfg.concurrent_games), "--max-actions", str(cfg.max_actions),
         "--max-start-ply", str(cfg.max_start_ply), "--opponents", *cfg.opponents,
+        "--reward", cfg.reward, "--text-format", cfg.text_format, "--samples-per-state", str(cfg.samples_per_state),
+        "--table-positions", str(cfg.table_positions), "--max-staleness", str(cfg.max_staleness),
+        "--minibatch", str(cfg.minibatch), "--legal-coef", str(cfg.legal_coef), "--learning-rate", str(cfg.learning_rate),
     ]) + (["--games", games] if games else [])  # fmt: skip
     rows, folder, code, wall = rl_common.run_phase("ppo", argv, work, index, timeout_s, "rl_step")
     timed = rows[1:]
@@ -403,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.ppo import check_models
 
     config = load_config(ChessRLConfig, path=resolve_preset(args.config))
-    cfg = config.ppo.model_copy(update={"critic_warmup": 0})
+    cfg = config.ppo.model_copy(update={"critic_warmup": 0, **REWARD_MODEL_PPO})
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-rl-step-") as tmp:
         work = Path(tmp)
@@ -414,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
             policy, reward = args.policy, args.reward_model
             models = f"policy {policy}, reward model {reward}"
         facts = check_models(policy, reward, cfg.max_start_ply + 2 * cfg.max_actions + 2)
-        print_setup(args, cfg, models, facts["vocab"], episode_pool(args.games, cfg, config.run.seed))
+        print_setup(args, cfg, models, facts["vocab"], episode_pool(args.games, cfg, config.run.seed, config.sft.heldout_fraction))
         baseline, phase = run_pairs(args, cfg, config.run.seed, policy, reward, work)
     report(args, cfg, models, baseline, phase, began)
     return 0

@@ -26,7 +26,9 @@ def save_reward_model(folder: Path, tokenizer, extra_tokens: list[str] | None = 
 def test_ppo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys):
     def run(*args: str) -> str:
         code = ppo.main(
-            ["--config", "tiny", "--storage", str(tmp_path), "--run-name", "bad", "--no-tracking", *args]
+            # the reward-model path, each move a state (the tiny preset's is the board sft graded by Stockfish)
+            ["--config", "tiny", "--storage", str(tmp_path), "--run-name", "bad", "--no-tracking", "--reward", "model",
+             "--text-format", "moves", "--samples-per-state", "1", "--table-positions", "0", *args]
         )
         err = capsys.readouterr().err
         assert code == EXIT_USER_ERROR, err

@@ -152,6 +152,8 @@ def test_a_junk_opening_book_fails_before_any_game(tmp_path, capsys, no_ray, nam
 # a missing model, for every phase that loads one
 
 MISSING = "missing-model"  # a folder under tmp_path that is never made (no config.json)
+#: ppo against a reward model from the moves sft (the tiny preset's is the board sft graded by Stockfish)
+RM_PPO = ["--reward", "model", "--text-format", "moves", "--samples-per-state", "1", "--table-positions", "0"]
 
 
 def model_cases() -> list[tuple[str, Callable[[list[str]], int], list[str], str]]:
@@ -166,12 +168,14 @@ def model_cases() -> list[tuple[str, Callable[[list[str]], int], list[str], str]
         ("reward --base-model", reward.main, ["--base-model", "{tmp}/" + MISSING],
          "reward.base_model (--base-model): {tmp}/" + MISSING + " is not a transformers checkpoint"),
         ("reward, no sft model", reward.main, [], "no sft model at"),
-        ("ppo --policy", ppo.main, ["--policy", "{tmp}/" + MISSING, "--reward-model", "{ok}"],
+        ("ppo --policy", ppo.main, ["--policy", "{tmp}/" + MISSING, "--reward-model", "{ok}", *RM_PPO],
          "ppo.policy (--policy): {tmp}/" + MISSING + " " + no_model),
-        ("ppo --reward-model", ppo.main, ["--policy", "{ok}", "--reward-model", "{tmp}/" + MISSING],
+        ("ppo --reward-model", ppo.main, ["--policy", "{ok}", "--reward-model", "{tmp}/" + MISSING, *RM_PPO],
          "ppo.reward_model (--reward-model): {tmp}/" + MISSING + " " + no_model),
-        ("ppo, no sft model", ppo.main, ["--reward-model", "{ok}"], "run `chess-rl sft` first, or pass --policy"),
-        ("ppo, no reward model", ppo.main, ["--policy", "{ok}"], "run `chess-rl reward` first, or pass --reward-model"),
+        ("ppo, no sft model", ppo.main, ["--reward-model", "{ok}", *RM_PPO], "run `chess-rl sft` first, or pass --policy"),
+        ("ppo, no reward model", ppo.main, ["--policy", "{ok}", *RM_PPO],
+         "run `chess-rl reward` first, or pass --reward-model"),
+        ("ppo, no board sft model", ppo.main, [], "run `chess-rl sft --text-format board` first, or pass --policy"),
         ("grpo --policy", grpo.main, ["--policy", "{tmp}/" + MISSING],
          "grpo.policy (--policy): {tmp}/" + MISSING + " " + no_model),
         ("grpo, no board sft model", grpo.main, [], "run `chess-rl sft --text-format board` first"),
@@ -181,7 +185,8 @@ def model_cases() -> list[tuple[str, Callable[[list[str]], int], list[str], str]
          "no network file at {tmp}/missing.pt"),
         ("evaluate sft", evaluate.main, ["--players", "sft", "random"], "run `chess-rl sft` first, or use lm:DIR"),
         ("evaluate mcts", evaluate.main, ["--players", "mcts", "random"], "run `chess-rl selfplay` first"),
-        ("tune of ppo, no sft model", tune.main, ["--phase", "ppo"], "run `chess-rl sft` first, or pass --policy"),
+        ("tune of ppo, no sft model", tune.main, ["--phase", "ppo"],
+         "run `chess-rl sft --text-format board` first, or pass --policy"),
     ]  # fmt: skip
 
 
