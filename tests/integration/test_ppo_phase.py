@@ -54,6 +54,8 @@ def test_collector_and_driver_killed_then_the_same_command_resumes(
         "--reward", "stockfish", "--reward-nodes", "200",
         # half the episodes one move at a position anywhere in a training game, half its own games
         "--games", str(games), "--table-positions", "0.5",
+        # the tiny preset's board format and several moves a state (8 there), at a test's size
+        "--samples-per-state", "2", "--heldout-positions", "20", "--quality-nodes", "200",
     ]  # fmt: skip
     assert command[command.index("--iterations") + 1] == "10"  # iterations left to kill the driver in
     status = phase / "collectors" / "collector-00.json"
