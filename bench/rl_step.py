@@ -252,6 +252,7 @@ def phase_run(
         "--reward", cfg.reward, "--text-format", cfg.text_format, "--samples-per-state", str(cfg.samples_per_state),
         "--table-positions", str(cfg.table_positions), "--max-staleness", str(cfg.max_staleness),
         "--minibatch", str(cfg.minibatch), "--legal-coef", str(cfg.legal_coef), "--learning-rate", str(cfg.learning_rate),
+        "--heldout-positions", "0",  # no held-out evaluation after the timed iterations
     ]) + (["--games", games] if games else [])  # fmt: skip
     rows, folder, code, wall = rl_common.run_phase("ppo", argv, work, index, timeout_s, "rl_step")
     timed = rows[1:]
