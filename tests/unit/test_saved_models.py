@@ -218,8 +218,8 @@ def test_uci_with_a_truncated_model_is_one_line_and_exit_2(saved, tmp_path, caps
         (preferences, "--policy", "policy", []),
         (reward, "--base-model", "policy", []),
         (dpo, "--policy", "policy", []),
-        (ppo, "--policy", "policy", ["--reward-model", "reward"]),
-        (ppo, "--reward-model", "reward", ["--policy", "policy"]),
+        (ppo, "--policy", "policy", ["--reward-model", "reward", "--reward", "model", "--text-format", "moves", "--samples-per-state", "1", "--table-positions", "0"]),  # the reward-model path
+        (ppo, "--reward-model", "reward", ["--policy", "policy", "--reward", "model", "--text-format", "moves", "--samples-per-state", "1", "--table-positions", "0"]),
         (grpo, "--policy", "policy", []),
     ],
     ids=["sft", "preferences", "reward", "dpo", "ppo policy", "ppo reward model", "grpo"],
