@@ -282,10 +282,10 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
     return PPOInputs(opponents, policy_path, reward_path, facts, text_format)
 
 
-def start_pool(context: PhaseContext, cfg: PPOConfig, limit: int = 4096) -> list[tuple[str, ...]]:
-    """Move lists the episodes start from: up to ``limit`` seeded training games of the games
-    table (the held-out games, whose positions the paired quality is measured on, stay out), cut
-    after ``max_start_ply + 1`` moves; only the start position when there is no table."""
+def training_games(context: PhaseContext, cfg: PPOConfig, seed: int) -> list[list[str]] | None:
+    """The games table's training games (sft's held-out split: the held-out games, whose
+    positions the paired quality is measured on, stay out) as move lists, shuffled by ``seed``;
+    None when there is no table."""
     import random
 
     from chessrl.lm.lm_data import split_games
@@ -293,28 +293,26 @@ def start_pool(context: PhaseContext, cfg: PPOConfig, limit: int = 4096) -> list
 
     source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
     if not cfg.games and not source.exists():
-        return [()]
+        return None
     rows, _, _ = split_games(read_games(source), context.config.sft.heldout_fraction)
-    random.Random(context.config.run.seed).shuffle(rows)
-    pool = [tuple(str(r["moves"]).split()[: cfg.max_start_ply + 1]) for r in rows[:limit]]
+    random.Random(seed).shuffle(rows)
+    return [str(r["moves"]).split() for r in rows]
+
+
+def start_pool(context: PhaseContext, cfg: PPOConfig, limit: int = 4096) -> list[tuple[str, ...]]:
+    """Move lists the episodes start from: up to ``limit`` seeded training games, cut after
+    ``max_start_ply + 1`` moves; only the start position when there is no table."""
+    games = training_games(context, cfg, context.config.run.seed)
+    pool = [tuple(m[: cfg.max_start_ply + 1]) for m in (games or [])[:limit]]
     return [m for m in pool if m] or [()]
 
 
 def table_games(context: PhaseContext, cfg: PPOConfig, max_ply: int, limit: int = 4096) -> list[list[str]]:
-    """Whole training games (cut at ``max_ply`` moves: what the policy's context holds) whose
+    """Whole training games (cut at ``max_ply`` moves: what a moves reader's context holds) whose
     positions are ``table_positions``' one-move episodes; empty when the share is 0 or there is
     no table."""
-    import random
-
-    from chessrl.lm.lm_data import split_games
-    from pipelines.artifacts import read_games
-
-    source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
-    if cfg.table_positions == 0 or (not cfg.games and not source.exists()):
-        return []
-    rows, _, _ = split_games(read_games(source), context.config.sft.heldout_fraction)
-    random.Random(context.config.run.seed + 1).shuffle(rows)
-    return [m for m in (str(r["moves"]).split()[:max_ply] for r in rows[:limit]) if m]
+    games = training_games(context, cfg, context.config.run.seed + 1) if cfg.table_positions > 0 else None
+    return [m[:max_ply] for m in (games or [])[:limit] if m]
 
 
 def heldout_legal_rates(
