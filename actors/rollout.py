@@ -210,12 +210,13 @@ class RolloutCollector(CollectorStatus):
                 time.sleep(0.05)  # nothing published yet, or this version's share is played
                 spent["idle"] += 0.05
                 continue
+            started_with = weights.version
             try:
                 n_starts, n_actions = self._round(play)
             except _Stopped:
                 break
             rounds += 1
-            weights.rounds_at_version += 1
+            weights.count_round(started_with)
             episodes += n_starts
             actions_written += n_actions
         self._write_status(state="stopped", seconds=self._split(spent))
@@ -319,7 +320,19 @@ def table_count(games: int, share: float, round_index: int) -> int:
 
 class _Weights:
     """The policy's weights as the ParameterServer publishes them: the version in use and the
-    rounds played with it (at most ``rounds_per_version``: the backpressure)."""
+    rounds played with it (at most ``rounds_per_version``: the backpressure).
+
+    A round counts toward its version only when that version played all of it: newer weights
+    loaded between moves leave the round's earlier actions older than the learner's version (at
+    ``max_staleness 0`` it drops them), so the new version's allowance starts after that round.
+
+    >>> w = _Weights(policy=None, server=None)
+    >>> w.version = 3; w.count_round(started_with=3); w.rounds_at_version
+    1
+    >>> w.version, w.rounds_at_version = 4, 0  # newer weights loaded mid-round
+    >>> w.count_round(started_with=3); w.rounds_at_version
+    0
+    """
 
     def __init__(self, policy: Any, server: Any) -> None:
         self.policy, self.server = policy, server
@@ -335,6 +348,11 @@ class _Weights:
         if version != self.version:
             self.rounds_at_version = 0
         self.version = version
+
+    def count_round(self, started_with: int) -> None:
+        """A round that began with version ``started_with`` is played."""
+        if self.version == started_with:
+            self.rounds_at_version += 1
 
     def refresh(self) -> tuple[Any, int] | None:
         """Between moves: ``(policy, version)`` after loading newer weights, else None; raises

@@ -56,9 +56,10 @@ def test_collector_and_driver_killed_then_the_same_command_resumes(
         "--games", str(games), "--table-positions", "0.5",
         # the tiny preset's board format and several moves a state (8 there), at a test's size
         "--samples-per-state", "2", "--heldout-positions", "20", "--quality-nodes", "200",
-        # one version of lag, as before the preset moved to 0: resumed at 0 the learner and the
-        # collector wait on each other (found this stop, not yet fixed: see docs/phases/ppo.md)
-        "--max-staleness", "1",
+        # the preset's: no version of lag. A resumed learner reads the killed run's last shards
+        # and publishes while the collector is mid-round; that round must not use up the new
+        # version's allowance (the learner drops its older actions), or both wait for ever
+        "--max-staleness", "0",
     ]  # fmt: skip
     assert command[command.index("--iterations") + 1] == "10"  # iterations left to kill the driver in
     status = phase / "collectors" / "collector-00.json"
@@ -153,7 +154,7 @@ def check_outputs(phase: Path, iterations: int, out: str) -> None:
     first, resumed = (logged[: restarts[-1]], logged[restarts[-1] :]) if restarts else ([], logged)
     assert first == list(range(1, len(first) + 1)), logged  # the killed run, from iteration 1
     assert resumed == list(range(resumed[0], iterations + 1)), logged  # the same command, to the end
-    assert all(0 <= m["version_lag_max"] <= 1 for m in metrics)
+    assert all(m["version_lag_max"] <= 0 for m in metrics)  # < 0: the killed run's last weights
     # where the time went: the learner's split every iteration, each collector's in its status file
     assert all(m["learner_step_s"] > 0 and m["log_s"] >= 0 and m["report_s"] >= 0 for m in metrics)
     spent = json.loads((phase / "collectors" / "collector-00.json").read_text())["seconds"]
@@ -161,11 +162,12 @@ def check_outputs(phase: Path, iterations: int, out: str) -> None:
     assert metrics[0]["critic_warmup"] == 1 and "clipfrac" in metrics[-1]
     # nothing read twice; nothing lost but what a collector may play after the learner's last read:
     # what was left of its rounds with the weights that read used, then a full allowance with the
-    # final weights (rounds_per_version each: 2 x (16 / 8) x (1 + max_staleness 1) = 8 in tiny)
+    # final weights (rounds_per_version each: 16 / 8 x (1 + max_staleness 0) = 2), and a round
+    # the final weights reached mid-way
     assert len(learner["read"]) == len(set(learner["read"])) == summary["shards_read"]
     written = {p.name for p in (phase / "rollouts").glob("shard-*.parquet")}
     unread = written - set(learner["read"])
-    assert set(learner["read"]) <= written and len(unread) <= 2 * 2 * (1 + 1), sorted(unread)
+    assert set(learner["read"]) <= written and len(unread) <= 2 * 2 * (1 + 0) + 1, sorted(unread)
     # the policy loads and plays through transformers alone
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
