@@ -44,9 +44,9 @@ def run_sft(storage: Path, *args: str) -> int:
 
 
 @pytest.mark.slow
-def test_sft_trains_checkpoints_resumes_and_saves_a_playable_model(storage, capsys, tmp_path):
+def test_sft_trains_checkpoints_and_saves_a_playable_model(storage, capsys, tmp_path):
     """Compiled (short runs are eager unless asked; the other sft tests run eager): the checkpoint
-    and the saved model are still the plain GPT-2, and the compiled run resumes like any other."""
+    and the saved model are still the plain GPT-2 (so an eager run resumes from it like any other)."""
     compiled = ("--torch-compile", "always")
     assert run_sft(storage, *compiled, "--max-steps", "6", "--eval-every", "3") == EXIT_OK
     out = capsys.readouterr().out
@@ -61,21 +61,16 @@ def test_sft_trains_checkpoints_resumes_and_saves_a_playable_model(storage, caps
     assert summary["legal_loss_weight"] == 1.0 and 0.0 < summary["legal_mass"] < 1.0
     assert "legal moves get" in out
 
-    # The same command with more steps resumes from the last checkpoint (step 6), not from zero;
-    # eager this time: the compiled run's checkpoint holds the plain GPT-2's weights (a compile
-    # per run costs ~40 s here, and the kill test below resumes eager runs too)
-    assert run_sft(storage, "--torch-compile", "never", "--max-steps", "9", "--eval-every", "3") == EXIT_OK
-    summary = json.loads((storage / "s" / "sft" / "summary.json").read_text())
-    assert (summary["steps"], summary["resumed_from_step"]) == (9, 6)
-    assert "resumed from step 6" in capsys.readouterr().out
-
+    # the compiled run's checkpoint and saved model hold the plain GPT-2's weights (no "_orig_mod."
+    # from torch.compile), so an eager run resumes from it like from any other (the kill test
+    # below resumes an eager run; a compile per run costs ~40 s here)
     model_dir = storage / "s" / "sft" / "model"
+    checkpoint = max((storage / "s" / "sft" / "ray").glob("*/checkpoint_*/checkpoint/model.safetensors"))
     build_model("tiny")[0].save_pretrained(tmp_path / "fresh")
-    with (
-        safe_open(model_dir / "model.safetensors", "pt") as saved,
-        safe_open(tmp_path / "fresh" / "model.safetensors", "pt") as fresh,
-    ):
-        assert set(saved.keys()) == set(fresh.keys())  # no "_orig_mod." from torch.compile
+    with safe_open(tmp_path / "fresh" / "model.safetensors", "pt") as fresh:
+        for saved_file in (model_dir / "model.safetensors", checkpoint):
+            with safe_open(saved_file, "pt") as saved:
+                assert set(saved.keys()) == set(fresh.keys()), saved_file
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     game = play_game(model, tokenizer, max_plies=30, seed=2)
