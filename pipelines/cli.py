@@ -21,7 +21,7 @@ PHASES: dict[str, tuple[str, str]] = {
     "evaluate": ("pipelines.evaluate", "arenas of players as Ray tasks: Elo on a ladder anchored to Stockfish, SPRT A/B matches, suites, PGN, a report"),
     "preferences": ("pipelines.preferences", "the sft policy proposes moves, Stockfish judges them -> preference pairs (Parquet)"),
     "reward": ("pipelines.reward", "a reward model trained on the pairs (Ray Train + TRL), served to the RL phases by the RewardServer actor"),
-    "ppo": ("pipelines.ppo", "masked PPO of the sft policy against the reward model: rollout collectors, RewardServer, Ray Train learner"),
+    "ppo": ("pipelines.ppo", "masked PPO of an sft policy, graded by Stockfish (the tiny preset's) or the reward model: rollout collectors, RewardServer or engines, Ray Train learner"),
     "grpo": ("pipelines.grpo", "masked GRPO of an sft policy, each move's reward verified by Stockfish (EnginePool) and python-chess"),
     "dpo": ("pipelines.dpo", "TRL's DPOTrainer on the preference pairs, in the policy's own text format"),
     "selfplay": ("pipelines.selfplay", "AlphaZero-style training by self-play with batched MCTS and arena gating"),
