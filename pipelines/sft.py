@@ -21,11 +21,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chessrl.lm.formats import BoardFormat
+from chessrl.lm.formats import BoardFormat, MovesFormat
 from chessrl.lm.legality import MoveTokens, legal_move_targets
 from chessrl.lm.lm_data import pack_games, rookworld_texts, split_games, training_text
-from chessrl.lm.lm_eval import sample_positions
-from chessrl.lm.models import ModelLoadError, context_length, load_tokenizer, local_checkpoint
+from chessrl.lm.lm_eval import HeldoutPosition, sample_positions, within_context
+from chessrl.lm.models import (
+    ModelLoadError,
+    context_length,
+    load_tokenizer,
+    local_checkpoint,
+    move_tokens,
+    prompt_ids,
+)
 from chessrl.lm.tokenizer import build_chess_tokenizer
 from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
@@ -277,11 +284,13 @@ class SftSplit:
     heldout: list[Any]
 
 
-def split_heldout(context: PhaseContext, source: Storage, folder: str) -> SftSplit:
-    """The games at ``source`` split into training and held-out games, and the held-out positions
-    sampled from the latter, also written to ``<run>/<folder>/heldout.json`` for anyone who
-    measures the saved model the same way (prompt = the moves before, optionally behind the
-    prefix; the move the game played)."""
+def split_heldout(context: PhaseContext, found: SftInputs, folder: str) -> SftSplit:
+    """The games of ``found`` split into training and held-out games, and the held-out positions
+    sampled from the latter (in the moves format, each within the model's context with its
+    answer), also written to ``<run>/<folder>/heldout.json`` for anyone who measures the saved
+    model the same way (prompt = the moves before, optionally behind the prefix; the move the
+    game played)."""
+    source = found.games
     import pyarrow.dataset as pads
 
     cfg = context.config.sft
@@ -298,6 +307,14 @@ def split_heldout(context: PhaseContext, source: Storage, folder: str) -> SftSpl
         seed=context.config.run.seed,
         condition_on_result=cfg.condition_on_result,
     )
+    if cfg.text_format == "moves":  # a tokenizer that spells a move in pieces needs far more tokens a move
+        fmt, answer = MovesFormat(), move_tokens(found.tokenizer)
+
+        def fits(p: HeldoutPosition) -> bool:
+            prompt = fmt.prompt(p.moves_before, prefix=p.prefix)
+            return len(prompt_ids(found.tokenizer, prompt)) + answer <= found.n_positions
+
+        heldout = within_context(heldout, fits)
     context.phase_storage(folder).write_text(
         "heldout.json",
         json.dumps(
@@ -660,7 +677,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     found = check_sft(context.config, Inputs.of_context(context), log)
     if cfg.use_gpu:  # before the data pass and the batch-size probe, which would wait for one
         check_gpus("sft", cfg.num_workers)
-    split = split_heldout(context, found.games, folder)
+    split = split_heldout(context, found, folder)
     dataset, blocks, game_tokens, truncated, positions = training_data(cfg, found, split, context.config.run.seed, log)
     cpus_per_worker = trl_learner.learner_cpus(cfg)
     batch_size = cfg.batch_size

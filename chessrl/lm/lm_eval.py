@@ -10,7 +10,7 @@ Metrics (no masking of illegal moves, ever):
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,33 @@ def sample_positions(
             out.append(
                 HeldoutPosition(tuple(moves[:i]), moves[i], result_prefix(result, condition_on_result))
             )
+    return out
+
+
+def within_context(
+    positions: Sequence[HeldoutPosition], fits: Callable[[HeldoutPosition], bool]
+) -> list[HeldoutPosition]:
+    """``positions`` with each one whose prompt ``fits`` refuses moved back to the latest ply of
+    its game that fits (the move the game played there its answer): a long game's late position
+    would overflow the model's position embeddings. A position that fits stays as it is.
+
+    >>> deep = HeldoutPosition(("e2e4", "e7e5", "g1f3", "b8c6"), "f1b5")
+    >>> within_context([deep], lambda p: len(p.moves_before) <= 2)
+    [HeldoutPosition(moves_before=('e2e4', 'e7e5'), next_move='g1f3', prefix='')]
+    """
+    out = []
+    for pos in positions:
+        if fits(pos):
+            out.append(pos)
+            continue
+        lo, hi = 0, len(pos.moves_before) - 1  # the longest prefix that fits, by bisection
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(HeldoutPosition(pos.moves_before[:mid], pos.moves_before[mid], pos.prefix)):
+                lo = mid
+            else:
+                hi = mid - 1
+        out.append(HeldoutPosition(pos.moves_before[:lo], pos.moves_before[lo], pos.prefix))
     return out
 
 

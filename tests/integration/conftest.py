@@ -174,3 +174,29 @@ def _preference_pair_rows(games: list[list[str]], source: str, rng: Any) -> list
 def preference_pair_rows():
     """:func:`_preference_pair_rows`, for the tests that build a preference table."""
     return _preference_pair_rows
+
+
+def _random_games(folder: Path, n: int = 12, plies: int = 600) -> Path:
+    """A games table of ``n`` seeded random games, long enough to reach past a tiny context."""
+    import random
+
+    import chess
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = random.Random(0)
+    rows = []
+    for i in range(n):
+        board = chess.Board()
+        while not board.is_game_over() and board.ply() < plies:
+            board.push(rng.choice(list(board.legal_moves)))
+        rows.append({"game_id": f"{(i * 2**60 + 2**59) % 2**64:016x}", "moves": " ".join(m.uci() for m in board.move_stack)})
+    folder.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), folder / "part-0.parquet")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def random_games():
+    """:func:`_random_games`, a games table for the phases that read one (ppo, a grpo sweep)."""
+    return _random_games

@@ -38,7 +38,7 @@ def restarts(status: Path) -> int:
 
 @pytest.mark.slow
 def test_collector_and_driver_killed_then_the_same_command_resumes(
-    tmp_path, tiny_lm_dir, registered_checkpoints, killed_run
+    tmp_path, tiny_lm_dir, registered_checkpoints, killed_run, random_games
 ):
     phase = tmp_path / "k" / "ppo"
     games = random_games(tmp_path / "games")
@@ -104,25 +104,6 @@ def test_collector_and_driver_killed_then_the_same_command_resumes(
     context = json.loads((tiny_lm_dir / "config.json").read_text())["n_positions"]
     cut = [len(m) for m in json.loads((phase / "table.json").read_text())]
     assert max(cut) == 600 > context and min(cut) >= 1
-
-
-def random_games(folder: Path, n: int = 12, plies: int = 600) -> Path:
-    """A games table of ``n`` seeded random games, long enough to reach past a tiny context."""
-    import random
-
-    import chess
-    import pyarrow as pa
-
-    rng = random.Random(0)
-    rows = []
-    for i in range(n):
-        board = chess.Board()
-        while not board.is_game_over() and board.ply() < plies:
-            board.push(rng.choice(list(board.legal_moves)))
-        rows.append({"game_id": f"{(i * 2**60 + 2**59) % 2**64:016x}", "moves": " ".join(m.uci() for m in board.move_stack)})
-    folder.mkdir()
-    pq.write_table(pa.Table.from_pylist(rows), folder / "part-0.parquet")
-    return folder
 
 
 def check_outputs(phase: Path, iterations: int, out: str) -> None:

@@ -30,8 +30,9 @@ def storage(tmp_path_factory, local_ray, pgn_dir) -> Path:
     root = tmp_path_factory.mktemp("sft")
     code = prepare.main(
         ["--config", "tiny", "--storage", str(root), "--run-name", "s", "--no-tracking", "--generate", "0",
-         "--inputs", str(pgn_dir / "masters" / "Firouzja.pgn.zst")]
-    )  # fmt: skip
+         "--inputs", str(pgn_dir / "masters" / "Firouzja.pgn.zst"), "--max-games", "240"]
+    )  # fmt: skip  (240 of its 1,876 games: every sft run here packs them all, its legal-move
+    # targets ~6 ms a game, and none trains past a few hundred blocks)
     assert code == EXIT_OK
     return root
 

@@ -1,14 +1,23 @@
-"""The whole ``rlaif`` graph as one Ray job on a two-node cluster started with ``ray start`` (a head
-and a worker node, one CPU each, on this machine), with its input PGN, outputs and checkpoints on S3
-(moto_server): the job succeeds, every phase's manifest and outputs are in the bucket, and the
-job's tasks and actors ran on both nodes (Ray's state API says where each one ran). The job is
-polled through the head's HTTP API, not a CLI process every few seconds."""
+"""The whole ``rlaif`` graph on S3 (moto_server), started on a laptop and finished on a cluster.
+
+First the command a newcomer types, on the embedded local Ray (``make demo``'s path), with its
+input PGN, outputs and checkpoints on S3: killed with SIGKILL (driver, embedded Ray, workers)
+once ``reward`` has a checkpoint Ray Train registered. Then the same command as one ``ray job
+submit`` on a two-node cluster started with ``ray start`` (a head and a worker node, one CPU
+each, on this machine): the phases that had finished are skipped (manifests and outputs
+untouched), reward resumes from its checkpoint, the rest of the graph (ppo, grpo, online DPO,
+dpo, the head-to-head evaluate) runs to the end, every phase's manifest and outputs are in the
+bucket, and the job's tasks and actors ran on both nodes (Ray's state API says where each one
+ran). The job is polled through the head's HTTP API, not a CLI process every few seconds. (What
+a changed section re-runs is ``tests/unit/test_graph.py``'s; this is the one whole-graph run of
+the suite.)"""
 
 from __future__ import annotations
 
 import importlib.util
 import io
 import json
+import re
 import sys
 import time
 import uuid
@@ -37,52 +46,104 @@ def _load(path: Path, name: str) -> ModuleType:
     return module
 
 
-# The servers' helpers of this folder's conftest, and the smallest config on which the whole
-# graph runs (the integration test's), so that the two stay one.
+# The servers' helpers of this folder's conftest, the integration tier's kill helper, and the
+# smallest config on which the whole graph runs (the integration tier's), so that each stays one.
 servers = _load(HERE / "conftest.py", "_system_servers")
+KilledRun = _load(HERE.parent / "integration" / "conftest.py", "_integration_conftest").KilledRun
 MICRO: dict[str, Any] = _load(HERE.parent / "integration" / "test_rlaif.py", "_integration_rlaif").MICRO
 Cluster, RAY = servers.Cluster, servers.RAY
 
-PHASES = ("prepare", "sft", "preferences", "reward", "ppo", "grpo", "dpo", "evaluate")
+PHASES = ("prepare", "sft", "preferences", "reward", "ppo", "grpo", "online-dpo", "dpo", "evaluate")
 BUCKET = "rlaif-runs"
-JOB_DEADLINE_S = 480  # the job takes about 4 min on 2 loaded cores; each wait has its deadline
+JOB_DEADLINE_S = 480  # the resumed job takes about 3 min on 2 loaded cores; each wait has its deadline
 
 
-def test_rlaif_as_one_job_on_two_nodes_with_s3(
-    two_nodes: Cluster, s3, tmp_path: Path, repo: Path, pgn_dir: Path
-):
+class Bucket:
+    """The run's keys and bytes on S3, relative to its folder (``runs/<name>/``)."""
+
+    def __init__(self, s3: Any, prefix: str) -> None:
+        self.s3, self.prefix = s3, prefix
+
+    def keys(self, under: str = "") -> set[str]:
+        found: set[str] = set()
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=f"{self.prefix}/{under}"):
+            found |= {o["Key"][len(self.prefix) + 1 :] for o in page.get("Contents", [])}
+        return found
+
+    def read(self, key: str) -> bytes:
+        return self.s3.get_object(Bucket=BUCKET, Key=f"{self.prefix}/{key}")["Body"].read()
+
+    def registered(self, phase: str) -> list[dict[str, Any]]:
+        """The checkpoints Ray Train has recorded for ``phase`` (its snapshot file on S3): the
+        ones a resumed run may start from."""
+        results: list[dict[str, Any]] = []
+        for key in self.keys(f"{phase}/ray/"):
+            if key.endswith("checkpoint_manager_snapshot.json"):
+                try:
+                    results += json.loads(self.read(key))["checkpoint_results"]
+                except (ValueError, KeyError, self.s3.exceptions.NoSuchKey):  # being written
+                    continue
+        return results
+
+
+@pytest.fixture(scope="module")
+def graph(two_nodes: Cluster, moto_s3, tmp_path_factory, repo: Path, pgn_dir: Path) -> dict[str, Any]:
+    """The micro graph killed during reward on the embedded Ray, then resumed as a job on the
+    two-node cluster: what the test below looks at."""
+    import boto3
+
+    tmp = tmp_path_factory.mktemp("rlaif")
+    s3 = boto3.client("s3", endpoint_url=moto_s3.url, aws_access_key_id=moto_s3.env["AWS_ACCESS_KEY_ID"],
+                      aws_secret_access_key=moto_s3.env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")  # fmt: skip
     s3.create_bucket(Bucket=BUCKET)
     s3.upload_file(str(pgn_dir / "masters" / "Firouzja.pgn.zst"), BUCKET, "input/Firouzja.pgn.zst")
-    # The cluster config's rule: inputs and storage reachable from every node, so both on S3.
-    config = {**MICRO, "prepare": {**MICRO["prepare"], "inputs": [f"s3://{BUCKET}/input/Firouzja.pgn.zst"]}}
-    config_path = tmp_path / "micro.yaml"  # read by the driver, which runs on the head (this machine)
+    # The cluster config's rule: inputs and storage reachable from every node, so both on S3;
+    # online DPO beside grpo, so its node runs in the graph and in the comparison.
+    config = {**MICRO, "prepare": {**MICRO["prepare"], "inputs": [f"s3://{BUCKET}/input/Firouzja.pgn.zst"]},
+              "rlaif": {**MICRO["rlaif"], "online_dpo": True}}  # fmt: skip
+    config_path = tmp / "micro.yaml"  # read by the driver, which runs on this machine either way
     config_path.write_text(yaml.safe_dump(config))
-    run_name = config["run"]["name"]
-    prefix = f"runs/{run_name}"
+    bucket = Bucket(s3, f"runs/{config['run']['name']}")
+    command = ["python", "-m", "pipelines.rlaif", "--config", str(config_path), "--storage", f"s3://{BUCKET}/runs"]
 
+    # 1. The embedded local Ray, killed once reward has a registered checkpoint.
+    env = {**moto_s3.env, "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ADDRESS", None)
+    with KilledRun([sys.executable, *command[1:]], env=env, log=tmp / "first.log") as first:
+        first.wait_for(lambda: bucket.registered("reward"), timeout=420, poll=1.0)
+        alive = first.running
+    manifests = {k for k in bucket.keys("rlaif/manifests/") if k.endswith(".json")}  # (not the folder's marker)
+    finished = {Path(k).stem: bucket.read(k) for k in manifests if not k.endswith(".started.json")}
+    reward_started = "rlaif/manifests/reward.started.json" in manifests
+    sft_model = bucket.read("sft/model/model.safetensors") if finished else b""
+
+    # 2. The same command as a job on the two-node cluster.
     job_id = f"rlaif-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
-    result = two_nodes.submit(
-        ["--submission-id", job_id, "--no-wait", "--working-dir", str(repo), "--",
-         "python", "-m", "pipelines.rlaif", "--config", str(config_path), "--storage", f"s3://{BUCKET}/runs"],
-    )  # fmt: skip
+    result = two_nodes.submit(["--submission-id", job_id, "--no-wait", "--working-dir", str(repo), "--", *command])
     assert result.returncode == 0, result.stderr[-2000:] + two_nodes.logs()
-
-    def job_logs() -> str:
-        done = two_nodes.cli("job", "logs", "--address", two_nodes.url, job_id, timeout=120)
-        return done.stdout + done.stderr
-
     job = two_nodes.wait_job(job_id, deadline_s=JOB_DEADLINE_S)
     status = job.get("status") if job.get("status") in ("SUCCEEDED", "FAILED", "STOPPED") else None
-    seconds = time.monotonic() - started
-    logs = job_logs()
-    (tmp_path / "job.log").write_text(logs)
+    done = two_nodes.cli("job", "logs", "--address", two_nodes.url, job_id, timeout=120)
+    logs = done.stdout + done.stderr
+    (tmp / "job.log").write_text(logs)
     if status is None:
         two_nodes.cli("job", "stop", "--address", two_nodes.url, "--no-wait", job_id)
-    print(f"\nrlaif job {job_id}: {status} after {seconds:.0f} s (its log: {tmp_path / 'job.log'})")
+    print(f"\nrlaif job {job_id}: {status} after {time.monotonic() - started:.0f} s (its log: {tmp / 'job.log'})")
     print("\n".join(line for line in logs.splitlines() if line.startswith("[rlaif]")))
-    assert status == "SUCCEEDED", (
-        f"job {job_id}: {status or f'not finished in {JOB_DEADLINE_S} s'} ({job.get('message')})\n"
+    return {"bucket": bucket, "config": config, "alive": alive, "first_log": (tmp / "first.log").read_text(),
+            "finished": finished, "reward_started": reward_started, "sft_model": sft_model, "job": job,
+            "status": status, "logs": logs}  # fmt: skip
+
+
+def test_rlaif_killed_on_a_laptop_resumes_as_one_job_on_two_nodes_with_s3(graph: dict[str, Any], two_nodes: Cluster):
+    bucket, first_log, logs, job = graph["bucket"], graph["first_log"], graph["logs"], graph["job"]
+    assert graph["alive"], first_log[-3000:]  # killed while it ran, not after it ended
+    assert graph["reward_started"]  # reward had started: the job resumes it
+    assert set(graph["finished"]) == {"prepare", "sft", "preferences"}, first_log[-3000:]
+    assert "Stockfish scores every legal move" in first_log  # reward's Spearman positions, once
+    assert graph["status"] == "SUCCEEDED", (
+        f"job: {graph['status'] or f'not finished in {JOB_DEADLINE_S} s'} ({job.get('message')})\n"
         f"{logs[-6000:]}\n{two_nodes.logs()}"
     )
     # the driver joined the two-node cluster (not an embedded Ray of its own)
@@ -90,66 +151,84 @@ def test_rlaif_as_one_job_on_two_nodes_with_s3(
     assert "rlaif: graph state in s3://" in logs and "evaluate summary" in logs, logs[-3000:]
     assert "testing-secret" not in logs
 
+    # The finished phases skipped, their manifests and outputs untouched; reward resumed.
+    graph_json = json.loads(bucket.read("rlaif/graph.json"))
+    assert {n["node"]: n["state"] for n in graph_json["nodes"]} == {
+        **dict.fromkeys(("prepare", "sft", "preferences"), "skipped"),
+        **dict.fromkeys(("reward", "ppo", "grpo", "online-dpo", "dpo", "evaluate"), "done"),
+    }, graph_json
+    assert all(bucket.read(f"rlaif/manifests/{n}.json") == b for n, b in graph["finished"].items())
+    assert bucket.read("sft/model/model.safetensors") == graph["sft_model"]
+    # the driver says what runs, and each learner's progress; no Ray worker line repeats it
+    assert "[rlaif] plan: 6 phase(s) to run: reward, ppo, grpo, online-dpo, dpo, evaluate" in logs, logs[-3000:]
+    assert "[rlaif] plan: skipped (done with this config): prepare, sft, preferences" in logs
+    for last in ("[reward] step 16/16 (100%)", "[ppo] iteration 2/2 (100%)", "[grpo] iteration 2/2 (100%)",
+                 "[dpo] step 2/2 (100%)"):  # fmt: skip
+        assert last in logs, last
+    assert not re.findall(r"\((RayTrainWorker|TrainController) pid=\d+\).*(\] iteration \d|\] step \d|\{'loss')", logs)
+    assert "[reward] resuming from the checkpoint of step" in logs
+    # reward resumed where its last registered checkpoint was and ran to its last step; the
+    # Spearman positions were scored once, by the killed run
+    reward = json.loads(bucket.read("reward/summary.json"))
+    assert reward["steps"] == MICRO["reward"]["max_steps"]
+    assert 0 < reward["resumed_from_step"] < MICRO["reward"]["max_steps"]
+    assert f"resumed from step {reward['resumed_from_step']}" in logs
+    assert "Stockfish scores every legal move" not in logs
+
     # Every phase's manifest and outputs are in the bucket.
-    keys: set[str] = set()
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=f"{prefix}/"):
-        keys |= {o["Key"][len(prefix) + 1 :] for o in page.get("Contents", [])}
-
-    def read(key: str) -> bytes:
-        return s3.get_object(Bucket=BUCKET, Key=f"{prefix}/{key}")["Body"].read()
-
+    keys = bucket.keys()
     listing = "\n".join(sorted(k for k in keys if "/ray/" not in k))
-    graph = json.loads(read("rlaif/graph.json"))
-    assert {n["node"]: n["state"] for n in graph["nodes"]} == dict.fromkeys(PHASES, "done"), graph
     for phase in PHASES:
-        assert f"rlaif/manifests/{phase}.json" in keys, listing
-        manifest = json.loads(read(f"rlaif/manifests/{phase}.json"))
-        assert manifest["key"] == graph["keys"][phase], (phase, manifest)
+        manifest = json.loads(bucket.read(f"rlaif/manifests/{phase}.json"))
+        assert manifest["key"] == graph_json["keys"][phase], (phase, manifest)
     assert not [k for k in keys if k.endswith(".started.json")], listing  # every phase finished
-    for phase in ("sft", "reward", "ppo", "grpo", "dpo"):
+    for phase in ("sft", "reward", "ppo", "grpo", "online-dpo", "dpo"):
         assert f"{phase}/model/config.json" in keys, (phase, listing)
-    assert json.loads(read("grpo/model/config.json"))["chessrl_text_format"] == "moves"
+    assert json.loads(bucket.read("grpo/model/config.json"))["chessrl_text_format"] == "moves"
+    online = json.loads(bucket.read("online-dpo/summary.json"))  # its own folder, beside grpo's
+    assert online["phase"] == "online-dpo"
+    logged = [json.loads(line) for line in bucket.read("online-dpo/logs/metrics.jsonl").decode().splitlines()]
+    assert logged and all("pairs" in row and "dpo_loss" in row for row in logged)
 
     games = sorted(k for k in keys if k.startswith("prepare/games/") and k.endswith(".parquet"))
-    summary = json.loads(read("prepare/summary.json"))
+    summary = json.loads(bucket.read("prepare/summary.json"))
     assert summary["inputs"] == [f"s3://{BUCKET}/input/Firouzja.pgn.zst"]
-    assert (
-        games
-        and sum(pq.read_table(io.BytesIO(read(k))).num_rows for k in games) == summary["games_written"] > 0
-    )
+    assert games and sum(pq.read_table(io.BytesIO(bucket.read(k))).num_rows for k in games) == summary["games_written"] > 0
     for split in ("train", "heldout"):
         shards = [k for k in keys if k.startswith(f"preferences/{split}/") and k.endswith(".parquet")]
-        assert shards and sum(pq.read_table(io.BytesIO(read(k))).num_rows for k in shards) > 0, (
-            split,
-            listing,
-        )
+        assert shards and sum(pq.read_table(io.BytesIO(bucket.read(k))).num_rows for k in shards) > 0, (split, listing)
 
-    results = json.loads(read("evaluate/eval/results.json"))
-    model = f"s3://{BUCKET}/{prefix}"
-    assert results["players"] == [f"lm:{model}/ppo/model,masked", f"lm:{model}/grpo/model,masked",
-                                  f"lm:{model}/dpo/model,masked", f"lm:{model}/sft/model,masked", "random"]  # fmt: skip
-    assert results["games"] == 7 * config["rlaif"]["compare_games"]  # each RL policy: its start and random
+    # The comparison: each RL policy masked against its start (the sft) and the random mover,
+    # the start against the random mover; the story of what RL did.
+    results = json.loads(bucket.read("evaluate/eval/results.json"))
+    model = f"s3://{BUCKET}/{bucket.prefix}"
+    assert results["players"] == [f"lm:{model}/{name}/model,masked" for name in ("ppo", "grpo", "online-dpo", "dpo", "sft")] + ["random"]
+    assert results["games"] == 9 * graph["config"]["rlaif"]["compare_games"]
+    assert "```mermaid" in bucket.read("rlaif/graph.md").decode()
+    table = bucket.read("rlaif/comparison.md").decode()
+    assert "What RL did" in table and "(anchor)" in table and "row vs column" in table
+    story = table.split("What RL did")[1].split("The comparison's")[0]
+    for phase in ("ppo", "grpo", "online-dpo", "dpo"):  # its paired gain over its start, its games against the start and random
+        row = next(line for line in story.splitlines() if line.strip().startswith(f"{phase} "))
+        assert re.search(r"^\s*[\w-]+\s+sft\s+[+-]\d\.\d{4} \[[+-]\d\.\d{4}, [+-]\d\.\d{4}\] (better|worse|no change)"
+                         r"\s+\d+\.\d% \(\+\d+ =\d+ -\d+\)\s+\d+\.\d% \(\+\d+ =\d+ -\d+\)$", row), row
+    assert "significant:" in story and "--mode sprt" in story
 
-    # The work ran on both nodes: where the state API says each task and actor of the job ran
-    # (the job's own Ray job id, so not the job supervisor's actor).
+    # The job's work ran on both nodes: where the state API says each task and actor of the job
+    # ran (the job's own Ray job id, so not the job supervisor's actor).
     nodes = {n["node_id"]: n for n in two_nodes.state("nodes")}
     head = next(i for i, n in nodes.items() if n["resources_total"].get("node_head"))
     worker = next(i for i, n in nodes.items() if n["resources_total"].get("node_worker"))
-    ray_job = job["job_id"]
-    tasks = two_nodes.state("tasks", f"job_id={ray_job}")
-    actors = two_nodes.state("actors", f"job_id={ray_job}")
     where: dict[str, Counter[str]] = {}  # node id -> what ran there
-    for task in tasks:
+    for task in two_nodes.state("tasks", f"job_id={job['job_id']}"):
         if task.get("node_id"):
             where.setdefault(task["node_id"], Counter())[f"task {task['name']}"] += 1
-    for actor in actors:
+    for actor in two_nodes.state("actors", f"job_id={job['job_id']}"):
         if actor.get("node_id"):
             where.setdefault(actor["node_id"], Counter())[f"actor {actor['class_name']}"] += 1
     for node, ran in where.items():
         label = {head: "head", worker: "worker"}.get(node, "unknown")
-        print(
-            f"{label} node {node[:8]}: {sum(ran.values())} tasks and actors, most: {dict(ran.most_common(10))}"
-        )
+        print(f"{label} node {node[:8]}: {sum(ran.values())} tasks and actors, most: {dict(ran.most_common(10))}")
     assert set(where) == {head, worker}, where
 
 

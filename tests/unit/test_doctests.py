@@ -18,6 +18,7 @@ MODULES = [
     "chessrl.lm.models",
     "chessrl.lm.lm_data",
     "chessrl.lm.legality",
+    "chessrl.lm.lm_eval",
     "chessrl.arena.rating",
     "chessrl.arena.sprt",
     "chessrl.arena.players",
