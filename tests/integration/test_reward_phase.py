@@ -1,7 +1,7 @@
 """reward on the local Ray: two Ray Train workers finish (no hang); the saved reward model loads
 with transformers alone and scores a move there exactly as the RewardServer does; bad input is
 one clear message. (A driver killed with SIGKILL during reward resumes from its last checkpoint:
-tests/integration/test_rlaif.py kills the rlaif driver there and checks the resume.)
+tests/system/test_rlaif_system.py kills the rlaif driver there and checks the resume.)
 
 The pairs are built from real games with python-chess (chosen: the move played, rejected: another
 legal move), in the preference schema and layout (``train/``, ``heldout/``): what is tested here
