@@ -290,10 +290,9 @@ def split_heldout(context: PhaseContext, found: SftInputs, folder: str) -> SftSp
     answer), also written to ``<run>/<folder>/heldout.json`` for anyone who measures the saved
     model the same way (prompt = the moves before, optionally behind the prefix; the move the
     game played)."""
-    source = found.games
     import pyarrow.dataset as pads
 
-    cfg = context.config.sft
+    source, cfg = found.games, context.config.sft
     columns = ["game_id", "moves", "result"]
     table = pads.dataset(source.path(), filesystem=source.fs, format="parquet").to_table(columns=columns)
     train_rows, held_rows, duplicates = split_games(table.to_pylist(), cfg.heldout_fraction)

@@ -61,7 +61,7 @@ def within_context(
     """
     out = []
     for pos in positions:
-        if fits(pos):
+        if not pos.moves_before or fits(pos):  # (the first move's prompt fits any context)
             out.append(pos)
             continue
         lo, hi = 0, len(pos.moves_before) - 1  # the longest prefix that fits, by bisection
