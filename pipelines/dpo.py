@@ -473,7 +473,7 @@ def run_dpo(context: PhaseContext) -> PhaseResult:
 
 
 PHASE = Phase(name="dpo", section="dpo", section_model=DPOConfig, run=run_dpo, check=check_dpo,
-              summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+              folder="dpo", summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
 main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

@@ -499,7 +499,7 @@ def summary_lines(
 
 
 PHASE = Phase(name="grpo", section="grpo", section_model=GRPOConfig, run=run_grpo, check=check_grpo,
-              summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+              folder=lambda c: grpo_folder(c.grpo.loss_type), summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
 main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

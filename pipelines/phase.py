@@ -122,6 +122,14 @@ class Phase:
     #: files, config values across sections), with no Ray: ``run_phase`` and the ``rlaif`` graph
     #: run it before Ray starts (a UserError: one ``error:`` line, exit 2).
     check: Callable[[ChessRLConfig, Inputs], object] | None = None
+    #: The folder under the run that holds what the phase resumes from (checkpoints, shards):
+    #: its name, or a function of the config (``sft-board``, ``online-dpo``). ``run_phase`` keeps
+    #: the section that last wrote there in it (:func:`note_config_change`); None: no such folder.
+    folder: str | Callable[[ChessRLConfig], str] | None = None
+
+    def output_folder(self, config: ChessRLConfig) -> str | None:
+        """The run's folder this phase resumes from with ``config`` (None: it has none)."""
+        return self.folder(config) if callable(self.folder) else self.folder
 
     def main(self, argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
         """The phase's command: ``chess-rl <name>`` and ``python -m pipelines.<name>`` (see :func:`run_phase`)."""
@@ -294,6 +302,8 @@ def run_phase(phase: Phase, argv: Sequence[str] | None = None, *, prog: str | No
         run_storage = Storage.from_uri(config.run.storage).child(config.run.name)
         params = flatten(config)
         log(f"run {config.run.name!r} -> {run_storage.uri}")
+        if (folder := phase.output_folder(config)) is not None:
+            note_config_change(run_storage.child(folder), phase.section, config, log)
         log(
             "config: "
             + json.dumps({k: v for k, v in flatten(config).items() if k.startswith(f"{phase.section}.")})
@@ -323,6 +333,50 @@ def run_phase(phase: Phase, argv: Sequence[str] | None = None, *, prog: str | No
         return EXIT_OK if result.ok else EXIT_EMPTY
 
     return exit_code(body)
+
+
+CONFIG_RECORD = "config.json"
+
+
+def note_config_change(
+    folder: Storage, section: str, config: ChessRLConfig, log: Callable[[str], None]
+) -> list[str]:
+    """Warn when ``folder`` holds what a run with another ``section`` (or seed) wrote: the phase
+    resumes from it (a learner from its last checkpoint, a producer from its shards), so a run
+    started again under the same ``--run-name`` with, say, another learning rate would silently
+    continue the old one. Then record this run's section there. Returns the changed keys.
+
+    >>> import tempfile
+    >>> from cluster.config import resolve_preset
+    >>> folder = Storage.from_uri(tempfile.mkdtemp()).child("sft")
+    >>> cfg = load_config(ChessRLConfig, path=resolve_preset("tiny"))
+    >>> note_config_change(folder, "sft", cfg, print)  # an empty folder: nothing to say
+    []
+    >>> folder.write_text("checkpoint_000001/weights", "...")
+    >>> other = cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"learning_rate": 0.5})})
+    >>> note_config_change(folder, "sft", other, print)  # doctest: +ELLIPSIS
+    warning: .../sft was written by a run with another config (sft.learning_rate 0.003 -> 0.5); this run resumes from what is there. To start over, use a new --run-name or delete the folder.
+    ['sft.learning_rate']
+    >>> note_config_change(folder, "sft", other, print)  # the same again: quiet
+    []
+    """
+    record = {**flatten(getattr(config, section), prefix=f"{section}."), "run.seed": config.run.seed}
+    changed: list[str] = []
+    if folder.exists(CONFIG_RECORD):
+        try:
+            before = json.loads(folder.read_text(CONFIG_RECORD))
+        except ValueError:  # cut short: nothing to compare with
+            before = {}
+        changed = sorted(k for k in record.keys() | before.keys() if before and record.get(k) != before.get(k))
+    if changed:
+        shown = ", ".join(f"{k} {before.get(k)} -> {record.get(k)}" for k in changed[:4])
+        more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+        log(
+            f"warning: {folder.uri} was written by a run with another config ({shown}{more}); this run "
+            "resumes from what is there. To start over, use a new --run-name or delete the folder."
+        )
+    folder.write_text(CONFIG_RECORD, json.dumps(record, indent=1, sort_keys=True))
+    return changed
 
 
 def local_paths(config: ChessRLConfig, sections: Sequence[str]) -> dict[str, str]:

@@ -606,7 +606,7 @@ def summary_lines(summary: dict[str, Any], cfg: PPOConfig, seconds: float, curve
 
 
 PHASE = Phase(name="ppo", section="ppo", section_model=PPOConfig, run=run_ppo, check=check_ppo,
-              summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+              folder="ppo", summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
 main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

@@ -361,7 +361,7 @@ def summary_lines(summary: dict[str, Any], out: Storage) -> list[str]:
 
 PHASE = Phase(
     name="preferences", section="preferences", section_model=PreferencesConfig, run=run_preferences, check=check_preferences,
-    summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+    folder="preferences", summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
 main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

@@ -527,7 +527,7 @@ def run_reward(context: PhaseContext) -> PhaseResult:
 
 
 PHASE = Phase(name="reward", section="reward", section_model=RewardConfig, run=run_reward, check=check_reward,
-              summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+              folder="reward", summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
 main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

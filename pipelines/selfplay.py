@@ -356,7 +356,7 @@ def run_selfplay(context: PhaseContext) -> PhaseResult:
 
 PHASE = Phase(
     name="selfplay", section="selfplay", section_model=SelfplayConfig, run=run_selfplay, check=check_selfplay,
-    summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+    folder="selfplay", summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
 main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

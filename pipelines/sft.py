@@ -731,7 +731,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
 
 
 PHASE = Phase(name="sft", section="sft", section_model=SftConfig, run=run_sft, check=check_sft,
-              summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+              folder=lambda c: sft_folder(c.sft.text_format), summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
 main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

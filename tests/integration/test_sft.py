@@ -224,8 +224,11 @@ def test_killed_sft_driver_resumes_from_its_last_checkpoint(storage, tmp_path, k
         registered = again
     assert registered[-1] < 48 and not (tmp_path / "k" / "sft" / "summary.json").exists()
 
-    rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    # the same command with another learning rate: it resumes all the same, and says so first
+    rerun = subprocess.run([*command, "--learning-rate", "0.001"], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=600)  # fmt: skip
     assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "was written by a run with another config (sft.learning_rate 0.003 -> 0.001)" in rerun.stderr
     summary = json.loads((tmp_path / "k" / "sft" / "summary.json").read_text())
     assert summary["steps"] == 48
     assert summary["resumed_from_step"] == registered[-1] > 0

@@ -181,9 +181,10 @@ def moto_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         stop_group(process, grace=5)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def s3(moto_s3: Server) -> Any:
-    """A boto3 S3 client of ``moto_s3`` (for buckets and checks; the phases use their own)."""
+    """A boto3 S3 client of ``moto_s3`` (for buckets and checks; the phases use their own). One
+    for the session, so module fixtures that fill a bucket use it too."""
     import boto3
 
     return boto3.client(
@@ -193,6 +194,31 @@ def s3(moto_s3: Server) -> Any:
         aws_secret_access_key=moto_s3.env["AWS_SECRET_ACCESS_KEY"],
         region_name="us-east-1",
     )
+
+
+def registered_checkpoints(s3: Any, bucket: str, folder: str) -> list[dict[str, Any]]:
+    """The checkpoints Ray Train has recorded under ``s3://<bucket>/<folder>/ray/`` (its
+    snapshot files): the ones a resumed run may start from, each with its ``metrics``. A snapshot
+    being written is left for the next look.
+
+    ``[int(r["metrics"]["iteration"]) for r in registered_checkpoints(s3, "b", "runs/x/grpo")]``"""
+    results: list[dict[str, Any]] = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{folder}/ray/"):
+        for item in page.get("Contents", []):
+            if not item["Key"].endswith("checkpoint_manager_snapshot.json"):
+                continue
+            try:
+                body = s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
+                results += json.loads(body)["checkpoint_results"]
+            except (ValueError, KeyError, s3.exceptions.NoSuchKey):  # being written
+                continue
+    return results
+
+
+@pytest.fixture(scope="session")
+def registered_on_s3() -> Any:
+    """:func:`registered_checkpoints`, for the test modules (conftest is not importable)."""
+    return registered_checkpoints
 
 
 @pytest.fixture(scope="module")

@@ -74,27 +74,15 @@ class Bucket:
         return self.s3.get_object(Bucket=BUCKET, Key=f"{self.prefix}/{key}")["Body"].read()
 
     def registered(self, phase: str) -> list[dict[str, Any]]:
-        """The checkpoints Ray Train has recorded for ``phase`` (its snapshot file on S3): the
-        ones a resumed run may start from."""
-        results: list[dict[str, Any]] = []
-        for key in self.keys(f"{phase}/ray/"):
-            if key.endswith("checkpoint_manager_snapshot.json"):
-                try:
-                    results += json.loads(self.read(key))["checkpoint_results"]
-                except (ValueError, KeyError, self.s3.exceptions.NoSuchKey):  # being written
-                    continue
-        return results
+        """The checkpoints Ray Train has recorded for ``phase``: the ones a resumed run may start from."""
+        return servers.registered_checkpoints(self.s3, BUCKET, f"{self.prefix}/{phase}")
 
 
 @pytest.fixture(scope="module")
-def graph(two_nodes: Cluster, moto_s3, tmp_path_factory, repo: Path, pgn_dir: Path) -> dict[str, Any]:
+def graph(two_nodes: Cluster, moto_s3, s3, tmp_path_factory, repo: Path, pgn_dir: Path) -> dict[str, Any]:
     """The micro graph killed during reward on the embedded Ray, then resumed as a job on the
     two-node cluster: what the test below looks at."""
-    import boto3
-
     tmp = tmp_path_factory.mktemp("rlaif")
-    s3 = boto3.client("s3", endpoint_url=moto_s3.url, aws_access_key_id=moto_s3.env["AWS_ACCESS_KEY_ID"],
-                      aws_secret_access_key=moto_s3.env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")  # fmt: skip
     s3.create_bucket(Bucket=BUCKET)
     s3.upload_file(str(pgn_dir / "masters" / "Firouzja.pgn.zst"), BUCKET, "input/Firouzja.pgn.zst")
     # The cluster config's rule: inputs and storage reachable from every node, so both on S3;

@@ -32,12 +32,8 @@ ITERATIONS, PROMPTS, GROUP = 24, 8, 4
 
 
 @pytest.fixture(scope="module")
-def inputs(moto_s3, pgn_dir: Path, tmp_path_factory) -> None:
+def inputs(s3, pgn_dir: Path, tmp_path_factory) -> None:
     """The bucket, with the start policy and the games (:func:`_upload_inputs`)."""
-    import boto3
-
-    s3 = boto3.client("s3", endpoint_url=moto_s3.url, aws_access_key_id=moto_s3.env["AWS_ACCESS_KEY_ID"],
-                      aws_secret_access_key=moto_s3.env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")  # fmt: skip
     s3.create_bucket(Bucket=BUCKET)
     _upload_inputs(s3, pgn_dir, tmp_path_factory.mktemp("inputs"))
 
@@ -65,23 +61,16 @@ def _upload_inputs(s3, pgn_dir: Path, tmp_path: Path) -> None:
     s3.put_object(Bucket=BUCKET, Key="games/part-0.parquet", Body=sink.getvalue())
 
 
-def _registered(s3, prefix: str) -> list[int]:
-    """The iterations of the checkpoints Ray Train's snapshot on S3 records (empty: none yet)."""
-    listing = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/grpo/ray/")
-    steps: list[int] = []
-    for item in listing.get("Contents", []):
-        if item["Key"].endswith("checkpoint_manager_snapshot.json"):
-            try:
-                body = json.loads(s3.get_object(Bucket=BUCKET, Key=item["Key"])["Body"].read())
-            except ValueError:  # being written
-                continue
-            steps += [int(r["metrics"].get("iteration", 0)) for r in body["checkpoint_results"]]
-    return steps
-
-
-def test_learner_on_two_uneven_nodes_survives_losing_one(uneven_two_nodes, inputs, s3, repo: Path, driver_err):
+def test_learner_on_two_uneven_nodes_survives_losing_one(
+    uneven_two_nodes, inputs, s3, registered_on_s3, repo: Path, driver_err
+):
     cluster = uneven_two_nodes
     prefix = "runs/uneven"
+
+    def iterations() -> list[int]:
+        """The iterations of the checkpoints Ray Train's snapshot on S3 records (empty: none yet)."""
+        return [int(r["metrics"].get("iteration", 0)) for r in registered_on_s3(s3, BUCKET, f"{prefix}/grpo")]
+
     entrypoint = [
         "python", "-m", "pipelines.grpo", "--config", "tiny", "--run-name", "uneven", "--no-tracking",
         "--storage", f"s3://{BUCKET}/runs", "--policy", f"s3://{BUCKET}/start", "--games", f"s3://{BUCKET}/games",
@@ -108,7 +97,7 @@ def test_learner_on_two_uneven_nodes_survives_losing_one(uneven_two_nodes, input
     def running_until(job_id: str, recorded: Callable[[list[int]], bool]) -> None:
         """Wait, the job still running, until the checkpoints registered on S3 satisfy ``recorded``."""
         deadline = time.monotonic() + 300
-        while not recorded(_registered(s3, prefix)):
+        while not recorded(iterations()):
             assert cluster.job_status(job_id).get("status") in ("PENDING", "RUNNING"), logs(job_id)[-4000:]
             assert time.monotonic() < deadline, logs(job_id)[-4000:]
             time.sleep(1)
@@ -132,12 +121,12 @@ def test_learner_on_two_uneven_nodes_survives_losing_one(uneven_two_nodes, input
             cpus = sum(v for k, v in actor["required_resources"].items() if k.startswith("CPU"))
             assert cpus <= 3, actor  # no actor asks for more than the largest node
     assert placed == {"RayTrainWorker": {head, worker}, "EnginePoolActor": {head, worker}}, placed
-    registered = max(_registered(s3, prefix))
+    registered = max(iterations())
     assert registered < ITERATIONS, "the phase ended before the node could be killed"
 
     cluster.kill_worker()
     lost_in_one_line(first)
-    registered = max(_registered(s3, prefix))  # read after the kill: the oldest the rerun may resume from
+    registered = max(iterations())  # read after the kill: the oldest the rerun may resume from
 
     cluster.start_worker()
 
@@ -155,7 +144,7 @@ def test_learner_on_two_uneven_nodes_survives_losing_one(uneven_two_nodes, input
     assert workers, "no learner worker alive on the head"
     os.kill(int(workers[0]["pid"]), signal.SIGKILL)
     lost_in_one_line(second)
-    registered = max(_registered(s3, prefix))  # after the kill
+    registered = max(iterations())  # after the kill
     assert registered < ITERATIONS, "the phase ended before its worker could be killed"
 
     third = submit()
