@@ -45,7 +45,7 @@ from chessrl.lm.lm_data import split_games, training_text
 from chessrl.lm.models import build_model, resolve_bf16
 from cluster.config import RaySection
 from cluster.runtime import ray_session
-from pipelines.sft import tokenize_and_pack
+from pipelines.sft_data import tokenize_and_pack
 
 TARGET = 0.85
 NUM_CPUS = 2

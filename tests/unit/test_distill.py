@@ -12,7 +12,7 @@ import torch
 from chessrl.lm.formats import BoardFormat
 from chessrl.lm.legality import MoveTokens, lm_and_soft_move_loss, pad_legal_targets, soft_targets
 from chessrl.lm.models import build_model
-from pipelines.sft import annotated_blocks
+from pipelines.sft_data import annotated_blocks
 
 HANGING = "4k3/8/8/3q4/4P3/8/8/R3K3 w Q - 0 1"  # exd5 wins the queen
 
@@ -87,7 +87,7 @@ def test_whole_game_blocks_put_each_ply_s_target_before_its_move():
     """A 3-ply game annotated at every ply (the moves format): the slot at token t holds the
     legal moves of ply t (the plain form at the start, the spaced one after), and the token after
     it is the move played there."""
-    from pipelines.sft import annotated_game_blocks, annotated_games
+    from pipelines.sft_data import annotated_game_blocks, annotated_games
 
     played = ["e2e4", "e7e5", "g1f3"]
     board, rows = chess.Board(), []

@@ -65,7 +65,7 @@ def test_a_game_costs_one_token_per_move() -> None:
 
 
 def test_the_sft_packing_stage_pads_whole_game_blocks_and_counts_their_tokens() -> None:
-    from pipelines.sft import tokenize_and_pack
+    from pipelines.sft_data import tokenize_and_pack
 
     tok = build_chess_tokenizer()
     games = ["e2e4 e7e5 g1f3", "d2d4 d7d5", "c2c4 " * 20]
@@ -89,7 +89,7 @@ def test_board_texts_are_learnt_on_their_answers_alone() -> None:
     import chess
 
     from chessrl.lm.formats import BoardFormat
-    from pipelines.sft import answer_token, tokenize_and_pack
+    from pipelines.sft_data import answer_token, tokenize_and_pack
 
     tok = build_chess_tokenizer()
     board, texts = chess.Board(), []
