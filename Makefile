@@ -10,6 +10,11 @@ PIP := $(PY) -m pip
 # Re-install only when the dependency list or the pins change.
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt 2>/dev/null | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
+# Test processes side by side (pytest-xdist), each test file whole in one of them (its module
+# fixtures: a two-node cluster, the rlaif graph's run). One process left 35% of 2 CPUs idle (it
+# waits on Ray, Train workers and Stockfish starting); two fill them. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 # Flags for the demo's rlaif command, e.g. DEMO_ARGS='--storage /tmp/r --set ppo.kl_coef=0.1'.
 DEMO_ARGS ?=
 # A GPU machine: the pinned torch from a CUDA wheel index first, e.g.
@@ -44,19 +49,19 @@ lint: venv ## ruff
 	$(VENV)/bin/ruff check .
 
 test: venv stockfish lint ## lint, then every test (unit, integration, system; what CI runs)
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS)
 
 check: venv stockfish lint ## the inner loop: lint, unit and the fast integration tests (no slow, no system)
-	$(VENV)/bin/pytest -m "not slow and not system" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(XDIST) -m "not slow and not system" $(PYTEST_ARGS)
 
 unit: venv ## unit tests only (no Ray, milliseconds each)
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
 
 integration: venv stockfish ## integration tests (local Ray, real Stockfish)
-	$(VENV)/bin/pytest tests/integration $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(XDIST) tests/integration $(PYTEST_ARGS)
 
 system: venv stockfish ## system tests (ray start + job submit, mlflow server, moto S3)
-	$(VENV)/bin/pytest tests/system $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(XDIST) tests/system $(PYTEST_ARGS)
 
 bench: venv stockfish ## benchmarks (ratios against a baseline measured in the same run)
 	$(PY) bench/prepare.py

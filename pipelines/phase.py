@@ -302,8 +302,10 @@ def run_phase(phase: Phase, argv: Sequence[str] | None = None, *, prog: str | No
         run_storage = Storage.from_uri(config.run.storage).child(config.run.name)
         params = flatten(config)
         log(f"run {config.run.name!r} -> {run_storage.uri}")
-        if (folder := phase.output_folder(config)) is not None:
-            note_config_change(run_storage.child(folder), phase.section, config, log)
+        folder = None if (name := phase.output_folder(config)) is None else run_storage.child(name)
+        record = section_record(phase.section, config)
+        if folder is not None:
+            note_config_change(folder, record, log)
         log(
             "config: "
             + json.dumps({k: v for k, v in flatten(config).items() if k.startswith(f"{phase.section}.")})
@@ -318,7 +320,7 @@ def run_phase(phase: Phase, argv: Sequence[str] | None = None, *, prog: str | No
             for note in ray_info.notes:
                 log(f"ray: {note}")
             check_paths_on_nodes(config, (phase.section,), ray_info.mode, log)
-            with tracker.invocation(params), tracker.phase(phase.name, params) as tracking:
+            with recording_config(folder, record), tracker.invocation(params), tracker.phase(phase.name, params) as tracking:
                 context = PhaseContext(
                     config=config, run_storage=run_storage, tracking=tracking, ray=ray_info, log=log
                 )
@@ -338,36 +340,41 @@ def run_phase(phase: Phase, argv: Sequence[str] | None = None, *, prog: str | No
 CONFIG_RECORD = "config.json"
 
 
-def note_config_change(
-    folder: Storage, section: str, config: ChessRLConfig, log: Callable[[str], None]
-) -> list[str]:
-    """Warn when ``folder`` holds what a run with another ``section`` (or seed) wrote: the phase
-    resumes from it (a learner from its last checkpoint, a producer from its shards), so a run
-    started again under the same ``--run-name`` with, say, another learning rate would silently
-    continue the old one. Then record this run's section there. Returns the changed keys.
+def section_record(section: str, config: ChessRLConfig) -> dict[str, Any]:
+    """What a phase's folder keeps of the config that wrote it: its section, flat, and the seed."""
+    return {**flatten(getattr(config, section), prefix=f"{section}."), "run.seed": config.run.seed}
+
+
+def note_config_change(folder: Storage, record: dict[str, Any], log: Callable[[str], None]) -> list[str]:
+    """Warn when ``folder`` holds what a run with another config (:func:`section_record`) wrote:
+    the phase resumes from it (a learner from its last checkpoint, a producer from its shards),
+    so a run started again under the same ``--run-name`` with, say, another learning rate would
+    silently continue the old one. Returns the changed keys (:func:`recording_config` then keeps
+    this run's record there).
 
     >>> import tempfile
     >>> from cluster.config import resolve_preset
     >>> folder = Storage.from_uri(tempfile.mkdtemp()).child("sft")
     >>> cfg = load_config(ChessRLConfig, path=resolve_preset("tiny"))
-    >>> note_config_change(folder, "sft", cfg, print)  # an empty folder: nothing to say
+    >>> note_config_change(folder, section_record("sft", cfg), print)  # nothing there yet
     []
-    >>> folder.write_text("checkpoint_000001/weights", "...")
+    >>> with recording_config(folder, section_record("sft", cfg)):
+    ...     folder.write_text("checkpoint_000001/weights", "...")
     >>> other = cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"learning_rate": 0.5})})
-    >>> note_config_change(folder, "sft", other, print)  # doctest: +ELLIPSIS
-    warning: .../sft was written by a run with another config (sft.learning_rate 0.003 -> 0.5); this run resumes from what is there. To start over, use a new --run-name or delete the folder.
+    >>> note_config_change(folder, section_record("sft", other), print)  # doctest: +ELLIPSIS
+    warning: .../sft was written by a run with another config (sft.learning_rate 0.003 -> 0.5); this run \
+resumes from what is there. To start over, use a new --run-name or delete the folder.
     ['sft.learning_rate']
-    >>> note_config_change(folder, "sft", other, print)  # the same again: quiet
+    >>> note_config_change(folder, section_record("sft", cfg), print)  # the same config: quiet
     []
     """
-    record = {**flatten(getattr(config, section), prefix=f"{section}."), "run.seed": config.run.seed}
-    changed: list[str] = []
-    if folder.exists(CONFIG_RECORD):
-        try:
-            before = json.loads(folder.read_text(CONFIG_RECORD))
-        except ValueError:  # cut short: nothing to compare with
-            before = {}
-        changed = sorted(k for k in record.keys() | before.keys() if before and record.get(k) != before.get(k))
+    if not folder.exists(CONFIG_RECORD):
+        return []
+    try:
+        before = json.loads(folder.read_text(CONFIG_RECORD))
+    except ValueError:  # cut short: nothing to compare with
+        return []
+    changed = sorted(k for k in record.keys() | before.keys() if record.get(k) != before.get(k))
     if changed:
         shown = ", ".join(f"{k} {before.get(k)} -> {record.get(k)}" for k in changed[:4])
         more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
@@ -375,8 +382,25 @@ def note_config_change(
             f"warning: {folder.uri} was written by a run with another config ({shown}{more}); this run "
             "resumes from what is there. To start over, use a new --run-name or delete the folder."
         )
-    folder.write_text(CONFIG_RECORD, json.dumps(record, indent=1, sort_keys=True))
     return changed
+
+
+@contextlib.contextmanager
+def recording_config(folder: Storage | None, record: dict[str, Any]) -> Iterator[None]:
+    """Keep ``record`` in ``folder`` (``config.json``) while the phase runs, for the next run's
+    :func:`note_config_change`. A phase that stops on a user error before writing anything of its
+    own leaves no folder behind (nothing written, as its bad input promises)."""
+    if folder is None:
+        yield
+        return
+    existed = folder.exists()
+    folder.write_text(CONFIG_RECORD, json.dumps(record, indent=1, sort_keys=True))
+    try:
+        yield
+    except UserError:
+        if not existed and folder.list_files() == [CONFIG_RECORD]:
+            folder.delete("")
+        raise
 
 
 def local_paths(config: ChessRLConfig, sections: Sequence[str]) -> dict[str, str]:
