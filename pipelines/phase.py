@@ -388,18 +388,22 @@ resumes from what is there. To start over, use a new --run-name or delete the fo
 @contextlib.contextmanager
 def recording_config(folder: Storage | None, record: dict[str, Any]) -> Iterator[None]:
     """Keep ``record`` in ``folder`` (``config.json``) while the phase runs, for the next run's
-    :func:`note_config_change`. A phase that stops on a user error before writing anything of its
-    own leaves no folder behind (nothing written, as its bad input promises)."""
+    :func:`note_config_change`. A phase stopped by a user error (a mistake found before it
+    trained anything) puts back what was there: no folder where there was none (nothing written,
+    as its bad input promises), the earlier run's record where there was one."""
     if folder is None:
         yield
         return
     existed = folder.exists()
+    before = folder.read_text(CONFIG_RECORD) if existed and folder.exists(CONFIG_RECORD) else None
     folder.write_text(CONFIG_RECORD, json.dumps(record, indent=1, sort_keys=True))
     try:
         yield
     except UserError:
         if not existed and folder.list_files() == [CONFIG_RECORD]:
             folder.delete("")
+        elif before is not None:
+            folder.write_text(CONFIG_RECORD, before)
         raise
 
 

@@ -35,11 +35,26 @@ TIERS = ("unit", "integration", "system")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tier marker from the test's folder, so ``-m integration`` never misses a test."""
+    """The tier marker from the test's folder, so ``-m integration`` never misses a test; then
+    the longest files first: the system tier, the integration files with ``slow`` runs, the other
+    integration files, the unit tests. ``make test`` hands whole files to two processes in this
+    order (pytest-xdist's ``loadfile``), so the last file to start is a short one, not the
+    five-minute rlaif graph."""
     for item in items:
         tier = item.path.parent.name
         if tier in TIERS and item.get_closest_marker(tier) is None:
             item.add_marker(getattr(pytest.mark, tier))
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+
+    def rank(item: pytest.Item) -> int:
+        tier = item.path.parent.name
+        if tier == "system":
+            return 0
+        if tier == "integration":
+            return 1 if item.path in slow_files else 2
+        return 3
+
+    items.sort(key=rank)  # stable: the order within each group stays the collection's
 
 
 @pytest.fixture(scope="session")

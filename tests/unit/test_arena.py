@@ -438,3 +438,49 @@ def test_book_openings_bad_input_names_the_file(tmp_path) -> None:
     not_pgn.write_text("just some notes, no games here\n")
     with pytest.raises(InputDataError, match=re.escape(str(not_pgn))):
         book_openings(not_pgn)
+
+
+class _ScriptedArena:
+    """Stands in for pipelines.matches.Arena (which plays on Ray): each task's game is written to
+    ``folder`` as the real one writes it, and the stronger rung (later in the ladder) wins."""
+
+    def __init__(self, rungs: list[str]) -> None:
+        self.order, self.lines, self.tasks = rungs, [], 0
+
+    def log(self, line: str) -> None:
+        self.lines.append(line)
+
+    def play(self, tasks, folder, what: str) -> dict[str, ArenaGame]:
+        games = {}
+        for task in tasks:
+            white, black = task.white.label, task.black.label
+            result = "1-0" if self.order.index(white) > self.order.index(black) else "0-1"
+            games[task.key] = ArenaGame(white, black, result, "checkmate", [])
+            folder.write_text(f"{task.key}.json", json.dumps(games[task.key].to_dict()))
+        self.tasks += len(tasks)
+        return games
+
+
+def test_a_ladder_is_reused_with_the_same_stockfish_and_rated_again_with_another(tmp_path: Path) -> None:
+    """``ensure_ladder``: rated once, reused by the next evaluation (no game), rated again (and
+    said why) when ladder.json names another Stockfish build."""
+    from chessrl.arena.ladder import LadderSettings
+    from cluster.storage import Storage
+    from pipelines.matches import ensure_ladder
+
+    rungs = ("random", "stockfish:elo=1350,nodes=50,random=50", "stockfish:elo=1350,nodes=50")
+    settings, root = LadderSettings(rungs=rungs, games=4), Storage.from_uri(str(tmp_path))
+    arena = _ScriptedArena(list(settings.labels))
+    ladder, played = ensure_ladder(arena, settings, root, "Stockfish 17 (sha256 aaaa)")
+    assert played == arena.tasks == 8 and ladder.stockfish == "Stockfish 17 (sha256 aaaa)"
+    [saved] = (tmp_path / "ladder").iterdir()
+    assert json.loads((saved / "ladder.json").read_text())["stockfish"] == ladder.stockfish
+
+    again, played = ensure_ladder(arena, settings, root, "Stockfish 17 (sha256 aaaa)")
+    assert played == 0 and arena.tasks == 8 and again.ratings == ladder.ratings
+    assert "no ladder games to play" in arena.lines[-1]
+
+    other, played = ensure_ladder(arena, settings, root, "Stockfish 18 (sha256 bbbb)")
+    assert played == 8 and other.stockfish == "Stockfish 18 (sha256 bbbb)"
+    assert any("was rated with Stockfish 17 (sha256 aaaa), this is Stockfish 18" in line for line in arena.lines)
+    assert json.loads((saved / "ladder.json").read_text())["stockfish"] == "Stockfish 18 (sha256 bbbb)"

@@ -113,3 +113,25 @@ def test_the_legal_move_loss_weight_defaults_to_one_and_an_explicit_weight_is_ke
     assert legal_move_tokens(SftConfig(legal_loss_weight=0.5), tok, said.append)[1] == 0.5
     assert legal_move_tokens(SftConfig(legal_loss_weight=0), tok, said.append) == (None, 0.0)
     assert said == []
+
+
+def test_the_legal_move_loss_is_off_for_a_tokenizer_that_splits_moves_and_a_weight_for_it_is_refused() -> None:
+    """A BPE that spells a move in pieces: left unset, the loss is off and the log says why; a
+    weight asked for is one ConfigError (``sft --legal-loss-weight 1`` with such a base model)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from cluster.errors import ConfigError
+    from pipelines.config import SftConfig
+    from pipelines.sft import legal_move_tokens
+
+    core = Tokenizer(models.BPE(unk_token=None))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    core.train_from_iterator(["e2e4 e7e5 g1f3 b8c6"] * 10, trainer=trainers.BpeTrainer(vocab_size=300))
+    bpe = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    said: list[str] = []
+    assert legal_move_tokens(SftConfig(), bpe, said.append) == (None, 0.0)
+    assert len(said) == 1 and said[0].startswith("legal-move loss off: the tokenizer has no single token for")
+    with pytest.raises(ConfigError, match="is 1.0, but the tokenizer has no single token for .* set it to 0"):
+        legal_move_tokens(SftConfig(legal_loss_weight=1), bpe, said.append)
