@@ -37,13 +37,15 @@ TIERS = ("unit", "integration", "system")
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tier marker from the test's folder, so ``-m integration`` never misses a test; then
     the longest files first: the system tier, the integration files with ``slow`` runs, the other
-    integration files, the unit tests. ``make test`` hands whole files to two processes in this
-    order (pytest-xdist's ``loadfile``), so the last file to start is a short one, not the
-    five-minute rlaif graph."""
+    integration files, the unit tests, when pytest-xdist hands whole files to several processes
+    (``TEST_WORKERS=2 make test``: ``loadfile``, in this order), so the last file to start is a
+    short one, not the five-minute rlaif graph. One process keeps the folders' order (unit first)."""
     for item in items:
         tier = item.path.parent.name
         if tier in TIERS and item.get_closest_marker(tier) is None:
             item.add_marker(getattr(pytest.mark, tier))
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
 
     def rank(item: pytest.Item) -> int:
