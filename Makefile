@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 # driver crashed inside Ray (a fatal check in its pubsub subscriber) and pytest-xdist then waited
 # forever instead of reporting the lost worker; a CI run that hangs never lands. See tests/README.md.
 TEST_WORKERS ?= 0
-XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+XDIST := $(if $(filter-out 0,$(strip $(TEST_WORKERS))),-n $(strip $(TEST_WORKERS)) --dist loadfile --no-loadscope-reorder)
 # Flags for the demo's rlaif command, e.g. DEMO_ARGS='--storage /tmp/r --set ppo.kl_coef=0.1'.
 DEMO_ARGS ?=
 # A GPU machine: the pinned torch from a CUDA wheel index first, e.g.

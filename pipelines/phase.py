@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow.fs as pafs
 from pydantic import BaseModel
 
 from cluster.config import (
@@ -337,7 +338,8 @@ def run_phase(phase: Phase, argv: Sequence[str] | None = None, *, prog: str | No
     return exit_code(body)
 
 
-CONFIG_RECORD = "config.json"
+#: Not ``config.json``: a phase folder passed where a saved model is wanted must still fail as one.
+CONFIG_RECORD = "phase-config.json"
 
 
 def section_record(section: str, config: ChessRLConfig) -> dict[str, Any]:
@@ -374,6 +376,8 @@ resumes from what is there. To start over, use a new --run-name or delete the fo
         before = json.loads(folder.read_text(CONFIG_RECORD))
     except ValueError:  # cut short: nothing to compare with
         return []
+    if not isinstance(before, dict):
+        return []
     changed = sorted(k for k in record.keys() | before.keys() if record.get(k) != before.get(k))
     if changed:
         shown = ", ".join(f"{k} {before.get(k)} -> {record.get(k)}" for k in changed[:4])
@@ -387,23 +391,55 @@ resumes from what is there. To start over, use a new --run-name or delete the fo
 
 @contextlib.contextmanager
 def recording_config(folder: Storage | None, record: dict[str, Any]) -> Iterator[None]:
-    """Keep ``record`` in ``folder`` (``config.json``) while the phase runs, for the next run's
-    :func:`note_config_change`. A phase stopped by a user error (a mistake found before it
-    trained anything) puts back what was there: no folder where there was none (nothing written,
-    as its bad input promises), the earlier run's record where there was one."""
+    """Keep ``record`` in ``folder`` (:data:`CONFIG_RECORD`) while the phase runs, for the next
+    run's :func:`note_config_change`. A phase stopped by a user error before it wrote anything
+    else puts back what was there: no folder where there was none (nothing written, as its bad
+    input promises), the earlier run's record where there was one. Once it wrote something (a
+    checkpoint, a shard), its own record stays, whatever stopped it.
+
+    >>> import tempfile
+    >>> from cluster.errors import ConfigError
+    >>> root = Storage.from_uri(tempfile.mkdtemp())
+    >>> def fails(folder, record, write=False):
+    ...     try:
+    ...         with recording_config(folder, record):
+    ...             if write:
+    ...                 folder.write_text("checkpoint_000001/weights", "...")
+    ...             raise ConfigError("a mistake")
+    ...     except ConfigError:
+    ...         return folder.read_text(CONFIG_RECORD) if folder.exists(CONFIG_RECORD) else None
+    >>> fails(root.child("new"), {"a": 1}), root.exists("new")  # nothing left behind
+    (None, False)
+    >>> with recording_config(root.child("old"), {"a": 1}):
+    ...     root.child("old").write_text("checkpoint_000001/weights", "...")
+    >>> json.loads(fails(root.child("old"), {"a": 2}))  # the earlier run's record put back
+    {'a': 1}
+    >>> json.loads(fails(root.child("old"), {"a": 3}, write=True))  # it wrote: its own record stays
+    {'a': 3}
+    """
     if folder is None:
         yield
         return
+
+    def contents() -> dict[str, tuple[int, Any]]:
+        infos = folder.fs.get_file_info(pafs.FileSelector(folder.path(), recursive=True, allow_not_found=True))
+        return {i.path: (i.size, i.mtime_ns) for i in infos if i.is_file and not i.path.endswith(CONFIG_RECORD)}
+
     existed = folder.exists()
     before = folder.read_text(CONFIG_RECORD) if existed and folder.exists(CONFIG_RECORD) else None
+    files = contents() if existed else {}
     folder.write_text(CONFIG_RECORD, json.dumps(record, indent=1, sort_keys=True))
     try:
         yield
     except UserError:
-        if not existed and folder.list_files() == [CONFIG_RECORD]:
-            folder.delete("")
-        elif before is not None:
-            folder.write_text(CONFIG_RECORD, before)
+        with contextlib.suppress(StorageError, OSError):  # (the storage may be why it stopped)
+            if contents() == files:  # it wrote nothing of its own
+                if not existed:
+                    folder.delete("")
+                elif before is not None:
+                    folder.write_text(CONFIG_RECORD, before)
+                else:
+                    folder.delete(CONFIG_RECORD)
         raise
 
 

@@ -39,7 +39,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     the longest files first: the system tier, the integration files with ``slow`` runs, the other
     integration files, the unit tests, when pytest-xdist hands whole files to several processes
     (``TEST_WORKERS=2 make test``: ``loadfile``, in this order), so the last file to start is a
-    short one, not the five-minute rlaif graph. One process keeps the folders' order (unit first)."""
+    short one, not the five-minute rlaif graph (the Makefile turns off xdist's own reorder by test
+    count). Without xdist the folders' order stays (unit first)."""
     for item in items:
         tier = item.path.parent.name
         if tier in TIERS and item.get_closest_marker(tier) is None:

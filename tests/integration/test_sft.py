@@ -160,7 +160,8 @@ def test_a_legal_move_loss_weight_for_a_tokenizer_that_splits_moves_is_one_clear
     storage, tmp_path, capsys, driver_err
 ):
     """Through the command, before Ray: one line, nothing written. (Left unset, the loss is off:
-    ``unit/test_lm_data.py``; the rookworld test below trains such a tokenizer with it off.)"""
+    ``unit/test_lm_data.py``; a moves-format run with the loss off is no longer trained end to end
+    here: the rookworld test below trains a BPE model with it off for its format.)"""
     core = Tokenizer(models.BPE(unk_token=None))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
@@ -203,7 +204,8 @@ def registered_steps(storage: Path, run: str) -> list[int]:
 @pytest.mark.slow
 def test_killed_sft_driver_resumes_from_its_last_checkpoint(storage, tmp_path, killed_run):
     """kill -9 of the whole sft job (driver, its embedded Ray, the Train worker) once Ray Train has
-    registered a checkpoint; the same command then resumes from the last one it registered."""
+    registered a checkpoint; the same command (with another learning rate: it warns first) then
+    resumes from the last one it registered."""
     games = storage / "s" / "prepare" / "games"
     command = sft_command(tmp_path, games, "k", "--max-steps", "48", "--eval-every", "4")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": ""}
