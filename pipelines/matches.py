@@ -195,6 +195,27 @@ def schedule_pairs(
     return tasks
 
 
+def check_players(game: ArenaGame, task: GameTask, uri: str) -> None:
+    """A saved game resumes only the task it was played for: the same players in the same colours.
+    A match re-run with other players (or a model moved to another path: a player is named by its
+    spec) would otherwise count their games as this match's.
+
+    >>> from chessrl.arena.players import parse_player_spec
+    >>> task = GameTask("pair-00000-a-white", parse_player_spec("random"), parse_player_spec("stockfish"),
+    ...                 Opening(moves=()), 1)
+    >>> check_players(ArenaGame("random", "stockfish", "1-0", "checkmate", []), task, "g.json")
+    >>> check_players(ArenaGame("lm:/old/model", "stockfish", "1-0", "checkmate", []), task, "g.json")
+    Traceback (most recent call last):
+    cluster.errors.UserError: g.json holds a game of lm:/old/model (white) against stockfish (black); this run's game pair-00000-a-white is random against stockfish: the players changed since that game was played (a model is named by its path). Use another --run-name, or the players this match was started with
+    """
+    if (game.white, game.black) != (task.white.label, task.black.label):
+        raise UserError(
+            f"{uri} holds a game of {game.white} (white) against {game.black} (black); this run's game {task.key} "
+            f"is {task.white.label} against {task.black.label}: the players changed since that game was played "
+            "(a model is named by its path). Use another --run-name, or the players this match was started with"
+        )
+
+
 @dataclass
 class Arena:
     """Plays game tasks as Ray tasks, at most ``limit`` at once, each result written to storage
@@ -223,6 +244,9 @@ class Arena:
             for t in tasks
             if t.key in on_disk
         }
+        for t in tasks:
+            if t.key in finished:
+                check_players(finished[t.key], t, folder.uri_of(f"{t.key}.json"))
         queue = [t for t in tasks if t.key not in on_disk]
         self.log(f"{what}: {len(tasks)} games ({len(finished)} already played, {len(queue)} to play)")
         if stop is not None and stop(finished):

@@ -1,7 +1,7 @@
 """evaluate's measurement modes on the local Ray with real Stockfish and real games: the low Elo
 ladder (rated once per storage and Stockfish build, then reused; a weak model gets a finite Elo
 and no report shows nan or inf) and the SPRT A/B match (a clearly stronger player ends in H1, two
-copies of one model in H0 or at --games; a match resumes)."""
+copies of one model in H0 or at --games; a match resumes, and is refused when its players changed)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipelines import evaluate
-from pipelines.phase import EXIT_OK
+from pipelines.phase import EXIT_OK, EXIT_USER_ERROR
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,6 +110,13 @@ def test_sprt_accepts_h1_for_a_clearly_stronger_player_and_resumes(tmp_path, loc
     assert len(list((folder / "games").glob("*.json"))) >= result["games"]
     assert (folder / "games.pgn").read_text().count("[Event ") >= result["games"]
     assert (folder / "llr.png").stat().st_size > 1000 and "H1 accepted" in (folder / "report.md").read_text()
+    # the same run name with another player is refused, not resumed with the other player's games
+    saved = {p.name: p.read_bytes() for p in (folder / "games").glob("*.json")}
+    capsys.readouterr()
+    changed = sprt_args(tmp_path, "stockfish:skill=0,nodes=2", weak, "--elo1", "200", "--games", "60")
+    assert evaluate.main(changed) == EXIT_USER_ERROR
+    assert "the players changed since that game was played" in both(capsys)
+    assert {p.name: p.read_bytes() for p in (folder / "games").glob("*.json")} == saved
 
 
 def test_sprt_of_two_copies_of_one_model_is_not_h1(tmp_path, model_dir, local_ray, capsys):
