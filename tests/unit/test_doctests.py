@@ -67,6 +67,7 @@ MODULES = [
     "chessrl.rl.dpo",
     "chessrl.lm.masked",
     "pipelines.phase",
+    "pipelines.config_record",
     "pipelines.sft_data",
     "chessrl.engine.annotation",
     "pipelines.annotate",
