@@ -35,7 +35,6 @@ from functools import partial
 from typing import Any
 
 from chessrl.lm.formats import get_format
-from chessrl.lm.models import context_length, load_tokenizer, local_checkpoint
 from chessrl.rl.dpo import pair_ids
 from chessrl.rl.reward import heldout_board
 from cluster.errors import ConfigError, InputDataError
@@ -412,6 +411,8 @@ def summary_lines(summary: dict[str, Any], quality_nodes: int) -> list[str]:
 def run_dpo(context: PhaseContext) -> PhaseResult:
     """Check the inputs, tokenize the pairs (:func:`dpo_data`), train in Ray Train, export the
     policy, measure the start and final policies' move quality, summarise."""
+    from chessrl.lm.models import context_length, load_tokenizer, local_checkpoint
+
     cfg = context.config.dpo
     found = check_dpo(context.config, Inputs.of_context(context))
     assert found.preferences is not None and found.text_format is not None  # nothing is taken as given here

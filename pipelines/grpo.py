@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from chessrl.rl.grpo import GRPOSettings, Prompt
+from chessrl.rl.grpo_types import GRPOSettings, Prompt
 from cluster.errors import ConfigError, StorageError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage

@@ -42,7 +42,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from chessrl.rl.ppo import PPOSettings
+from chessrl.rl.ppo_types import PPOSettings
 from cluster.errors import ConfigError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage

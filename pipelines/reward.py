@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from chessrl.lm.formats import get_format
-from chessrl.lm.models import ModelLoadError, context_length, load_tokenizer, local_checkpoint
 from chessrl.rl.preferences import LEGAL_KINDS, mover_cp_after
 from chessrl.rl.reward import TEXT_FORMAT_KEY, heldout_board, pair_texts, query_ids, reward_format, text_ids
 from cluster.errors import ConfigError, StorageError
@@ -126,6 +125,8 @@ def reward_model_from_backbone(path: str) -> tuple[Any, Any]:
     from transformers import GPT2ForSequenceClassification
     from transformers.utils import logging as hf_logging
 
+    from chessrl.lm.models import load_tokenizer, local_checkpoint
+
     local = local_checkpoint(path)
     tokenizer = load_tokenizer(str(local))
     verbosity = hf_logging.get_verbosity()
@@ -140,6 +141,8 @@ def reward_model_from_backbone(path: str) -> tuple[Any, Any]:
 
 def check_backbone(path: str, key: str = "reward.base_model (--base-model)") -> Path:
     """The local folder of a GPT-2-style checkpoint; anything else is one clear error."""
+    from chessrl.lm.models import ModelLoadError, local_checkpoint
+
     try:
         local = local_checkpoint(path)
     except ModelLoadError as exc:
@@ -464,6 +467,8 @@ def run_reward(context: PhaseContext) -> PhaseResult:
     training sample for the normalisation, export the model with it, summarise."""
     import ray
     from ray.train.huggingface.transformers import RayTrainReportCallback
+
+    from chessrl.lm.models import context_length, load_tokenizer
 
     cfg = context.config.reward
     found = check_reward(context.config, Inputs.of_context(context))

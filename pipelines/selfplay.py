@@ -37,11 +37,10 @@ import json
 import sys
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from chessrl.search.mcts import MCTSConfig
-from chessrl.search.network import NetConfig
-from chessrl.search.selfplay import SelfPlaySettings
+from chessrl.search.mcts_config import MCTSConfig
+from chessrl.search.net_config import NetConfig
 from cluster.progress import ProgressBoard
 from cluster.runtime import release_actor_name
 from cluster.storage import Storage
@@ -52,6 +51,9 @@ from pipelines.learner.loop import fit_then_stop, stop_collectors
 from pipelines.learner.selfplay import load_weights, numpy_state, save_weights, train_loop_per_worker
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult
 from pipelines.selfplay_gate import final_evaluation, json_safe
+
+if TYPE_CHECKING:  # the search imports torch: the driver (and --help) does not need it
+    from chessrl.search.selfplay import SelfPlaySettings
 
 SUMMARY = one_line("selfplay")
 DESCRIPTION = (
@@ -81,6 +83,8 @@ def mcts_config(cfg: SelfplayConfig) -> MCTSConfig:
 
 def selfplay_settings(cfg: SelfplayConfig) -> SelfPlaySettings:
     """How collectors play their games."""
+    from chessrl.search.selfplay import SelfPlaySettings
+
     keys = ("concurrent_games", "max_plies", "adjudicate_material", "history")
     return SelfPlaySettings(**{key: getattr(cfg, key) for key in keys})
 

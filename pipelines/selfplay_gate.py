@@ -11,8 +11,8 @@ import time
 from collections import Counter
 from typing import Any
 
-from chessrl.search.mcts import MCTSConfig
-from chessrl.search.network import NetConfig
+from chessrl.search.mcts_config import MCTSConfig
+from chessrl.search.net_config import NetConfig
 from cluster.storage import Storage
 from pipelines.config import SelfplayConfig
 from pipelines.phase import PhaseContext

@@ -16,21 +16,11 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chessrl.lm.formats import MovesFormat
-from chessrl.lm.legality import MoveTokens
 from chessrl.lm.lm_data import split_games
 from chessrl.lm.lm_eval import HeldoutPosition, sample_positions, within_context
-from chessrl.lm.models import (
-    ModelLoadError,
-    context_length,
-    load_tokenizer,
-    local_checkpoint,
-    move_tokens,
-    prompt_ids,
-)
-from chessrl.lm.tokenizer import build_chess_tokenizer
 from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
 from pipelines.artifacts import mark_text_format, sft_folder
@@ -41,6 +31,9 @@ from pipelines.learner import trl as trl_learner
 from pipelines.learner.sft import train_loop_per_worker
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, readable_model
 from pipelines.sft_data import SftInputs, SftSplit, board_example_tokens, training_data
+
+if TYPE_CHECKING:  # torch and transformers load where a run needs them, not for --help
+    from chessrl.lm.legality import MoveTokens
 
 SUMMARY = one_line("sft")
 DESCRIPTION = (
@@ -59,6 +52,8 @@ def legal_move_tokens(cfg: SftConfig, tokenizer: Any, log: Any) -> tuple[MoveTok
     loss reads games in the moves format: with ``text_format: rookworld`` it is off, and a weight
     for it is a ConfigError.
     """
+    from chessrl.lm.legality import MoveTokens
+
     if cfg.legal_loss_weight == 0:
         return None, 0.0
     if cfg.text_format != "moves":
@@ -87,6 +82,8 @@ def check_sft(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: Non
     loads), ``max_length`` against its context, the text format's options, the legal-move loss
     for its tokenizer, and the games table (``game_id``, ``moves``, ``result``, a game at least),
     unless an earlier phase of the same graph run writes it."""
+    from chessrl.lm.models import ModelLoadError, context_length, load_tokenizer, local_checkpoint
+    from chessrl.lm.tokenizer import build_chess_tokenizer
     from pipelines.artifacts import games_table
 
     cfg = config.sft
@@ -133,6 +130,8 @@ def check_annotations(
     graph run writes them. Returns their train/
     folders and the move tokens (both None without annotations)."""
     import pyarrow.dataset as pads
+
+    from chessrl.lm.legality import MoveTokens
 
     if not cfg.annotations:
         return None, None
@@ -188,6 +187,8 @@ def split_heldout(context: PhaseContext, found: SftInputs, folder: str) -> SftSp
         condition_on_result=cfg.condition_on_result,
     )
     if cfg.text_format == "moves":  # a tokenizer that spells a move in pieces needs far more tokens a move
+        from chessrl.lm.models import move_tokens, prompt_ids
+
         fmt, answer = MovesFormat(), move_tokens(found.tokenizer)
 
         def fits(p: HeldoutPosition) -> bool:

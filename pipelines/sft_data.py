@@ -15,14 +15,16 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chessrl.lm.formats import BoardFormat
-from chessrl.lm.legality import MoveTokens, legal_move_targets
 from chessrl.lm.lm_data import pack_games, rookworld_texts, training_text
 from cluster.storage import Storage
 from pipelines.config import SftConfig
 from pipelines.learner import trl as trl_learner
+
+if TYPE_CHECKING:  # torch loads in the Ray Data tasks that need it
+    from chessrl.lm.legality import MoveTokens
 
 
 def answer_token(tokenizer: Any) -> int:
@@ -78,6 +80,8 @@ def tokenize_and_pack(
                     marks[i, j] = 1
         out["targets"] = marks
     if legal is not None:
+        from chessrl.lm.legality import legal_move_targets
+
         targets = [legal_move_targets(row, legal, start) for row in rows.tolist()]
         out["legal_counts"] = np.asarray([c for _, c in targets], dtype=np.uint8).reshape(len(rows), block)
         flat = np.empty(len(rows), dtype=object)

@@ -1,7 +1,7 @@
 """AlphaZero-style search and its network.
 
 - :mod:`~chessrl.search.board_encoding`: input planes and the 8×8×73 move space.
-- :mod:`~chessrl.search.network`: the residual policy/value network and its loss.
+- :mod:`~chessrl.search.network`, :mod:`~chessrl.search.net_config`: the residual policy/value network and its loss, and its shape (no torch).
 - :mod:`~chessrl.search.mcts`: batched PUCT (or Gumbel) search over many games at once.
 - :mod:`~chessrl.search.mcts_config`, :mod:`~chessrl.search.mcts_node`: the search's settings, and a node of its trees.
 - :mod:`~chessrl.search.mcts_tree`, :mod:`~chessrl.search.mcts_leaves`: the flat array trees and how a node gets its moves.

@@ -25,14 +25,13 @@ True
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from chessrl.search.board_encoding import NUM_ACTIONS, NUM_PLANES, input_channels
+from chessrl.search.board_encoding import NUM_ACTIONS, NUM_PLANES
+from chessrl.search.net_config import NetConfig
 
 __all__ = [
     "NetConfig",
@@ -42,32 +41,6 @@ __all__ = [
     "count_parameters",
     "load_network",
 ]
-
-
-@dataclass(frozen=True)
-class NetConfig:
-    """The shape of a :class:`PolicyValueNet`."""
-
-    #: Residual blocks in the tower (AlphaZero: 19 or 39).
-    blocks: int = 4
-    #: Convolution channels throughout the tower (AlphaZero: 256).
-    channels: int = 64
-    #: Positions of history in the input planes (AlphaZero: 8); fixes the input channels.
-    history: int = 2
-    #: Hidden units of the value head's fully connected layer (AlphaZero: 256).
-    value_hidden: int = 64
-
-    def __post_init__(self) -> None:
-        for name in ("blocks", "channels", "history", "value_hidden"):
-            value = getattr(self, name)
-            least = 0 if name == "blocks" else 1
-            if not isinstance(value, int) or value < least:
-                raise ValueError(f"NetConfig.{name} must be an integer >= {least}, got {value!r}")
-
-    @property
-    def input_channels(self) -> int:
-        """Planes of the input: ``input_channels(history)``."""
-        return input_channels(self.history)
 
 
 def _conv_bn(cin: int, cout: int, kernel: int) -> list[nn.Module]:

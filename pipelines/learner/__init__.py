@@ -31,7 +31,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from chessrl.lm.models import make_tokenizer_config_generic
 from cluster.errors import ConfigError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
@@ -176,6 +175,8 @@ def export_hf_checkpoint(
     state; the tokenizer config points at the generic fast class (see
     :func:`chessrl.lm.models.make_tokenizer_config_generic`). ``edit(folder)`` may change the files
     first (e.g. add fields to ``config.json``)."""
+    from chessrl.lm.models import make_tokenizer_config_generic
+
     with checkpoint.as_directory() as folder:
         hf = Path(folder) / subfolder
         make_tokenizer_config_generic(hf)

@@ -13,7 +13,7 @@ import time
 from functools import partial
 from typing import Any
 
-from chessrl.rl.grpo import GRPOSettings, Prompt
+from chessrl.rl.grpo_types import GRPOSettings, Prompt
 from cluster.storage import Storage
 from pipelines.artifacts import mark_text_format
 from pipelines.learner import bf16_autocast, worker_place

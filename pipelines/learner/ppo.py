@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from chessrl.rl.ppo import PPOSettings
+from chessrl.rl.ppo_types import PPOSettings
 from cluster.storage import Storage
 from pipelines.learner import RolloutFeed, bf16_autocast, worker_place
 from pipelines.learner.loop import LoopLearner, export_pretrained, frozen_copy

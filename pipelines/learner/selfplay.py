@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from chessrl.search.network import NetConfig
+from chessrl.search.net_config import NetConfig
 from cluster.storage import Storage
 from pipelines.learner.loop import LoopLearner
 from pipelines.selfplay_gate import play_gate

@@ -84,3 +84,21 @@ def test_unknown_phase_exits_2_and_says_what_exists(capsys: pytest.CaptureFixtur
         captured.err
         == "error: unknown phase 'prepar'; phases: prepare, annotate, sft, evaluate, preferences, reward, ppo, grpo, dpo, selfplay, rlaif, tune, config, uci (chess-rl --help)\n"
     )
+
+
+def test_every_phase_help_loads_neither_torch_nor_transformers_nor_ray() -> None:
+    """`chess-rl <phase> --help` and a bad flag's one-line error come in half a second: a phase's
+    driver imports torch, transformers and Ray where a run needs them (5-10 s at the top)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import contextlib, io, sys\n"
+        "from pipelines.cli import PHASES, main\n"
+        "for name in PHASES:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "        main([name, '--help'])\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'trl', 'ray') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr

@@ -27,6 +27,7 @@ MODULES = [
     "chessrl.engine.uci_server",
     "chessrl.search.board_encoding",
     "chessrl.search.network",
+    "chessrl.search.net_config",
     "chessrl.search.mcts",
     "chessrl.search.mcts_node",
     "chessrl.rl.ppo_learner",
