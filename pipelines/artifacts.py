@@ -108,15 +108,21 @@ def mark_text_format(folder: Any, text_format: str) -> None:
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def policy_text_format(policy: str) -> str:
-    """The text format a saved policy was trained on (``chessrl_text_format`` in its config, as
-    sft writes it; moves without): what preferences asks its proposals in and ppo plays it in."""
+def recorded_text_format(policy: str) -> str | None:
+    """The text format a saved policy was trained on, ``chessrl_text_format`` in its config as sft
+    writes it; None where it says none (a model from elsewhere)."""
     import json
 
     from chessrl.lm.models import local_checkpoint
 
     config = json.loads((local_checkpoint(policy) / "config.json").read_text())
-    return str(config.get("chessrl_text_format") or "moves")
+    return str(config["chessrl_text_format"]) if config.get("chessrl_text_format") else None
+
+
+def policy_text_format(policy: str) -> str:
+    """The text format a saved policy was trained on (:func:`recorded_text_format`; moves where it
+    says none): what preferences asks its proposals in and ppo plays it in."""
+    return recorded_text_format(policy) or "moves"
 
 
 def games_table(source: Storage, columns: Sequence[str] = ("game_id", "moves")) -> Any:

@@ -255,13 +255,21 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
     if (cfg.policy or not inputs.will_write(producer)) and (
         stockfish or cfg.reward_model or not inputs.will_write("reward")
     ):
-        from pipelines.artifacts import policy_text_format
+        from pipelines.artifacts import recorded_text_format
 
-        text_format = cfg.text_format or policy_text_format(policy_path)
+        trained = recorded_text_format(policy_path)
+        text_format = cfg.text_format or trained or "moves"
         if text_format not in ("moves", "board"):
             raise ConfigError(
                 f"ppo.policy (--policy): {policy_path} was trained on the {text_format} format; ppo plays the moves "
                 "and board formats: pass --text-format moves or board to ask it in one of them"
+            )
+        if trained in ("moves", "board") and text_format != trained:
+            # a preset's board (its graph's sft-board start) meeting a --policy trained on moves, or the reverse:
+            # the masked policy would read prompts it never saw and PPO would start from noise
+            raise ConfigError(
+                f"ppo.text_format (--text-format) is {text_format}, but the policy {policy_path} was trained on the "
+                f"{trained} format (chessrl_text_format in its config.json): pass --text-format {trained}"
             )
         facts = check_models(
             policy_path, reward_path or None, cfg.max_start_ply + 2 * cfg.max_actions + 2, text_format

@@ -3,11 +3,13 @@ what is wrong), and every case fails in the driver before any actor or training 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from chessrl.lm.models import load_tokenizer
 from chessrl.rl.reward import build_reward_model
 from pipelines import ppo
+from pipelines.artifacts import mark_text_format
 from pipelines.phase import EXIT_USER_ERROR
 
 
@@ -90,6 +92,12 @@ def test_ppo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys):
     assert "ppo.samples_per_state" in line and "ppo.gamma" in line, line
     line = run(*policy, "--reward", "stockfish", "--text-format", "fen")
     assert "ppo.text_format" in line and "board" in line, line
+    # a policy trained on the moves format asked in the board format (the tiny preset's, for its graph)
+    moves_policy = shutil.copytree(tiny_lm_dir, tmp_path / "moves-policy")
+    mark_text_format(moves_policy, "moves")
+    line = run("--policy", str(moves_policy), "--reward", "stockfish", "--text-format", "board")
+    assert "ppo.text_format (--text-format) is board" in line and "trained on the moves format" in line, line
+    assert "pass --text-format moves" in line, line
     # nothing started: no phase output, no rollouts
     assert not (tmp_path / "bad" / "ppo").exists()
 
