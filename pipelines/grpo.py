@@ -99,7 +99,8 @@ def grpo_settings(cfg: GRPOConfig) -> GRPOSettings:
 def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bool = False) -> dict[str, Any]:
     """Load-free checks of the policy: a GPT-2-style LM whose tokenizer loads. A policy not
     trained on ``text_format`` (``chessrl_text_format`` in its config, written by sft) is a
-    warning in the log, not an error: its rewards start low until it learns the format."""
+    warning in the log, not an error: its rewards start low until it learns the format; but moves
+    asked of a board policy, or the reverse, is a ConfigError (each has its own sft, nothing to learn)."""
     from chessrl.lm.models import load_tokenizer, move_tokens
     from pipelines.artifacts import TEXT_FORMAT_KEY
 
@@ -112,6 +113,11 @@ def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bo
 
         check_maskable(tokenizer, f"grpo.masked (--masked): the policy {path}")
     trained = config.get(TEXT_FORMAT_KEY)
+    if {text_format, trained} == {"moves", "board"}:  # e.g. the tiny preset's board meeting a moves --policy
+        raise ConfigError(
+            f"grpo.text_format (--text-format) is {text_format}, but the policy {path} was trained on the {trained} "
+            f"format (chessrl_text_format in its config.json): pass --text-format {trained}"
+        )
     if text_format == "rookworld" and trained != "rookworld":
         log(
             f"warning: the policy {path} was not trained on the rookworld tasks (its text format: {trained or 'unknown'}); "

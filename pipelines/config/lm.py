@@ -421,7 +421,8 @@ class GRPOConfig(Section):
     """How positions are asked: rookworld (policy tasks P: <FEN> M: and environment tasks A: ...),
     moves (the game's moves so far, answered by the next move: the format sft trains by default)
     or board (the position, one character a square: sft --text-format board); moves and board
-    have policy tasks only, so policy_share must be 1."""
+    have policy tasks only, so policy_share must be 1. Moves asked of a policy trained on board,
+    or board of one trained on moves, is a ConfigError."""
     games: str | None = None
     """Games table the positions are cut from (default: this run's prepare output)."""
     iterations: int = Field(30, ge=1)

@@ -4,10 +4,15 @@ warning in the log, not an error."""
 
 from __future__ import annotations
 
+import shutil
+
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
+from cluster.errors import ConfigError
 from pipelines import grpo
+from pipelines.artifacts import mark_text_format
 from pipelines.phase import EXIT_USER_ERROR
 
 
@@ -118,3 +123,14 @@ def test_masked_with_a_tokenizer_that_splits_moves_is_one_line(tmp_path, capsys)
     line = err.strip().splitlines()[-1]
     assert code == EXIT_USER_ERROR and "Traceback" not in err, err
     assert "evaluate.players" in line and ",masked" in line and "one token per move" in line, line
+
+
+def test_a_policy_asked_in_the_other_of_moves_and_board_is_an_error(tmp_path, tiny_lm_dir):
+    """The tiny preset says board (its graph's sft-board start); a --policy trained on moves (a
+    distilled `sft --text-format moves --annotations` model) asked in it would read prompts it
+    never saw: one line naming the flag to pass."""
+    policy = shutil.copytree(tiny_lm_dir, tmp_path / "moves-policy")
+    mark_text_format(policy, "moves")
+    with pytest.raises(ConfigError, match=r"grpo.text_format \(--text-format\) is board.*pass --text-format moves"):
+        grpo.check_policy(str(policy), print, "board")
+    assert grpo.check_policy(str(policy), print, "moves")["text_format"] == "moves"
