@@ -252,9 +252,7 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
         )  # fmt: skip
     facts = None
     text_format = cfg.text_format or "moves"
-    if (cfg.policy or not inputs.will_write(producer)) and (
-        stockfish or cfg.reward_model or not inputs.will_write("reward")
-    ):
+    if cfg.policy or not inputs.will_write(producer):  # the policy is there: its recorded format decides
         from pipelines.artifacts import recorded_text_format
 
         trained = recorded_text_format(policy_path)
@@ -271,6 +269,9 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
                 f"ppo.text_format (--text-format) is {text_format}, but the policy {policy_path} was trained on the "
                 f"{trained} format (chessrl_text_format in its config.json): pass --text-format {trained}"
             )
+    if (cfg.policy or not inputs.will_write(producer)) and (
+        stockfish or cfg.reward_model or not inputs.will_write("reward")
+    ):
         facts = check_models(
             policy_path, reward_path or None, cfg.max_start_ply + 2 * cfg.max_actions + 2, text_format
         )

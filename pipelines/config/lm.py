@@ -354,8 +354,8 @@ class PPOConfig(Section):
     text_format: Literal["moves", "board"] | None = None
     """What the policy reads: moves (the game so far) or board (the position, one character a
     square: `sft --text-format board`'s model); default: the format the policy was trained on
-    (``chessrl_text_format`` in its config), else moves; another format than the one the policy
-    records is a ConfigError. Set to board with no ``policy``, the start is this run's ``sft
+    (``chessrl_text_format`` in its config), else moves; board asked of a policy recorded as
+    moves, or the reverse, is a ConfigError. Set to board with no ``policy``, the start is this run's ``sft
     --text-format board`` model (``<run>/sft-board``; ``rlaif`` adds that node)."""
     samples_per_state: int = Field(1, ge=1, le=64)
     """k: moves drawn for each policy turn (masked only). The first is played; all are graded and
