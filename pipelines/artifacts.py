@@ -16,7 +16,7 @@ from typing import Any
 
 from chessrl.rl.preferences import REQUIRED_COLUMNS
 from chessrl.rl.reward import TEXT_FORMAT_KEY
-from cluster.errors import InputDataError, StorageError
+from cluster.errors import ConfigError, InputDataError, StorageError
 from cluster.storage import Storage
 
 
@@ -117,6 +117,24 @@ def recorded_text_format(policy: str) -> str | None:
 
     config = json.loads((local_checkpoint(policy) / "config.json").read_text())
     return str(config["chessrl_text_format"]) if config.get("chessrl_text_format") else None
+
+
+def check_asked_format(key: str, asked: str, policy: str, trained: str | None) -> None:
+    """One ConfigError when moves is asked of a policy trained on board, or board of one trained on
+    moves (ppo's and grpo's check: a preset's board meeting a distilled moves ``--policy``); other
+    pairs (an unrecorded or a rookworld policy) are the phase's to judge.
+
+    >>> check_asked_format("ppo.text_format (--text-format)", "moves", "m", None)
+    >>> check_asked_format("ppo.text_format (--text-format)", "board", "m", "moves")
+    Traceback (most recent call last):
+    ...
+    cluster.errors.ConfigError: ppo.text_format (--text-format) is board, but the policy m was trained on the moves format (chessrl_text_format in its config.json): pass --text-format moves
+    """
+    if {asked, trained} == {"moves", "board"}:
+        raise ConfigError(
+            f"{key} is {asked}, but the policy {policy} was trained on the {trained} format "
+            f"(chessrl_text_format in its config.json): pass --text-format {trained}"
+        )
 
 
 def policy_text_format(policy: str) -> str:

@@ -102,7 +102,7 @@ def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bo
     warning in the log, not an error: its rewards start low until it learns the format; but moves
     asked of a board policy, or the reverse, is a ConfigError (each has its own sft, nothing to learn)."""
     from chessrl.lm.models import load_tokenizer, move_tokens
-    from pipelines.artifacts import TEXT_FORMAT_KEY
+    from pipelines.artifacts import TEXT_FORMAT_KEY, check_asked_format
 
     config = gpt2_config(
         path, "grpo.policy (--policy)", "GPT2LMHeadModel", "grpo needs a GPT-2-style language model (GPT2LMHeadModel)"
@@ -113,11 +113,7 @@ def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bo
 
         check_maskable(tokenizer, f"grpo.masked (--masked): the policy {path}")
     trained = config.get(TEXT_FORMAT_KEY)
-    if {text_format, trained} == {"moves", "board"}:  # e.g. the tiny preset's board meeting a moves --policy
-        raise ConfigError(
-            f"grpo.text_format (--text-format) is {text_format}, but the policy {path} was trained on the {trained} "
-            f"format (chessrl_text_format in its config.json): pass --text-format {trained}"
-        )
+    check_asked_format("grpo.text_format (--text-format)", text_format, path, trained)
     if text_format == "rookworld" and trained != "rookworld":
         log(
             f"warning: the policy {path} was not trained on the rookworld tasks (its text format: {trained or 'unknown'}); "

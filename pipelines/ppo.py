@@ -253,7 +253,7 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
     facts = None
     text_format = cfg.text_format or "moves"
     if cfg.policy or not inputs.will_write(producer):  # the policy is there: its recorded format decides
-        from pipelines.artifacts import recorded_text_format
+        from pipelines.artifacts import check_asked_format, recorded_text_format
 
         trained = recorded_text_format(policy_path)
         text_format = cfg.text_format or trained or "moves"
@@ -262,13 +262,7 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
                 f"ppo.policy (--policy): {policy_path} was trained on the {text_format} format; ppo plays the moves "
                 "and board formats: pass --text-format moves or board to ask it in one of them"
             )
-        if trained in ("moves", "board") and text_format != trained:
-            # a preset's board (its graph's sft-board start) meeting a --policy trained on moves, or the reverse:
-            # the masked policy would read prompts it never saw and PPO would start from noise
-            raise ConfigError(
-                f"ppo.text_format (--text-format) is {text_format}, but the policy {policy_path} was trained on the "
-                f"{trained} format (chessrl_text_format in its config.json): pass --text-format {trained}"
-            )
+        check_asked_format("ppo.text_format (--text-format)", text_format, policy_path, trained)
     if (cfg.policy or not inputs.will_write(producer)) and (
         stockfish or cfg.reward_model or not inputs.will_write("reward")
     ):
