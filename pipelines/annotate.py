@@ -262,21 +262,16 @@ def policy_game_positions(
     """``n`` positions (the policy to move) of games the policy plays, masked, against each of
     ``opponents`` in turn (``start`` is its own masked argmax), continued from ``starts``. Runs
     in a Ray task."""
-    import json as _json
-
     import chess
     import torch
 
     from chessrl.arena.saved_models import load_saved_model
-    from chessrl.lm.models import local_checkpoint
+    from chessrl.lm.models import checkpoint_config
     from chessrl.rl.own_games import OwnGames
 
     torch.manual_seed(seed)
     model, tokenizer = load_saved_model(policy, "policy")
-    text_format = (
-        _json.loads((local_checkpoint(policy) / "config.json").read_text()).get("chessrl_text_format")
-        or "moves"
-    )
+    text_format = checkpoint_config(policy).get("chessrl_text_format") or "moves"
     per = [n // len(opponents) + (1 if i < n % len(opponents) else 0) for i in range(len(opponents))]
     out: list[dict[str, Any]] = []
     for k, (opponent, count) in enumerate(zip(opponents, per, strict=True)):

@@ -411,14 +411,14 @@ def summary_lines(summary: dict[str, Any], quality_nodes: int) -> list[str]:
 def run_dpo(context: PhaseContext) -> PhaseResult:
     """Check the inputs, tokenize the pairs (:func:`dpo_data`), train in Ray Train, export the
     policy, measure the start and final policies' move quality, summarise."""
-    from chessrl.lm.models import context_length, load_tokenizer, local_checkpoint
+    from chessrl.lm.models import context_length, load_tokenizer
 
     cfg = context.config.dpo
     found = check_dpo(context.config, Inputs.of_context(context))
     assert found.preferences is not None and found.text_format is not None  # nothing is taken as given here
     policy, reference, text_format = found.policy, found.reference, found.text_format
     tokenizer = load_tokenizer(policy)
-    max_length = context_length(None, str(local_checkpoint(policy)))
+    max_length = context_length(None, policy)
     cpus_per_worker = trl_learner.learner_cpus(cfg)
     data = dpo_data(context, found.preferences, tokenizer, text_format, max_length)
     context.log(

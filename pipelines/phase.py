@@ -244,10 +244,10 @@ def gpt2_config(path: str, key: str, architecture: str, needs: str) -> dict[str,
     model), its weights checked whole (:func:`readable_model`). A missing or unreadable model, or
     another kind, is one clear error naming ``key`` and saying what the phase ``needs``: the one
     check of a model path that grpo, dpo and ppo share."""
-    from chessrl.lm.models import local_checkpoint
+    from chessrl.lm.models import checkpoint_config
 
     try:
-        config: dict[str, Any] = json.loads((local_checkpoint(path) / "config.json").read_text())
+        config: dict[str, Any] = checkpoint_config(path)
     except Exception as exc:  # noqa: BLE001 - a missing or unreadable checkpoint, said once
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise StorageError(f"{key}: cannot read {path}/config.json: {text}") from None

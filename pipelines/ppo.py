@@ -542,10 +542,11 @@ def summarise(
     final = final_metrics(result)
     rows = read_metrics(phase.child("logs"))
     if rows:
-        png = os.path.join(tempfile.mkdtemp(prefix="ppo-plot-"), "curves.png")
-        plot_curves(rows, png)
-        phase.upload_file(png, "curves.png")
-        context.tracking.log_artifact(png)
+        with tempfile.TemporaryDirectory(prefix="ppo-plot-") as scratch:
+            png = os.path.join(scratch, "curves.png")
+            plot_curves(rows, png)
+            phase.upload_file(png, "curves.png")
+            context.tracking.log_artifact(png)
     heldout: dict[str, dict[str, float]] = {}
     quality: dict[str, Any] = {}
     if phase.exists("model/config.json"):

@@ -125,31 +125,29 @@ def reward_model_from_backbone(path: str) -> tuple[Any, Any]:
     from transformers import GPT2ForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    from chessrl.lm.models import load_tokenizer, local_checkpoint
+    from chessrl.lm.models import checkpoint_folder, load_tokenizer
 
-    local = local_checkpoint(path)
-    tokenizer = load_tokenizer(str(local))
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # "score.weight newly initialized": that is the point
-    try:
-        model = GPT2ForSequenceClassification.from_pretrained(local, num_labels=1)
-    finally:
-        hf_logging.set_verbosity(verbosity)
+    with checkpoint_folder(path) as local:
+        tokenizer = load_tokenizer(str(local))
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # "score.weight newly initialized": that is the point
+        try:
+            model = GPT2ForSequenceClassification.from_pretrained(local, num_labels=1)
+        finally:
+            hf_logging.set_verbosity(verbosity)
     model.config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
 
 
-def check_backbone(path: str, key: str = "reward.base_model (--base-model)") -> Path:
-    """The local folder of a GPT-2-style checkpoint; anything else is one clear error."""
-    from chessrl.lm.models import ModelLoadError, local_checkpoint
+def check_backbone(path: str, key: str = "reward.base_model (--base-model)") -> dict[str, Any]:
+    """The ``config.json`` of a GPT-2-style checkpoint; anything else is one clear error."""
+    from chessrl.lm.models import ModelLoadError, checkpoint_config
 
     try:
-        local = local_checkpoint(path)
+        config = checkpoint_config(path)
     except ModelLoadError as exc:
         raise StorageError(f"{key}: {exc}") from None
-    try:
-        config = json.loads((local / "config.json").read_text())
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise ConfigError(f"{key}: cannot read {path}/config.json: {exc}") from None
     kind = config.get("model_type")
     if kind != "gpt2":
@@ -159,7 +157,7 @@ def check_backbone(path: str, key: str = "reward.base_model (--base-model)") -> 
             "e.g. this run's sft model"
         )
     readable_model(path, key)
-    return local
+    return config
 
 
 def base_model_location(config: ChessRLConfig, inputs: Inputs) -> str:
@@ -176,11 +174,11 @@ def base_model_location(config: ChessRLConfig, inputs: Inputs) -> str:
 
 @dataclass(frozen=True)
 class RewardInputs:
-    """What ``reward`` reads, checked: the base model (its local folder; None while an earlier
-    phase of the graph run still has to write it) and the preference table's files."""
+    """What ``reward`` reads, checked: the base model (its location and its ``config.json``; None
+    while an earlier phase of the graph run still has to write it) and the preference table's files."""
 
     base: str
-    local: Path | None
+    base_config: dict[str, Any] | None
     preferences: tuple[Storage, list[str], list[str], set[str]] | None
 
 
@@ -190,11 +188,11 @@ def check_reward(config: ChessRLConfig, inputs: Inputs) -> RewardInputs:
     are there), each unless an earlier phase of the same graph run writes it."""
     cfg = config.reward
     base = base_model_location(config, inputs)
-    local = None if not cfg.base_model and inputs.will_write("sft") else check_backbone(base)
+    base_config = None if not cfg.base_model and inputs.will_write("sft") else check_backbone(base)
     pairs = None
     if cfg.preferences or not inputs.will_write("preferences"):
         pairs = preference_files(config, inputs)
-    return RewardInputs(base, local, pairs)
+    return RewardInputs(base, base_config, pairs)
 
 
 def preference_files(config: ChessRLConfig, inputs: Inputs) -> tuple[Storage, list[str], list[str], set[str]]:
@@ -472,12 +470,12 @@ def run_reward(context: PhaseContext) -> PhaseResult:
 
     cfg = context.config.reward
     found = check_reward(context.config, Inputs.of_context(context))
-    base, local = found.base, found.local
-    assert local is not None and found.preferences is not None  # nothing is taken as given here
-    tokenizer = load_tokenizer(str(local))
-    max_length = context_length(None, str(local))
+    base, base_config = found.base, found.base_config
+    assert base_config is not None and found.preferences is not None  # nothing is taken as given here
+    tokenizer = load_tokenizer(base)
+    max_length = context_length(None, base)
     # what the judge reads: the configured format, else the backbone's own
-    text_format = cfg.text_format or reward_format(json.loads((local / "config.json").read_text())).name
+    text_format = cfg.text_format or reward_format(base_config).name
     data = reward_data(context, found.preferences, tokenizer, max_length, text_format)
     cpus_per_worker = trl_learner.learner_cpus(cfg)
     context.log(

@@ -82,18 +82,18 @@ def check_sft(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: Non
     loads), ``max_length`` against its context, the text format's options, the legal-move loss
     for its tokenizer, and the games table (``game_id``, ``moves``, ``result``, a game at least),
     unless an earlier phase of the same graph run writes it."""
-    from chessrl.lm.models import ModelLoadError, context_length, load_tokenizer, local_checkpoint
+    from chessrl.lm.models import ModelLoadError, context_length, load_tokenizer
     from chessrl.lm.tokenizer import build_chess_tokenizer
     from pipelines.artifacts import games_table
 
     cfg = config.sft
     if cfg.base_model:
         try:
-            local = local_checkpoint(cfg.base_model)
+            n_positions = context_length(None, cfg.base_model)
         except ModelLoadError as exc:
             raise ModelLoadError(f"sft.base_model (--base-model): {exc}") from None
         readable_model(cfg.base_model, "sft.base_model (--base-model)")
-        tokenizer, n_positions = load_tokenizer(str(local)), context_length(None, str(local))
+        tokenizer = load_tokenizer(cfg.base_model)
     else:
         tokenizer, n_positions = build_chess_tokenizer(), context_length(cfg.model)
     if cfg.max_length > n_positions:

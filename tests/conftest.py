@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,7 +34,38 @@ TEST_RAY_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5", "RAY_TRAIN_ENABLE_PR
 for _var, _value in TEST_RAY_ENV.items():
     os.environ.setdefault(_var, _value)
 
+#: Every temporary file of a test process (the tests', the phases', their Ray workers') goes into
+#: a folder of its own, removed when the session ends, so that a run leaves nothing behind and a
+#: test can see what a phase left (:func:`_nothing_left_in_the_temporary_folder`). pytest's own
+#: folders (``tmp_path``) and Ray's session folder stay where they were.
+SYSTEM_TMP = tempfile.gettempdir()
+os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", SYSTEM_TMP)
+os.environ.setdefault("RAY_TMPDIR", SYSTEM_TMP)
+TEST_TMP = Path(tempfile.mkdtemp(prefix="chess-rl-tests-", dir=SYSTEM_TMP))
+os.environ["TMPDIR"] = str(TEST_TMP)
+tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+
+#: What others leave in the temporary folder while a test runs: Python's multiprocessing (removed
+#: when its process ends), torch's compile cache, Ray's folder, and a bare ``mkdtemp()`` (the
+#: doctests' and the tests' own). Anything else new after a test is a leak of the project's.
+OTHERS_TEMPORARY = ("pymp-", "torchinductor_", "ray", "tmp")
+
 TIERS = ("unit", "integration", "system")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(TEST_TMP, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_in_the_temporary_folder() -> Iterator[None]:
+    """Each test leaves nothing of the project's in the temporary folder: every phase, loader and
+    learner removes the folders it made (a trainer's checkpoints, a model copied from S3, an
+    exported model), or 161 runs of sft fill 13 GB of /tmp."""
+    before = set(os.listdir(TEST_TMP))
+    yield
+    left = sorted(n for n in set(os.listdir(TEST_TMP)) - before if not n.startswith(OTHERS_TEMPORARY))
+    assert not left, f"left behind in the temporary folder {TEST_TMP}: {', '.join(left)}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -20,7 +20,8 @@ import os
 import random
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -251,31 +252,83 @@ def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values())
 
 
-def local_checkpoint(path: str, *, cache_dir: str | None = None) -> Path:
-    """A local folder holding the checkpoint at ``path`` (a folder, ``file://`` or ``s3://``),
-    copied into ``cache_dir`` (or a fresh temporary folder) when it is remote."""
-    local = Path(path).expanduser()
+#: Files of a checkpoint that hold weights or training state: what a tokenizer's or config's read skips.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5")
+
+
+@contextmanager
+def checkpoint_folder(path: str, *, cache_dir: str | None = None, weights: bool = True) -> Iterator[Path]:
+    """A local folder holding the checkpoint at ``path`` (a folder, ``file://`` or ``s3://``) for
+    the ``with`` block. A remote one is copied into ``cache_dir`` (kept) or into a temporary
+    folder removed when the block ends; ``weights=False`` leaves its weight files behind (a
+    tokenizer's read). A folder without ``config.json`` is a :class:`ModelLoadError`.
+
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = Path(folder, "config.json").write_text('{"n_positions": 64}')
+    >>> with checkpoint_folder(folder) as local:
+    ...     local == Path(folder)
+    True
+    >>> checkpoint_config(folder), context_length(None, folder)
+    ({'n_positions': 64}, 64)
+    """
+    local = Path(path[len("file://") :] if path.startswith("file://") else path).expanduser()
+    scratch = None
     if "://" in path and not path.startswith("file://"):
         storage = Storage.from_uri(path)
-        files = storage.list_files()
+        files = [name for name in storage.list_files() if weights or not name.endswith(WEIGHT_SUFFIXES)]
         if not files:
             raise ModelLoadError(f"no files under {path}: expected a folder saved with save_pretrained")
-        local = Path(cache_dir or tempfile.mkdtemp(prefix="chess-rl-model-"))
-        for name in files:
-            (local / name).parent.mkdir(parents=True, exist_ok=True)
-            (local / name).write_bytes(storage.read_bytes(name))
-    elif path.startswith("file://"):
-        local = Path(path[len("file://") :])
-    if not (local / "config.json").is_file():
-        raise ModelLoadError(f"{path} is not a transformers checkpoint folder (no config.json)")
-    return local
+        if cache_dir is None:
+            scratch = local = Path(tempfile.mkdtemp(prefix="chess-rl-model-"))
+        else:
+            local = Path(cache_dir)
+        try:
+            for name in files:
+                (local / name).parent.mkdir(parents=True, exist_ok=True)
+                (local / name).write_bytes(storage.read_bytes(name))
+        except BaseException:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+            raise
+    try:
+        if not (local / "config.json").is_file():
+            raise ModelLoadError(f"{path} is not a transformers checkpoint folder (no config.json)")
+        yield local
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def checkpoint_config(path: str) -> dict[str, Any]:
+    """The ``config.json`` of the checkpoint at ``path`` (a folder, ``file://`` or ``s3://``: only
+    that file is read); no such file is a :class:`ModelLoadError`."""
+    if "://" in path and not path.startswith("file://"):
+        storage = Storage.from_uri(path)
+        if not storage.exists("config.json"):
+            if not storage.list_files():
+                raise ModelLoadError(f"no files under {path}: expected a folder saved with save_pretrained")
+            raise ModelLoadError(f"{path} is not a transformers checkpoint folder (no config.json)")
+        text = storage.read_bytes("config.json").decode()
+    else:
+        local = Path(path[len("file://") :] if path.startswith("file://") else path).expanduser()
+        if not (local / "config.json").is_file():
+            raise ModelLoadError(f"{path} is not a transformers checkpoint folder (no config.json)")
+        text = (local / "config.json").read_text()
+    try:
+        config = json.loads(text)
+    except ValueError as exc:
+        raise ModelLoadError(f"{path}/config.json is not JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{path}/config.json is not a JSON object")
+    return config
 
 
 def load_pretrained(path: str, *, cache_dir: str | None = None) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` from a saved folder or an ``s3://`` prefix holding one."""
-    local = local_checkpoint(path, cache_dir=cache_dir)
-    model = _from_pretrained(AutoModelForCausalLM, local, path, "")
-    return model, load_tokenizer(str(local))
+    """``(model, tokenizer)`` from a saved folder or an ``s3://`` prefix holding one (copied into
+    ``cache_dir`` and kept there, or into a temporary folder removed once both are loaded)."""
+    with checkpoint_folder(path, cache_dir=cache_dir) as local:
+        model = _from_pretrained(AutoModelForCausalLM, local, path, "")
+        return model, load_tokenizer(str(local))
 
 
 def load_reward_model(path: str) -> tuple[Any, Any]:
@@ -284,11 +337,11 @@ def load_reward_model(path: str) -> tuple[Any, Any]:
     mode, its GELUs fused (:func:`fuse_gelu`: it is scored in batches)."""
     from transformers import AutoModelForSequenceClassification
 
-    local = local_checkpoint(path)
-    model = _from_pretrained(AutoModelForSequenceClassification, local, path, "the reward model ")
-    if model.config.num_labels != 1:
-        raise ModelLoadError(f"{path} has {model.config.num_labels} labels; a reward model has one")
-    tokenizer = load_tokenizer(str(local))
+    with checkpoint_folder(path) as local:
+        model = _from_pretrained(AutoModelForSequenceClassification, local, path, "the reward model ")
+        if model.config.num_labels != 1:
+            raise ModelLoadError(f"{path} has {model.config.num_labels} labels; a reward model has one")
+        tokenizer = load_tokenizer(str(local))
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     fuse_gelu(model)
@@ -323,11 +376,11 @@ def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
     """The tokenizer saved with a checkpoint (a pad token is added from EOS when it has none), set
     to encode prompts as the phases train (:func:`chessrl.lm.tokenizer.add_prompt_start`): a
     checkpoint saved before tokenizers carried their start token loads the same way."""
-    local = local_checkpoint(path)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(local)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load the tokenizer of {path}: {_first_line(exc)}") from None
+    with checkpoint_folder(path, weights=False) as local:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(local)
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"cannot load the tokenizer of {path}: {_first_line(exc)}") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return add_prompt_start(tokenizer)
@@ -356,7 +409,7 @@ def context_length(preset: str | None, base_model: str | None = None) -> int:
     512
     """
     if base_model:
-        config = json.loads((local_checkpoint(base_model) / "config.json").read_text())
+        config = checkpoint_config(base_model)
         return int(config.get("n_positions") or config.get("max_position_embeddings") or 1024)
     if preset not in PRESETS:
         raise ValueError(f"unknown model preset {preset!r}; presets: {', '.join(PRESETS)}")

@@ -23,9 +23,11 @@ Nothing here is a phase: phase modules import it, never each other.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -125,7 +127,8 @@ def torch_trainer(
     """A ``TorchTrainer`` whose checkpoints live under ``<storage>/<run>/<phase>/ray``: running
     the same phase again (same run name and storage) finds them and resumes. With ``progress``,
     ``loop_config["progress"]`` is the board's handle, for :func:`cluster.progress.report_progress`
-    in the loop (``None`` without one)."""
+    in the loop (``None`` without one); ``loop_config["scratch"]`` names the run's local scratch
+    folders (:func:`pipelines.learner.trl.training_arguments`)."""
     from ray.train import LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
@@ -144,9 +147,14 @@ def torch_trainer(
     # logger, which prints it again: every worker line showed twice. Ray Train passes this
     # variable on to the controller and the workers.
     os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
+    # a worker's local scratch (a TRL trainer's checkpoints): one name per run and phase, so a
+    # re-run after a kill removes what the killed workers left
+    scratch = f"chess-rl-{folder}-{hashlib.sha1(ray_storage.uri.encode()).hexdigest()[:10]}"
     return TorchTrainer(
         loop,
-        train_loop_config={**loop_config, "progress": progress.handle if progress is not None else None},
+        train_loop_config={
+            **loop_config, "progress": progress.handle if progress is not None else None, "scratch": scratch,
+        },
         scaling_config=ScalingConfig(
             num_workers=num_workers, use_gpu=use_gpu, resources_per_worker={"CPU": cpus_per_worker}
         ),
@@ -187,13 +195,13 @@ def export_hf_checkpoint(
                 out.upload_file(path, path.name)
 
 
-def resume_folder(phase: str, subfolder: str = "checkpoint") -> str | None:
-    """In a Ray Train worker: a local copy of the transformers checkpoint inside Ray Train's
-    latest checkpoint (``RayTrainReportCallback`` writes it to ``subfolder``), for
+def resume_folder(phase: str, into: str, subfolder: str = "checkpoint") -> str | None:
+    """In a Ray Train worker: a local copy, in the folder ``into`` (the trainer's own, removed
+    with it), of the transformers checkpoint inside Ray Train's latest checkpoint
+    (``RayTrainReportCallback`` writes it to ``subfolder``), for
     ``Trainer.train(resume_from_checkpoint=...)``; None on a fresh start."""
     import json
     import shutil
-    import tempfile
 
     import ray.train
 
@@ -201,7 +209,7 @@ def resume_folder(phase: str, subfolder: str = "checkpoint") -> str | None:
     if checkpoint is None:
         return None
     with checkpoint.as_directory() as folder:
-        resume = str(Path(tempfile.mkdtemp(prefix=f"{phase}-resume-")) / subfolder)
+        resume = str(Path(into) / f"resume-{subfolder}")
         shutil.copytree(Path(folder) / subfolder, resume)
     state = json.loads(Path(resume, "trainer_state.json").read_text())
     print(f"[{phase}] resuming from the checkpoint of step {state['global_step']}", flush=True)
@@ -268,8 +276,11 @@ class LearnerLog:
                 self.storage.upload_file(os.path.join(self.folder, name), name)
 
     def close(self) -> None:
+        """Sync, close the writer, and remove the local copy a remote storage was written through."""
         self.sync()
         self.writer.close()
+        if not self.storage.is_local:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class RolloutFeed:

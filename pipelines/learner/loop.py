@@ -234,14 +234,15 @@ def export_pretrained(
 ) -> None:
     """``model`` and ``tokenizer`` saved as a Hugging Face folder (in a temporary folder named
     ``<prefix>...``), ``edit(folder)`` applied, and every file copied to ``out``."""
-    folder = Path(tempfile.mkdtemp(prefix=prefix))
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    if edit is not None:
-        edit(folder)
-    for path in sorted(folder.iterdir()):
-        if path.is_file():
-            out.upload_file(path, path.name)
+    with tempfile.TemporaryDirectory(prefix=prefix) as scratch:
+        folder = Path(scratch)
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        if edit is not None:
+            edit(folder)
+        for path in sorted(folder.iterdir()):
+            if path.is_file():
+                out.upload_file(path, path.name)
 
 
 def stop_collectors(server: Any, collectors: list[Any], runs: list[Any]) -> list[dict[str, Any]]:

@@ -25,10 +25,12 @@ preference pairs). On the driver::
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from cluster.errors import InputDataError
@@ -175,9 +177,17 @@ def training_arguments(
     """``args_class`` (the TRL config of the phase's trainer) with what every phase sets alike:
     ``max_steps`` steps of ``batch_size`` examples a worker, a cosine schedule after
     ``warmup_steps``, a checkpoint every ``eval_every`` steps, the worker's device and bf16, no
-    reporting or tqdm of transformers' own, no dataloader workers; ``fields``: the phase's own."""
+    reporting or tqdm of transformers' own, no dataloader workers; ``fields``: the phase's own.
+    The trainer writes its checkpoints into a folder of the temporary folder, named for the run
+    and the worker's rank (``cfg["scratch"]``: a re-run after a kill starts by removing what the
+    killed one left), that keeps only the latest (Ray Train's report callback has copied each to
+    storage by then) and that :func:`train_with_trl` removes."""
+    output_dir = Path(tempfile.gettempdir()) / f"{cfg.get('scratch') or 'chess-rl-' + phase}-rank{setup.rank}"
+    shutil.rmtree(output_dir, ignore_errors=True)
+    output_dir.mkdir(parents=True)
     return args_class(
-        output_dir=tempfile.mkdtemp(prefix=f"{phase}-"),
+        output_dir=str(output_dir),
+        save_total_limit=1,
         max_steps=cfg["max_steps"],
         per_device_train_batch_size=cfg["batch_size"],
         learning_rate=cfg["learning_rate"],
@@ -351,9 +361,12 @@ def train_with_trl(
     trainer.add_callback(trainer_callback(callback))
     trainer.add_callback(RayTrainReportCallback())
     trainer = prepare_trainer(trainer)
-    resume = resume_folder(phase)
-    if not training_finished(resume, cfg["max_steps"], phase):
-        trainer.train(resume_from_checkpoint=resume)
+    resume = resume_folder(phase, into=trainer.args.output_dir)
+    try:
+        if not training_finished(resume, cfg["max_steps"], phase):
+            trainer.train(resume_from_checkpoint=resume)
+    finally:  # the checkpoints are Ray Train's now: the trainer's own folder goes
+        shutil.rmtree(trainer.args.output_dir, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------

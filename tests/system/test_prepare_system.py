@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -208,7 +210,13 @@ def test_a_model_saved_to_s3_loads_back_through_base_model_paths(s3, moto_s3, tm
     """--base-model s3://...: a checkpoint uploaded to the S3 endpoint loads like a local one."""
     import torch
 
-    from chessrl.lm.models import build_model, count_parameters, load_pretrained
+    from chessrl.lm.models import (
+        build_model,
+        checkpoint_config,
+        count_parameters,
+        load_pretrained,
+        load_tokenizer,
+    )
     from cluster.storage import Storage
 
     for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"):
@@ -222,6 +230,12 @@ def test_a_model_saved_to_s3_loads_back_through_base_model_paths(s3, moto_s3, tm
         remote.upload_file(path, path.name)
     loaded, loaded_tok = load_pretrained("s3://chess-models/tiny", cache_dir=str(tmp_path / "cache"))
     assert count_parameters(loaded) == count_parameters(model) and len(loaded_tok) == len(tok)
+    assert (tmp_path / "cache" / "model.safetensors").is_file()  # a cache asked for is kept
+    # without one, the copy is gone once loaded (a config or a tokenizer alone copies no weights)
+    assert count_parameters(load_pretrained("s3://chess-models/tiny")[0]) == count_parameters(model)
+    assert checkpoint_config("s3://chess-models/tiny")["n_positions"] == model.config.n_positions
+    assert len(load_tokenizer("s3://chess-models/tiny")) == len(tok)
+    assert not [n for n in os.listdir(tempfile.gettempdir()) if n.startswith("chess-rl-model-")]
     ids = torch.tensor([loaded_tok("e2e4 e7e5")["input_ids"]])
     model.eval()
     with torch.no_grad():
