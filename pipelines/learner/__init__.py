@@ -147,9 +147,7 @@ def torch_trainer(
     # logger, which prints it again: every worker line showed twice. Ray Train passes this
     # variable on to the controller and the workers.
     os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
-    # a worker's local scratch (a TRL trainer's checkpoints): one name per run and phase, so a
-    # re-run after a kill removes what the killed workers left
-    scratch = f"chess-rl-{folder}-{hashlib.sha1(ray_storage.uri.encode()).hexdigest()[:10]}"
+    scratch = scratch_name(folder, ray_storage)  # a TRL trainer's own checkpoints
     return TorchTrainer(
         loop,
         train_loop_config={
@@ -169,6 +167,25 @@ def torch_trainer(
             logging_config=LoggingConfig(log_level="WARNING"),
         ),
     )
+
+
+def scratch_name(kind: str, storage: Storage) -> str:
+    """The name of a local scratch folder of the run writing to ``storage``: one name per run, so
+    that a re-run after a kill starts by removing what the killed one left (:func:`fresh_scratch`).
+
+    >>> scratch_name("sft", Storage.from_uri("/runs/demo/sft/ray"))
+    'chess-rl-sft-...'
+    """
+    return f"chess-rl-{kind}-{hashlib.sha1(storage.uri.encode()).hexdigest()[:10]}"
+
+
+def fresh_scratch(name: str) -> Path:
+    """The folder ``name`` in the temporary folder, empty: what an earlier (killed) run left
+    there is removed. Its owner removes it when done."""
+    folder = Path(tempfile.gettempdir()) / name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
 
 
 def export_hf_checkpoint(
@@ -255,7 +272,7 @@ class LearnerLog:
         from tensorboardX import SummaryWriter
 
         self.storage = storage
-        self.folder = storage.path() if storage.is_local else tempfile.mkdtemp(prefix="selfplay-logs-")
+        self.folder = storage.path() if storage.is_local else str(fresh_scratch(scratch_name("logs", storage)))
         os.makedirs(self.folder, exist_ok=True)
         if not storage.is_local and storage.exists("metrics.jsonl"):  # a resumed run appends
             with open(os.path.join(self.folder, "metrics.jsonl"), "wb") as handle:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.storage import Storage
-from pipelines.learner import LearnerLog
+from pipelines.learner import LearnerLog, fresh_scratch, scratch_name
 
 
 class LoopLearner:
@@ -179,7 +179,6 @@ class LoopLearner:
         """Report ``metrics`` to Ray Train with a checkpoint (``learner.pt``, after syncing the
         logs); ``final`` marks the last one. A worker that is not the lead reports its metrics
         only (``{"done": 1}`` for the final one)."""
-        import tempfile
 
         import ray.train
         import torch
@@ -188,7 +187,7 @@ class LoopLearner:
         if not self.lead:
             ray.train.report({"done": 1} if final else metrics)
             return
-        folder = tempfile.mkdtemp(prefix=f"{self.name}-ckpt-")
+        folder = str(fresh_scratch(scratch_name(f"{self.name}-ckpt", self.phase)))  # Ray removes it once uploaded
         torch.save(self.snapshot(), os.path.join(folder, "learner.pt"))
         assert self.log is not None
         self.log.sync()

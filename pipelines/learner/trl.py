@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from cluster.errors import InputDataError
@@ -39,6 +37,7 @@ from cluster.storage import Storage
 from pipelines.learner import (
     default_cpus_per_worker,
     export_hf_checkpoint,
+    fresh_scratch,
     resume_folder,
     torch_trainer,
     training_finished,
@@ -182,9 +181,7 @@ def training_arguments(
     and the worker's rank (``cfg["scratch"]``: a re-run after a kill starts by removing what the
     killed one left), that keeps only the latest (Ray Train's report callback has copied each to
     storage by then) and that :func:`train_with_trl` removes."""
-    output_dir = Path(tempfile.gettempdir()) / f"{cfg.get('scratch') or 'chess-rl-' + phase}-rank{setup.rank}"
-    shutil.rmtree(output_dir, ignore_errors=True)
-    output_dir.mkdir(parents=True)
+    output_dir = fresh_scratch(f"{cfg.get('scratch') or 'chess-rl-' + phase}-rank{setup.rank}")
     return args_class(
         output_dir=str(output_dir),
         save_total_limit=1,
