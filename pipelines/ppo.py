@@ -75,7 +75,7 @@ def ppo_settings(cfg: PPOConfig, text_format: str | None = None) -> PPOSettings:
         ppo_epochs=cfg.ppo_epochs, minibatch=cfg.minibatch, temperature=cfg.temperature,
         illegal_penalty=cfg.illegal_penalty, result_weight=cfg.result_weight, entropy_coef=cfg.entropy_coef,
         legal_coef=cfg.legal_coef, masked=cfg.masked, text_format=text_format or cfg.text_format or "moves",
-        samples_per_state=cfg.samples_per_state,
+        samples_per_state=cfg.samples_per_state, anchor_coef=cfg.anchor_coef,
     )  # fmt: skip
 
 
@@ -228,6 +228,11 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
             f"ppo.samples_per_state (--samples-per-state) is {cfg.samples_per_state} with ppo.gamma (--gamma) "
             f"{cfg.gamma:g}: the moves not played have no continuation, so each move's credit must be its own "
             "grade: set ppo.gamma 0"
+        )
+    if cfg.anchor_coef > 0 and cfg.samples_per_state < 2:
+        raise ConfigError(
+            f"ppo.anchor_coef (--anchor-coef) is {cfg.anchor_coef:g} with ppo.samples_per_state (--samples-per-state) "
+            f"{cfg.samples_per_state}: the anchor is on the best of the moves drawn in a position: draw 2 or more"
         )
     producer = sft_folder(cfg.text_format or "moves")  # a board ppo starts from the board sft
     policy_path = model_location(

@@ -11,7 +11,8 @@ critic's value to each action, then (OpenRLHF's ``compute_reward``, veRL's GAE):
     A, R = GAE(r, V; gamma, lam) ; A whitened ; R = A_raw + V
 
 and takes ``ppo_epochs`` passes of clipped-surrogate and clipped-value minibatch steps
-(:mod:`chessrl.rl.policy_gradient`).
+(:mod:`chessrl.rl.policy_gradient`), the policy's loss plus ``anchor_coef`` times the NLL of
+each position's best-graded drawn move (k moves a position: RPO's anchor).
 
 >>> from chessrl.rl.ppo import PPOSettings
 >>> s = PPOSettings(kl_coef=0.1)
@@ -164,6 +165,7 @@ class Batch:
     masked: bool = False  # log-probs are the masked policy's (over legal_ids)
     score_mean: float = 0.0  # the legal moves' mean score before centring (the reward model's or Stockfish's grade)
     grouped: bool = False  # several moves drawn a position (samples_per_state): minibatches keep a prompt's moves together
+    best: torch.Tensor | None = None  # (N,) bool: the best-graded move drawn in its position (grouped only)
 
 
 def make_batch(
@@ -192,7 +194,9 @@ def make_batch(
             f"not {settings.gamma:g}"
         )
     shift = score_mean if settings.center_scores and not grouped else 0.0
+    best_keys: set[tuple[str, int]] = set()
     if grouped:
+        best_keys = best_drawn(actions)
         actions = leave_one_out(actions)
     by_episode: dict[str, list[Action]] = {}
     for a in actions:
@@ -231,6 +235,7 @@ def make_batch(
         masked=settings.masked,
         score_mean=score_mean,
         grouped=grouped,
+        best=torch.tensor([(a.episode, a.t) in best_keys for a in flat]) if grouped else None,
     )
 
 
@@ -293,6 +298,26 @@ def leave_one_out(actions: Sequence[Action]) -> list[Action]:
                     score=grade - (total - grade) / (k - 1), last=True, opponent=a.opponent, legal_ids=a.legal_ids,
                 )
             )  # fmt: skip
+    return out
+
+
+def best_drawn(actions: Sequence[Action]) -> set[tuple[str, int]]:
+    """The ``(episode, t)`` of the best-graded move of each position where several were drawn, as
+    :func:`leave_one_out` names them (the played move keeps its own; the ``j``-th other is
+    ``(<episode>/<t>.<j>, 0)``); a tie goes to the earlier drawn.
+
+    >>> a = Action("g", 3, [1, 7], 9, "e2e4", True, -1.0, 0, score=0.2, alt_ids=[8, 6],
+    ...            alt_logprobs=[-2.0, -0.5], alt_scores=[0.9, 0.5])
+    >>> best_drawn([a]), best_drawn([replace(a, score=0.9)])
+    ({('g/3.0', 0)}, {('g', 3)})
+    """
+    out: set[tuple[str, int]] = set()
+    for a in actions:
+        if not a.alt_ids:
+            continue
+        grades = [a.score, *a.alt_scores]
+        j = max(range(len(grades)), key=lambda i: (grades[i], -i))
+        out.add((a.episode, a.t) if j == 0 else (f"{a.episode}/{a.t}.{j - 1}", 0))
     return out
 
 
@@ -488,6 +513,11 @@ class _Minibatch:
             clip_ratio_low=settings.clip,
         )
         loss = pg_loss - settings.entropy_coef * entropy.mean()
+        best = batch.best[idx].to(logprob.device) if batch.best is not None else None
+        if settings.anchor_coef > 0 and best is not None and bool(best.any()):
+            anchor = -logprob[best].mean()  # RPO: the NLL of the best move drawn in each position
+            loss = loss + settings.anchor_coef * anchor
+            metrics.update(anchor_nll=anchor.item())
         if settings.legal_coef > 0 and batch.legal_ids is not None:
             from chessrl.lm.legality import legal_move_loss
 

@@ -63,6 +63,12 @@ class PPOSettings:
     RLOO, veRL's ``rloo`` estimator) instead of the batch's mean; the ``k - 1`` not played are
     learned from as one-move episodes (so ``gamma`` must be 0). A per-position baseline: most of a
     grade's variance is which position it is, not which move."""
+    anchor_coef: float = 0.0
+    """Weight of an NLL anchor on the best-graded of each position's ``samples_per_state`` drawn
+    moves (its masked log-probability, averaged over the minibatch's best moves), added to the
+    policy loss: RPO's term, the one online DPO trains with (``grpo --loss-type dpo --rpo-alpha``).
+    Leave-one-out advantages push the better moves up only as much as the worse ones down; the
+    anchor pulls the argmax towards the best move drawn. 0: none."""
 
 
 @dataclass

@@ -362,6 +362,10 @@ class PPOConfig(Section):
     each is scored against the mean grade of the other k - 1 (RLOO's leave-one-out baseline, a
     per-position one) instead of the batch's mean; the k - 1 not played are learned from as
     one-move episodes (gamma must be 0). 1: one move, the batch-mean baseline."""
+    anchor_coef: float = Field(0.0, ge=0)
+    """Weight of an NLL anchor on the best-graded of each position's samples_per_state moves
+    (RPO's term, as online DPO's rpo_alpha), added to the policy loss; needs samples_per_state
+    of 2 or more. 0: none."""
     legal_coef: float = Field(1.0, ge=0)
     """Weight of the auxiliary legal-move loss (-log of the probability on the legal moves) in the
     policy loss, as PPO-ptx mixes in the pretraining loss; 0: pure PPO, which on the demo leaked

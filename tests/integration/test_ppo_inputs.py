@@ -90,6 +90,8 @@ def test_ppo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys):
     assert "ppo.samples_per_state" in line and "ppo.masked" in line, line
     line = run(*policy, "--reward", "stockfish", "--samples-per-state", "4", "--gamma", "0.5")
     assert "ppo.samples_per_state" in line and "ppo.gamma" in line, line
+    line = run(*policy, "--reward", "stockfish", "--anchor-coef", "0.2")
+    assert "ppo.anchor_coef" in line and "ppo.samples_per_state" in line, line
     line = run(*policy, "--reward", "stockfish", "--text-format", "fen")
     assert "ppo.text_format" in line and "board" in line, line
     # a policy trained on the moves format asked in the board format (the tiny preset's, for its graph)

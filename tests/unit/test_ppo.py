@@ -26,6 +26,7 @@ from chessrl.rl.ppo import (
 from chessrl.rl.ppo_learner import (
     action_logprobs,
     action_rewards,
+    action_terms,
     last_token_logits,
     legal_move_ids,
     state_values,
@@ -277,3 +278,38 @@ def test_legal_move_loss_moves_probability_onto_the_legal_moves(tiny):
         policy, critic, opt, copt, batch, tok.pad_token_id, s, torch.Generator().manual_seed(0)
     )
     assert again["legal_mass"] > first["legal_mass"] + 0.1
+
+
+def test_the_anchor_raises_the_best_graded_of_the_moves_drawn(tiny):
+    """anchor_coef: the best-graded of a position's k drawn moves is marked, and with every
+    advantage zero (so PPO's own term moves nothing) the anchor alone raises its masked
+    log-probability; without it the policy stays where it was."""
+    _, critic, tok = tiny
+    table = MoveTokens(tok)
+    row = prompt_ids(tok, "e2e4")
+    drawn = [tok.convert_tokens_to_ids(m) for m in ("e7e5", "c7c5", "a7a6")]
+    a = Action("p", 0, row, drawn[0], "e7e5", True, -3.0, 0, score=0.5, alt_ids=drawn[1:],
+               alt_logprobs=[-3.0, -3.0], alt_scores=[1.0, 0.0])  # fmt: skip
+    settings = PPOSettings(masked=True, gamma=0.0, kl_coef=0.0, samples_per_state=3, ppo_epochs=4, minibatch=3)
+    batch = make_batch([a], tiny[0], critic, tok.pad_token_id, settings, moves_table=table)
+    assert batch.best is not None and batch.best.tolist() == [False, True, False]  # c7c5, graded 1.0
+    batch = replace(batch, advantages=torch.zeros(3))
+
+    def best_logprob(policy) -> float:
+        with torch.no_grad():
+            return action_terms(policy, [row], torch.tensor([drawn[1]]), tok.pad_token_id, 1.0, batch.legal_ids[1:2])[
+                0
+            ].item()
+
+    for coef in (0.0, 1.0):
+        torch.manual_seed(2)
+        policy, _ = build_model("tiny", tok)
+        before = best_logprob(policy)
+        opt = torch.optim.AdamW(policy.parameters(), lr=1e-3, weight_decay=0.0)
+        copt = torch.optim.AdamW(critic.parameters(), lr=1e-3)
+        metrics = ppo_update(policy, critic, opt, copt, batch, tok.pad_token_id,
+                             replace(settings, anchor_coef=coef), torch.Generator().manual_seed(0))  # fmt: skip
+        if coef:
+            assert best_logprob(policy) > before + 0.1 and metrics["anchor_nll"] > 0
+        else:
+            assert best_logprob(policy) == pytest.approx(before, abs=1e-6) and "anchor_nll" not in metrics
