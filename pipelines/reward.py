@@ -145,10 +145,8 @@ def check_backbone(path: str, key: str = "reward.base_model (--base-model)") -> 
 
     try:
         config = checkpoint_config(path)
-    except ModelLoadError as exc:
+    except (ModelLoadError, StorageError) as exc:
         raise StorageError(f"{key}: {exc}") from None
-    except OSError as exc:
-        raise ConfigError(f"{key}: cannot read {path}/config.json: {exc}") from None
     kind = config.get("model_type")
     if kind != "gpt2":
         raise ConfigError(

@@ -304,18 +304,21 @@ def leave_one_out(actions: Sequence[Action]) -> list[Action]:
 def best_drawn(actions: Sequence[Action]) -> set[tuple[str, int]]:
     """The ``(episode, t)`` of the best-graded move of each position where several were drawn, as
     :func:`leave_one_out` names them (the played move keeps its own; the ``j``-th other is
-    ``(<episode>/<t>.<j>, 0)``); a tie goes to the earlier drawn.
+    ``(<episode>/<t>.<j>, 0)``); a tie for the best goes to the earlier drawn, and a position
+    whose drawn moves all grade alike has none (nothing to learn there).
 
     >>> a = Action("g", 3, [1, 7], 9, "e2e4", True, -1.0, 0, score=0.2, alt_ids=[8, 6],
     ...            alt_logprobs=[-2.0, -0.5], alt_scores=[0.9, 0.5])
-    >>> best_drawn([a]), best_drawn([replace(a, score=0.9)])
-    ({('g/3.0', 0)}, {('g', 3)})
+    >>> best_drawn([a]), best_drawn([replace(a, score=0.9)]), best_drawn([replace(a, score=0.5, alt_scores=[0.5, 0.5])])
+    ({('g/3.0', 0)}, {('g', 3)}, set())
     """
     out: set[tuple[str, int]] = set()
     for a in actions:
         if not a.alt_ids:
             continue
         grades = [a.score, *a.alt_scores]
+        if max(grades) == min(grades):
+            continue
         j = max(range(len(grades)), key=lambda i: (grades[i], -i))
         out.add((a.episode, a.t) if j == 0 else (f"{a.episode}/{a.t}.{j - 1}", 0))
     return out
@@ -419,7 +422,7 @@ def ppo_update(
     the others), so all take the same steps."""
     n = len(batch.rows)
     totals: dict[str, float] = {}
-    steps = 0
+    counts: dict[str, int] = {}  # steps that measured each (anchor_nll: only those with a best move)
     index = unique_rows(batch.rows)[1] if batch.grouped else list(range(n))
     groups: list[list[int]] = [[] for _ in range(max(index, default=-1) + 1)]
     for i, g in enumerate(index):
@@ -445,8 +448,8 @@ def ppo_update(
             metrics.update(part.critic_step(critic, critic_opt))
             for k, v in metrics.items():
                 totals[k] = totals.get(k, 0.0) + v
-            steps += 1
-    out = {k: v / max(1, steps) for k, v in totals.items()}
+                counts[k] = counts.get(k, 0) + 1
+    out = {k: v / counts[k] for k, v in totals.items()}
     legal = batch.legal.float()
     out.update(
         reward_mean=batch.rewards.mean().item(),

@@ -65,8 +65,9 @@ class PPOSettings:
     grade's variance is which position it is, not which move."""
     anchor_coef: float = 0.0
     """Weight of an NLL anchor on the best-graded of each position's ``samples_per_state`` drawn
-    moves (its masked log-probability, averaged over the minibatch's best moves), added to the
-    policy loss: RPO's term, the one online DPO trains with (``grpo --loss-type dpo --rpo-alpha``).
+    moves (its masked log-probability, averaged over the minibatch's best moves; a position whose
+    moves all grade alike has none), added to the policy loss: RPO's term, as online DPO has it
+    (``grpo --loss-type dpo --rpo-alpha``, there on the chosen move of each pair past its margin).
     Leave-one-out advantages push the better moves up only as much as the worse ones down; the
     anchor pulls the argmax towards the best move drawn. 0: none."""
 

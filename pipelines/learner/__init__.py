@@ -278,6 +278,7 @@ class LearnerLog:
             with open(os.path.join(self.folder, "metrics.jsonl"), "wb") as handle:
                 handle.write(storage.read_bytes("metrics.jsonl"))
         self.writer = SummaryWriter(self.folder, flush_secs=10)
+        self.closed = False
 
     def write(self, metrics: dict[str, Any], step: int) -> None:
         with open(os.path.join(self.folder, "metrics.jsonl"), "a") as handle:
@@ -287,6 +288,9 @@ class LearnerLog:
                 self.writer.add_scalar(key, value, step)
 
     def sync(self) -> None:
+        """Flush the writer and copy the files to a remote storage (nothing left to do once closed)."""
+        if self.closed:
+            return
         self.writer.flush()
         if not self.storage.is_local:
             for name in os.listdir(self.folder):
@@ -296,6 +300,7 @@ class LearnerLog:
         """Sync, close the writer, and remove the local copy a remote storage was written through."""
         self.sync()
         self.writer.close()
+        self.closed = True
         if not self.storage.is_local:
             shutil.rmtree(self.folder, ignore_errors=True)
 

@@ -358,8 +358,8 @@ def train_with_trl(
     trainer.add_callback(trainer_callback(callback))
     trainer.add_callback(RayTrainReportCallback())
     trainer = prepare_trainer(trainer)
-    resume = resume_folder(phase, into=trainer.args.output_dir)
     try:
+        resume = resume_folder(phase, into=trainer.args.output_dir)
         if not training_finished(resume, cfg["max_steps"], phase):
             trainer.train(resume_from_checkpoint=resume)
     finally:  # the checkpoints are Ray Train's now: the trainer's own folder goes
