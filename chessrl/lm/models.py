@@ -256,6 +256,13 @@ def count_parameters(model: torch.nn.Module) -> int:
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5")
 
 
+def _local_path(path: str) -> Path | None:
+    """The local folder ``path`` names (a plain path or ``file://``); None for a remote one (``s3://``)."""
+    if "://" in path and not path.startswith("file://"):
+        return None
+    return Path(path.removeprefix("file://")).expanduser()
+
+
 @contextmanager
 def checkpoint_folder(path: str, *, cache_dir: str | None = None, weights: bool = True) -> Iterator[Path]:
     """A local folder holding the checkpoint at ``path`` (a folder, ``file://`` or ``s3://``) for
@@ -271,9 +278,9 @@ def checkpoint_folder(path: str, *, cache_dir: str | None = None, weights: bool 
     >>> checkpoint_config(folder), context_length(None, folder)
     ({'n_positions': 64}, 64)
     """
-    local = Path(path[len("file://") :] if path.startswith("file://") else path).expanduser()
+    local = _local_path(path)
     scratch = None
-    if "://" in path and not path.startswith("file://"):
+    if local is None:
         storage = Storage.from_uri(path)
         files = [name for name in storage.list_files() if weights or not name.endswith(WEIGHT_SUFFIXES)]
         if not files:
@@ -302,7 +309,8 @@ def checkpoint_folder(path: str, *, cache_dir: str | None = None, weights: bool 
 def checkpoint_config(path: str) -> dict[str, Any]:
     """The ``config.json`` of the checkpoint at ``path`` (a folder, ``file://`` or ``s3://``: only
     that file is read); no such file is a :class:`ModelLoadError`."""
-    if "://" in path and not path.startswith("file://"):
+    local = _local_path(path)
+    if local is None:
         storage = Storage.from_uri(path)
         if not storage.exists("config.json"):
             if not storage.list_files():
@@ -310,7 +318,6 @@ def checkpoint_config(path: str) -> dict[str, Any]:
             raise ModelLoadError(f"{path} is not a transformers checkpoint folder (no config.json)")
         text = storage.read_bytes("config.json").decode()
     else:
-        local = Path(path[len("file://") :] if path.startswith("file://") else path).expanduser()
         if not (local / "config.json").is_file():
             raise ModelLoadError(f"{path} is not a transformers checkpoint folder (no config.json)")
         text = (local / "config.json").read_text()
