@@ -126,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.config import ChessRLConfig
     from pipelines.preferences import plan_positions
 
-    work = Path(tempfile.mkdtemp(prefix="bench-preferences-"))
-    with ray_session(RaySection(object_store_gb=1)):
+    with tempfile.TemporaryDirectory(prefix="bench-preferences-") as tmp, ray_session(RaySection(object_store_gb=1)):
+        work = Path(tmp)
         games_run = ["--config", "tiny", "--storage", str(work), "--run-name", "g", "--no-tracking", "--generate", "0",
                      "--inputs", str(ROOT / "tests/data/pgn/masters/Firouzja.pgn.zst")]  # fmt: skip
         if prepare.main(games_run) != 0:
@@ -181,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"run {run + 1}: phase {phase_rates[-1]:.1f} pairs/s ({summary['made_now']} pairs), plain loop {plain_rates[-1]:.1f} pairs/s ({made} pairs)"
             )
     phase, plain = statistics.median(phase_rates), statistics.median(plain_rates)
+    if plain == 0:
+        print("the plain loop made no pairs, so there is no ratio: raise --positions or --k", file=sys.stderr)
+        return 1
     ratio = phase / plain
     write_record(args.json, {"bench": "preferences", "ratio": ratio, "phase_pairs_per_s": phase_rates,
                              "plain_pairs_per_s": plain_rates, "positions": len(train), "k": args.k,

@@ -16,6 +16,7 @@ default) an asyncio task of the driver that awaits its ObjectRef.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import random
@@ -196,16 +197,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.pop("RAY_ADDRESS", None)
+    from chessrl.rl.reward import build_reward_model
+
+    with contextlib.ExitStack() as stack:
+        path = args.model
+        if path is None:  # a tiny model of its own, removed when the bench ends
+            path = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-rm-"))
+            model, tok = build_reward_model("tiny")
+            model.save_pretrained(path)
+            tok.save_pretrained(path)
+        return measure(args, path)
+
+
+def measure(args: argparse.Namespace, path: str) -> int:
+    """Runs the bench on the reward model at `path` and prints (and records) its ratio."""
     import torch
 
-    from chessrl.rl.reward import build_reward_model, load_reward_model
+    from chessrl.rl.reward import load_reward_model
 
-    path = args.model
-    if path is None:
-        path = tempfile.mkdtemp(prefix="bench-rm-")
-        model, tok = build_reward_model("tiny")
-        model.save_pretrained(path)
-        tok.save_pretrained(path)
     model, tok = load_reward_model(path)
     parts = collector_steps(args.callers, args.per_call, args.requests)
     cpus = os.cpu_count() or 1
