@@ -94,7 +94,8 @@ def _score(pov, turn):  # type: ignore[no-untyped-def]
     return Score.from_pov(pov, None, turn)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The bench's flags, checked (``--positions``, ``--k``, ``--nodes``, ``--runs`` at least 1)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -114,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if min(args.positions, args.k, args.nodes, args.runs) < 1:
         parser.error("--positions, --k, --nodes and --runs must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.pop("RAY_ADDRESS", None)
 
@@ -133,13 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         if prepare.main(games_run) != 0:
             return 1
         games = work / "g" / "prepare" / "games"
-        policy = args.policy or (
-            str(ROOT / "runs/demo/sft/model")
-            if (ROOT / "runs/demo/sft/model/config.json").is_file()
-            else None
-        )
-        if policy is None:
-            policy = str(train_tiny(games, work / "policy"))
+        policy = pick_policy(args.policy, games, work / "policy")
         model, tokenizer = load_pretrained(policy)
         model.eval()
         cfg = ChessRLConfig().preferences.model_copy(
@@ -192,6 +192,14 @@ def main(argv: list[str] | None = None) -> int:
         f"preferences ratio (phase pairs/s / plain loop pairs/s, median of {args.runs}): {ratio:.2f} (target >= 1.5)"
     )
     return 0
+
+
+def pick_policy(given: str | None, games: Path, folder: Path) -> str:
+    """``--policy`` if given, else the demo's sft model if there is one, else a tiny one trained here."""
+    if given:
+        return given
+    demo = ROOT / "runs/demo/sft/model"
+    return str(demo) if (demo / "config.json").is_file() else str(train_tiny(games, folder))
 
 
 def train_tiny(games: Path, folder: Path) -> Path:
