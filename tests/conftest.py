@@ -46,10 +46,11 @@ os.environ["TMPDIR"] = str(TEST_TMP)
 tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 #: What others leave in the temporary folder while a test runs: Python's multiprocessing (removed
-#: when its process ends), torch's compile cache, Ray's folder, an MLflow server's database lock,
-#: and a bare ``mkdtemp()`` (the doctests' and the tests' own). Anything else new after a test is
-#: a leak of the project's.
-OTHERS_TEMPORARY = ("pymp-", "torchinductor_", "ray", "db_init_lock-", "tmp")
+#: when its process ends), torch's compile cache, Ray's folder and its lock files' folder (Ray
+#: Train's checkpoint downloads and uploads lock there), an MLflow server's database lock, and a
+#: bare ``mkdtemp()`` (the doctests' and the tests' own). Anything else new after a test is a leak
+#: of the project's.
+OTHERS_TEMPORARY = ("pymp-", "torchinductor_", "ray", "_ray_lockfiles", "db_init_lock-", "tmp")
 
 TIERS = ("unit", "integration", "system")
 

@@ -23,13 +23,14 @@ Nothing here is a phase: phase modules import it, never each other.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +189,30 @@ def fresh_scratch(name: str) -> Path:
     return folder
 
 
+@contextlib.contextmanager
+def checkpoint_folder(checkpoint: Any) -> Iterator[str]:
+    """A Ray Train checkpoint's files in a local folder this process alone reads, for the
+    ``with`` block: a local checkpoint's own folder, a remote one's download into a temporary
+    folder removed after it.
+
+    Ray's ``Checkpoint.as_directory`` downloads a remote checkpoint into one folder per checkpoint
+    shared by every process of the machine, and a process that comes after another's download has
+    ended downloads it again over the files the other is reading (Ray 2.x's ``to_directory`` tries
+    its lock once and, finding it free, copies): two Ray Train workers resuming from S3 on one
+    machine read a half-written ``learner.pt`` ("PytorchStreamReader failed reading file").
+
+        with checkpoint_folder(ray.train.get_checkpoint()) as folder:
+            saved = torch.load(os.path.join(folder, "learner.pt"))
+    """
+    import pyarrow.fs
+
+    if isinstance(checkpoint.filesystem, pyarrow.fs.LocalFileSystem):
+        yield checkpoint.path
+        return
+    with tempfile.TemporaryDirectory(prefix="chess-rl-checkpoint-") as folder:
+        yield checkpoint.to_directory(folder)
+
+
 def export_hf_checkpoint(
     checkpoint: Any,
     out: Storage,
@@ -202,7 +227,7 @@ def export_hf_checkpoint(
     first (e.g. add fields to ``config.json``)."""
     from chessrl.lm.models import make_tokenizer_config_generic
 
-    with checkpoint.as_directory() as folder:
+    with checkpoint_folder(checkpoint) as folder:
         hf = Path(folder) / subfolder
         make_tokenizer_config_generic(hf)
         if edit is not None:
@@ -225,7 +250,7 @@ def resume_folder(phase: str, into: str, subfolder: str = "checkpoint") -> str |
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is None:
         return None
-    with checkpoint.as_directory() as folder:
+    with checkpoint_folder(checkpoint) as folder:
         resume = str(Path(into) / f"resume-{subfolder}")
         shutil.copytree(Path(folder) / subfolder, resume)
     state = json.loads(Path(resume, "trainer_state.json").read_text())
