@@ -42,7 +42,7 @@ from cluster.storage import Storage
 from pipelines.artifacts import preference_table, read_heldout
 from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, RewardConfig
-from pipelines.learner import checkpoint_folder, final_metrics
+from pipelines.learner import final_metrics, read_checkpoint
 from pipelines.learner import trl as trl_learner
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, readable_model
 
@@ -349,7 +349,7 @@ def normalizer_scores(model: Any, sample: list[dict[str, Any]], pad_id: int) -> 
 def normalizer_stats(checkpoint: Any, sample: list[dict[str, Any]], name: str) -> tuple[float, float]:
     """Ray task: :func:`normalizer_scores` of the saved model (when the learner's final report
     lacks them: a run resumed from its last step's checkpoint)."""
-    with checkpoint_folder(checkpoint) as folder:
+    with read_checkpoint(checkpoint) as folder:
         model, tokenizer = reward_model_from_backbone(str(Path(folder) / name))
     stats = normalizer_scores(model, sample, tokenizer.pad_token_id)
     return stats["reward_mean"], stats["reward_std"]

@@ -190,7 +190,7 @@ def fresh_scratch(name: str) -> Path:
 
 
 @contextlib.contextmanager
-def checkpoint_folder(checkpoint: Any) -> Iterator[str]:
+def read_checkpoint(checkpoint: Any) -> Iterator[str]:
     """A Ray Train checkpoint's files in a local folder this process alone reads, for the
     ``with`` block: a local checkpoint's own folder, a remote one's download into a temporary
     folder removed after it.
@@ -201,7 +201,7 @@ def checkpoint_folder(checkpoint: Any) -> Iterator[str]:
     its lock once and, finding it free, copies): two Ray Train workers resuming from S3 on one
     machine read a half-written ``learner.pt`` ("PytorchStreamReader failed reading file").
 
-        with checkpoint_folder(ray.train.get_checkpoint()) as folder:
+        with read_checkpoint(ray.train.get_checkpoint()) as folder:
             saved = torch.load(os.path.join(folder, "learner.pt"))
     """
     import pyarrow.fs
@@ -227,7 +227,7 @@ def export_hf_checkpoint(
     first (e.g. add fields to ``config.json``)."""
     from chessrl.lm.models import make_tokenizer_config_generic
 
-    with checkpoint_folder(checkpoint) as folder:
+    with read_checkpoint(checkpoint) as folder:
         hf = Path(folder) / subfolder
         make_tokenizer_config_generic(hf)
         if edit is not None:
@@ -250,7 +250,7 @@ def resume_folder(phase: str, into: str, subfolder: str = "checkpoint") -> str |
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is None:
         return None
-    with checkpoint_folder(checkpoint) as folder:
+    with read_checkpoint(checkpoint) as folder:
         resume = str(Path(into) / f"resume-{subfolder}")
         shutil.copytree(Path(folder) / subfolder, resume)
     state = json.loads(Path(resume, "trainer_state.json").read_text())

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.storage import Storage
-from pipelines.learner import LearnerLog, checkpoint_folder, fresh_scratch, scratch_name
+from pipelines.learner import LearnerLog, fresh_scratch, read_checkpoint, scratch_name
 
 
 class LoopLearner:
@@ -97,7 +97,7 @@ class LoopLearner:
         saved = None
         checkpoint = ray.train.get_checkpoint()
         if checkpoint is not None:
-            with checkpoint_folder(checkpoint) as folder:
+            with read_checkpoint(checkpoint) as folder:
                 saved = torch.load(os.path.join(folder, "learner.pt"), map_location="cpu", weights_only=False)
             for key, part in self.parts.items():
                 part.load_state_dict(saved[key])
