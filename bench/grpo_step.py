@@ -127,7 +127,8 @@ def plan(config: Any, cfg: Any, games: str, seed: int) -> tuple[list[dict[str, A
 
 def task_limits(cfg: Any, policy: str) -> dict[str, int]:
     """New tokens per task, as the phase sets them (:func:`pipelines.grpo.max_new_tokens`)."""
-    from chessrl.lm.models import load_tokenizer, move_tokens
+    from chessrl.lm.checkpoints import load_tokenizer
+    from chessrl.lm.models import move_tokens
     from pipelines.grpo import max_new_tokens
 
     return max_new_tokens(cfg, move_tokens(load_tokenizer(policy)))

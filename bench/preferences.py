@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.pop("RAY_ADDRESS", None)
 
-    from chessrl.lm.models import load_pretrained
+    from chessrl.lm.checkpoints import load_pretrained
     from cluster.config import RaySection
     from cluster.runtime import ray_session
     from cluster.storage import Storage

@@ -138,8 +138,8 @@ def baseline_models(
     the move table, the seeded generator and the opponent pool (``self`` and ``random`` only)."""
     import torch
 
+    from chessrl.lm.checkpoints import load_pretrained
     from chessrl.lm.legality import MoveTokens
-    from chessrl.lm.models import load_pretrained
     from chessrl.rl.ppo import policy_opponent, random_opponent
     from chessrl.rl.reward import load_reward_model
 

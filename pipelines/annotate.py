@@ -266,7 +266,7 @@ def policy_game_positions(
     import torch
 
     from chessrl.arena.saved_models import load_saved_model
-    from chessrl.lm.models import checkpoint_config
+    from chessrl.lm.checkpoints import checkpoint_config
     from chessrl.rl.own_games import OwnGames
 
     torch.manual_seed(seed)

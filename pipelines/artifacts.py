@@ -111,7 +111,7 @@ def mark_text_format(folder: Any, text_format: str) -> None:
 def recorded_text_format(policy: str) -> str | None:
     """The text format a saved policy was trained on, ``chessrl_text_format`` in its config as sft
     writes it; None where it says none (a model from elsewhere)."""
-    from chessrl.lm.models import checkpoint_config
+    from chessrl.lm.checkpoints import checkpoint_config
 
     config = checkpoint_config(policy)
     return str(config["chessrl_text_format"]) if config.get("chessrl_text_format") else None

@@ -411,7 +411,8 @@ def summary_lines(summary: dict[str, Any], quality_nodes: int) -> list[str]:
 def run_dpo(context: PhaseContext) -> PhaseResult:
     """Check the inputs, tokenize the pairs (:func:`dpo_data`), train in Ray Train, export the
     policy, measure the start and final policies' move quality, summarise."""
-    from chessrl.lm.models import context_length, load_tokenizer
+    from chessrl.lm.checkpoints import load_tokenizer
+    from chessrl.lm.models import context_length
 
     cfg = context.config.dpo
     found = check_dpo(context.config, Inputs.of_context(context))

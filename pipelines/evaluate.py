@@ -255,8 +255,8 @@ def check_player_inputs(s: PlayerSpec, sft_model: str | None, inputs: Inputs) ->
         and str(path) not in written
         and not (s.kind == "sft" and inputs.will_write("sft"))
     ):
+        from chessrl.lm.checkpoints import load_tokenizer
         from chessrl.lm.masked import check_maskable
-        from chessrl.lm.models import load_tokenizer
 
         check_maskable(load_tokenizer(str(path)), f"evaluate.players (--players): player {s.label!r}")
     if s.kind == "uci" and not Path(str(s.path)).is_file():

@@ -101,7 +101,8 @@ def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bo
     trained on ``text_format`` (``chessrl_text_format`` in its config, written by sft) is a
     warning in the log, not an error: its rewards start low until it learns the format; but moves
     asked of a board policy, or the reverse, is a ConfigError (each has its own sft, nothing to learn)."""
-    from chessrl.lm.models import load_tokenizer, move_tokens
+    from chessrl.lm.checkpoints import load_tokenizer
+    from chessrl.lm.models import move_tokens
     from pipelines.artifacts import TEXT_FORMAT_KEY, check_asked_format
 
     config = gpt2_config(
@@ -318,7 +319,8 @@ def learner_resources(
         learner_cpus = max(0.5, cpus_that_fit(free, cfg.num_workers, learner_cpus) or 0.5)
     batch_size = cfg.batch_size
     if batch_size == "auto":
-        from chessrl.lm.models import load_tokenizer, prompt_ids
+        from chessrl.lm.checkpoints import load_tokenizer
+        from chessrl.lm.models import prompt_ids
         from pipelines.batch_size import auto_batch_size
 
         tokenizer = load_tokenizer(policy_path)

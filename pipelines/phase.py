@@ -244,7 +244,7 @@ def gpt2_config(path: str, key: str, architecture: str, needs: str) -> dict[str,
     model), its weights checked whole (:func:`readable_model`). A missing or unreadable model, or
     another kind, is one clear error naming ``key`` and saying what the phase ``needs``: the one
     check of a model path that grpo, dpo and ppo share."""
-    from chessrl.lm.models import checkpoint_config
+    from chessrl.lm.checkpoints import checkpoint_config
 
     try:
         config: dict[str, Any] = checkpoint_config(path)

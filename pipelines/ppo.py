@@ -128,8 +128,9 @@ def check_models(
     (``max_tokens`` in the moves format; a position format's longest prompt and a move).
     Returns facts for the log, and ``moves_context``: the shortest context of a model that reads
     the game's moves (None when none does)."""
+    from chessrl.lm.checkpoints import load_tokenizer
     from chessrl.lm.legality import MoveTokens
-    from chessrl.lm.models import load_tokenizer, prompt_ids
+    from chessrl.lm.models import prompt_ids
 
     configs = {
         "ppo.policy (--policy)": gpt2_config(

@@ -125,7 +125,7 @@ def reward_model_from_backbone(path: str) -> tuple[Any, Any]:
     from transformers import GPT2ForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    from chessrl.lm.models import checkpoint_folder, load_tokenizer
+    from chessrl.lm.checkpoints import checkpoint_folder, load_tokenizer
 
     with checkpoint_folder(path) as local:
         tokenizer = load_tokenizer(str(local))
@@ -141,7 +141,7 @@ def reward_model_from_backbone(path: str) -> tuple[Any, Any]:
 
 def check_backbone(path: str, key: str = "reward.base_model (--base-model)") -> dict[str, Any]:
     """The ``config.json`` of a GPT-2-style checkpoint; anything else is one clear error."""
-    from chessrl.lm.models import ModelLoadError, checkpoint_config
+    from chessrl.lm.checkpoints import ModelLoadError, checkpoint_config
 
     try:
         config = checkpoint_config(path)
@@ -464,7 +464,8 @@ def run_reward(context: PhaseContext) -> PhaseResult:
     import ray
     from ray.train.huggingface.transformers import RayTrainReportCallback
 
-    from chessrl.lm.models import context_length, load_tokenizer
+    from chessrl.lm.checkpoints import load_tokenizer
+    from chessrl.lm.models import context_length
 
     cfg = context.config.reward
     found = check_reward(context.config, Inputs.of_context(context))

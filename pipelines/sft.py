@@ -82,7 +82,8 @@ def check_sft(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: Non
     loads), ``max_length`` against its context, the text format's options, the legal-move loss
     for its tokenizer, and the games table (``game_id``, ``moves``, ``result``, a game at least),
     unless an earlier phase of the same graph run writes it."""
-    from chessrl.lm.models import ModelLoadError, context_length, load_tokenizer
+    from chessrl.lm.checkpoints import ModelLoadError, load_tokenizer
+    from chessrl.lm.models import context_length
     from chessrl.lm.tokenizer import build_chess_tokenizer
     from pipelines.artifacts import games_table
 

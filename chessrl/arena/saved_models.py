@@ -13,7 +13,7 @@ self-play network (``network``), from a local folder or file, ``file://`` or ``s
 ``pytorch_model.bin``): a safetensors file's 8-byte header length and JSON header are read and the
 file must be as long as the header says; a PyTorch file (``pytorch_model.bin``, a network's
 ``.pt``) must be a zip archive whose directory reads, with a ``data.pkl`` in it. Anything wrong is
-one :class:`~chessrl.lm.models.ModelLoadError` naming the file:
+one :class:`~chessrl.lm.checkpoints.ModelLoadError` naming the file:
 
 >>> import os, tempfile
 >>> folder = tempfile.mkdtemp()
@@ -24,7 +24,7 @@ one :class:`~chessrl.lm.models.ModelLoadError` naming the file:
 >>> check_saved_model(folder, "policy")
 Traceback (most recent call last):
 ...
-chessrl.lm.models.ModelLoadError: .../model.safetensors is not a readable safetensors file (truncated: 80 of 86 bytes); copy the model again or re-export it
+chessrl.lm.checkpoints.ModelLoadError: .../model.safetensors is not a readable safetensors file (truncated: 80 of 86 bytes); copy the model again or re-export it
 
 An ``s3://`` model is checked the same way without downloading it: sizes from the listing, the
 headers by ranged reads (pyarrow's random-access files). :func:`load_saved_model` checks, then
@@ -60,10 +60,10 @@ _AGAIN = "copy the model again or re-export it"
 
 def load_saved_model(path: str, kind: str) -> Any:
     """The model saved at ``path``, checked first (:func:`check_saved_model`): ``policy`` ->
-    ``(model, tokenizer)`` (:func:`chessrl.lm.models.load_pretrained`), ``reward`` -> ``(model,
-    tokenizer)`` (:func:`chessrl.lm.models.load_reward_model`), ``network`` -> a
+    ``(model, tokenizer)`` (:func:`chessrl.lm.checkpoints.load_pretrained`), ``reward`` -> ``(model,
+    tokenizer)`` (:func:`chessrl.lm.checkpoints.load_reward_model`), ``network`` -> a
     :class:`~chessrl.search.network.PolicyValueNet` in eval mode on the CPU."""
-    from chessrl.lm.models import load_pretrained, load_reward_model
+    from chessrl.lm.checkpoints import load_pretrained, load_reward_model
 
     check_saved_model(path, kind)
     if kind == "policy":
@@ -74,7 +74,7 @@ def load_saved_model(path: str, kind: str) -> Any:
 
 
 def check_saved_model(path: str, kind: str) -> None:
-    """Raise one :class:`~chessrl.lm.models.ModelLoadError` naming the file when the model at
+    """Raise one :class:`~chessrl.lm.checkpoints.ModelLoadError` naming the file when the model at
     ``path`` cannot be read: a folder without ``config.json`` or weights, a weights file that is
     truncated or not what its name says, a network file that is missing or not a PyTorch file."""
     if kind not in KINDS:
@@ -228,8 +228,8 @@ def _load_network(path: str) -> Any:
 
 
 def model_load_error(message: str) -> UserError:
-    """A :class:`chessrl.lm.models.ModelLoadError`, imported only on the way out: the checks
+    """A :class:`chessrl.lm.checkpoints.ModelLoadError`, imported only on the way out: the checks
     themselves stay free of torch and transformers (a phase's check runs in a light driver)."""
-    from chessrl.lm.models import ModelLoadError
+    from chessrl.lm.checkpoints import ModelLoadError
 
     return ModelLoadError(message)

@@ -2,7 +2,8 @@
 
 - :mod:`~chessrl.lm.tokenizer`: one token per UCI move, characters for FEN, task markers.
 - :mod:`~chessrl.lm.formats`: the text formats a model is trained on.
-- :mod:`~chessrl.lm.models`: presets built from config, checkpoints from a folder or S3, the saved-model loader.
+- :mod:`~chessrl.lm.models`: presets built from config, legal play through any tokenizer.
+- :mod:`~chessrl.lm.checkpoints`: saved models read back from a folder or S3, each failure one line.
 - :mod:`~chessrl.lm.masked`: the policy restricted to the legal moves of a position.
 - :mod:`~chessrl.lm.legality`: the legal-move loss.
 - :mod:`~chessrl.lm.lm_data`: the held-out split, training text, block packing.

@@ -1,5 +1,5 @@
-"""GPT-2-style chess language models: presets built from config, checkpoints loaded from a folder
-or S3, and a policy that plays legal moves through any Hugging Face tokenizer.
+"""GPT-2-style chess language models: presets built from config, and a policy that plays legal
+moves through any Hugging Face tokenizer (loading a saved one: :mod:`chessrl.lm.checkpoints`).
 
 >>> model, tok = build_model("tiny")
 >>> round(count_parameters(model) / 1e6, 1)
@@ -8,20 +8,15 @@ or S3, and a policy that plays legal moves through any Hugging Face tokenizer.
 >>> len(game.moves) == 6 and all(isinstance(m, str) for m in game.moves)
 True
 
-Weights are never downloaded at run time: a preset starts from random weights, and
-``load_pretrained`` takes a folder saved by transformers (``save_pretrained``) or an ``s3://``
-prefix holding one, copied to a local cache first.
+Weights are never downloaded at run time: a preset starts from random weights.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
-import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,17 +24,14 @@ from typing import Any
 import chess
 import torch
 from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
     GPT2Config,
     GPT2LMHeadModel,
     PreTrainedTokenizerBase,
 )
 
+from chessrl.lm.checkpoints import checkpoint_config
 from chessrl.lm.formats import MoveCounts, MovesFormat, ParsedMove, RookWorldFormat
-from chessrl.lm.tokenizer import add_prompt_start, build_chess_tokenizer, start_token
-from cluster.errors import UserError
-from cluster.storage import Storage
+from chessrl.lm.tokenizer import build_chess_tokenizer, start_token
 
 #: GPT-2 shapes. With the chess tokenizer: tiny ≈ 2.6M parameters (CPU), small ≈ 28M (one GPU),
 #: base ≈ 89M (GPT-2 124M's shape; 124M with its 50k-token vocabulary).
@@ -48,11 +40,6 @@ PRESETS: dict[str, dict[str, int]] = {
     "small": {"n_layer": 8, "n_head": 8, "n_embd": 512, "n_positions": 1024},
     "base": {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024},
 }
-
-
-class ModelLoadError(UserError):
-    """A saved model (language model, reward model, self-play network) that cannot be read: one
-    line naming the folder or file (see :mod:`chessrl.arena.saved_models`)."""
 
 
 def build_model(
@@ -250,163 +237,6 @@ def quick_policy(texts: list[str], steps: int = 80, seed: int = 0) -> tuple[GPT2
 def count_parameters(model: torch.nn.Module) -> int:
     """Trainable parameters, counting tied weights once."""
     return sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values())
-
-
-#: Files of a checkpoint that hold weights or training state: what a tokenizer's or config's read skips.
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".msgpack", ".h5")
-
-
-def _local_path(path: str) -> Path | None:
-    """The local folder ``path`` names (a plain path or ``file://``); None for a remote one (``s3://``)."""
-    if "://" in path and not path.startswith("file://"):
-        return None
-    return Path(path.removeprefix("file://")).expanduser()
-
-
-@contextmanager
-def checkpoint_folder(path: str, *, cache_dir: str | None = None, weights: bool = True) -> Iterator[Path]:
-    """A local folder holding the checkpoint at ``path`` (a folder, ``file://`` or ``s3://``) for
-    the ``with`` block. A remote one is copied into ``cache_dir`` (kept) or into a temporary
-    folder removed when the block ends; ``weights=False`` leaves its weight files behind (a
-    tokenizer's read). A folder without ``config.json`` is a :class:`ModelLoadError`.
-
-    >>> folder = tempfile.mkdtemp()
-    >>> _ = Path(folder, "config.json").write_text('{"n_positions": 64}')
-    >>> with checkpoint_folder(folder) as local:
-    ...     local == Path(folder)
-    True
-    >>> checkpoint_config(folder), context_length(None, folder)
-    ({'n_positions': 64}, 64)
-    """
-    local = _local_path(path)
-    scratch = None
-    if local is None:
-        storage = Storage.from_uri(path)
-        files = [name for name in storage.list_files() if weights or not name.endswith(WEIGHT_SUFFIXES)]
-        if not files:
-            raise ModelLoadError(f"no files under {path}: expected a folder saved with save_pretrained")
-        if cache_dir is None:
-            scratch = local = Path(tempfile.mkdtemp(prefix="chess-rl-model-"))
-        else:
-            local = Path(cache_dir)
-        try:
-            for name in files:
-                (local / name).parent.mkdir(parents=True, exist_ok=True)
-                (local / name).write_bytes(storage.read_bytes(name))
-        except BaseException:
-            if scratch is not None:
-                shutil.rmtree(scratch, ignore_errors=True)
-            raise
-    try:
-        if not (local / "config.json").is_file():
-            raise ModelLoadError(f"{path} is not a transformers checkpoint folder (no config.json)")
-        yield local
-    finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
-
-
-def checkpoint_config(path: str) -> dict[str, Any]:
-    """The ``config.json`` of the checkpoint at ``path`` (a folder, ``file://`` or ``s3://``: only
-    that file is read); no such file is a :class:`ModelLoadError`."""
-    local = _local_path(path)
-    if local is None:
-        storage = Storage.from_uri(path)
-        if not storage.exists("config.json"):
-            if not storage.list_files():
-                raise ModelLoadError(f"no files under {path}: expected a folder saved with save_pretrained")
-            raise ModelLoadError(f"{path} is not a transformers checkpoint folder (no config.json)")
-        text = storage.read_bytes("config.json").decode()
-    else:
-        if not (local / "config.json").is_file():
-            raise ModelLoadError(f"{path} is not a transformers checkpoint folder (no config.json)")
-        text = (local / "config.json").read_text()
-    try:
-        config = json.loads(text)
-    except ValueError as exc:
-        raise ModelLoadError(f"{path}/config.json is not JSON: {exc}") from None
-    if not isinstance(config, dict):
-        raise ModelLoadError(f"{path}/config.json is not a JSON object")
-    return config
-
-
-def load_pretrained(path: str, *, cache_dir: str | None = None) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` from a saved folder or an ``s3://`` prefix holding one (copied into
-    ``cache_dir`` and kept there, or into a temporary folder removed once both are loaded)."""
-    with checkpoint_folder(path, cache_dir=cache_dir) as local:
-        model = _from_pretrained(AutoModelForCausalLM, local, path, "")
-        return model, load_tokenizer(str(local))
-
-
-def load_reward_model(path: str) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` of a saved reward model (``AutoModelForSequenceClassification``,
-    one label, the language model's tokenizer) from a folder or an ``s3://`` prefix; in eval
-    mode, its GELUs fused (:func:`fuse_gelu`: it is scored in batches)."""
-    from transformers import AutoModelForSequenceClassification
-
-    with checkpoint_folder(path) as local:
-        model = _from_pretrained(AutoModelForSequenceClassification, local, path, "the reward model ")
-        if model.config.num_labels != 1:
-            raise ModelLoadError(f"{path} has {model.config.num_labels} labels; a reward model has one")
-        tokenizer = load_tokenizer(str(local))
-    if model.config.pad_token_id is None:
-        model.config.pad_token_id = tokenizer.pad_token_id
-    fuse_gelu(model)
-    return model.eval(), tokenizer
-
-
-def _first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its type's name when it has none)."""
-    return (str(exc).splitlines() or [type(exc).__name__])[0]
-
-
-def _from_pretrained(auto_class: Any, local: Path, path: str, what: str) -> Any:
-    """``auto_class.from_pretrained(local)``, any failure one :class:`ModelLoadError`: ``cannot
-    load <what><path>: ...``, or for a damaged safetensors file (one that slipped past
-    :func:`chessrl.arena.saved_models.check_saved_model`) a line naming that file."""
-    from safetensors import SafetensorError
-
-    try:
-        return auto_class.from_pretrained(local)
-    except SafetensorError as exc:
-        shards = sorted(p.name for p in local.glob("*.safetensors"))
-        name = f"{path.rstrip('/')}/{shards[0]}" if len(shards) == 1 else f"a weights file under {path}"
-        raise ModelLoadError(
-            f"{name} is not a readable safetensors file ({_first_line(exc)}); "
-            "copy the model again or re-export it"
-        ) from None
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load {what}{path}: {_first_line(exc)}") from None
-
-
-def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
-    """The tokenizer saved with a checkpoint (a pad token is added from EOS when it has none), set
-    to encode prompts as the phases train (:func:`chessrl.lm.tokenizer.add_prompt_start`): a
-    checkpoint saved before tokenizers carried their start token loads the same way."""
-    with checkpoint_folder(path, weights=False) as local:
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(local)
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"cannot load the tokenizer of {path}: {_first_line(exc)}") from None
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return add_prompt_start(tokenizer)
-
-
-def make_tokenizer_config_generic(folder: str | Path) -> bool:
-    """Point a saved ``tokenizer_config.json`` at the generic fast class, so ``AutoTokenizer``
-    reads ``tokenizer.json`` as saved (start token and trailing-space rule included) instead of
-    rebuilding it, as transformers' ``GPT2Tokenizer`` does from the vocabulary alone. Returns
-    whether the file changed; a folder without ``tokenizer.json`` is left alone."""
-    config_path = Path(folder) / "tokenizer_config.json"
-    if not (Path(folder) / "tokenizer.json").is_file() or not config_path.is_file():
-        return False
-    config = json.loads(config_path.read_text())
-    if config.get("tokenizer_class") in ("PreTrainedTokenizerFast", "TokenizersBackend"):
-        return False
-    config["tokenizer_class"] = "PreTrainedTokenizerFast"
-    config_path.write_text(json.dumps(config, indent=2))
-    return True
 
 
 def context_length(preset: str | None, base_model: str | None = None) -> int:

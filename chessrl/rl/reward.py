@@ -392,9 +392,9 @@ def heldout_board(fen: str, share: int = 20) -> bool:
 
 
 def load_reward_model(path: str) -> tuple[Any, Any]:
-    """:func:`chessrl.lm.models.load_reward_model`, named here too for the callers that score with
+    """:func:`chessrl.lm.checkpoints.load_reward_model`, named here too for the callers that score with
     this module (imported when called: this module stays free of torch and transformers)."""
-    from chessrl.lm.models import load_reward_model as load
+    from chessrl.lm.checkpoints import load_reward_model as load
 
     return load(path)
 

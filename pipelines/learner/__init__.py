@@ -223,9 +223,9 @@ def export_hf_checkpoint(
     """Copy the model files of a Ray Train checkpoint written by ``RayTrainReportCallback`` (a
     transformers checkpoint in ``subfolder``) to ``out``, without the optimizer and scheduler
     state; the tokenizer config points at the generic fast class (see
-    :func:`chessrl.lm.models.make_tokenizer_config_generic`). ``edit(folder)`` may change the files
+    :func:`chessrl.lm.checkpoints.make_tokenizer_config_generic`). ``edit(folder)`` may change the files
     first (e.g. add fields to ``config.json``)."""
-    from chessrl.lm.models import make_tokenizer_config_generic
+    from chessrl.lm.checkpoints import make_tokenizer_config_generic
 
     with read_checkpoint(checkpoint) as folder:
         hf = Path(folder) / subfolder

@@ -253,7 +253,7 @@ def progress_line(metrics: dict[str, Any]) -> str:
 
 def export_models(policy: Any, critic: Any, tokenizer: Any, phase: Storage) -> None:
     """The policy (``model/``) and critic (``critic/``) as Hugging Face folders with the tokenizer."""
-    from chessrl.lm.models import make_tokenizer_config_generic
+    from chessrl.lm.checkpoints import make_tokenizer_config_generic
 
     for name, model in (("model", policy), ("critic", critic)):
         export_pretrained(model, tokenizer, phase.child(name), f"ppo-{name}-", make_tokenizer_config_generic)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from chessrl.lm.models import load_tokenizer
+from chessrl.lm.checkpoints import load_tokenizer
 from chessrl.rl.reward import build_reward_model
 from pipelines import ppo
 from pipelines.artifacts import mark_text_format

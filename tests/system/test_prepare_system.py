@@ -210,13 +210,8 @@ def test_a_model_saved_to_s3_loads_back_through_base_model_paths(s3, moto_s3, tm
     """--base-model s3://...: a checkpoint uploaded to the S3 endpoint loads like a local one."""
     import torch
 
-    from chessrl.lm.models import (
-        build_model,
-        checkpoint_config,
-        count_parameters,
-        load_pretrained,
-        load_tokenizer,
-    )
+    from chessrl.lm.checkpoints import checkpoint_config, load_pretrained, load_tokenizer
+    from chessrl.lm.models import build_model, count_parameters
     from cluster.storage import Storage
 
     for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"):
@@ -243,7 +238,7 @@ def test_a_model_saved_to_s3_loads_back_through_base_model_paths(s3, moto_s3, tm
 
     # the one loader reads S3 by file info and ranged reads: a truncated upload is one line naming it
     from chessrl.arena.saved_models import check_saved_model, load_saved_model
-    from chessrl.lm.models import ModelLoadError
+    from chessrl.lm.checkpoints import ModelLoadError
 
     check_saved_model("s3://chess-models/tiny", "policy")
     damaged = Storage.from_uri("s3://chess-models/damaged")

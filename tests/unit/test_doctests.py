@@ -16,6 +16,7 @@ MODULES = [
     "chessrl.lm.tokenizer",
     "chessrl.lm.formats",
     "chessrl.lm.models",
+    "chessrl.lm.checkpoints",
     "chessrl.lm.lm_data",
     "chessrl.lm.legality",
     "chessrl.lm.lm_eval",

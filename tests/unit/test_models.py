@@ -8,15 +8,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-from chessrl.lm.models import (
-    ModelLoadError,
-    build_model,
-    count_parameters,
-    cpu_has_bf16_matmul,
-    load_pretrained,
-    play_game,
-    set_dropout,
-)
+from chessrl.lm.checkpoints import ModelLoadError, load_pretrained
+from chessrl.lm.models import build_model, count_parameters, cpu_has_bf16_matmul, play_game, set_dropout
 
 
 def replay(moves: list[str]) -> chess.Board:

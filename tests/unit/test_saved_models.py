@@ -15,7 +15,7 @@ import torch
 
 from chessrl.arena import saved_models
 from chessrl.arena.saved_models import check_saved_model, load_saved_model
-from chessrl.lm.models import ModelLoadError
+from chessrl.lm.checkpoints import ModelLoadError
 from chessrl.search.network import NetConfig, PolicyValueNet
 from pipelines import dpo, evaluate, grpo, phase, ppo, preferences, reward, sft, uci
 from pipelines.phase import EXIT_USER_ERROR

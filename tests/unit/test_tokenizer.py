@@ -149,7 +149,7 @@ def _old_checkpoint_tokenizer(tmp_path):
 
 
 def test_an_old_checkpoints_tokenizer_is_upgraded_at_load(tmp_path) -> None:
-    from chessrl.lm.models import load_tokenizer, make_tokenizer_config_generic
+    from chessrl.lm.checkpoints import load_tokenizer, make_tokenizer_config_generic
 
     raw = _old_checkpoint_tokenizer(tmp_path)
     (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')  # a checkpoint folder
@@ -172,7 +172,7 @@ def test_a_gpt2_style_bpe_tokenizer_gets_its_endoftext_start_and_keeps_it(tmp_pa
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from chessrl.lm.models import make_tokenizer_config_generic
+    from chessrl.lm.checkpoints import make_tokenizer_config_generic
     from chessrl.lm.tokenizer import add_prompt_start
 
     core = Tokenizer(models.BPE())
