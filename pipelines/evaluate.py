@@ -16,6 +16,13 @@ games against the informative rungs, so even a weak model gets a finite Elo with
 ``sprt`` plays two players in game pairs (one opening, colours swapped) and stops when the
 pentanomial SPRT accepts H0 (``--elo0``) or H1 (``--elo1``), or after ``--games`` games.
 
+``paired`` plays no games: the first player is a start, each other player a run from it (the
+same learner from several seeds, say); each one's legal-masked moves on ``--positions`` held-out
+positions are scored by Stockfish against the start's on the same positions, and the runs' mean
+gain gets an interval that counts their spread (:func:`chessrl.arena.move_quality.paired_over_runs`)::
+
+    chess-rl evaluate --mode paired --players lm:runs/a/sft/model lm:runs/s1/ppo/model lm:runs/s2/ppo/model
+
 Every finished game is written at once to ``<storage>/<run>/evaluate/<name>/games/<key>.json``
 (ladder games beside it), so running the same command again after a kill plays only the missing
 games. Then: ``games.pgn``, ``results.json``, ``report.md`` and the plots (``score.png`` and
@@ -24,6 +31,7 @@ games. Then: ``games.pgn``, ``results.json``, ``report.md`` and the plots (``sco
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -37,6 +45,8 @@ from typing import Any
 
 from chessrl.arena.eval_report import (
     fmt_estimate,
+    paired_markdown,
+    paired_summary_lines,
     plot,
     report_markdown,
     sprt_markdown,
@@ -86,7 +96,8 @@ DESCRIPTION = (
     "resumes. Examples:\n"
     "  chess-rl evaluate --players sft random stockfish:skill=0 stockfish:elo=1350 --games 20\n"
     "  chess-rl evaluate --mode sprt --players lm:runs/a/ppo/model lm:runs/a/sft/model --games 400\n"
-    "  chess-rl evaluate --mode sprt --players mcts,sims=16,search=gumbel mcts,sims=32 --games 200"
+    "  chess-rl evaluate --mode sprt --players mcts,sims=16,search=gumbel mcts,sims=32 --games 200\n"
+    "  chess-rl evaluate --mode paired --players lm:runs/a/sft/model lm:runs/s1/ppo/model lm:runs/s2/ppo/model"
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,8 +129,8 @@ def player_pairs(cfg: EvaluateConfig, n: int) -> list[tuple[int, int]]:
     >>> player_pairs(EvaluateConfig(players=["sft", "random", "stockfish"], pairs=["0-2", "1-2"]), 3)
     [(0, 2), (1, 2)]
     """
-    if cfg.pairs and cfg.mode == "sprt":
-        raise ConfigError("evaluate.pairs (--pairs): an sprt plays its two players; leave pairs empty")
+    if cfg.pairs and cfg.mode in ("sprt", "paired"):
+        raise ConfigError(f"evaluate.pairs (--pairs): --mode {cfg.mode} pairs its players itself; leave pairs empty")
     out = []
     for pair in cfg.pairs:
         i, j = (int(x) for x in pair.split("-"))
@@ -134,8 +145,8 @@ def player_pairs(cfg: EvaluateConfig, n: int) -> list[tuple[int, int]]:
 
 
 def ladder_settings(cfg: EvaluateConfig, seed: int) -> LadderSettings | None:
-    """The ladder the candidate is rated on, or None (off, or an SPRT match)."""
-    if not cfg.ladder or cfg.mode == "sprt":
+    """The ladder the candidate is rated on, or None (off, an SPRT match, or paired)."""
+    if not cfg.ladder or cfg.mode in ("sprt", "paired"):
         return None
     try:
         return LadderSettings(
@@ -176,16 +187,18 @@ def check_evaluate(config: ChessRLConfig, inputs: Inputs) -> EvaluateInputs:
         readable_model(sft_model, "player 'sft'")
     if selfplay_best is not None and not inputs.will_write("selfplay"):
         readable_model(selfplay_best, "player 'mcts'", "network")
-    for s in specs:
-        check_player_inputs(s, sft_model, inputs)
+    for s in specs:  # paired mode reads each model's legal-masked moves: a maskable tokenizer
+        check_player_inputs(dataclasses.replace(s, masked=True) if cfg.mode == "paired" else s, sft_model, inputs)
     openings = None
     if cfg.openings:
         try:
             openings = book_openings(cfg.openings)
         except InputDataError as exc:
             raise InputDataError(f"evaluate.openings (--openings): {exc}") from None
+    if cfg.mode == "paired":
+        positions_source(config, inputs)
     suites = []
-    for path in cfg.suites:
+    for path in cfg.suites if cfg.mode != "paired" else []:
         if not Path(suite_path(path)).is_file():
             raise ConfigError(f"evaluate.suites (--suites): {path} does not exist")
         try:
@@ -210,7 +223,34 @@ def check_player_specs(cfg: EvaluateConfig) -> list[PlayerSpec]:
         dupes = sorted(label for label, c in Counter(labels).items() if c > 1)
         raise ConfigError(f"evaluate.players (--players) names a player twice: {', '.join(dupes)}")
     player_pairs(cfg, len(specs))  # a pair naming no player: one line before Ray
+    if cfg.mode == "paired":
+        if others := [s.label for s in specs if s.kind not in ("lm", "sft")]:
+            raise ConfigError(
+                f"evaluate.players (--players): --mode paired compares language models' moves (lm:DIR or sft), "
+                f"not {', '.join(others)}"
+            )
+        if cfg.quality_nodes == 0:
+            raise ConfigError(
+                "evaluate.quality_nodes (--quality-nodes): --mode paired scores the moves with Stockfish: "
+                "give it more than 0 nodes"
+            )
     return specs
+
+
+def positions_source(config: ChessRLConfig, inputs: Inputs) -> Storage:
+    """The games table ``--mode paired`` draws its held-out positions from (``evaluate.positions_from``,
+    else this run's prepare/games), checked unless an earlier phase of the graph run writes it."""
+    from pipelines.artifacts import games_table
+
+    given = config.evaluate.positions_from
+    source = Storage.from_uri(given) if given else inputs.folder("prepare").child("games")
+    if given or not inputs.will_write("prepare"):
+        try:
+            games_table(source)
+        except UserError as exc:
+            key = "evaluate.positions_from (--positions-from)" if given else "evaluate --mode paired"
+            raise type(exc)(f"{key}: {exc}") from None
+    return source
 
 
 def run_models(specs: list[PlayerSpec], inputs: Inputs) -> tuple[str | None, str | None]:
@@ -272,7 +312,7 @@ def _file_exists(path: str) -> bool:
 
 def run_evaluate(context: PhaseContext) -> PhaseResult:
     """check -> start the engine pool -> play (the arena, the ladder, the suites, move quality,
-    or an SPRT match) -> summarise (results, report, PGN, metrics)."""
+    or an SPRT match) or score (paired) -> summarise (results, report, PGN, metrics)."""
     import ray
 
     cfg = context.config.evaluate
@@ -289,6 +329,8 @@ def run_evaluate(context: PhaseContext) -> PhaseResult:
     engine_players = [s for s in (*specs, *rung_specs) if s.kind == "stockfish"]
     pool = start_pool(context, bool(engine_players))
     try:
+        if cfg.mode == "paired":
+            return run_paired(context, found, pool, out)
         if pool is not None:
             check_engine_players(pool, engine_players, specs)
         limit = cfg.max_parallel or max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -434,6 +476,54 @@ def run_sprt(
         metrics["sprt_elo"] = state["elo"]
     context.tracking.log_metrics(metrics)
     return PhaseResult(summary=results, lines=sprt_summary_lines(results, out.uri_of("report.md")), ok=True)
+
+
+def run_paired(context: PhaseContext, found: EvaluateInputs, pool: Any, out: Storage) -> PhaseResult:
+    """``--mode paired``: every player's legal-masked argmax on the same held-out positions, scored
+    by the engine pool; each later player's paired gain over the first, and their mean over runs."""
+    from chessrl.arena.move_quality import heldout_positions, runs_move_quality
+    from chessrl.arena.saved_models import load_saved_model
+    from chessrl.lm.lm_data import split_games
+    from pipelines.artifacts import fit_games, policy_text_format, read_games
+
+    cfg, config = context.config.evaluate, context.config
+    specs = found.specs
+    paths = [str(found.sft_model if s.kind == "sft" else s.path) for s in specs]
+    formats = [policy_text_format(p) for p in paths]
+    source = positions_source(config, Inputs.of_context(context))
+    _, held, _ = split_games(read_games(source), config.sft.heldout_fraction)
+    if not held:
+        raise InputDataError(
+            f"evaluate --mode paired: {source.uri} has no held-out games (sft.heldout_fraction "
+            f"{config.sft.heldout_fraction:g} of its games): give --positions-from a larger table"
+        )
+    for text_format, path in zip(formats, paths, strict=True):
+        held = fit_games(held, text_format, path)  # each game cut to the shortest context
+    positions = heldout_positions(held, cfg.positions, config.run.seed + 1)
+    context.log(f"paired: {len(positions)} held-out positions of {source.uri}, {len(specs)} players")
+    loaded = [(*load_saved_model(p, "policy"), f) for p, f in zip(paths, formats, strict=True)]
+    limit = SearchLimit(nodes=cfg.quality_nodes)
+
+    def expected(fens: list[str]) -> list[float]:
+        return [a.score.expected for a in pool.analyse(fens, limit, fresh=True)]  # order-free, reproducible
+
+    runs = {s.label: m for s, m in zip(specs[1:], loaded[1:], strict=True)}
+    quality = runs_move_quality(loaded[0], runs, positions, expected)
+    results = {"mode": "paired", "players": [s.label for s in specs], "start": specs[0].label,
+               "nodes": cfg.quality_nodes, "positions_from": source.uri, **quality}  # fmt: skip
+    out.write_text("results.json", json.dumps(json_safe(results), indent=2, sort_keys=True))
+    out.write_text("report.md", paired_markdown(results))
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("results.json", "report.md"):
+            local = Path(tmp) / name
+            local.write_bytes(out.read_bytes(name))
+            context.tracking.log_artifact(local)
+    metrics = {f"paired_gain_{i}": q["gain"] for i, q in enumerate(quality["runs"].values(), start=1)}
+    if quality["over_runs"]:
+        over = quality["over_runs"]
+        metrics.update(paired_gain_mean=over["gain"], paired_gain_low=over["low"], paired_gain_high=over["high"])
+    context.tracking.log_metrics(metrics)
+    return PhaseResult(summary=results, lines=paired_summary_lines(results, out.uri_of("report.md")), ok=True)
 
 
 def candidate_quality(pool: Any, name: str, games: list[ArenaGame], nodes: int) -> dict[str, float]:

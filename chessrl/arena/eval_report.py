@@ -300,6 +300,56 @@ def sprt_summary_lines(results: dict[str, Any], report_uri: str) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
+# paired move quality of several runs against their start (``--mode paired``)
+
+
+def _gain(q: dict[str, Any]) -> str:
+    return f"{q['gain']:+.4f} [{q['low']:+.4f}, {q['high']:+.4f}]"
+
+
+def paired_markdown(results: dict[str, Any]) -> str:
+    """The paired report: each run's gain over the start on the same positions, and the mean
+    over runs with its interval (runs' spread and positions' both)."""
+    start, runs, over = results["start"], results["runs"], results["over_runs"]
+    lines = [f"# Paired move quality against `{start}`", "",
+             f"{results['positions']} positions of held-out games ({results['positions_from']}); each player's "
+             f"legal-masked argmax move, Stockfish at {results['nodes']} nodes: the loss is the best move's "
+             "expected score minus the move's. Gain = the start's loss minus the run's (positive: better).", "",
+             "| player | loss (start -> player) | paired gain [95%] | same move | unmasked greedy legal |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for name, q in runs.items():
+        lines.append(
+            f"| `{name}` | {q['start']:.4f} -> {q['final']:.4f} | {_gain(q)} | "
+            f"{q['same'] / max(1, q['positions']):.0%} | {results['start_unmasked_legal']:.1%} -> {q['final_unmasked_legal']:.1%} |"
+        )
+    lines.append("")
+    if over:
+        lines += [f"**Over the {int(over['runs'])} runs: {_gain(over)}** (95%; the runs' gains' sd "
+                  f"{over['run_sd']:.4f}, {over['df']:.1f} degrees of freedom). Each run's own interval counts "
+                  "the positions' noise only; this one adds the spread between runs, which is what "
+                  "another seed of the same configuration would bring.", ""]  # fmt: skip
+    else:
+        lines += ["One run: the spread between runs is not measured (give the same learner's runs of "
+                  "other seeds as more players).", ""]  # fmt: skip
+    return "\n".join(lines)
+
+
+def paired_summary_lines(results: dict[str, Any], report_uri: str) -> list[str]:
+    """The driver's summary of ``--mode paired``."""
+    over = results["over_runs"]
+    lines = ["evaluate summary (paired)",
+             f"  start         {results['start']} ({results['positions']} held-out positions, "
+             f"Stockfish {results['nodes']} nodes)"]  # fmt: skip
+    width = max(len(n) for n in results["runs"])
+    for name, q in results["runs"].items():
+        lines.append(f"  {name:<{width}}  gain {_gain(q)}, same move {q['same'] / max(1, q['positions']):.0%}")
+    if over:
+        lines.append(f"  over {int(over['runs'])} runs   gain {_gain(over)} (the runs' sd {over['run_sd']:.4f})")
+    lines.append(f"  report        {report_uri}")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
 # the head-to-head comparison of a round robin (rlaif's last phase)
 
 

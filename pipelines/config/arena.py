@@ -17,10 +17,13 @@ class EvaluateConfig(Section):
     players: list[str] = Field(default_factory=lambda: ["sft", "random", "stockfish:skill=0"])
     """Players: random, sft (this run's model), lm:DIR|s3://..., mcts[:FILE.pt][,sims=N][,search=gumbel]
     (a selfplay network with MCTS; bare: this run's best), stockfish[:skill=N|elo=N][,nodes=N],
-    uci:PATH[,nodes=N|movetime_ms=N]. The first is the candidate."""
-    mode: Literal["gauntlet", "round_robin", "sprt"] = "gauntlet"
+    uci:PATH[,nodes=N|movetime_ms=N]. The first is the candidate (in paired mode: the start)."""
+    mode: Literal["gauntlet", "round_robin", "sprt", "paired"] = "gauntlet"
     """gauntlet: the first player against each of the others; round_robin: every pair; sprt: two
-    players in game pairs (one opening, colours swapped) until the SPRT decides or --games."""
+    players in game pairs (one opening, colours swapped) until the SPRT decides or --games;
+    paired: no games: each other player's legal-masked moves against the first's (their start) on
+    the same held-out positions, Stockfish-scored, each one's paired gain and, from two on (the
+    same learner from several seeds), the mean gain with an interval that counts the runs' spread."""
     pairs: list[str] = Field(default_factory=list)
     """Only these pairings, each ``I-J``: the players at indices I and J (0 is the first), e.g.
     ``0-2 1-2`` (empty: the mode's own pairings). For gauntlet and round_robin."""
@@ -75,7 +78,15 @@ class EvaluateConfig(Section):
     )
     """EPD test suites (bm/am) the candidate is run on."""
     quality_nodes: int = Field(2000, ge=0)
-    """Nodes per position for the candidate's average centipawn loss and accuracy (0: skip)."""
+    """Nodes per position for the candidate's average centipawn loss and accuracy (0: skip); in
+    paired mode, for scoring the players' moves (above 0)."""
+    positions: int = Field(1000, ge=2)
+    """paired: held-out positions the players answer (openings, middlegames and endgames of the
+    held-out games, seeded by the run's seed + 1: the positions a learner phase of the same seed
+    reports its own paired quality on)."""
+    positions_from: str | None = None
+    """paired: the games table whose held-out games (sft.heldout_fraction) give the positions
+    (default: this run's prepare/games)."""
     name: str = Field("eval", pattern=r"^[A-Za-z0-9_.-]+$")
     """Output folder under <storage>/<run>/evaluate/ (a re-run with the same name resumes)."""
     max_parallel: int | None = Field(None, ge=1)

@@ -112,7 +112,11 @@ def test_killed_evaluation_resumes_with_the_right_number_of_games(tmp_path, mode
         (["--players", "random", "stockfish", "--pairs", "0-2"], "there are 2 players"),
         (["--players", "random", "stockfish", "--pairs", "0-0"], "two different player indices"),
         (["--players", "random", "stockfish", "--pairs", "1-0", "0-1"], "there twice"),
-        (["--mode", "sprt", "--players", "random", "stockfish", "--pairs", "0-1"], "an sprt plays its two players"),
+        (["--mode", "sprt", "--players", "random", "stockfish", "--pairs", "0-1"], "--mode sprt pairs its players"),
+        (["--mode", "paired", "--players", "lm:/a", "lm:/b", "--pairs", "0-1"], "--mode paired pairs its players"),
+        (["--mode", "paired", "--players", "lm:/a", "stockfish"], "compares language models' moves (lm:DIR or sft), not stockfish"),
+        (["--mode", "paired", "--players", "lm:/a", "lm:/b", "--quality-nodes", "0"], "give it more than 0 nodes"),
+        (["--mode", "paired", "--players", "lm:/a", "lm:/b", "--positions", "1"], "evaluate.positions"),
         (["--mode", "sprt", "--players", "random", "stockfish", "stockfish:skill=0"], "exactly two players"),
         (["--mode", "sprt", "--players", "random"], "exactly two players"),
         (
@@ -163,3 +167,46 @@ def test_a_selfplay_network_plays_in_the_arena(tmp_path, local_ray, capsys, monk
     results = json.loads((tmp_path / "m" / "evaluate" / "eval" / "results.json").read_text())
     pairing = results["pairings"]["random"]
     assert pairing["wins"] + pairing["draws"] + pairing["losses"] == 4
+
+
+def test_paired_mode_gives_each_run_its_gain_over_the_start_and_their_mean(
+    tmp_path, model_dir, random_games, local_ray, capsys
+):
+    """Three tiny models on the same held-out positions: a copy of the start gains exactly 0 with
+    the same move everywhere; the mean over the two runs is the mean of their gains; the report and
+    the summary say so. A table that is not there is one line naming --positions-from."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    copy, changed = tmp_path / "copy", tmp_path / "changed"
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
+    for folder in (copy, changed):
+        if folder == changed:
+            torch.manual_seed(0)
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(0.5 * torch.randn_like(p))
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    games = random_games(tmp_path / "games")
+    common = ["--config", "tiny", "--storage", str(tmp_path), "--run-name", "p", "--no-tracking", "--mode", "paired",
+              "--players", f"lm:{model_dir}", f"lm:{copy}", f"lm:{changed}", "--quality-nodes", "50"]  # fmt: skip
+    assert evaluate.main([*common, "--positions-from", str(tmp_path / "none")]) == EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    assert "evaluate.positions_from (--positions-from): no games at" in err and "Traceback" not in err
+
+    assert evaluate.main([*common, "--positions-from", str(games), "--positions", "12",
+                          "--set", "sft.heldout_fraction=0.5"]) == EXIT_OK  # fmt: skip
+    out = capsys.readouterr().out
+    folder = tmp_path / "p" / "evaluate" / "eval"
+    results = json.loads((folder / "results.json").read_text())
+    assert results["mode"] == "paired" and results["start"] == f"lm:{model_dir}" and results["positions"] == 12
+    same, other = results["runs"][f"lm:{copy}"], results["runs"][f"lm:{changed}"]
+    assert same["gain"] == same["low"] == same["high"] == 0.0 and same["same"] == 12
+    assert same["start"] == same["final"] == other["start"]  # one start, scored once
+    assert other["same"] < 12 and other["low"] <= other["gain"] <= other["high"]
+    over = results["over_runs"]
+    assert over["runs"] == 2 and over["gain"] == pytest.approx(other["gain"] / 2)
+    assert over["low"] < over["gain"] < over["high"] and over["run_sd"] == pytest.approx(abs(other["gain"]) / 2**0.5)
+    assert "evaluate summary (paired)" in out and "over 2 runs" in out
+    assert "| player | loss (start -> player) |" in (folder / "report.md").read_text()

@@ -56,6 +56,7 @@ MODULES = [
     "pipelines.config",
     "pipelines.tune",
     "chessrl.arena.eval_report",
+    "chessrl.arena.move_quality",
     "chessrl.arena.saved_models",
     "cluster.progress",
     "pipelines.matches",

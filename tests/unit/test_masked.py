@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from chessrl.arena.game import play_game
-from chessrl.arena.move_quality import move_losses, paired_interval
+from chessrl.arena.move_quality import move_losses, paired_interval, paired_over_runs
 from chessrl.arena.players import LMPlayer, RandomPlayer
 from chessrl.lm.masked import (
     MaskedMoves,
@@ -217,6 +217,28 @@ def test_paired_interval_sees_a_consistent_gain_and_not_noise() -> None:
     shuffled = [rng.random() * 0.3 for _ in range(200)]
     noise = paired_interval(start, shuffled)
     assert noise.low < 0 < noise.high or abs(noise.gain) > 0.01  # unpaired noise: no tight gain
+
+
+def test_the_gain_over_runs_counts_the_runs_spread_as_well_as_the_positions() -> None:
+    rng = random.Random(1)
+    start = [rng.random() * 0.3 for _ in range(300)]
+    run = [max(0.0, x - 0.02 + rng.gauss(0, 0.05)) for x in start]
+    one = paired_interval(start, run)
+    # the same run twice: no spread between runs, so exactly its own paired interval
+    twice = paired_over_runs(start, [run, run])
+    assert (twice.gain, twice.run_sd) == (pytest.approx(one.gain), 0.0)
+    assert (twice.low, twice.high) == (pytest.approx(one.low), pytest.approx(one.high))
+    # two runs that part (one gains, one loses) each with a tight interval: the mean is near zero
+    # and its interval is wider than either run's, with few degrees of freedom
+    up, down = [x - 0.03 for x in start], [x + 0.03 for x in start]
+    assert paired_interval(start, up).low > 0 > paired_interval(start, down).high
+    split = paired_over_runs(start, [up, down])
+    assert split.low < 0 < split.high and split.gain == pytest.approx(0.0, abs=1e-12)
+    assert split.high - split.low > 10 * (one.high - one.low) and split.df < 2
+    with pytest.raises(ValueError, match="two runs at least"):
+        paired_over_runs(start, [run])
+    with pytest.raises(ValueError, match="every run needs"):
+        paired_over_runs(start, [run, run[:-1]])
 
 
 def test_a_masked_player_plays_only_legal_moves_and_reports_its_unmasked_legality(tiny) -> None:
