@@ -145,7 +145,9 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     try:
         yield server
     finally:
-        stop_group(process)
+        # its files go with ray_tmp: no clean stop needed (a SIGTERMed `ray start --block` took the
+        # whole 20 s grace, the module's last test's teardown, before its SIGKILL)
+        stop_group(process, grace=3)
         shutil.rmtree(ray_tmp, ignore_errors=True)
         # A killed `ray start` leaves its address in /tmp/ray/ray_current_cluster (only `ray stop`
         # removes it); left there, it stalls every later TorchTrainer run on this machine.
