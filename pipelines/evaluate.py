@@ -166,6 +166,7 @@ class EvaluateInputs:
     selfplay_best: str | None
     openings: list[Opening] | None  # the book's; None: seeded random openings
     suites: list[tuple[str, list[SuitePosition]]]  # (name, positions)
+    positions_from: Storage | None = None  # paired: the games table of the held-out positions
 
 
 def suite_path(path: str) -> str:
@@ -195,8 +196,7 @@ def check_evaluate(config: ChessRLConfig, inputs: Inputs) -> EvaluateInputs:
             openings = book_openings(cfg.openings)
         except InputDataError as exc:
             raise InputDataError(f"evaluate.openings (--openings): {exc}") from None
-    if cfg.mode == "paired":
-        positions_source(config, inputs)
+    positions_from = positions_source(config, inputs) if cfg.mode == "paired" else None
     suites = []
     for path in cfg.suites if cfg.mode != "paired" else []:
         if not Path(suite_path(path)).is_file():
@@ -205,7 +205,7 @@ def check_evaluate(config: ChessRLConfig, inputs: Inputs) -> EvaluateInputs:
             suites.append((Path(path).stem, read_epd_suite(suite_path(path))))
         except InputDataError as exc:
             raise InputDataError(f"evaluate.suites (--suites): {exc}") from None
-    return EvaluateInputs(specs, sft_model, selfplay_best, openings, suites)
+    return EvaluateInputs(specs, sft_model, selfplay_best, openings, suites, positions_from)
 
 
 def check_player_specs(cfg: EvaluateConfig) -> list[PlayerSpec]:
@@ -490,7 +490,8 @@ def run_paired(context: PhaseContext, found: EvaluateInputs, pool: Any, out: Sto
     specs = found.specs
     paths = [str(found.sft_model if s.kind == "sft" else s.path) for s in specs]
     formats = [policy_text_format(p) for p in paths]
-    source = positions_source(config, Inputs.of_context(context))
+    source = found.positions_from
+    assert source is not None  # check_evaluate found it for paired mode
     _, held, _ = split_games(read_games(source), config.sft.heldout_fraction)
     if not held:
         raise InputDataError(
