@@ -451,7 +451,9 @@ def run_dpo(context: PhaseContext) -> PhaseResult:
             f"trained in {seconds:.0f} s; the start and final policies on {cfg.heldout_positions} held-out positions"
         )
         models = {"start": policy, "final": location(model_out)}
-        quality = heldout_quality(context, cfg, models, text_format)
+        quality = heldout_quality(
+            context, models, text_format, games=cfg.games, positions=cfg.heldout_positions, nodes=cfg.quality_nodes
+        )
     summary = trl_learner.learner_summary(
         {
             "phase": "dpo", "policy": policy, "reference": reference, "text_format": text_format,

@@ -481,7 +481,7 @@ def run_sprt(
 def run_paired(context: PhaseContext, found: EvaluateInputs, pool: Any, out: Storage) -> PhaseResult:
     """``--mode paired``: every player's legal-masked argmax on the same held-out positions, scored
     by the engine pool; each later player's paired gain over the first, and their mean over runs."""
-    from chessrl.arena.move_quality import heldout_positions, runs_move_quality
+    from chessrl.arena.move_quality import PER_GAME, heldout_positions, runs_move_quality
     from chessrl.arena.saved_models import load_saved_model
     from chessrl.lm.lm_data import split_games
     from pipelines.artifacts import fit_games, policy_text_format, read_games
@@ -501,7 +501,10 @@ def run_paired(context: PhaseContext, found: EvaluateInputs, pool: Any, out: Sto
     for text_format, path in zip(formats, paths, strict=True):
         held = fit_games(held, text_format, path)  # each game cut to the shortest context
     positions = heldout_positions(held, cfg.positions, config.run.seed + 1)
-    context.log(f"paired: {len(positions)} held-out positions of {source.uri}, {len(specs)} players")
+    context.log(
+        f"paired: {len(positions)} held-out positions of {len({p.game for p in positions})} games of {source.uri} "
+        f"(at most {PER_GAME} a game), {len(specs)} players"
+    )
     loaded = [(*load_saved_model(p, "policy"), f) for p, f in zip(paths, formats, strict=True)]
     limit = SearchLimit(nodes=cfg.quality_nodes)
 
@@ -511,7 +514,8 @@ def run_paired(context: PhaseContext, found: EvaluateInputs, pool: Any, out: Sto
     runs = {s.label: m for s, m in zip(specs[1:], loaded[1:], strict=True)}
     quality = runs_move_quality(loaded[0], runs, positions, expected)
     results = {"mode": "paired", "players": [s.label for s in specs], "start": specs[0].label,
-               "nodes": cfg.quality_nodes, "positions_from": source.uri, **quality}  # fmt: skip
+               "nodes": cfg.quality_nodes, "positions_from": source.uri, "seed": config.run.seed + 1,
+               "per_game": PER_GAME, **quality}  # fmt: skip
     out.write_text("results.json", json.dumps(json_safe(results), indent=2, sort_keys=True))
     out.write_text("report.md", paired_markdown(results))
     with tempfile.TemporaryDirectory() as tmp:

@@ -64,6 +64,7 @@ from pipelines.learner import (
 )
 from pipelines.learner.grpo import expected_scores, train_loop_per_worker
 from pipelines.learner.loop import curve, read_metrics
+from pipelines.learner.quality import heldout_quality
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, gpt2_config, model_location
 
 SUMMARY = one_line("grpo")
@@ -281,25 +282,6 @@ def heldout_scores(
     return out
 
 
-def heldout_quality(
-    prompts: list[dict[str, Any]], models: dict[str, str], text_format: str, expected: Any
-) -> dict[str, Any]:
-    """The start and final policies' paired move quality on the held-out policy prompts
-    (:func:`chessrl.arena.move_quality.paired_move_quality`); empty without any."""
-    from chessrl.arena.move_quality import paired_move_quality
-    from chessrl.arena.saved_models import load_saved_model
-
-    positions = [
-        (p["fen"], p["text"].split() if text_format == "moves" else [])
-        for p in prompts
-        if p["task"] == "policy"
-    ]
-    if not positions:
-        return {}
-    loaded = {name: load_saved_model(path, "policy") for name, path in models.items()}
-    return paired_move_quality(loaded, positions, text_format, expected)
-
-
 def learner_resources(
     context: PhaseContext, cfg: GRPOConfig, policy_path: str, prompts: list[dict[str, Any]], limits: dict[str, int]
 ) -> tuple[float, float, int]:
@@ -412,7 +394,9 @@ def heldout_results(
     seconds: float,
 ) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
     """The start and final policies on the held-out prompts (:func:`heldout_scores`) and their
-    paired move quality (:func:`heldout_quality`, logged to MLflow); empty without a final model."""
+    paired move quality on held-out positions (:func:`pipelines.learner.quality.heldout_quality`,
+    the measure of every learner and of ``evaluate --mode paired``, Stockfish at the phase's
+    nodes); empty without a final model."""
     from chessrl.engine.client import SearchLimit
 
     cfg = context.config.grpo
@@ -421,12 +405,12 @@ def heldout_results(
         return {}, {}
     final_path = model_location(None, phase.child("model"), output_name(context), "grpo")
     context.log(f"trained in {seconds:.0f} s; the start and final policies on {len(heldout)} held-out prompts")
-    expected = partial(expected_scores, pool, SearchLimit(nodes=cfg.stockfish_nodes))
+    expected = partial(expected_scores, pool, SearchLimit(nodes=cfg.stockfish_nodes), fresh=True)
     models = {"start": found.policy, "final": final_path}
     scores = heldout_scores(heldout, models, limits, expected, found.settings)
-    quality = heldout_quality(heldout, models, cfg.text_format, expected)
-    if quality:
-        context.tracking.log_metrics({f"quality_{k}": v for k, v in quality.items()})
+    quality = heldout_quality(
+        context, models, cfg.text_format, games=cfg.games, positions=cfg.heldout_positions, nodes=cfg.stockfish_nodes
+    )
     return scores, quality
 
 

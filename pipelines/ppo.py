@@ -561,7 +561,10 @@ def summarise(
             f"trained in {seconds:.0f} s; the start and final policies on {cfg.heldout_positions} held-out positions"
         )
         heldout = heldout_legal_rates(context, cfg, {"start": policy_path, "final": final_path}, text_format)
-        quality = heldout_quality(context, cfg, {"start": policy_path, "final": final_path}, text_format)
+        quality = heldout_quality(
+            context, {"start": policy_path, "final": final_path}, text_format,
+            games=cfg.games, positions=cfg.heldout_positions, nodes=cfg.quality_nodes,
+        )  # fmt: skip
     shards = list_rollout_shards(phase.child("rollouts"))
     learner = json.loads(phase.read_text("learner_state.json")) if phase.exists("learner_state.json") else {}
     starts = [int(s.get("starts", 1)) for s in summaries if "starts" in s]

@@ -307,20 +307,27 @@ def _gain(q: dict[str, Any]) -> str:
     return f"{q['gain']:+.4f} [{q['low']:+.4f}, {q['high']:+.4f}]"
 
 
+def _same_move(q: dict[str, Any]) -> str:
+    return "-" if q.get("same_move") is None else f"{q['same_move'] / max(1, q['positions']):.0%}"
+
+
 def paired_markdown(results: dict[str, Any]) -> str:
     """The paired report: each run's gain over the start on the same positions, and the mean
-    over runs with its interval (runs' spread and positions' both)."""
+    over runs with its interval (runs' spread and positions' both, clustered by game)."""
     start, runs, over = results["start"], results["runs"], results["over_runs"]
     lines = [f"# Paired move quality against `{start}`", "",
-             f"{results['positions']} positions of held-out games ({results['positions_from']}); each player's "
-             f"legal-masked argmax move, Stockfish at {results['nodes']} nodes: the loss is the best move's "
-             "expected score minus the move's. Gain = the start's loss minus the run's (positive: better).", "",
+             f"{results['positions']} positions of {results['games']} held-out games ({results['positions_from']}; "
+             f"drawn with seed {results['seed']}, without replacement, at most {results['per_game']} a game, no start "
+             f"position); each player's legal-masked argmax move, Stockfish at {results['nodes']} nodes from an empty "
+             "hash per position: the loss is the best move's expected score minus the move's. Gain = the start's "
+             "loss minus the run's (positive: better); intervals are clustered by game (a game's positions count "
+             "as one draw).", "",
              "| player | loss (start -> player) | paired gain [95%] | same move | unmasked greedy legal |",
              "|---|---|---|---|---|"]  # fmt: skip
     for name, q in runs.items():
         lines.append(
             f"| `{name}` | {q['start']:.4f} -> {q['final']:.4f} | {_gain(q)} | "
-            f"{q['same'] / max(1, q['positions']):.0%} | {results['start_unmasked_legal']:.1%} -> {q['final_unmasked_legal']:.1%} |"
+            f"{_same_move(q)} | {results['start_unmasked_legal']:.1%} -> {q['final_unmasked_legal']:.1%} |"
         )
     lines.append("")
     if over:
@@ -338,11 +345,11 @@ def paired_summary_lines(results: dict[str, Any], report_uri: str) -> list[str]:
     """The driver's summary of ``--mode paired``."""
     over = results["over_runs"]
     lines = ["evaluate summary (paired)",
-             f"  start         {results['start']} ({results['positions']} held-out positions, "
-             f"Stockfish {results['nodes']} nodes)"]  # fmt: skip
+             f"  start         {results['start']} ({results['positions']} held-out positions of "
+             f"{results['games']} games, Stockfish {results['nodes']} nodes)"]  # fmt: skip
     width = max(len(n) for n in results["runs"])
     for name, q in results["runs"].items():
-        lines.append(f"  {name:<{width}}  gain {_gain(q)}, same move {q['same'] / max(1, q['positions']):.0%}")
+        lines.append(f"  {name:<{width}}  gain {_gain(q)} (by game), same move {_same_move(q)}")
     if over:
         lines.append(f"  over {int(over['runs'])} runs   gain {_gain(over)} (the runs' sd {over['run_sd']:.4f})")
     lines.append(f"  report        {report_uri}")

@@ -153,6 +153,51 @@ class PositionSampler:
         rng.shuffle(picks)
         return picks
 
+    def sample_distinct(
+        self, n: int, mix: Mapping[str, float] | None = None, *, per_game: int, seed: int
+    ) -> list[Position]:
+        """Up to ``n`` positions in the mix drawn without replacement: no two of one board (the
+        same pieces, side to move, castling and en passant, whatever the move counters), at most
+        ``per_game`` of one game, never the start position; a phase that runs out is made up from
+        the others. Fewer than ``n`` when the games hold fewer (callers report the count). For
+        measures whose interval counts each game as one cluster of correlated positions.
+
+        >>> games = [{"moves": "e2e4 e7e5 g1f3 b8c6"}, {"moves": "e2e4 c7c5 g1f3"}]
+        >>> picks = PositionSampler(games).sample_distinct(10, per_game=2, seed=0)
+        >>> len(picks), sorted(p.game for p in picks), len({p.fen.rsplit(" ", 2)[0] for p in picks})
+        (4, [0, 0, 1, 1], 4)
+        """
+        rng = random.Random(seed)
+        shares = check_mix(mix or DEFAULT_MIX)
+        pools = {p: [gp for gp in self.index[p] if gp[1] > 0 and gp[0] >= 0] for p in PHASES}
+        for pool in pools.values():
+            rng.shuffle(pool)
+        taken: dict[int, int] = {}
+        seen: set[str] = set()
+        picks: list[Position] = []
+
+        def take(phase: str, want: int) -> None:
+            pool = pools[phase]
+            while want > 0 and pool:
+                g, ply = pool.pop()
+                if taken.get(g, 0) >= per_game:
+                    continue
+                position = self._position(g, ply, phase)
+                board = position.fen.rsplit(" ", 2)[0]
+                if board in seen:
+                    continue
+                seen.add(board)
+                taken[g] = taken.get(g, 0) + 1
+                picks.append(position)
+                want -= 1
+
+        for phase, count in zip(PHASES, split_counts(n, [shares[p] for p in PHASES]), strict=True):
+            take(phase, count)
+        for phase in PHASES:  # a phase that ran out: the others make it up
+            take(phase, n - len(picks))
+        rng.shuffle(picks)
+        return picks
+
     def _position(self, g: int, ply: int, phase: str) -> Position:
         moves = self.games[g]
         board = chess.Board()

@@ -487,7 +487,10 @@ class GRPOConfig(Section):
     heldout_positions: int = Field(200, ge=0)
     """At the end, the start and final policies' greedy legal-move rate (policy task) and
     environment exact-match accuracy on this many positions of the held-out games, and their
-    paired move quality there (masked argmax moves, Stockfish's expected-score loss; 0: skip)."""
+    paired move quality on up to this many (masked argmax moves, Stockfish's expected-score loss
+    at stockfish_nodes, at most 4 positions a game, the interval by game: the same figure as
+    ``evaluate --mode paired --positions N --quality-nodes stockfish_nodes`` with the run's seed;
+    0: skip)."""
     masked: bool = False
     """Sample policy-task moves from the policy restricted to the legal moves (their tokens'
     logits renormalised; the chess tokenizer's one token per move), the same masked log-probs in

@@ -126,9 +126,10 @@ def learner_models(
     return policy, tokenizer, reference, start_model
 
 
-def expected_scores(pool: Any, limit: Any, fens: list[str]) -> list[float]:
-    """Stockfish's expected score of each position, from the EnginePool at ``limit``."""
-    return [a.score.expected for a in pool.analyse(fens, limit)]
+def expected_scores(pool: Any, limit: Any, fens: list[str], *, fresh: bool = False) -> list[float]:
+    """Stockfish's expected score of each position, from the EnginePool at ``limit`` (``fresh``:
+    each from an empty hash, for a figure that must not depend on what was analysed before)."""
+    return [a.score.expected for a in pool.analyse(fens, limit, fresh=fresh)]
 
 
 def iteration_metrics(

@@ -201,10 +201,11 @@ def test_paired_mode_gives_each_run_its_gain_over_the_start_and_their_mean(
     folder = tmp_path / "p" / "evaluate" / "eval"
     results = json.loads((folder / "results.json").read_text())
     assert results["mode"] == "paired" and results["start"] == f"lm:{model_dir}" and results["positions"] == 12
+    assert 3 <= results["games"] <= 12 and results["per_game"] == 4  # at most 4 positions a game
     same, other = results["runs"][f"lm:{copy}"], results["runs"][f"lm:{changed}"]
-    assert same["gain"] == same["low"] == same["high"] == 0.0 and same["same"] == 12
+    assert same["gain"] == same["low"] == same["high"] == 0.0 and same["same_move"] == same["equal_loss"] == 12
     assert same["start"] == same["final"] == other["start"]  # one start, scored once
-    assert other["same"] < 12 and other["low"] <= other["gain"] <= other["high"]
+    assert other["same_move"] < 12 and other["low"] <= other["gain"] <= other["high"]
     over = results["over_runs"]
     assert over["runs"] == 2 and over["gain"] == pytest.approx(other["gain"] / 2)
     assert over["low"] < over["gain"] < over["high"] and over["run_sd"] == pytest.approx(abs(other["gain"]) / 2**0.5)

@@ -47,10 +47,13 @@ def env() -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_rookworld_grpo_killed_and_resumed(tmp_path, games, registered_checkpoints, last_registered_step, killed_run):
+def test_rookworld_grpo_killed_and_resumed(
+    tmp_path, games, registered_checkpoints, last_registered_step, killed_run, local_ray, capsys
+):
     """grpo from the rookworld sft's default place: an untrained tiny model marked rookworld, as
     ``sft --text-format rookworld`` writes it (test_sft trains one; 12 steps of it taught the
-    policy nothing the test could see, for 25 s)."""
+    policy nothing the test could see, for 25 s). Its paired figure is ``evaluate --mode
+    paired``'s of the same two models, exactly: one measure, the same positions."""
     from chessrl.lm.models import build_model
     from pipelines.sft import mark_text_format
 
@@ -107,6 +110,19 @@ def test_rookworld_grpo_killed_and_resumed(tmp_path, games, registered_checkpoin
         summary["heldout"]["final"]["policy_positions"] + summary["heldout"]["final"]["env_positions"] == 10
     )
     assert "grpo summary" in rerun.stdout and "held-out" in rerun.stdout
+    quality = summary["quality"]
+    assert quality["positions"] == 10 and 3 <= quality["games"] <= 10
+
+    from pipelines import evaluate
+    from pipelines.phase import EXIT_OK
+
+    assert evaluate.main([*common, "--mode", "paired", "--players", f"lm:{start}", f"lm:{phase / 'model'}",
+                          "--positions", "10", "--quality-nodes", "200", "--positions-from", str(games)]) == EXIT_OK  # fmt: skip
+    capsys.readouterr()
+    paired = json.loads((tmp_path / "g" / "evaluate" / "eval" / "results.json").read_text())
+    figure = paired["runs"][f"lm:{phase / 'model'}"]
+    assert {k: figure[k] for k in quality if k in figure} == {k: quality[k] for k in figure if k in quality}
+    assert (figure["gain"], figure["low"], figure["high"]) == (quality["gain"], quality["low"], quality["high"])
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

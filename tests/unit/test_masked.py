@@ -7,14 +7,22 @@ from __future__ import annotations
 
 import os
 import random
+from collections import Counter
 
 import chess
 import pytest
 import torch
 
 from chessrl.arena.game import play_game
-from chessrl.arena.move_quality import move_losses, paired_interval, paired_over_runs
+from chessrl.arena.move_quality import (
+    PER_GAME,
+    heldout_positions,
+    move_losses,
+    paired_interval,
+    paired_over_runs,
+)
 from chessrl.arena.players import LMPlayer, RandomPlayer
+from chessrl.data.positions import random_game_moves
 from chessrl.lm.masked import (
     MaskedMoves,
     MaskingError,
@@ -217,6 +225,42 @@ def test_paired_interval_sees_a_consistent_gain_and_not_noise() -> None:
     shuffled = [rng.random() * 0.3 for _ in range(200)]
     noise = paired_interval(start, shuffled)
     assert noise.low < 0 < noise.high or abs(noise.gain) > 0.01  # unpaired noise: no tight gain
+
+
+def test_the_paired_interval_counts_a_games_positions_as_one_draw() -> None:
+    # eight games, a position each; then the same positions with a copy of one position of game 0
+    # and one of game 1 added to their games: clustered by game the copies add no information and
+    # the interval widens, where treated as independent positions it would narrow
+    start = [0.30, 0.10, 0.25, 0.05, 0.20, 0.15, 0.35, 0.00]
+    final = [0.10, 0.12, 0.20, 0.05, 0.10, 0.18, 0.20, 0.02]
+    games = list(range(8))
+    base = paired_interval(start, final, games=games)
+    copied = paired_interval(start + start[:2], final + final[:2], games=games + [0, 1])
+    naive = paired_interval(start + start[:2], final + final[:2])
+    assert (base.games, copied.games, copied.positions, naive.games) == (8, 8, 10, 10)
+    assert copied.high - copied.low > base.high - base.low
+    assert naive.high - naive.low < copied.high - copied.low
+    # one position a game: exactly the plain paired t interval
+    plain = paired_interval(start, final)
+    assert (plain.low, plain.high) == (pytest.approx(base.low), pytest.approx(base.high))
+    # "same move" counts equal moves; equal losses are counted apart
+    q = paired_interval([0.1, 0.0, 0.2], [0.1, 0.0, 0.1], moves=(["e2e4", "d2d4", "g1f3"], ["e2e4", "c2c4", "b1c3"]))
+    assert (q.same_move, q.equal_loss) == (1, 2)
+
+
+def test_heldout_positions_are_distinct_a_few_a_game_and_never_the_start() -> None:
+    games = [{"moves": " ".join(random_game_moves(random.Random(g), 30))} for g in range(5)]
+    picks = heldout_positions(games, 100, seed=3)
+    boards = [p.fen.rsplit(" ", 2)[0] for p in picks]
+    per_game = Counter(p.game for p in picks)
+    assert len(picks) == 5 * PER_GAME and max(per_game.values()) == PER_GAME  # fewer than asked: all there is
+    assert len(set(boards)) == len(boards) and chess.Board().fen().rsplit(" ", 2)[0] not in boards
+    for p in picks:  # each position is its game's board after its moves
+        board = chess.Board()
+        for move in p.moves:
+            board.push_uci(move)
+        assert board.fen() == p.fen
+    assert heldout_positions(games, 100, seed=3) == picks and heldout_positions(games, 100, seed=4) != picks
 
 
 def test_the_gain_over_runs_counts_the_runs_spread_as_well_as_the_positions() -> None:
