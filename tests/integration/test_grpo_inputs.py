@@ -123,6 +123,11 @@ def test_masked_with_a_tokenizer_that_splits_moves_is_one_line(tmp_path, capsys)
     line = err.strip().splitlines()[-1]
     assert code == EXIT_USER_ERROR and "Traceback" not in err, err
     assert "evaluate.players" in line and ",masked" in line and "one token per move" in line, line
+    from pipelines import uci  # the UCI engine plays masked by default: refused before its handshake
+
+    assert uci.main(["--model", str(tmp_path / "bpe")]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"error: --model {tmp_path / 'bpe'}: ") and line.endswith("pass --unmasked to play its own checked proposals"), line
 
 
 def test_a_policy_asked_in_the_other_of_moves_and_board_is_an_error(tmp_path, tiny_lm_dir):

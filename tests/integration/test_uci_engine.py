@@ -28,7 +28,7 @@ STARTUP_S = 120.0
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from chessrl.lm.models import build_model
 
-    model, tokenizer = build_model("tiny")  # untrained: its illegal proposals exercise the fallback
+    model, tokenizer = build_model("tiny")  # untrained: its illegal proposals exercise --unmasked's fallback
     path = tmp_path_factory.mktemp("uci") / "tiny-model"
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -110,6 +110,34 @@ def test_malformed_input_is_answered_with_errors_and_the_engine_keeps_going(mode
     assert errors[4] == "info string error: unknown command 'foo'"
     (best,) = [line for line in lines if line.startswith("bestmove ")]
     assert chess.Move.from_uci(best.split()[1]) in chess.Board().legal_moves
+    assert not [line for line in lines if "at random" in line], lines  # masked: never a random fallback
+
+
+def test_the_engine_plays_the_masked_argmax_and_unmasked_only_when_asked(model_dir: Path) -> None:
+    """What ``chess-rl uci`` plays is the player the project measures: the legal-masked argmax
+    (the arena's masked player's move, no fallback); ``--unmasked`` keeps the checked proposal
+    with its random fallback, said in an ``info string``."""
+    from chessrl.arena.saved_models import load_saved_model
+    from chessrl.engine.uci_server import SearchRequest
+    from chessrl.lm.formats import get_format
+    from chessrl.lm.masked import masked_move
+    from pipelines.uci import LMPolicy
+
+    model, tokenizer = load_saved_model(str(model_dir), "policy")
+    said: list[str] = []
+    fallbacks: list[str] = []
+    masked = LMPolicy(model, tokenizer, info=said.append)
+    unmasked = LMPolicy(model, tokenizer, masked=False, retries=0, info=fallbacks.append)
+    board = chess.Board()
+    for _ in range(6):
+        move = masked(board, SearchRequest())
+        expected = masked_move(model, tokenizer, board, [m.uci() for m in board.move_stack], get_format("moves"),
+                               avoid_draw_claims=True).moves[0]  # fmt: skip
+        assert move == expected and chess.Move.from_uci(move) in board.legal_moves
+        assert said == []
+        assert chess.Move.from_uci(unmasked(board, SearchRequest())) in board.legal_moves
+        board.push_uci(move)
+    assert said == [] and fallbacks and all("at random" in line for line in fallbacks)  # untrained: it fell back
 
 
 def test_a_bad_model_is_one_line_on_stderr_and_exit_code_2(tmp_path: Path) -> None:
