@@ -83,10 +83,12 @@ class RolloutSpec:
     invocation: str = ""
     reward: str = "model"
     """model: the reward servers score the moves; stockfish: ``engine_pool`` grades them
-    (:func:`chessrl.rl.ppo.graded_scores` at ``reward_nodes``, ``max_loss``, ``dead_zone``)."""
+    (:func:`chessrl.rl.ppo.scaled_grades` on ``grade_scale`` at ``reward_nodes``, ``max_loss``,
+    ``dead_zone``)."""
     reward_nodes: int = 2000
     max_loss: float = 0.5
     dead_zone: float = 0.0
+    grade_scale: str = "expected"
     table_share: float = 0.0
     """Share of a round's episodes that are one move at a position of ``table.json`` (whole
     training games in the phase's folder; any ply), the rest the policy's own games."""
@@ -234,7 +236,7 @@ class RolloutCollector(CollectorStatus):
         from chessrl.arena.saved_models import load_saved_model
         from chessrl.engine.client import SearchLimit
         from chessrl.lm.legality import MoveTokens
-        from chessrl.rl.ppo import graded_scores
+        from chessrl.rl.ppo import scaled_grades
         from chessrl.rl.reward import RewardQuery
         from cluster.storage import Storage
 
@@ -258,13 +260,13 @@ class RolloutCollector(CollectorStatus):
         weights = _Weights(policy, server)
 
         def score(queries: list[tuple[list[str], str]]) -> list[float]:
-            if reward is None:  # Stockfish grades each move
-                return graded_scores(queries, expected, spec.max_loss, spec.dead_zone)
+            if reward is None:  # Stockfish grades each move, on the value scale asked
+                return scaled_grades(queries, engine_scores, spec.grade_scale, spec.max_loss, spec.dead_zone)  # type: ignore[arg-type]
             return reward.score_batch([RewardQuery(tuple(moves), move) for moves, move in queries])
 
-        def expected(fens: list[str]) -> list[float]:
+        def engine_scores(fens: list[str]) -> list[Any]:
             limit = SearchLimit(nodes=spec.reward_nodes)
-            return [a.score.expected for a in spec.engine_pool.analyse(fens, limit)]
+            return [a.score for a in spec.engine_pool.analyse(fens, limit)]
 
         return _Rounds(
             policy, tokenizer, moves_table, [_timed(spent, "opponents", o) for o in opponents], generator,

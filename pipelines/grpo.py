@@ -62,7 +62,7 @@ from pipelines.learner import (
     node_cpus,
     torch_trainer,
 )
-from pipelines.learner.grpo import expected_scores, train_loop_per_worker
+from pipelines.learner.grpo import engine_scores, train_loop_per_worker
 from pipelines.learner.loop import curve, read_metrics
 from pipelines.learner.quality import heldout_quality
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, gpt2_config, model_location
@@ -93,7 +93,7 @@ def grpo_settings(cfg: GRPOConfig) -> GRPOSettings:
         clip_high=cfg.clip_high, temperature=cfg.temperature, illegal_reward=cfg.illegal_reward,
         max_loss=cfg.max_loss, masked=cfg.masked, legal_weight=cfg.legal_weight, dead_zone=cfg.dead_zone,
         std_floor=cfg.std_floor, drop_flat=cfg.drop_flat, pair_margin=cfg.pair_margin, rpo_alpha=cfg.rpo_alpha,
-        dpo_beta=cfg.dpo_beta,
+        dpo_beta=cfg.dpo_beta, grade_scale=cfg.grade_scale,
     )  # fmt: skip
 
 
@@ -264,11 +264,11 @@ def heldout_scores(
     prompts: list[dict[str, Any]],
     models: dict[str, str],
     limits: dict[str, int],
-    expected: Any = None,
+    scores: Any = None,
     settings: GRPOSettings | None = None,
 ) -> dict[str, dict[str, float]]:
     """Each model's greedy legal-move rate and environment accuracy on the held-out prompts and,
-    with ``expected`` (Stockfish's expected scores), the policy reward of its greedy moves."""
+    with ``scores`` (Stockfish's scores of positions), the policy reward of its greedy moves."""
     from chessrl.arena.saved_models import load_saved_model
     from chessrl.rl.grpo import evaluate_tasks
 
@@ -278,7 +278,7 @@ def heldout_scores(
     out = {}
     for name, path in models.items():
         model, tokenizer = load_saved_model(path, "policy")
-        out[name] = evaluate_tasks(model, tokenizer, asked, limits, expected, settings)
+        out[name] = evaluate_tasks(model, tokenizer, asked, limits, scores, settings)
     return out
 
 
@@ -405,9 +405,9 @@ def heldout_results(
         return {}, {}
     final_path = model_location(None, phase.child("model"), output_name(context), "grpo")
     context.log(f"trained in {seconds:.0f} s; the start and final policies on {len(heldout)} held-out prompts")
-    expected = partial(expected_scores, pool, SearchLimit(nodes=cfg.stockfish_nodes), fresh=True)
+    engine = partial(engine_scores, pool, SearchLimit(nodes=cfg.stockfish_nodes), fresh=True)
     models = {"start": found.policy, "final": final_path}
-    scores = heldout_scores(heldout, models, limits, expected, found.settings)
+    scores = heldout_scores(heldout, models, limits, engine, found.settings)
     quality = heldout_quality(
         context, models, cfg.text_format, games=cfg.games, positions=cfg.heldout_positions, nodes=cfg.stockfish_nodes
     )

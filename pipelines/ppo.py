@@ -16,7 +16,7 @@ How the pieces fit (the formulas are :mod:`chessrl.rl.ppo` and :mod:`chessrl.rl.
 2. Each collector plays ``concurrent_games`` episodes at once: the policy plays the side to move
    of a start position against an opponent of the pool (``self``, ``random``, weak Stockfish),
    one batched forward pass per move for all games, the RewardServer scores each legal move
-   (``--reward stockfish``: the EnginePool's grade of it, :func:`chessrl.rl.ppo.graded_scores`),
+   (``--reward stockfish``: the EnginePool's grade of it, :func:`chessrl.rl.ppo.scaled_grades`),
    newer weights are pulled between moves. A round is one rollout shard under ``rollouts/``.
 3. The learner (a Ray Train ``TorchTrainer``, :mod:`pipelines.learner.ppo`) publishes its weights
    as version ``v``, reads the shards it has not read until it has ``episodes_per_iteration``
@@ -459,6 +459,7 @@ def start_actors(context: PhaseContext, found: PPOInputs, collector_cpus: float,
         reward_servers=tuple(f"{run.name}/reward-server-{i}" for i in range(cfg.reward_servers)) if reward else (),
         engine_pool=engine_pool, stockfish_nodes=cfg.stockfish_nodes, invocation=uuid.uuid4().hex,
         reward=cfg.reward, reward_nodes=cfg.reward_nodes, max_loss=cfg.max_loss, dead_zone=cfg.dead_zone,
+        grade_scale=cfg.grade_scale,
         table_share=cfg.table_positions,
     )  # fmt: skip
     collectors = [
@@ -509,7 +510,7 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     collector_cpus, server_cpus, learner_cpus, threads = learner_resources(context, cfg)
     log(
         f"policy {found.policy}, "
-        + (f"reward model {found.reward}" if found.reward else f"moves graded by Stockfish at {cfg.reward_nodes} nodes")
+        + (f"reward model {found.reward}" if found.reward else f"moves graded by Stockfish at {cfg.reward_nodes} nodes on the {cfg.grade_scale} scale")
         + f" (vocab {facts['vocab']}, context {facts['context']}); "
         f"{len(pool)} start games; opponents {', '.join(o.text for o in found.opponents)}"
         + (f"; {cfg.table_positions:.0%} of the episodes one move at a position of {len(table)} training games"

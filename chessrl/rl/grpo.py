@@ -35,6 +35,8 @@ import chess
 import torch
 
 from chessrl.data.positions import Position, split_counts
+from chessrl.engine.client import Score
+from chessrl.engine.move_value import move_value, position_value
 from chessrl.lm.formats import MovesFormat, RookWorldFormat, parse_move
 from chessrl.lm.lm_data import ENV_HISTORY
 from chessrl.rl.grpo_loss import (
@@ -114,14 +116,15 @@ def moves_prompt(history: Sequence[str], phase: str = "") -> Prompt:
     board = chess.Board()
     for move in history:
         board.push_uci(move)
-    return Prompt("policy", MovesFormat().prompt(list(history)), board.fen(), phase=phase)
+    return Prompt("policy", MovesFormat().prompt(list(history)), board.fen(), phase=phase, history=" ".join(history))
 
 
-def board_prompt(fen: str, phase: str = "") -> Prompt:
-    """The board format's policy task: the position, one character a square, then ``M:``."""
+def board_prompt(fen: str, phase: str = "", history: Sequence[str] = ()) -> Prompt:
+    """The board format's policy task: the position, one character a square, then ``M:``
+    (``history``, the moves that led there where known, is kept for the grade, not shown)."""
     from chessrl.lm.formats import BoardFormat
 
-    return Prompt("policy", BoardFormat().policy_prompt(chess.Board(fen)), fen, phase=phase)
+    return Prompt("policy", BoardFormat().policy_prompt(chess.Board(fen)), fen, phase=phase, history=" ".join(history))
 
 
 def env_prompt(fen: str, move: str, history: Sequence[str] = (), phase: str = "") -> Prompt:
@@ -213,11 +216,13 @@ def _sample_masked(
 
 
 def score_samples(
-    samples: Sequence[Sample], expected: Callable[[list[str]], list[float]], settings: GRPOSettings
+    samples: Sequence[Sample], scores: Callable[[list[str]], list[Score]], settings: GRPOSettings
 ) -> None:
-    """Set every sample's reward, status and fields. ``expected(fens)`` gives the expected score
-    of the side to move in each position (Stockfish through the EnginePool, one batched call for
-    the roots and the positions after every distinct legal move)."""
+    """Set every sample's reward, status and fields. ``scores(fens)`` gives the engine's score of
+    the side to move in each position (``Analysis.score``: Stockfish through the EnginePool, one
+    batched call for the roots and the positions after every distinct legal move); a move's loss
+    is measured on ``settings.grade_scale`` (:mod:`chessrl.engine.move_value`), with the prompt's
+    ``history`` on the board where it has one."""
     legal: dict[int, str] = {}
     for i, s in enumerate(samples):
         if s.prompt.task == "environment":
@@ -229,24 +234,37 @@ def score_samples(
         if move is not None:
             legal[i] = move
     roots = sorted({samples[i].prompt.fen for i in legal})
-    children = sorted({(samples[i].prompt.fen, m) for i, m in legal.items()})
-    after = []
-    for fen, move in children:
-        board = chess.Board(fen)
-        board.push_uci(move)
-        after.append(board.fen())
-    values = expected(roots + after) if roots else []
-    best = dict(zip(roots, values[: len(roots)], strict=True))
-    moved = {key: 1.0 - v for key, v in zip(children, values[len(roots) :], strict=True)}
+    children = sorted({(samples[i].prompt.fen, samples[i].prompt.history, m) for i, m in legal.items()})
+    after = [_board_after(fen, history, move) for fen, history, move in children]
+    fens = roots + sorted({b.fen() for b in after})
+    score = dict(zip(fens, scores(fens), strict=True)) if roots else {}
+    scale = settings.grade_scale
+    best = {fen: position_value(score[fen], scale) for fen in roots}  # type: ignore[arg-type]
+    moved = {key: move_value(b, score[b.fen()], scale) for key, b in zip(children, after, strict=True)}  # type: ignore[arg-type]
     for i, s in enumerate(samples):
         if s.prompt.task == "policy":
             move = legal.get(i)
             s.reward = policy_reward(
                 s.status,
                 best=best.get(s.prompt.fen),
-                move=moved.get((s.prompt.fen, move)) if move else None,
+                move=moved.get((s.prompt.fen, s.prompt.history, move)) if move else None,
                 settings=settings,
             )
+
+
+def _board_after(fen: str, history: str, move: str) -> chess.Board:
+    """The board after ``move`` in ``fen``, with ``history`` (the moves from the start position
+    to ``fen``) on its stack where it leads there."""
+    board = chess.Board()
+    try:
+        for m in history.split():
+            board.push_uci(m)
+    except ValueError:
+        board = chess.Board(fen)
+    if board.fen() != fen:
+        board = chess.Board(fen)
+    board.push_uci(move)
+    return board
 
 
 def grpo_update(
@@ -453,12 +471,12 @@ def evaluate_tasks(
     tokenizer: object,
     prompts: Sequence[Prompt],
     max_new_tokens: dict[str, int],
-    expected: Callable[[list[str]], list[float]] | None = None,
+    scores: Callable[[list[str]], list[Score]] | None = None,
     settings: GRPOSettings | None = None,
 ) -> dict[str, float]:
     """Greedy answers to ``prompts`` (unmasked): the policy task's legal-move rate and the
     environment task's exact-match accuracy (and per-field accuracy), with the counts. With
-    ``expected`` (the engine's expected scores, as :func:`score_samples` takes), also the policy
+    ``scores`` (the engine's scores, as :func:`score_samples` takes), also the policy
     task's mean reward of the greedy move (``policy_reward``: what GRPO maximises, at argmax)."""
     from chessrl.lm.models import complete_ids, prompt_ids
 
@@ -480,8 +498,8 @@ def evaluate_tasks(
                     samples.append(Sample(prompts[i], i, rows[k], ids, text))
     finally:
         model.train(was_training)
-    if expected is not None:
-        score_samples(samples, expected, settings or GRPOSettings())
+    if scores is not None:
+        score_samples(samples, scores, settings or GRPOSettings())
     else:
         for s in samples:
             if s.prompt.task == "policy":
@@ -495,7 +513,7 @@ def evaluate_tasks(
         "legal_rate": m["legal_rate"], "env_exact": m["env_exact"], "env_fen_accuracy": m["env_fen_accuracy"],
         "policy_positions": float(policy), "env_positions": float(len(samples) - policy),
     }  # fmt: skip
-    if expected is not None:
+    if scores is not None:
         out["policy_reward"] = m["reward_policy"]
     return out
 
@@ -522,7 +540,7 @@ def task_prompts(
         asked = [
             moves_prompt(pos.history, pos.phase)
             if text_format == "moves"
-            else board_prompt(pos.fen, pos.phase)
+            else board_prompt(pos.fen, pos.phase, pos.history)
             for pos in positions
         ]
         rng.shuffle(asked)

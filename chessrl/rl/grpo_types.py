@@ -47,6 +47,9 @@ class GRPOSettings:
     the unmasked model legal while the masked objective trains quality."""
     dead_zone: float = 0.0
     """Expected-score losses up to this count as the best move's (engine noise), in [0, max_loss)."""
+    grade_scale: str = "expected"
+    """The value scale a move's loss is measured on (:mod:`chessrl.engine.move_value`): ``margin``
+    or ``expected`` (the engine's expected score alone)."""
     std_floor: float = 0.0
     """grpo/dapo: the group std is at least this, so noise-level differences stay small advantages."""
     drop_flat: bool = False
@@ -68,6 +71,8 @@ class GRPOSettings:
             raise ValueError(f"unknown loss_type {self.loss_type!r}; loss types: {', '.join(LOSS_TYPES)}")
         if self.beta < 0 or self.clip <= 0 or self.clip_high <= 0 or self.max_loss <= 0:
             raise ValueError("beta must be >= 0 and clip, clip_high, max_loss > 0")
+        if self.grade_scale not in ("expected", "margin"):
+            raise ValueError(f"grade_scale must be expected or margin, got {self.grade_scale!r}")
         if not 0 <= self.dead_zone < self.max_loss:
             raise ValueError(f"dead_zone must be in [0, max_loss={self.max_loss:g}), got {self.dead_zone:g}")
         if self.std_floor < 0 or self.legal_weight < 0:
@@ -89,6 +94,9 @@ class Prompt:
     move: str | None = None
     target: str | None = None
     phase: str = ""
+    history: str = ""
+    """The UCI moves from the start position to ``fen``, space-separated, where known (the
+    ``margin`` grade reads a repetition from them); empty: the position alone."""
 
 
 @dataclass

@@ -8,7 +8,7 @@ One policy move is one action, one token (the chess tokenizer has a token per UC
 tokenizer without one is refused by :class:`chessrl.lm.legality.MoveTokens`). For each action the
 collector records the prompt (the game so far), the sampled token, its log-probability under the
 sampling policy and the weights' version, whether it was a legal move, and its score: the reward
-model's, normalised, or Stockfish's grade of it (:func:`graded_scores`, ``ppo.reward: stockfish``).
+model's, normalised, or Stockfish's grade of it (:func:`scaled_grades`, ``ppo.reward: stockfish``).
 """
 
 from __future__ import annotations
@@ -23,49 +23,59 @@ import pyarrow as pa
 import torch
 
 from chessrl.arena.players import PlayerSpec, parse_player_spec
+from chessrl.engine.client import Score
+from chessrl.engine.move_value import ValueScale, move_value, position_value
 from chessrl.lm.legality import MoveTokens
 from chessrl.rl.ppo_learner import last_token_logits, make_batch, ppo_update
 from chessrl.rl.ppo_types import Action, PPOSettings  # noqa: F401 - re-exported: PPO's settings and actions
 from cluster.errors import ConfigError
 
 
-def graded_scores(
+def scaled_grades(
     queries: Sequence[tuple[Sequence[str], str]],
-    expected: Callable[[list[str]], list[float]],
+    scores: Callable[[list[str]], list[Score]],
+    scale: ValueScale,
     max_loss: float = 0.5,
     dead_zone: float = 0.0,
     *,
     start_fen: str = chess.STARTING_FEN,
 ) -> list[float]:
     """Stockfish's grade of each legal ``(moves so far, move)`` (the moves from ``start_fen``), as
-    grpo grades a move: how much of the best move's expected score it keeps,
-    ``clamp(1 - loss / max_loss, 0, 1)`` with ``loss`` the position's expected score (its best
-    move's) less the move's, losses up to ``dead_zone`` counted as none. ``expected(fens)`` is the
-    side to move's expected score in each position (the EnginePool), asked once for the distinct
-    positions before and after the moves.
+    grpo grades a move: how much of the best move's value it keeps, ``clamp(1 - loss / max_loss,
+    0, 1)``, losses up to ``dead_zone`` counted as none. The loss is the position's value on
+    ``scale`` (:mod:`chessrl.engine.move_value`; its best move's) less the move's, the move's value
+    read with the game's moves on the board, so with ``margin`` a repetition or a stalemate in a won
+    position is graded as the draw it is. ``scores(fens)`` is the engine's score of each position
+    for its side to move (``Analysis.score``), asked once for the distinct positions.
 
-    A hanging queen: taking it keeps everything, a king move gives the win away.
+    In a won position (White a rook up; the engine's view of each position after a move made up
+    for the example), mating keeps everything and going back to a position seen twice gives it
+    away, where the expected score grades both alike:
 
-    >>> values = {"4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1": 0.99,   # White to move, the queen hangs
-    ...           "4k3/8/8/3R4/8/8/8/4K3 b - - 0 1": 0.01,     # after Rxd5: Black is lost
-    ...           "4k3/8/8/3q4/8/8/3R4/5K2 b - - 1 1": 0.99}   # after Kf1: Black is winning
-    >>> graded_scores([((), "d2d5"), ((), "e1f1")], lambda fens: [values[f] for f in fens],
-    ...               start_fen="4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1")
-    [1.0, 0.0]
+    >>> from chessrl.engine.client import Score
+    >>> start = "6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1"
+    >>> seen = ["g1f1", "g8f8", "f1g1", "f8g8", "g1f1", "g8f8", "f1g1", "f8g8"]   # twice through the start
+    >>> up, down = Score(cp=600, mate=None, wdl=(990, 10, 0)), Score(cp=-600, mate=None, wdl=(0, 10, 990))
+    >>> score = lambda fens: [up if " w " in fen else down for fen in fens]
+    >>> queries = [(seen, "d1d8"), (seen, "g1f1"), (seen, "h2h3")]
+    >>> [round(g, 2) for g in scaled_grades(queries, score, "margin", start_fen=start)]
+    [1.0, 0.35, 1.0]
+    >>> [round(g, 2) for g in scaled_grades(queries, score, "expected", start_fen=start)]
+    [1.0, 1.0, 1.0]
     """
-    roots, children = [], []
+    roots, afters = [], []
     for moves, move in queries:
         board = chess.Board(start_fen)
         for m in moves:
             board.push_uci(m)
         roots.append(board.fen())
         board.push_uci(move)
-        children.append(board.fen())
-    distinct = sorted(set(roots) | set(children))
-    value = dict(zip(distinct, expected(distinct), strict=True))
+        afters.append(board)
+    distinct = sorted(set(roots) | {b.fen() for b in afters})
+    score = dict(zip(distinct, scores(distinct), strict=True))
     grades = []
-    for root, child in zip(roots, children, strict=True):
-        loss = max(0.0, value[root] - (1.0 - value[child]))
+    for root, after in zip(roots, afters, strict=True):
+        loss = max(0.0, position_value(score[root], scale) - move_value(after, score[after.fen()], scale))
         loss = 0.0 if loss <= dead_zone else loss
         grades.append(float(min(1.0, max(0.0, 1.0 - loss / max_loss))))
     return grades
@@ -170,7 +180,7 @@ def play_episodes(
     illegal move, or ``max_actions`` policy moves (one limit for all, or one per start: 1 makes a
     start a single graded move, a table position). The policy plays the side to move at the
     start; opponents are taken in turn. ``score([(moves, move), ...])`` gives the legal moves'
-    scores (the reward model's, normalised, or :func:`graded_scores`), batched per step. ``refresh()``, called between moves,
+    scores (the reward model's, normalised, or :func:`scaled_grades`), batched per step. ``refresh()``, called between moves,
     returns ``(newer policy, its version)`` or None: each action records the version that chose
     it. Returns every action."""
     from chessrl.lm.formats import get_format

@@ -290,6 +290,14 @@ class PPOConfig(Section):
     """reward stockfish: the expected-score loss against the best move that scores 0 (the best 1)."""
     dead_zone: float = Field(0.02, ge=0, lt=1)
     """reward stockfish: losses up to this count as none (Stockfish's noise); below max_loss."""
+    grade_scale: Literal["margin", "expected"] = "margin"
+    """reward stockfish: the value scale a move's loss is measured on (chessrl.engine.move_value):
+    margin (half expected score, half clipped centipawns with mate distance above the clip; a
+    repetition, fifty-move claim or stalemate is a draw) keeps ranking moves once a game is won;
+    expected (Stockfish's expected score alone, the grade before 2026-12) is flat there and blind
+    to repetitions. Measured (bench/value_scale.py, 40 games, 200 nodes): a one-ply player
+    following the grade scores 97.5% against a random mover on margin (38 mates), 50.0% on
+    expected (every game drawn: 30 by threefold repetition)."""
     games: str | None = None
     """Games table the episodes start from (default: this run's prepare output; none: the start position)."""
     iterations: int = Field(40, ge=1)
@@ -499,6 +507,11 @@ class GRPOConfig(Section):
     legal_weight: float = Field(0.0, ge=0)
     """masked: weight of the legality term, -log P(legal moves) under the full vocabulary, that
     keeps the unmasked model's moves legal while the masked objective trains their quality."""
+    grade_scale: Literal["margin", "expected"] = "margin"
+    """The value scale a policy-task move's loss is measured on (chessrl.engine.move_value; as
+    ppo.grade_scale): margin keeps ranking moves once a game is won and grades a repetition (where
+    the prompt's moves show it), fifty-move claim or stalemate as the draw it is; expected is
+    Stockfish's expected score alone, the grade before 2026-12."""
     dead_zone: float = Field(0.0, ge=0, lt=1)
     """Expected-score losses up to this count as the best move's (Stockfish's noise at
     stockfish_nodes); below max_loss."""

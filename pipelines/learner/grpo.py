@@ -61,7 +61,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         torch.manual_seed(cfg["seed"] + 1009 * rank + (int(learner.state["iteration"]) if saved else 0))
     reduce = average_gradients if world > 1 else None
     state = learner.state
-    expected = partial(expected_scores, cfg["engine_pool"], SearchLimit(nodes=cfg["stockfish_nodes"]))
+    scores = partial(engine_scores, cfg["engine_pool"], SearchLimit(nodes=cfg["stockfish_nodes"]))
     limits = cfg["max_new_tokens"]
     # dr_grpo's constant length: the longest answer a task in the plan may give (the moves
     # format's one token, not the 128 of an environment task it never asks)
@@ -84,7 +84,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
                 batch = batch + own_games.prompts(policy, tokenizer, settings.temperature, start=start_model)
             samples = sample_groups(policy, tokenizer, batch, settings, limits)
         t1 = time.perf_counter()
-        score_samples(samples, expected, settings)
+        score_samples(samples, scores, settings)
         t2 = time.perf_counter()
         with bf16_autocast(device):
             got = grpo_update(policy, reference, optimizer, samples, pad, settings,
@@ -126,10 +126,11 @@ def learner_models(
     return policy, tokenizer, reference, start_model
 
 
-def expected_scores(pool: Any, limit: Any, fens: list[str], *, fresh: bool = False) -> list[float]:
-    """Stockfish's expected score of each position, from the EnginePool at ``limit`` (``fresh``:
-    each from an empty hash, for a figure that must not depend on what was analysed before)."""
-    return [a.score.expected for a in pool.analyse(fens, limit, fresh=fresh)]
+def engine_scores(pool: Any, limit: Any, fens: list[str], *, fresh: bool = False) -> list[Any]:
+    """Stockfish's score of each position for its side to move (``Analysis.score``), from the
+    EnginePool at ``limit`` (``fresh``: each from an empty hash, for a figure that must not depend
+    on what was analysed before)."""
+    return [a.score for a in pool.analyse(fens, limit, fresh=fresh)]
 
 
 def iteration_metrics(

@@ -12,6 +12,7 @@ MODULES = [
     "chessrl.data.pgn_filters",
     "chessrl.data.games",
     "chessrl.engine.client",
+    "chessrl.engine.move_value",
     "chessrl.engine.engine_games",
     "chessrl.lm.tokenizer",
     "chessrl.lm.formats",

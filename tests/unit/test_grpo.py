@@ -255,6 +255,7 @@ def tiny_policy():
 
 
 def test_groups_sampled_scored_and_updated(tiny_policy):
+    from chessrl.engine.client import Score
     from chessrl.rl.grpo import batch_metrics, completion_logprobs, grpo_update, sample_groups, score_samples
 
     model, tok = tiny_policy
@@ -265,11 +266,11 @@ def test_groups_sampled_scored_and_updated(tiny_policy):
     assert all(len(x.completion_ids) <= (2 if x.prompt.task == "policy" else 12) for x in samples)
     asked: list[list[str]] = []
 
-    def expected(fens: list[str]) -> list[float]:  # the engine's answer, by hand: every position even
+    def scores(fens: list[str]) -> list[Score]:  # the engine's answer, by hand: every position even
         asked.append(fens)
-        return [0.5] * len(fens)
+        return [Score(cp=0, mate=None, wdl=(0, 1000, 0))] * len(fens)
 
-    score_samples(samples, expected, s)
+    score_samples(samples, scores, s)
     for x in samples[:3]:
         assert x.status in ("legal", "illegal", "unparseable")
         assert x.reward == (1.0 if x.status == "legal" else -1.0)

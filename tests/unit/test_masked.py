@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import random
 from collections import Counter
+from typing import Any
 
 import chess
 import pytest
@@ -189,22 +190,25 @@ def test_the_graded_reward_orders_moves_as_stockfish_does() -> None:
         def expected(fens: list[str]) -> list[float]:
             return [a.score.expected for a in engines.analyse(fens, SearchLimit(nodes=20000))]
 
+        def scores(fens: list[str]) -> list[Any]:
+            return [a.score for a in engines.analyse(fens, SearchLimit(nodes=20000))]
+
         samples = [
             Sample(policy_prompt(fen), i, [], [1], f" {m}")
             for i, (fen, moves) in enumerate(cases.items())
             for m in moves
         ]
-        score_samples(samples, expected, s)
+        score_samples(samples, scores, s)
         losses = move_losses(
             [x.prompt.fen for x in samples], {"m": [x.text.strip() for x in samples]}, expected
         )["m"]
-        from chessrl.rl.ppo import graded_scores  # ppo --reward stockfish: the same grade of each move
+        from chessrl.rl.ppo import scaled_grades  # ppo --reward stockfish: the same grade of each move
 
         ppo = {
             m: g
             for fen, moves in cases.items()
-            for m, g in zip(moves, graded_scores([((), m) for m in moves], expected, s.max_loss, s.dead_zone,
-                                                 start_fen=fen), strict=True)  # fmt: skip
+            for m, g in zip(moves, scaled_grades([((), m) for m in moves], scores, "expected", s.max_loss,
+                                                 s.dead_zone, start_fen=fen), strict=True)  # fmt: skip
         }
     r = {x.text.strip(): x.reward for x in samples}
     assert ppo == pytest.approx(r, abs=0.05) and ppo["d2d5"] == 1.0 and ppo["e1f1"] < 0.5  # the hung queen
