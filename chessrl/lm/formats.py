@@ -212,13 +212,89 @@ class BoardAfterFormat(BoardFormat):
         return self.policy_prompt(after) + self.policy_completion(move)
 
 
-TextFormat = MovesFormat | RookWorldFormat | BoardFormat | BoardAfterFormat
+def control(board: chess.Board) -> str:
+    """Who controls each square (a8, b8, ..., h1), from the side to move's view, as the rules
+    decide: ``+`` only the side to move attacks it, ``-`` only the opponent, ``=`` both, ``.``
+    neither. A piece pinned to its king attacks only along its pin (it may not leave the line),
+    so it defends nothing else. Read with the board: the side to move's piece on ``-`` hangs
+    (attacked, not defended); the opponent's piece on ``+`` can be taken for free.
+
+    >>> c = control(chess.Board("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1"))   # White's rook eyes the queen
+    >>> c[8 * 3 + 3], c[8 * 6 + 3]           # d5 (the queen: free to take), d2 (the rook: attacked, defended)
+    ('+', '=')
+    """
+    us = board.turn
+    out = []
+    for rank in range(7, -1, -1):
+        for file in range(8):
+            square = chess.square(file, rank)
+            ours, theirs = (_attacked(board, colour, square) for colour in (us, not us))
+            out.append("=" if ours and theirs else "+" if ours else "-" if theirs else ".")
+    return "".join(out)
+
+
+def _attacked(board: chess.Board, colour: chess.Color, square: chess.Square) -> bool:
+    """Whether a piece of ``colour`` attacks ``square`` along a line it may move on (a piece
+    pinned to its own king only along the pin)."""
+    return any(square in board.pin(colour, a) for a in board.attackers(colour, square))
+
+
+def move_facts(board: chess.Board, move: chess.Move) -> str:
+    """What the rules say of a legal ``move``: the piece it captures (its symbol), ``+`` for a
+    check or ``#`` for a mate, ``-`` where the opponent can then take the piece that moved;
+    empty for a safe quiet move.
+
+    >>> b = chess.Board("6k1/5ppp/8/8/8/8/2q2PPP/3R2K1 w - - 0 1")
+    >>> move_facts(b, chess.Move.from_uci("d1d8")), move_facts(b, chess.Move.from_uci("d1c1")), move_facts(b, chess.Move.from_uci("h2h3"))
+    ('#', '-', '')
+    """
+    captured = board.piece_at(move.to_square)
+    if board.is_en_passant(move):
+        captured = chess.Piece(chess.PAWN, not board.turn)
+    after = board.copy(stack=False)
+    after.push(move)
+    check = "#" if after.is_checkmate() else "+" if after.is_check() else ""
+    taken = any(reply.to_square == move.to_square for reply in after.legal_moves)
+    return (captured.symbol() if captured else "") + check + ("-" if taken else "")
+
+
+class FactsFormat(BoardFormat):
+    """The board format plus what a rules engine computes of the position (never an engine's
+    evaluation), so a small model reads attacks instead of working them out from raw squares:
+    ``<64 squares> <64 control> <side> <castling> <en passant>`` then, for every legal move with
+    a fact (:func:`move_facts`: a capture, a check or mate, a destination the opponent can take
+    on), `` <move>[<facts>]``, then ``M:``. The control row is :func:`control`'s. Safe quiet moves
+    are not listed: their absence says so. Every character is one token of the chess tokenizer
+    (the move before ``[`` is one move token), about 150-250 tokens a position.
+
+    >>> text = FactsFormat().policy_prompt(chess.Board("6k1/5ppp/8/8/8/8/2q2PPP/3R2K1 w - - 0 1"))
+    >>> text.split()[1][8 * 7 + 2], text.split()[2:5], text.endswith(" d1d8[#] M:")   # c1: both attack it
+    ('=', ['w', '-', '-'], True)
+    >>> " d1c1[-]" in text, " h2h3" in text                                          # Rc1 hangs; h3 is quiet
+    (True, False)
+    """
+
+    name = "facts"
+
+    def policy_prompt(self, board: chess.Board) -> str:
+        board_text = super().policy_prompt(board)[: -len(" M:")]
+        squares, rest = board_text[:64], board_text[64:]
+        tactics = "".join(
+            f" {m.uci()}[{facts}]"
+            for m in sorted(board.legal_moves, key=chess.Move.uci)
+            if (facts := move_facts(board, m))
+        )
+        return f"{squares} {control(board)}{rest}{tactics} M:"
+
+
+TextFormat = MovesFormat | RookWorldFormat | BoardFormat | BoardAfterFormat | FactsFormat
 
 FORMATS: dict[str, type[MovesFormat] | type[RookWorldFormat] | type[BoardFormat]] = {
     "moves": MovesFormat,
     "rookworld": RookWorldFormat,
     "board": BoardFormat,
     "board-after": BoardAfterFormat,
+    "facts": FactsFormat,
 }
 
 

@@ -3,13 +3,15 @@ tokenizer trained here (standing in for distilgpt2's, which cannot be downloaded
 
 from __future__ import annotations
 
+import re
+
 import chess
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from chessrl.data.pgn import read_pgn_file
-from chessrl.lm.formats import MoveCounts, MovesFormat, RookWorldFormat, get_format, parse_move
+from chessrl.lm.formats import FactsFormat, MoveCounts, MovesFormat, RookWorldFormat, get_format, parse_move
 from chessrl.lm.tokenizer import build_chess_tokenizer
 
 
@@ -108,3 +110,64 @@ def test_conditioning_prefix_keeps_completions_consistent() -> None:
     assert fmt.prompt([], prefix="1-0") == "1-0"
     assert fmt.completion([], "e2e4", prefix="1-0") == " e2e4"
     assert fmt.game_text(["e2e4"], prefix="1-0") == "1-0 e2e4"
+
+
+# -- the facts format: what the rules say, on hand-made positions ---------------------------------
+
+
+def _square(text: str, name: str) -> str:
+    """The control character of square ``name`` in a facts prompt."""
+    square = chess.parse_square(name)
+    return text.split()[1][8 * (7 - chess.square_rank(square)) + chess.square_file(square)]
+
+
+def _listed(text: str) -> dict[str, str]:
+    """The listed moves of a facts prompt and their facts."""
+    return dict(re.findall(r" ([a-h][1-8][a-h][1-8][qrbn]?)\[([^\]]*)\]", text))
+
+
+def test_facts_a_pinned_piece_defends_nothing_off_its_line_and_moves_only_along_it() -> None:
+    # Black's knight on d7 is pinned by the rook on d1 to the king on d8; White to move
+    board = chess.Board("3k4/3n4/8/4P3/8/8/8/3RK3 w - - 0 1")
+    text = FactsFormat().policy_prompt(board)
+    # the pinned knight attacks e5 and f6 on the board, but it may not leave the d-file: e5's pawn
+    # is attacked by nobody, and its pushes are safe
+    assert board.attackers(chess.BLACK, chess.E5) and _square(text, "e5") == "."
+    assert "e5e6" not in _listed(text) and _listed(text)["d1d7"] == "n+-"  # Rxd7+, and the king retakes
+    black = chess.Board("3k4/3n4/8/4P3/8/8/8/3RK3 b - - 0 1")
+    listed = _listed(FactsFormat().policy_prompt(black))
+    assert not any(m.startswith("d7") for m in listed)  # a pinned knight has no legal move at all
+
+
+def test_facts_en_passant_is_a_pawn_capture() -> None:
+    board = chess.Board("4k3/8/8/3pP3/8/8/8/4K3 w - d6 0 2")
+    text = FactsFormat().policy_prompt(board)
+    assert _listed(text)["e5d6"] == "p" and text.split()[4] == "d6"  # en passant square shown, as in board
+
+
+def test_facts_castling_through_check_is_not_offered_and_the_attacked_squares_show_why() -> None:
+    # a black rook on f8 attacks f1: White may not castle short through it
+    board = chess.Board("4kr2/8/8/8/8/8/8/4K2R w K - 0 1")
+    text = FactsFormat().policy_prompt(board)
+    assert "e1g1" not in _listed(text) and not board.is_legal(chess.Move.from_uci("e1g1"))
+    assert _square(text, "f1") == "=" and _square(text, "g1") == "+"  # f1: both; g1: only White (the rook)
+    assert not any(m.startswith("e1f1") for m in _listed(text))  # into the rook's file: not legal either
+
+
+def test_facts_a_promotion_with_capture_check_and_mate() -> None:
+    board = chess.Board("1r4k1/P4ppp/8/8/8/8/8/6K1 w - - 0 1")
+    listed = _listed(FactsFormat().policy_prompt(board))
+    assert listed["a7b8q"] == "r#"  # takes the rook, mates on the back rank
+    assert listed["a7a8q"] == "-"  # the rook on b8 takes the new queen
+    assert "a7a8n" in listed and listed["a7b8n"] == "r"  # a knight takes the rook, no check
+
+
+def test_facts_every_prompt_is_tokens_of_the_chess_tokenizer_and_one_token_per_listed_move() -> None:
+    from chessrl.lm.tokenizer import build_chess_tokenizer
+
+    tok = build_chess_tokenizer()
+    board = chess.Board("r1bqkb1r/pppp1ppp/2n2n2/4p2Q/2B1P3/8/PPPP1PPP/RNB1K1NR w KQkq - 4 4")
+    text = FactsFormat().policy_prompt(board)
+    pieces = tok.tokenize(text)
+    assert tok.unk_token not in pieces and " h5f7" in pieces and _listed(text)["h5f7"] == "p#"
+    assert len(tok(text)["input_ids"]) < 300
