@@ -13,7 +13,11 @@ Positions come from the configured ``sources``, ``positions`` from each:
   ``policy_opponents`` (a random mover, its own masked argmax, itself), each continued from a
   training game's position: the positions the policy actually reaches (DAgger), made by
   ``policy_workers`` Ray tasks while the engines annotate the other shards;
-- ``random``: games between two random movers (the chaos a random opponent makes).
+- ``random``: games between two random movers (the chaos a random opponent makes);
+- ``lopsided``: games between a one-ply material grabber that mates when it can and a random
+  mover (:func:`chessrl.data.positions.lopsided_game_moves`; ~3 in 4 end in mate): positions
+  where one side is far ahead or a mate is near, which human games rarely hold, drawn twice as
+  often from a game's second half.
 
 Each position gets one Stockfish search that lists every legal move (MultiPV, ``nodes`` for each
 legal move: :mod:`chessrl.engine.annotation`), on an :class:`actors.engine_pool.EnginePool`
@@ -39,7 +43,14 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from chessrl.data.positions import PositionSampler, phase_of, random_game_moves, random_game_positions
+from chessrl.data.positions import (
+    PositionSampler,
+    lopsided_game_moves,
+    lopsided_game_positions,
+    phase_of,
+    random_game_moves,
+    random_game_positions,
+)
 from chessrl.engine.annotation import ANNOTATION_SCHEMA
 from chessrl.lm.lm_data import split_games
 from chessrl.rl.preferences import PREFERENCE_SCHEMA, annotation_pairs, board_key
@@ -180,12 +191,13 @@ class PositionSource:
         seed = self.seed * 7919 + plan.index + (500_009 if split == "heldout" else 0)
         if self.cfg.whole_games and split == "train":
             return self.whole_games(plan, seed)
-        if plan.source == "random":
-            picks = random_game_positions(plan.count, seed=seed, max_plies=self.cfg.max_plies)
+        if plan.source in ("random", "lopsided"):
+            made = random_game_positions if plan.source == "random" else lopsided_game_positions
+            picks = made(plan.count, seed=seed, max_plies=self.cfg.max_plies)
             return [
                 {
                     "fen": p.fen,
-                    "game_id": f"random-{plan.index}-{p.game}",
+                    "game_id": f"{plan.source}-{plan.index}-{p.game}",
                     "ply": len(p.history),
                     "phase": p.phase,
                     "history": " ".join(p.history),
@@ -224,7 +236,7 @@ class PositionSource:
     def whole_games(self, plan: ShardPlan, seed: int) -> list[dict[str, Any]]:
         """``plan.count`` positions, every ply of one game after another (up to ``max_plies``; a
         shard's last game may stop early): training games drawn with ``seed``, or random-mover
-        games made with it. Each game is one sequence of soft targets for sft in the moves format."""
+        (or lopsided) games made with it. Each game is one sequence of soft targets for sft in the moves format."""
         import random
 
         import chess
@@ -233,9 +245,10 @@ class PositionSource:
         out: list[dict[str, Any]] = []
         game = 0
         while len(out) < plan.count:
-            if plan.source == "random":
-                moves = random_game_moves(rng, self.cfg.max_plies)
-                game_id = f"random-{plan.index}-{game}"
+            if plan.source in ("random", "lopsided"):
+                play = random_game_moves if plan.source == "random" else lopsided_game_moves
+                moves = play(rng, self.cfg.max_plies)
+                game_id = f"{plan.source}-{plan.index}-{game}"
             else:
                 if not self.train_games:
                     raise StorageError("the games table has no training games to annotate whole")

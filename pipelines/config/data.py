@@ -65,7 +65,7 @@ class PrepareConfig(Section):
 
 #: Where ``annotate``'s positions come from: the games table's training games, games the policy
 #: plays (masked, against a random mover, its start or itself: DAgger), random-mover games.
-AnnotateSource = Literal["games", "policy", "random"]
+AnnotateSource = Literal["games", "policy", "random", "lopsided"]
 
 
 class AnnotateConfig(Section):
@@ -79,7 +79,9 @@ class AnnotateConfig(Section):
     board sft model, <run>/sft-board/model)."""
     sources: list[AnnotateSource] = Field(default_factory=lambda: ["games", "random"], min_length=1)
     """Where training positions come from: games (the games table), policy (the policy's own
-    masked games against policy_opponents), random (random-mover games)."""
+    masked games against policy_opponents), random (random-mover games), lopsided (a greedy
+    material grabber that mates when it can against a random mover: won positions and near
+    mates, what a player must learn to finish a game)."""
     positions: int = Field(4000, ge=1)
     """Training positions from each source."""
     heldout_positions: int = Field(500, ge=0)

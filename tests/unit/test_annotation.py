@@ -109,3 +109,43 @@ def test_engines_split_over_nodes_never_exceed_a_node():
         assert sum(split) == total and all(s <= c for s, c in zip(split, [3, 1, 4], strict=True))
     with pytest.raises(ValueError, match="annotate.engines 9 .* ask for at most 8"):
         engine_split(9, [3, 1, 4], key="annotate.engines")
+
+
+def test_the_lopsided_source_holds_won_positions_and_near_mates() -> None:
+    """annotate's ``lopsided`` source: positions of greedy-against-random games, with their moves,
+    far more often lopsided in material and with a mate in one on the board than random-mover
+    games' positions."""
+    from chessrl.data.positions import PIECE_VALUES, greedy_move
+    from pipelines.annotate import AnnotateInputs, PositionSource, plan_shards
+    from pipelines.config import AnnotateConfig
+
+    def material(board: chess.Board) -> int:
+        return sum(
+            PIECE_VALUES[p.piece_type] * (1 if p.color == board.turn else -1) for p in board.piece_map().values()
+        )
+
+    def mate_in_one(board: chess.Board) -> bool:
+        move = chess.Move.from_uci(greedy_move(board, random.Random(0)))
+        board.push(move)
+        mate = board.is_checkmate()
+        board.pop()
+        return mate
+
+    cfg = AnnotateConfig(sources=["random", "lopsided"], positions=120, heldout_positions=0, shard_positions=120)
+    source = PositionSource(cfg, AnnotateInputs(games=None, policy=None), 0.05, seed=7)
+    rows = {plan.source: source.local(plan, "train") for plan in plan_shards(cfg)}
+    assert {r["game_id"].split("-")[0] for r in rows["lopsided"]} == {"lopsided"} and len(rows["lopsided"]) == 120
+    for row in rows["lopsided"][:10]:  # each position is its game's board after its moves
+        board = chess.Board()
+        for move in row["history"].split():
+            board.push_uci(move)
+        assert board.fen() == row["fen"]
+    share = {}
+    for name, picked in rows.items():
+        boards = [chess.Board(r["fen"]) for r in picked]
+        share[name] = (
+            sum(abs(material(b)) >= 9 for b in boards) / len(boards),
+            sum(mate_in_one(b) for b in boards) / len(boards),
+        )
+    assert share["lopsided"][0] > 2 * share["random"][0] and share["lopsided"][0] > 0.3, share
+    assert share["lopsided"][1] > share["random"][1], share
