@@ -263,7 +263,9 @@ def evaluate_reward_model(
       is legal (``legal_kinds``), and ``heldout_accuracy_<kind>`` for each kind (``random``:
       Stockfish's move against a random legal move);
     - ``heldout_spearman``: :func:`mean_spearman` over ``positions`` (``ids``: one row a legal
-      move, ``cp``: Stockfish's scores of them), and how many positions counted.
+      move, ``cp``: Stockfish's scores of them), and how many positions counted;
+    - the judge's bar on the same positions (:func:`judge_measures`):
+      ``heldout_best_over_random_balanced``, ``heldout_best_over_worse`` and their counts.
     """
     was_training = model.training
     model.eval()
@@ -286,10 +288,13 @@ def evaluate_reward_model(
                     pairwise_accuracy([chosen[i] for i in legal], [rejected[i] for i in legal]) or 0.0
                 )
         if positions:
-            value, counted = mean_spearman([(score_ids(model, p["ids"], pad_id), p["cp"]) for p in positions])
+            groups = [(score_ids(model, p["ids"], pad_id), p["cp"]) for p in positions]
+            value, counted = mean_spearman(groups)
             if value is not None:
                 metrics["heldout_spearman"] = value
                 metrics["heldout_spearman_positions"] = float(counted)
+            judged = judge_measures(groups)
+            metrics.update({f"heldout_{k}": v for k, v in judged.items() if v == v})  # NaN: nothing to count
     finally:
         model.train(was_training)
     return metrics
@@ -363,6 +368,55 @@ def mean_spearman(groups: Sequence[tuple[Sequence[float], Sequence[float]]]) -> 
     """
     values = [r for r in (spearman(a, b) for a, b in groups) if r is not None]
     return (sum(values) / len(values) if values else None), len(values)
+
+
+#: A balanced position: its best move's value within this many centipawns of even.
+BALANCED_CP = 300
+#: A move this much expected score below the best is one a judge must rank below it.
+WORSE_BY = 0.1
+
+
+def judge_measures(groups: Sequence[tuple[Sequence[float], Sequence[float]]]) -> dict[str, float]:
+    """How well a judge's scores rank each position's legal moves against Stockfish's (one group a
+    position: the judge's scores of its legal moves and Stockfish's centipawns of them, the
+    mover's view):
+
+    - ``best_over_random_balanced``: on balanced positions (the best move within
+      :data:`BALANCED_CP` of even), how often Stockfish's best move scores above a legal move
+      drawn at random among the others (ties half), averaged over the positions;
+    - ``best_over_worse``: over every position, how often the best move scores above a move at
+      least :data:`WORSE_BY` expected score worse (the expected score from centipawns, as
+      :class:`chessrl.engine.client.Score` reads them), over all such pairs;
+    - with the counts (``balanced_positions``, ``worse_pairs``).
+
+    >>> m = judge_measures([([3.0, 1.0, 2.0], [50, -400, 20]), ([0.0, 1.0], [900, 0])])
+    >>> m["best_over_random_balanced"], m["balanced_positions"], m["best_over_worse"], m["worse_pairs"]
+    (1.0, 1.0, 0.5, 2.0)
+    """
+    from chessrl.engine.client import Score
+
+    balanced: list[float] = []
+    right = pairs = 0.0
+    for scores, cps in groups:
+        if len(scores) != len(cps) or len(cps) < 2:
+            continue
+        best = max(range(len(cps)), key=lambda i: cps[i])
+        others = [i for i in range(len(cps)) if cps[i] < cps[best]]
+        if not others:
+            continue
+        beats = [1.0 if scores[best] > scores[i] else 0.5 if scores[best] == scores[i] else 0.0 for i in others]
+        if abs(cps[best]) < BALANCED_CP:
+            balanced.append(sum(beats) / len(beats))
+        top = Score(cp=int(cps[best]), mate=None).expected
+        for i, beat in zip(others, beats, strict=True):
+            if Score(cp=int(cps[i]), mate=None).expected <= top - WORSE_BY:
+                right, pairs = right + beat, pairs + 1
+    return {
+        "best_over_random_balanced": sum(balanced) / len(balanced) if balanced else float("nan"),
+        "balanced_positions": float(len(balanced)),
+        "best_over_worse": right / pairs if pairs else float("nan"),
+        "worse_pairs": pairs,
+    }
 
 
 def pairwise_accuracy(chosen: Sequence[float], rejected: Sequence[float]) -> float | None:

@@ -49,6 +49,7 @@ MODULES = [
     "chessrl.lm.batch_size",
     "chessrl.lm.lm_data",
     "pipelines.ppo",
+    "pipelines.reward",
     "cluster.errors",
     "cluster.tracking",
     "cluster.config",

@@ -188,3 +188,19 @@ def test_the_position_cache_checks_queries_as_replaying_them_does():
         with pytest.raises(InvalidQueryError) as cached:
             cache.validate(q)
         assert str(cached.value) == str(replayed.value)
+
+
+def test_the_judges_bar_counts_balanced_positions_and_clearly_worse_moves_only() -> None:
+    from chessrl.rl.reward import judge_measures
+
+    perfect = [([float(c) for c in cps], cps) for cps in ([30, -200, 10, -900], [250, 100, -50])]
+    lopsided = ([5.0, 0.0, 9.0], [1200, 1100, -300])  # not balanced; its best is ranked below a blunder
+    got = judge_measures([*perfect, lopsided])
+    assert got["best_over_random_balanced"] == 1.0 and got["balanced_positions"] == 2.0
+    # pairs 0.1 expected score apart: two in each perfect position (10 is within 0.1 of 30), and in
+    # the lopsided one only -300 (1100 is within 0.1 of 1200), which the judge ranks above the best
+    assert got["worse_pairs"] == 5.0 and got["best_over_worse"] == pytest.approx(4 / 5)
+    inverted = judge_measures([([-float(c) for c in cps], cps) for _, cps in perfect])
+    assert inverted["best_over_random_balanced"] == 0.0 and inverted["best_over_worse"] == 0.0
+    ties = judge_measures([([1.0, 1.0, 1.0], [0, -150, -400])])
+    assert ties["best_over_random_balanced"] == 0.5  # a judge that cannot tell counts as a coin
