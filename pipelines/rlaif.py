@@ -453,11 +453,25 @@ def comparison(config: ChessRLConfig, run_storage: Storage) -> list[str]:
         *rl_story_lines(games, labels, starts, quality),
         f"  for a decision with significance: chess-rl evaluate --mode sprt --players {decide} {starts[decide]} "
         f"--adjudicate-cp {config.rlaif.compare_adjudicate_cp or 300}",
+        *judge_lines(config, run_storage),
         "",
         f"The comparison's {len(games)} games (masked players, adjudicated at the ply cap; legal 1st: the share of "
         "the model's moves whose unmasked argmax was legal)",
         *(f"  {line}" for line in comparison_lines(games, players, labels)),
     ]
+
+
+def judge_lines(config: ChessRLConfig, run_storage: Storage) -> list[str]:
+    """The reward model's bar on its held-out positions (:func:`pipelines.reward.judge_line`),
+    and who reads it, when the graph trained one; else nothing."""
+    from pipelines.reward import judge_line
+
+    folder = run_storage.child(output_folder(config, "reward"))
+    if not folder.exists("summary.json"):
+        return []
+    summary = json.loads(folder.read_text("summary.json"))
+    read = "ppo reads it" if config.ppo.reward == "model" else "no phase reads it (ppo grades with Stockfish)"
+    return ["", f"The judge (the reward model; {read}):", judge_line(summary)]
 
 
 def _jsonable(summary: dict[str, Any]) -> dict[str, Any]:

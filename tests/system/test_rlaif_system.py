@@ -201,6 +201,7 @@ def test_rlaif_killed_on_a_laptop_resumes_as_one_job_on_two_nodes_with_s3(graph:
         assert re.search(r"^\s*[\w-]+\s+sft\s+[+-]\d\.\d{4} \[[+-]\d\.\d{4}, [+-]\d\.\d{4}\] (better|worse|no change)"
                          r"\s+\d+\.\d% \(\+\d+ =\d+ -\d+\)\s+\d+\.\d% \(\+\d+ =\d+ -\d+\)$", row), row
     assert "significant:" in story and "--mode sprt" in story
+    assert "The judge (the reward model;" in story and "(bar 80%)" in story  # the judge's bar, and who reads it
 
     # The job's work ran on both nodes: where the state API says each task and actor of the job
     # ran (the job's own Ray job id, so not the job supervisor's actor).
