@@ -36,12 +36,38 @@ from cluster.errors import StorageError
 SUPPORTED_SCHEMES = ("local paths", "file://", "s3://")
 
 
-def s3_filesystem() -> pafs.S3FileSystem:
-    """An S3 filesystem for the AWS environment (``AWS_ENDPOINT_URL`` for a custom endpoint)."""
-    kwargs: dict[str, object] = {
-        "region": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
-    }
+_BUCKET_REGIONS: dict[str, str] = {}
+
+
+def bucket_region(bucket: str) -> str:
+    """The region to reach ``bucket`` in: ``AWS_REGION`` or ``AWS_DEFAULT_REGION`` when set, else
+    the bucket's own region as AWS reports it (asked once per bucket and process), else
+    ``us-east-1`` (AWS unreachable: the request that follows says why). A bucket in us-west-2
+    read through a us-east-1 client fails, so the region is never guessed while it can be known.
+
+    >>> os.environ["AWS_REGION"] = "eu-west-1"; bucket_region("chess-runs")
+    'eu-west-1'
+    >>> del os.environ["AWS_REGION"]
+    """
+    named = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if named:
+        return named
+    if bucket not in _BUCKET_REGIONS:
+        try:
+            _BUCKET_REGIONS[bucket] = pafs.resolve_s3_region(bucket)
+        except Exception:  # offline, no such bucket, no permission: the default, and the real error later
+            _BUCKET_REGIONS[bucket] = "us-east-1"
+    return _BUCKET_REGIONS[bucket]
+
+
+def s3_filesystem(bucket: str | None = None) -> pafs.S3FileSystem:
+    """An S3 filesystem for the AWS environment: ``AWS_ENDPOINT_URL`` for a custom endpoint (its
+    region ``AWS_REGION`` or us-east-1), else AWS in ``bucket``'s region (:func:`bucket_region`)."""
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    named = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    kwargs: dict[str, object] = {
+        "region": named or ("us-east-1" if endpoint or bucket is None else bucket_region(bucket)),
+    }
     if endpoint:
         parsed = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
         kwargs["endpoint_override"] = parsed.netloc
@@ -74,7 +100,7 @@ def parse_uri(uri: str) -> tuple[pafs.FileSystem, str, str]:
             raise StorageError(
                 f"invalid S3 bucket name {bucket!r} in {uri!r}: 3-63 lowercase letters, digits, '.' or '-'"
             )
-        return s3_filesystem(), rest.rstrip("/"), "s3://"
+        return s3_filesystem(bucket), rest.rstrip("/"), "s3://"
     raise StorageError(
         f"unsupported URI scheme {scheme!r} in {uri!r}; allowed: {', '.join(SUPPORTED_SCHEMES)}"
     )

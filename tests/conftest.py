@@ -24,6 +24,9 @@ PGN = DATA / "pgn"
 for _var in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS"):
     os.environ.pop(_var, None)
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# An s3:// URI without a region asks AWS for its bucket's region (cluster.storage.bucket_region):
+# offline, that is 6 s per bucket before the default. Tests name the region (moto is region-free).
+os.environ.setdefault("AWS_REGION", "us-east-1")
 
 #: Ray Train settings for the tests only (the product keeps Ray's defaults). The controller polls
 #: its workers every 2 s, and a worker's ``report`` waits until the controller has taken the one

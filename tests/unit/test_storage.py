@@ -346,3 +346,30 @@ def test_resolve_the_shipped_test_data() -> None:
     names = [Path(uri).name for uri, _ in resolve_inputs([str(data)], SUFFIXES)]
     assert "Ding.pgn.zst" in names and "lichess-2021-10-sample.pgn" in names
     assert all(name.endswith(SUFFIXES) for name in names)
+
+
+def test_an_s3_bucket_is_reached_in_its_own_region_unless_one_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bucket in us-west-2 read through a us-east-1 client fails: without AWS_REGION the region
+    is asked of AWS, once per bucket (stood in for here: no network in tests), and a custom
+    endpoint (moto, MinIO) is never asked."""
+    import pyarrow.fs as pafs
+
+    from cluster import storage
+
+    asked: list[str] = []
+
+    def resolve(bucket: str) -> str:
+        asked.append(bucket)
+        return "us-west-2"
+
+    monkeypatch.setattr(pafs, "resolve_s3_region", resolve)
+    monkeypatch.setattr(storage, "_BUCKET_REGIONS", {})
+    for var in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(var, raising=False)
+    assert storage.s3_filesystem("chess-runs").region == "us-west-2"
+    assert storage.s3_filesystem("chess-runs").region == "us-west-2" and asked == ["chess-runs"]
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-central-1")
+    assert storage.s3_filesystem("other-bucket").region == "eu-central-1" and asked == ["chess-runs"]
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:5000")
+    assert storage.s3_filesystem("third-bucket").region == "us-east-1" and asked == ["chess-runs"]
