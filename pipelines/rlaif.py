@@ -464,7 +464,7 @@ def comparison(config: ChessRLConfig, run_storage: Storage) -> list[str]:
 def judge_lines(config: ChessRLConfig, run_storage: Storage) -> list[str]:
     """The reward model's bar on its held-out positions (:func:`pipelines.reward.judge_line`),
     and who reads it, when the graph trained one; else nothing."""
-    from pipelines.reward import judge_line
+    from chessrl.rl.reward import judge_line
 
     folder = run_storage.child(output_folder(config, "reward"))
     if not folder.exists("summary.json"):

@@ -419,6 +419,34 @@ def judge_measures(groups: Sequence[tuple[Sequence[float], Sequence[float]]]) ->
     }
 
 
+#: The judge's bar (chessrl.rl.reward.judge_measures) as summary keys.
+JUDGE_KEYS = (
+    "heldout_best_over_random_balanced", "heldout_balanced_positions", "heldout_best_over_worse", "heldout_worse_pairs",
+)  # fmt: skip
+
+
+def judge_line(summary: dict[str, Any]) -> str:
+    """The judge's bar on the Spearman positions: Stockfish's best move above a random legal one on
+    balanced positions (bar 80%), above any move 0.1 expected score worse (bar 85%), Spearman (0.5).
+
+    >>> judge_line({"heldout_best_over_random_balanced": 0.62, "heldout_balanced_positions": 7.0,
+    ...             "heldout_best_over_worse": 0.7, "heldout_worse_pairs": 40.0, "heldout_spearman": 0.21})
+    '  judge         best above a random legal move 62.0% of 7 balanced positions (bar 80%); above a move 0.1 worse 70.0% of 40 pairs (bar 85%); Spearman 0.210 (bar 0.5)'
+    """
+    if summary.get("heldout_best_over_random_balanced") is None and summary.get("heldout_best_over_worse") is None:
+        return "  judge         no held-out positions scored (reward.spearman_positions 0)"
+    balanced = summary.get("heldout_best_over_random_balanced")
+    worse = summary.get("heldout_best_over_worse")
+    rho = summary.get("heldout_spearman")
+    return (
+        "  judge         best above a random legal move "
+        + (f"{balanced:.1%} of {int(summary['heldout_balanced_positions'])} balanced positions" if balanced is not None else "- (no balanced position)")
+        + " (bar 80%); above a move 0.1 worse "
+        + (f"{worse:.1%} of {int(summary['heldout_worse_pairs'])} pairs" if worse is not None else "- (no such pair)")
+        + " (bar 85%); Spearman " + (f"{rho:.3f}" if rho is not None else "-") + " (bar 0.5)"
+    )  # fmt: skip
+
+
 def pairwise_accuracy(chosen: Sequence[float], rejected: Sequence[float]) -> float | None:
     """The share of pairs whose chosen score is above the rejected one (a tie counts half).
 

@@ -86,7 +86,8 @@ def _annotate_args(root: Path, games: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def annotated(tmp_path_factory, local_ray, games) -> Path:
-    """One annotate run (12 positions from each of games and random, 4 held out): its storage."""
+    """One annotate run (12 positions from each of games, random and lopsided: the tiny preset's
+    sources; 4 held out): its storage."""
     root = tmp_path_factory.mktemp("annotated")
     assert annotate_phase.main(_annotate_args(root, games)) == EXIT_OK
     return root
@@ -96,14 +97,14 @@ def test_the_phase_writes_every_legal_move_resumes_and_refuses_other_settings(an
     tmp_path, args = annotated, _annotate_args(annotated, games)
     out = tmp_path / "a" / "annotate"
     rows = _rows(out)
-    assert {k: len(v) for k, v in rows.items()} == {"train": 24, "heldout": 4}
-    assert sorted({r["source"] for r in rows["train"]}) == ["games", "random"]
+    assert {k: len(v) for k, v in rows.items()} == {"train": 36, "heldout": 4}
+    assert sorted({r["source"] for r in rows["train"]}) == ["games", "lopsided", "random"]
     for row in rows["train"] + rows["heldout"]:
         board = chess.Board(row["fen"])
         assert sorted(row["moves"]) == sorted(m.uci() for m in board.legal_moves), row["fen"]
         assert row["cp"] == sorted(row["cp"], reverse=True) and row["best_move"] == row["moves"][0]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["positions_total"] == 28 and summary["made_now"] == 28
+    assert summary["positions_total"] == 40 and summary["made_now"] == 40
     board = lambda fen: " ".join(fen.split()[:4])  # noqa: E731
     assert not {board(r["fen"]) for r in rows["heldout"]} & {board(r["fen"]) for r in rows["train"]}
     # the judge's pairs beside them: the preference schema, the chosen move the better by the margin
@@ -122,7 +123,7 @@ def test_the_phase_writes_every_legal_move_resumes_and_refuses_other_settings(an
     # the same command again: every shard kept, nothing made
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/*.parquet")}
     assert annotate_phase.main(args) == EXIT_OK
-    assert "(5 already written, 0 to make)" in capsys.readouterr().err
+    assert "(7 already written, 0 to make)" in capsys.readouterr().err
     assert stamps == {p: p.stat().st_mtime_ns for p in out.glob("*/*.parquet")}
     # other settings into the same folder: one line, nothing touched
     assert annotate_phase.main([*args, "--nodes", "30"]) == EXIT_USER_ERROR
@@ -142,9 +143,9 @@ def test_sft_distils_the_annotations_into_a_board_policy(annotated, games, capsy
                           "--set", "sft.heldout_positions=4"))  # fmt: skip
     err = capsys.readouterr().err
     assert code == EXIT_OK, err[-3000:]
-    assert "distilling 48 annotated positions and their colour flips" in err, err[-3000:]
+    assert "distilling 72 annotated positions and their colour flips" in err, err[-3000:]
     summary = json.loads((annotated / "a" / "sft-board" / "summary.json").read_text())
-    assert summary["annotated_positions"] == 48 and summary["steps"] == 2
+    assert summary["annotated_positions"] == 72 and summary["steps"] == 2
     config = json.loads((annotated / "a" / "sft-board" / "model" / "config.json").read_text())
     assert config["chessrl_text_format"] == "board"
 

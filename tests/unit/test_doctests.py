@@ -49,7 +49,7 @@ MODULES = [
     "chessrl.lm.batch_size",
     "chessrl.lm.lm_data",
     "pipelines.ppo",
-    "pipelines.reward",
+
     "cluster.errors",
     "cluster.tracking",
     "cluster.config",
@@ -73,6 +73,7 @@ MODULES = [
     "chessrl.lm.masked",
     "pipelines.phase",
     "pipelines.config_record",
+    "pipelines.training_opponents",
     "pipelines.sft_data",
     "chessrl.engine.annotation",
     "pipelines.annotate",
