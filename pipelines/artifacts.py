@@ -74,10 +74,10 @@ def read_heldout(source: Storage, files: list[str], limit: int, seed: int) -> li
 def sft_folder(text_format: str) -> str:
     """The run's folder an sft of this text format writes (checkpoints, model, summary): ``sft``
     for the moves format (ppo's start), ``sft-rookworld`` for rookworld (grpo's start), so one run
-    can hold both.
+    can hold both; ``sft-board`` and ``sft-facts`` alike.
 
-    >>> sft_folder("moves"), sft_folder("rookworld")
-    ('sft', 'sft-rookworld')
+    >>> sft_folder("moves"), sft_folder("rookworld"), sft_folder("facts")
+    ('sft', 'sft-rookworld', 'sft-facts')
     """
     return "sft" if text_format == "moves" else f"sft-{text_format}"
 

@@ -30,7 +30,7 @@ from pipelines.learner import check_gpus, final_metrics
 from pipelines.learner import trl as trl_learner
 from pipelines.learner.sft import train_loop_per_worker
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, readable_model
-from pipelines.sft_data import SftInputs, SftSplit, board_example_tokens, training_data
+from pipelines.sft_data import POSITION_FORMATS, SftInputs, SftSplit, board_example_tokens, training_data
 
 if TYPE_CHECKING:  # torch and transformers load where a run needs them, not for --help
     from chessrl.lm.legality import MoveTokens
@@ -102,12 +102,20 @@ def check_sft(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: Non
             f"sft.max_length (--max-length) is {cfg.max_length}, but the model reads at most {n_positions} "
             f"tokens ({cfg.base_model or 'preset ' + cfg.model}): use {n_positions} or less"
         )
-    if cfg.text_format == "board":
-        longest = board_example_tokens(tokenizer)
+    if cfg.text_format in POSITION_FORMATS:  # facts: a lower bound; the data's longest is checked when packed
+        longest = board_example_tokens(tokenizer, cfg.text_format)
         if cfg.max_length < longest:
+            parts = "64 squares, side, castling, en passant, M:, the move"
+            what = (
+                f"takes up to {longest} tokens (<bos>, {parts}, <eos>)"
+                if cfg.text_format == "board"
+                else f"with every castling right and an en passant capture takes {longest} tokens (<bos>, {parts}, "
+                "<eos>, with 64 control characters and the moves with facts before M:; ~140-300 in games, the "
+                "data's longest checked once packed)"
+            )
             raise ConfigError(
-                f"sft.max_length (--max-length) is {cfg.max_length}, but one board example takes up to {longest} "
-                f"tokens (<bos>, 64 squares, side, castling, en passant, M:, the move, <eos>): use {longest} or more"
+                f"sft.max_length (--max-length) is {cfg.max_length}, but one {cfg.text_format} example {what}: "
+                f"use {longest} or more"
             )
     if cfg.text_format != "moves" and cfg.condition_on_result:
         raise ConfigError(
@@ -125,10 +133,10 @@ def check_sft(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: Non
 def check_annotations(
     cfg: SftConfig, tokenizer: Any, inputs: Inputs
 ) -> tuple[list[Storage] | None, MoveTokens | None]:
-    """With ``sft.annotations``: the board or moves format, a tokenizer with one token per move (the
-    soft target is over move tokens) and annotated tables (``train/`` shards with ``fen``,
-    ``moves`` and ``expected``; ``history`` for the moves format) unless an earlier phase of the
-    graph run writes them. Returns their train/
+    """With ``sft.annotations``: the board, facts or moves format, a tokenizer with one token per
+    move (the soft target is over move tokens) and annotated tables (``train/`` shards with
+    ``fen``, ``moves`` and ``expected``; ``cp`` for the margin soft_target_scale; ``history`` for
+    the moves format) unless an earlier phase of the graph run writes them. Returns their train/
     folders and the move tokens (both None without annotations)."""
     import pyarrow.dataset as pads
 
@@ -137,9 +145,10 @@ def check_annotations(
     if not cfg.annotations:
         return None, None
     key = "sft.annotations (--annotations)"
-    if cfg.text_format not in ("board", "moves"):
+    if cfg.text_format not in (*POSITION_FORMATS, "moves"):
         raise ConfigError(
-            f"{key} trains on boards (--text-format board) or on whole games (--text-format moves), not {cfg.text_format}"
+            f"{key} trains on boards (--text-format board or facts) or on whole games (--text-format moves), "
+            f"not {cfg.text_format}"
         )
     try:
         moves = MoveTokens(tokenizer)
@@ -156,6 +165,11 @@ def check_annotations(
         if missing:
             raise StorageError(
                 f"{key}: {train.uri} is not an annotated table: no column {', '.join(missing)}"
+            )
+        if cfg.soft_target_scale == "margin" and "cp" not in names:
+            raise StorageError(
+                f"{key}: {train.uri} has no cp column (each move's centipawns), which the margin "
+                "soft_target_scale reads: annotate again, or pass --soft-target-scale expected"
             )
         if cfg.text_format == "moves" and "history" not in names:
             raise StorageError(

@@ -29,11 +29,12 @@ A hanging queen (White to move, 0.99 expected either way once it is taken):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import chess
 
-from chessrl.engine.client import Score
+from chessrl.engine.client import MATE_CP, Score
 
 ValueScale = Literal["expected", "margin"]
 VALUE_SCALES: tuple[str, ...] = ("expected", "margin")
@@ -138,3 +139,38 @@ def move_value(board_after: chess.Board, score_after: Score | None, scale: Value
     if score_after is None:
         raise ValueError(f"no engine score for {board_after.fen()}, where the game is not over")
     return position_value(mover_score(score_after), scale)
+
+
+#: An annotated ``cp`` beyond this is a mate: ±(MATE_CP - distance) (``Score.value``).
+MATE_THRESHOLD = 90_000
+
+
+def annotated_values(
+    cp: Sequence[int] | None, expected: Sequence[float], scale: ValueScale = "margin"
+) -> list[float]:
+    """Each legal move's value in [0, 1] on a value scale from an annotated row's ``cp`` (the
+    mover's centipawns, a mate as ±(100,000 - distance), as ``annotate`` writes them) and
+    ``expected`` (its expected score): ``expected`` is that score alone (flat once a game is
+    won); ``margin`` is :func:`position_value`'s margin scale with the row's expected score, so a
+    mate ranks above material and more material above less (``cp`` may be None on the expected
+    scale). sft's distillation takes their softmax (:func:`chessrl.lm.legality.soft_targets`).
+
+    >>> mate, queen, pawn = annotated_values([99_999, 900, 300], [1.0, 0.99, 0.99])   # mate in one, +Q, +P
+    >>> mate > queen > pawn, round(queen - pawn, 3)
+    (True, 0.075)
+    >>> annotated_values(None, [1.0, 0.99, 0.99], "expected") == [1.0, 0.99, 0.99]
+    True
+    """
+    if scale == "expected":
+        return [float(e) for e in expected]
+    if scale != "margin" or cp is None:
+        raise ValueError(
+            f"value scale {scale!r} with cp {cp!r}: margin needs cp; scales {', '.join(VALUE_SCALES)}"
+        )
+    values = []
+    for c, e in zip(cp, expected, strict=True):
+        c = int(c)
+        mate = (1 if c > 0 else -1) * max(1, MATE_CP - abs(c)) if abs(c) > MATE_THRESHOLD else None
+        score = Score(cp=None if mate is not None else c, mate=mate, wdl=None)
+        values.append(0.5 * float(e) + 0.5 * (margin(score) + TOP) / (2 * TOP))  # position_value's margin
+    return values

@@ -83,7 +83,8 @@ def rookworld_texts(
     without replacement) as a policy task ``P: <FEN> M: <the game's move>`` or, with probability
     ``env_share``, an environment task ``A: <FEN>+<move>+<recent moves>+<next FEN>+<reward>+
     <terminated>+<truncated>`` whose answer python-chess computes. A game that breaks the rules
-    stops at its first bad move. With ``fmt`` (the board format) every text is its policy task.
+    stops at its first bad move. With ``fmt`` (the board or facts format: the prompt computed
+    from the position's board) every text is its policy task.
 
     >>> rookworld_texts(["e2e4"], 1, env_share=0.0, rng=random.Random(0))
     ['P: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1 M: e2e4']

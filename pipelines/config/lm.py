@@ -32,16 +32,19 @@ class SftConfig(Section):
     """Model preset when not starting from --base-model."""
     base_model: ModelPath | None = None
     """Start from saved weights and tokenizer: a folder or s3:// prefix written by save_pretrained."""
-    text_format: Literal["moves", "rookworld", "board"] = "moves"
+    text_format: Literal["moves", "rookworld", "board", "facts"] = "moves"
     """How a game is written for the model: ``moves`` (the game's UCI moves), ``rookworld``
     (RookWorld-LM's tasks, positions of the games: policy ``P: <FEN> M: <move>`` and environment
-    ``A: <FEN>+<move>+<history>+<next FEN>+<reward>+<terminated>+<truncated>``) or ``board``
+    ``A: <FEN>+<move>+<history>+<next FEN>+<reward>+<terminated>+<truncated>``), ``board``
     (positions of the games in a fixed-length encoding, one character a square, then the move:
-    ``<64 squares> <side> <castling> <en passant> M: <move>``)."""
+    ``<64 squares> <side> <castling> <en passant> M: <move>``) or ``facts`` (the board, then who
+    controls each square, side, castling, en passant, and every legal move with what the rules
+    say of it, a capture, a check or mate, a destination the opponent can take on:
+    ``... d1d8[#] M: <move>``; ~140-300 tokens a position, so max_length must hold the data's longest)."""
     rookworld_env_share: float = Field(0.2, ge=0, le=1)
     """rookworld: share of environment-task texts (the rest are policy tasks)."""
     rookworld_positions_per_game: int = Field(8, ge=1)
-    """rookworld and board: texts cut from each training game (positions sampled without replacement)."""
+    """rookworld, board and facts: texts cut from each training game (positions sampled without replacement)."""
     condition_on_result: bool = False
     """Prefix each game with its result (1-0, 0-1, 1/2-1/2) so play can be conditioned on it."""
     max_steps: int = Field(200, ge=1)
@@ -71,23 +74,32 @@ class SftConfig(Section):
     annotations: list[str] = Field(default_factory=list)
     """Distil Stockfish instead of cloning the games' moves: train on engine-annotated positions
     (folders written by ``chess-rl annotate``, their train/ shards together: a first run's and
-    a DAgger round's). In the board format each position is asked as a board and answered by
-    Stockfish's best move; in the moves format each annotated game (``annotate --whole-games``)
-    is one sequence with a target at every annotated ply. The loss there is a cross-entropy
-    against a soft target over every legal move, softmax(E / target_temperature) of their
-    expected scores (in the moves format with the legality term beside it, legal_loss_weight).
-    The games table still gives the held-out positions."""
-    target_temperature: float = Field(0.05, gt=0)
-    """The soft target's temperature, in expected-score points: a move 0.1 worse than another
-    gets exp(-0.1 / T) of its probability (0.14 at 0.05)."""
+    a DAgger round's). In the board and facts formats each position is asked as a board and
+    answered by Stockfish's best move; in the moves format each annotated game (``annotate
+    --whole-games``) is one sequence with a target at every annotated ply. The loss there is a
+    cross-entropy against a soft target over every legal move, softmax(V / target_temperature) of
+    their values on soft_target_scale (in the moves format with the legality term beside it,
+    legal_loss_weight). The games table still gives the held-out positions."""
+    soft_target_scale: Literal["margin", "expected"] = "margin"
+    """The value of each legal move the soft target is the softmax of: ``expected``, Stockfish's
+    expected score (flat once a game is won: every move that keeps the win gets the same share);
+    ``margin``, half that and half a clipped-linear centipawn margin with a mate above it, the
+    sooner the higher (:mod:`chessrl.engine.move_value`), so a won position still ranks a mate
+    above a queen and a queen above a pawn. Its default temperature is 0.03 instead of 0.05: a
+    move 0.1 of expected score worse in an undecided position is ~0.058 worse on this scale, so it
+    keeps about the same share (0.15 against 0.14)."""
+    target_temperature: float | None = Field(None, gt=0)
+    """The soft target's temperature, in points of soft_target_scale: a move 0.1 worse than
+    another gets exp(-0.1 / T) of its probability (0.14 at 0.05). null: 0.03 on the margin scale,
+    0.05 on the expected scale (about the same sharpness)."""
     with_games: bool = True
     """With annotations in the moves format: also train on the games table's training games (each
     played move a hard target, the legality term beside it), their blocks shuffled in with the
     annotated games'. The annotated games alone are few (a game costs ~80 searches) and a tiny
     model overfits them: 2,000 steps on 830 games ended at 52% legal on held-out positions
-    against 69% on its own blocks. false: the annotations alone. The board format ignores it."""
+    against 69% on its own blocks. false: the annotations alone. The board and facts formats ignore it."""
     flip: bool = True
-    """With annotations in the board format: also train on every position with the colours
+    """With annotations in the board or facts format: also train on every position with the colours
     swapped (the board mirrored top to bottom, its moves too, the same values): twice the
     positions for free. The moves format has no flip (a game starts from the start position)."""
     legal_loss_weight: float | None = Field(None, ge=0)

@@ -277,6 +277,44 @@ def test_rookworld_format_from_a_rookworld_lm_style_checkpoint(storage, tmp_path
     assert not (storage / "rw" / "sft").exists()
 
 
+def test_facts_format_refuses_a_block_shorter_than_its_longest_prompt_then_trains(storage, capsys, driver_err):
+    """``--text-format facts``: a block shorter than the longest facts prompt of the games is one
+    line naming the length (nothing cut silently); at that length it trains, writes ``sft-facts/``,
+    marks the model's format, and plain transformers (AutoTokenizer + generate on the facts
+    prompt) answers the held-out positions as the phase measured them."""
+    import re
+
+    from chessrl.lm.formats import FactsFormat
+
+    games = str(storage / "s" / "prepare" / "games")
+    args = ("--run-name", "facts", "--games", games, "--text-format", "facts", "--max-steps", "2", "--eval-every", "2")
+    assert run_sft(storage, *args, "--max-length", "200") == EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    line = err.strip().splitlines()[-1]
+    assert "Traceback" not in driver_err(err) and "sft.max_length (--max-length) is 200" in line, line
+    need = int(re.search(r"use (\d+) or more", line).group(1))  # type: ignore[union-attr]
+    assert 200 < need <= 512 and not (storage / "facts" / "sft-facts" / "model").exists()
+
+    assert run_sft(storage, *args, "--max-length", str(need)) == EXIT_OK
+    out = storage / "facts" / "sft-facts"
+    assert json.loads((out / "model" / "config.json").read_text())["chessrl_text_format"] == "facts"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["truncated_games"] == 0
+    tok = AutoTokenizer.from_pretrained(out / "model")
+    model = AutoModelForCausalLM.from_pretrained(out / "model").eval()
+    legal = 0
+    for p in json.loads((out / "heldout.json").read_text()):
+        board = chess.Board()
+        for uci in p["moves_before"]:
+            board.push_uci(uci)
+        enc = tok(FactsFormat().policy_prompt(board), return_tensors="pt")
+        ids = model.generate(**enc, max_new_tokens=2, do_sample=False, pad_token_id=tok.pad_token_id)
+        word = (tok.decode(ids[0, enc["input_ids"].shape[1] :], skip_special_tokens=True).split() or [""])[0]
+        with contextlib.suppress(ValueError):
+            legal += chess.Move.from_uci(word) in board.legal_moves
+    assert abs(legal - summary["heldout_legal_rate"] * summary["heldout_positions"]) <= 1 + 1e-9
+
+
 def test_use_gpu_on_a_cluster_without_one_is_one_line_not_a_wait(storage, capsys, driver_err):
     """Ray Train would wait for a GPU forever, its controller retrying each minute: the phase
     says at once what the cluster has and which torch runs here, exit 2."""

@@ -73,6 +73,7 @@ def test_the_sft_packing_stage_pads_whole_game_blocks_and_counts_their_tokens() 
     rows, lengths = out["input_ids"], out["length"]
     assert rows.shape[1] == 16 and len(rows) == len(lengths)
     assert int(out["truncated"].sum()) == 1  # the 20-move game does not fit in 16 tokens
+    assert int(out["longest"].max()) == 22  # and says how long it was: <bos>, 20 moves, <eos>
     for row, length in zip(rows, lengths, strict=True):
         assert row[0] == tok.bos_token_id
         assert all(t == tok.pad_token_id for t in row[length:])
@@ -83,24 +84,25 @@ def test_the_sft_packing_stage_pads_whole_game_blocks_and_counts_their_tokens() 
     )  # 5 + 4 tokens share a block
 
 
-def test_board_texts_are_learnt_on_their_answers_alone() -> None:
-    """The board format's loss is on the move (and <eos>) after each ``M:``, not on the squares,
-    in every text of a packed block."""
+@pytest.mark.parametrize("text_format", ["board", "facts"])
+def test_board_texts_are_learnt_on_their_answers_alone(text_format: str) -> None:
+    """The board (and facts) format's loss is on the move (and <eos>) after each ``M:``, not on
+    the squares (nor the facts' moves), in every text of a packed block."""
     import chess
 
-    from chessrl.lm.formats import BoardFormat
+    from chessrl.lm.formats import get_format
     from pipelines.sft_data import answer_token, tokenize_and_pack
 
-    tok = build_chess_tokenizer()
+    tok, fmt = build_chess_tokenizer(), get_format(text_format)
     board, texts = chess.Board(), []
     for move in ("e2e4", "e7e5", "g1f3"):
-        texts.append(BoardFormat().policy_text(board, move))
+        texts.append(fmt.policy_text(board, move))  # type: ignore[union-attr]
         board.push_uci(move)
-    out = tokenize_and_pack({"text": texts}, tok, block=256, answer_after=answer_token(tok))
+    out = tokenize_and_pack({"text": texts}, tok, block=512, answer_after=answer_token(tok))
     [row], [marks] = out["input_ids"], out["targets"]
     kept = [tok.convert_ids_to_tokens(int(t)) for t, m in zip(row, marks, strict=True) if m]
     assert sorted(kept) == sorted([" e2e4", " e7e5", " g1f3"] + [tok.eos_token] * 3)
-    assert "targets" not in tokenize_and_pack({"text": texts}, tok, block=256)
+    assert "targets" not in tokenize_and_pack({"text": texts}, tok, block=512)
 
 
 def test_the_legal_move_loss_weight_defaults_to_one_and_an_explicit_weight_is_kept() -> None:
