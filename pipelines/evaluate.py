@@ -7,8 +7,9 @@ A/B matches, EPD suites, move quality, a PGN of every game and a markdown report
     chess-rl evaluate --mode sprt --players lm:runs/ppo/model lm:runs/sft/model --elo0 0 --elo1 20 --games 2000
 
 The first player is the candidate. ``gauntlet`` plays it against each other player;
-``round_robin`` plays every pair. Each opening (seeded random plies, or a book) is played from
-both sides. With ``--ladder`` (the default) the candidate is also rated on the low Elo ladder
+``round_robin`` plays every pair. Each opening (plies 6-12 of a held-out game of the run's games
+table or ``--positions-from``, seeded random plies, or a book: :func:`arena_openings`) is played
+from both sides. With ``--ladder`` (the default) the candidate is also rated on the low Elo ladder
 (:mod:`chessrl.arena.ladder`): rungs below Stockfish's weakest ``UCI_Elo``, rated once per storage and
 Stockfish build under ``<storage>/ladder/<key>/`` and reused, then a placement match and more
 games against the informative rungs, so even a weak model gets a finite Elo with an interval.
@@ -45,6 +46,7 @@ from typing import Any
 
 from chessrl.arena.eval_report import (
     fmt_estimate,
+    openings_text,
     paired_markdown,
     paired_summary_lines,
     plot,
@@ -54,7 +56,7 @@ from chessrl.arena.eval_report import (
     sprt_summary_lines,
     summary_lines,
 )
-from chessrl.arena.game import ArenaGame, Opening, book_openings, game_pgn, random_openings
+from chessrl.arena.game import ArenaGame, Opening, book_openings, game_pgn, heldout_openings, random_openings
 from chessrl.arena.ladder import (
     LadderSettings,
     ladder_record,
@@ -87,6 +89,7 @@ from pipelines.matches import (
     suite_task,
 )
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, readable_model, saved_model
+from pipelines.training_opponents import in_distribution_notes, training_opponents
 
 SUMMARY = one_line("evaluate")
 DESCRIPTION = (
@@ -164,9 +167,10 @@ class EvaluateInputs:
     specs: list[PlayerSpec]
     sft_model: str | None
     selfplay_best: str | None
-    openings: list[Opening] | None  # the book's; None: seeded random openings
+    openings: list[Opening] | None  # the book's; None: held-out or seeded random openings
     suites: list[tuple[str, list[SuitePosition]]]  # (name, positions)
-    positions_from: Storage | None = None  # paired: the games table of the held-out positions
+    positions_from: Storage | None = None  # paired, heldout openings: the games table of the held-out games
+    no_heldout: str = ""  # heldout openings without a games table: why (then random openings)
 
 
 def suite_path(path: str) -> str:
@@ -179,7 +183,8 @@ def check_evaluate(config: ChessRLConfig, inputs: Inputs) -> EvaluateInputs:
     ladder, the sft model and self-play network the ``sft`` and ``mcts`` players load, each
     ``lm:``/``mcts:``/``uci:`` path and the model or network it names (readable: see
     :func:`chessrl.arena.saved_models.check_saved_model`), the opening book and every EPD suite,
-    read to the end. A model an earlier phase of the same graph run writes is taken as given."""
+    read to the end, the games table of held-out openings (:func:`heldout_source`). A model an
+    earlier phase of the same graph run writes is taken as given."""
     cfg = config.evaluate
     specs = check_player_specs(cfg)
     ladder_settings(cfg, config.run.seed)
@@ -196,7 +201,9 @@ def check_evaluate(config: ChessRLConfig, inputs: Inputs) -> EvaluateInputs:
             openings = book_openings(cfg.openings)
         except InputDataError as exc:
             raise InputDataError(f"evaluate.openings (--openings): {exc}") from None
-    positions_from = positions_source(config, inputs) if cfg.mode == "paired" else None
+    positions_from, no_heldout = positions_source(config, inputs) if cfg.mode == "paired" else None, ""
+    if cfg.mode != "paired" and not cfg.openings and cfg.opening_source == "heldout":
+        positions_from, no_heldout = heldout_source(config, inputs)
     suites = []
     for path in cfg.suites if cfg.mode != "paired" else []:
         if not Path(suite_path(path)).is_file():
@@ -205,7 +212,7 @@ def check_evaluate(config: ChessRLConfig, inputs: Inputs) -> EvaluateInputs:
             suites.append((Path(path).stem, read_epd_suite(suite_path(path))))
         except InputDataError as exc:
             raise InputDataError(f"evaluate.suites (--suites): {exc}") from None
-    return EvaluateInputs(specs, sft_model, selfplay_best, openings, suites, positions_from)
+    return EvaluateInputs(specs, sft_model, selfplay_best, openings, suites, positions_from, no_heldout)
 
 
 def check_player_specs(cfg: EvaluateConfig) -> list[PlayerSpec]:
@@ -251,6 +258,66 @@ def positions_source(config: ChessRLConfig, inputs: Inputs) -> Storage:
             key = "evaluate.positions_from (--positions-from)" if given else "evaluate --mode paired"
             raise type(exc)(f"{key}: {exc}") from None
     return source
+
+
+def heldout_source(config: ChessRLConfig, inputs: Inputs) -> tuple[Storage | None, str]:
+    """The games table whose held-out games give the arena's openings (``opening_source`` heldout):
+    ``evaluate.positions_from`` (checked: a bad one is an error), else this run's prepare/games
+    where it is there (or an earlier phase of the graph run writes it); else ``(None, why)``: the
+    games get random openings (many evaluate engines with no run)."""
+    from pipelines.artifacts import games_table
+
+    if config.evaluate.positions_from:
+        return positions_source(config, inputs), ""
+    source = inputs.folder("prepare").child("games")
+    if inputs.will_write("prepare"):
+        return source, ""
+    try:
+        games_table(source)
+    except StorageError:
+        return None, f"no games table at {source.uri}"
+    except UserError as exc:
+        return None, str(exc)
+    return source, ""
+
+
+def arena_openings(
+    config: ChessRLConfig, found: EvaluateInputs, log: Callable[[str], None]
+) -> tuple[list[Opening], dict[str, Any]]:
+    """The games' openings and their record (results.json's ``openings``): the book's, else
+    (``opening_source`` heldout, the default) the first ``opening_plies`` moves of held-out games
+    (sft.heldout_fraction, split as paired mode does) of :func:`heldout_source`'s table, else
+    ``random_plies`` seeded random moves. Held-out ones fall back to random ones, said in one log
+    line, where there is no table or no held-out game in it; ``--seed`` seeds them all."""
+    from chessrl.lm.lm_data import split_games
+    from pipelines.artifacts import read_games
+
+    cfg, seed, n = config.evaluate, config.run.seed, max(1, (config.evaluate.games + 1) // 2)
+    if found.openings:
+        book = {"source": "book", "seed": seed, "plies": None, "from": cfg.openings}
+        return found.openings, {**book, "count": len(found.openings)}
+    why = ""
+    if cfg.opening_source == "heldout":
+        source, why = found.positions_from, found.no_heldout
+        if source is not None:
+            train, held, _ = split_games(read_games(source), config.sft.heldout_fraction)
+            openings = heldout_openings(held, n, seed, cfg.opening_plies)
+            record = {"source": "heldout", "seed": seed, "plies": list(cfg.opening_plies), "from": source.uri,
+                      "count": len(openings)}  # fmt: skip
+            if openings:
+                log(f"openings: {openings_text(record)}")
+                return openings, record
+            why = (
+                f"{source.uri}: {len(held)} of its {len(train) + len(held)} games held out (sft.heldout_fraction "
+                f"{config.sft.heldout_fraction:g}), none playable at plies {cfg.opening_plies[0]}-{cfg.opening_plies[1]}"
+            )
+        log(
+            f"openings: no held-out games to open from ({why}): {cfg.random_plies} seeded random plies instead; "
+            "give --positions-from TABLE for held-out openings, or --set evaluate.opening_source=random for random ones"
+        )
+    openings = random_openings(n, cfg.random_plies, seed)
+    record = {"source": "random", "seed": seed, "plies": cfg.random_plies, "from": None}
+    return openings, {**record, "count": len(openings), **({"fallback": why} if why else {})}
 
 
 def run_models(specs: list[PlayerSpec], inputs: Inputs) -> tuple[str | None, str | None]:
@@ -320,8 +387,13 @@ def run_evaluate(context: PhaseContext) -> PhaseResult:
     specs, seed = found.specs, context.config.run.seed
     ls = ladder_settings(cfg, seed)
     rung_specs = [parse_player_spec(r) for r in ls.rungs] if ls else []
-    openings = found.openings or random_openings(max(1, (cfg.games + 1) // 2), cfg.random_plies, seed)
     out = context.phase_storage("evaluate").child(cfg.name)
+    openings: list[Opening] = []
+    record: dict[str, Any] = {}  # results.json's openings and training opponents
+    if cfg.mode != "paired":
+        openings, opened = arena_openings(context.config, found, context.log)
+        trained = trained_against(specs, found.sft_model, cfg.mode == "sprt", context.log)
+        record = {"openings": opened, **trained}
     settings = Settings(
         found.sft_model, found.selfplay_best, cfg.lm_temperature, cfg.lm_retries, cfg.on_illegal,
         cfg.stockfish_nodes, cfg.max_plies, cfg.resign_cp, cfg.resign_plies, cfg.adjudicate_cp,
@@ -339,16 +411,31 @@ def run_evaluate(context: PhaseContext) -> PhaseResult:
             limit, context.log,
         )  # fmt: skip
         if cfg.mode == "sprt":
-            return run_sprt(arena, cfg, specs, openings, out, seed, context)
+            return run_sprt(arena, cfg, specs, openings, out, seed, context, record)
         played = play_arena(arena, found, openings, out, ls, pool, context)
     finally:
         if pool is not None:
             pool.shutdown()
     games, suite_results, quality, ladder_games, ladder_info = played
-    results = summarize(specs, games, suite_results, quality, ladder_games, ladder_info)
+    results = {**summarize(specs, games, suite_results, quality, ladder_games, ladder_info), **record}
     write_outputs(out, cfg, [*games, *ladder_games], results, context)
     lines = summary_lines(results, out.uri_of("report.md"), out.uri_of("games.pgn"))
     return PhaseResult(summary=results, lines=lines, ok=True)
+
+
+def trained_against(
+    specs: list[PlayerSpec], sft_model: str | None, sprt: bool, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """``training_opponents``: whom each ``lm:`` player played in its own training games
+    (:func:`pipelines.training_opponents.training_opponents`; a player without any is left out),
+    and in an SPRT ``notes``: a line, also logged, for a player trained against the other."""
+    opponents = {s.label: o for s in specs if s.kind == "lm" and (o := training_opponents(str(s.path)))}
+    if not sprt:
+        return {"training_opponents": opponents}
+    notes = in_distribution_notes(specs, opponents, sft_model)
+    for note in notes:
+        log(note)
+    return {"training_opponents": opponents, "notes": notes}
 
 
 def start_pool(context: PhaseContext, engine_players: bool) -> Any:
@@ -445,9 +532,10 @@ def sprt_state(
 
 def run_sprt(
     arena: Arena, cfg: EvaluateConfig, specs: list[PlayerSpec], openings: list[Opening], out: Storage, seed: int,
-    context: PhaseContext,
+    context: PhaseContext, record: dict[str, Any] | None = None,
 ) -> PhaseResult:  # fmt: skip
-    """Game pairs until the SPRT accepts H0 or H1, or ``cfg.games`` games; resumable."""
+    """Game pairs until the SPRT accepts H0 or H1, or ``cfg.games`` games; resumable. ``record``
+    (the openings, the players' training opponents) goes into results.json and the report."""
     tasks = sprt_tasks(specs, openings, cfg.games, seed)
     reported = [0]
 
@@ -469,7 +557,7 @@ def run_sprt(
     state = sprt_state(cfg, specs, tasks, finished)
     games = [finished[t.key] for t in tasks if t.key in finished]
     results = {"mode": "sprt", "players": [s.label for s in specs], "sprt": state, "games": len(games),
-               "results": dict(Counter(g.result for g in games))}  # fmt: skip
+               "results": dict(Counter(g.result for g in games)), **(record or {})}  # fmt: skip
     publish(out, games, f"chess-rl sprt {cfg.name}", results, sprt_markdown(results), sprt_plot, context)
     metrics = {"sprt_llr": state["llr"], "sprt_pairs": float(state["pairs"]), "sprt_score": state["score"]}
     if math.isfinite(state["elo"]):
@@ -668,7 +756,7 @@ def write_outputs(
     if c in results["ratings"]:
         r = results["ratings"][c]
         readable["candidate_elo"] = fmt_estimate(r["elo"], r["low"], r["high"], signed=False)
-    openings = cfg.openings or f"{cfg.random_plies} seeded random plies"
+    openings = results.get("openings") or cfg.openings or f"{cfg.random_plies} seeded random plies"
     report = report_markdown(results, cfg.mode, cfg.max_plies, openings)
     publish(
         out,

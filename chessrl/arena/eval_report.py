@@ -94,11 +94,44 @@ def _rung(label: str, elo: float, low: float, high: float) -> str:
 # arenas (gauntlet, round robin, ladder)
 
 
-def report_markdown(results: dict[str, Any], mode: str, max_plies: int, openings: str) -> str:
+def openings_text(openings: str | Mapping[str, Any]) -> str:
+    """Where a match's openings came from, from evaluate's ``openings`` record (a text as it is).
+
+    >>> openings_text({"source": "heldout", "seed": 7, "plies": [6, 12], "from": "runs/a/prepare/games", "count": 120})
+    '120 positions at plies 6-12 of held-out games of runs/a/prepare/games, seed 7'
+    >>> openings_text({"source": "random", "seed": 7, "plies": 4, "from": None, "count": 10})
+    '10 positions of 4 seeded random plies, seed 7'
+    """
+    if isinstance(openings, str):
+        return openings
+    n, seed, plies = openings.get("count"), openings.get("seed"), openings.get("plies")
+    if openings.get("source") == "heldout":
+        lo, hi = plies or ("?", "?")
+        return f"{n} positions at plies {lo}-{hi} of held-out games of {openings.get('from')}, seed {seed}"
+    if openings.get("source") == "book":
+        return f"{n} positions of the book {openings.get('from')}"
+    why = f" (no held-out openings: {openings['fallback']})" if openings.get("fallback") else ""
+    return f"{n} positions of {plies} seeded random plies, seed {seed}{why}"
+
+
+def training_lines(results: Mapping[str, Any]) -> list[str]:
+    """The report's lines on whom each model trained against in its own games, and the notes."""
+    lines = [
+        f"- `{label}` trained against {', '.join(f'`{o}`' for o in opponents)} in its own games "
+        "(grpo.own_opponent)"
+        for label, opponents in (results.get("training_opponents") or {}).items()
+    ]
+    lines += [f"- {note}" for note in results.get("notes") or []]
+    return ["", *lines] if lines else []
+
+
+def report_markdown(
+    results: dict[str, Any], mode: str, max_plies: int, openings: str | Mapping[str, Any]
+) -> str:
     """The arena report: scores per opponent, Elo, the ladder, the candidate's moves, suites."""
     c = results["candidate"]
-    lines = [f"# Evaluation of `{c}`", "", f"{results['games']} games, {mode}; max {max_plies} plies; "
-             f"openings: {openings}.", "",
+    lines = [f"# Evaluation of `{c}`", "", f"{results['games']} games, {mode}; max {max_plies} plies.", "",
+             f"Openings: {openings_text(openings)}.", *training_lines(results), "",
              "## Score against each opponent", "", "| opponent | games | W | D | L | score | Elo difference (95% interval) |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
     for opp, p in results["pairings"].items():
@@ -251,6 +284,8 @@ def sprt_markdown(results: dict[str, Any]) -> str:
     lines = [f"# SPRT: `{a}` against `{b}`", "",
              f"H0: Elo difference {s['elo0']:+g}; H1: {s['elo1']:+g}; alpha {s['alpha']:g}, beta {s['beta']:g}; "
              f"game pairs from one opening with colours swapped, at most {s['max_games']} games.", "",
+             *([f"Openings: {openings_text(results['openings'])}.", ""] if results.get("openings") else []),
+             *(training_lines(results)[1:] + [""] if training_lines(results) else []),
              f"**{verdict}.**", "",
              f"- LLR {s['llr']:.2f} (bounds {s['lower']:.2f} .. {s['upper']:.2f}) after {s['pairs']} pairs ({s['games']} games)",
              f"- pentanomial (pairs scoring 0, 0.5, 1, 1.5, 2 for `{a}`): {tuple(s['pentanomial'])}",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,6 +210,65 @@ def random_openings(n: int, plies: int, seed: int) -> list[Opening]:
                 break
         if not board.is_game_over():
             out.append(Opening(moves=tuple(m.uci() for m in board.move_stack), name=f"random-{len(out)}"))
+    return out
+
+
+def heldout_openings(
+    games: Sequence[Mapping[str, Any]], n: int, seed: int, plies: tuple[int, int] = (6, 12)
+) -> list[Opening]:
+    """Up to ``n`` openings a player would meet: the first ``p`` moves of held-out games (rows
+    with a ``moves`` string of UCI moves), one a game in a seeded shuffle, ``p`` drawn uniformly
+    in ``plies`` (inclusive). A game too short for its ply, over there, or with an illegal move
+    in its first ``plies[1]`` gives none that time; with fewer usable games than ``n`` the games
+    are gone through again with new plies (never one ``(game, ply)`` twice) until none is left.
+
+    >>> games = [{"moves": "e2e4 e7e5 g1f3 b8c6"}, {"moves": "d2d4 d7d5"}, {"moves": "e2e4 e7e9"}]  # the last corrupt
+    >>> [o.moves for o in heldout_openings(games, 3, seed=7, plies=(1, 2))]
+    [('e2e4',), ('d2d4',), ('e2e4', 'e7e5')]
+    >>> [o.name for o in heldout_openings(games, 10, seed=7, plies=(1, 2))]  # 2 usable games x 2 plies
+    ['heldout-0', 'heldout-1', 'heldout-2', 'heldout-3']
+    """
+    lo, hi = plies
+    if not 0 <= lo <= hi:
+        raise ValueError(f"plies must be 0 <= min <= max, got {lo} {hi}")
+    rng = random.Random(seed)
+    order = list(range(len(games)))
+    rng.shuffle(order)
+    usable: dict[int, set[int]] = {}  # game -> the plies whose position is playable (read once)
+    left = {i: list(range(lo, hi + 1)) for i in order}  # game -> the plies not drawn yet
+    out: list[Opening] = []
+    while len(out) < n and left:
+        for i in order:
+            if len(out) == n:
+                break
+            if i not in left:
+                continue
+            ply = left[i].pop(rng.randrange(len(left[i])))
+            if i not in usable:
+                usable[i] = _playable_plies(str(games[i].get("moves") or ""), lo, hi)
+            if ply in usable[i]:
+                moves = tuple(str(games[i]["moves"]).split()[:ply])
+                out.append(Opening(moves=moves, name=f"heldout-{len(out)}"))
+            if not set(left[i]) & usable[i]:
+                del left[i]
+    return out
+
+
+def _playable_plies(moves: str, lo: int, hi: int) -> set[int]:
+    """The plies in ``[lo, hi]`` after which ``moves`` (UCI) leaves a game to play; none if one of
+    its first ``hi`` moves is not a legal UCI move."""
+    board = chess.Board()
+    out = {0} if lo == 0 else set()
+    for ply, uci in enumerate(moves.split()[:hi], start=1):
+        try:
+            move = chess.Move.from_uci(uci)
+        except ValueError:
+            return set()
+        if not board.is_legal(move):
+            return set()
+        board.push(move)
+        if ply >= lo and board.outcome(claim_draw=True) is None:
+            out.add(ply)
     return out
 
 

@@ -50,9 +50,16 @@ class EvaluateConfig(Section):
     ladder_match_games: int = Field(8, ge=0)
     """Then this many more against each rung where its expected score is informative (15-85%)."""
     openings: str | None = None
-    """Opening book: an .epd or .pgn file (default: seeded random openings of random_plies)."""
+    """Opening book: an .epd or .pgn file (default: openings of opening_source)."""
+    opening_source: Literal["heldout", "random"] = "heldout"
+    """Without a book: heldout: the first opening_plies moves of held-out games (sft.heldout_fraction)
+    of positions_from, positions a player meets (no such games: random, said in the log); random:
+    random_plies seeded random moves."""
+    opening_plies: tuple[int, int] = (6, 12)
+    """heldout openings: each game's opening ends at a ply drawn in [min, max] (seeded by --seed)."""
     random_plies: int = Field(4, ge=0)
-    """Plies of each seeded random opening (when no book is given)."""
+    """Plies of each seeded random opening (opening_source random, or no held-out games), and of
+    the ladder's games."""
     max_plies: int = Field(300, ge=1)
     """A game still going after this many plies is a draw."""
     resign_cp: int | None = Field(None, ge=100)
@@ -85,8 +92,8 @@ class EvaluateConfig(Section):
     held-out games, seeded by the run's seed + 1: the positions a learner phase of the same seed
     reports its own paired quality on)."""
     positions_from: str | None = None
-    """paired: the games table whose held-out games (sft.heldout_fraction) give the positions
-    (default: this run's prepare/games)."""
+    """paired, and heldout openings: the games table whose held-out games (sft.heldout_fraction)
+    give the positions (default: this run's prepare/games)."""
     name: str = Field("eval", pattern=r"^[A-Za-z0-9_.-]+$")
     """Output folder under <storage>/<run>/evaluate/ (a re-run with the same name resumes)."""
     max_parallel: int | None = Field(None, ge=1)
@@ -99,6 +106,14 @@ class EvaluateConfig(Section):
             if not re.fullmatch(r"\d+-\d+", pair) or len(set(pair.split("-"))) != 2:
                 raise ValueError(f"{pair!r} is not I-J: two different player indices (0 is the first), e.g. 0-2")
         return pairs
+
+    @field_validator("opening_plies")
+    @classmethod
+    def _opening_plies(cls, plies: tuple[int, int]) -> tuple[int, int]:
+        lo, hi = plies
+        if not 0 <= lo <= hi:
+            raise ValueError(f"opening_plies must be 0 <= min <= max, got {lo} {hi}")
+        return plies
 
     @field_validator("elo1")
     @classmethod

@@ -46,6 +46,9 @@ def test_match_against_random_and_stockfish(tmp_path, model_dir, local_ray, caps
     assert len(list((folder / "games").glob("*.json"))) == 8
     results = json.loads((folder / "results.json").read_text())
     assert results["games"] == 8
+    # no run, so no games table: random openings, said once, and recorded
+    assert results["openings"]["source"] == "random" and results["openings"]["count"] == 2
+    assert "no games table at" in results["openings"]["fallback"] and results["training_opponents"] == {}
     for opponent in ("random", "stockfish:skill=0,nodes=50"):
         p = results["pairings"][opponent]
         assert p["wins"] + p["draws"] + p["losses"] == 4
@@ -68,6 +71,7 @@ def test_match_against_random_and_stockfish(tmp_path, model_dir, local_ray, caps
     assert parsed == 8
     report = (folder / "report.md").read_text()
     assert "| random |" in report and (folder / "score.png").stat().st_size > 1000
+    assert "Openings: 2 positions of 4 seeded random plies, seed " in report
     assert (folder / "elo.png").is_file()
 
 

@@ -119,14 +119,23 @@ def test_sprt_accepts_h1_for_a_clearly_stronger_player_and_resumes(tmp_path, loc
     assert {p.name: p.read_bytes() for p in (folder / "games").glob("*.json")} == saved
 
 
-def test_sprt_of_two_copies_of_one_model_is_not_h1(tmp_path, model_dir, local_ray, capsys):
+def test_sprt_of_two_copies_of_one_model_is_not_h1(tmp_path, model_dir, random_games, local_ray, capsys):
     copy = tmp_path / "copy"
     shutil.copytree(model_dir, copy)
+    games = random_games(tmp_path / "games")  # the openings: plies 6-12 of its held-out games
     args = sprt_args(
-        tmp_path, f"lm:{model_dir}", f"lm:{copy}", "--elo1", "100", "--games", "16", "--lm-retries", "0"
-    )
+        tmp_path, f"lm:{model_dir}", f"lm:{copy}", "--elo1", "100", "--games", "16", "--lm-retries", "0",
+        "--positions-from", str(games), "--set", "sft.heldout_fraction=0.5", "--seed", "3",
+    )  # fmt: skip
     assert evaluate.main(args) == EXIT_OK
-    result = json.loads((tmp_path / "s" / "evaluate" / "eval" / "results.json").read_text())["sprt"]
+    folder = tmp_path / "s" / "evaluate" / "eval"
+    results = json.loads((folder / "results.json").read_text())
+    expected = {"source": "heldout", "seed": 3, "plies": [6, 12], "from": str(games), "count": 8}
+    assert results["openings"] == expected
+    assert results["training_opponents"] == {} and results["notes"] == []
+    assert f"openings: 8 positions at plies 6-12 of held-out games of {games}, seed 3" in both(capsys)
+    assert "Openings: 8 positions at plies 6-12" in (folder / "report.md").read_text()
+    result = results["sprt"]
     assert result["decision"] in ("H0", "continue")
     assert result["decision"] == "H0" or result["games"] == 16
     assert result["llr"] < result["upper"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import random
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +14,15 @@ import chess
 import chess.pgn
 import pytest
 
-from chessrl.arena.game import ArenaGame, Opening, book_openings, game_pgn, play_game, random_openings
+from chessrl.arena.game import (
+    ArenaGame,
+    Opening,
+    book_openings,
+    game_pgn,
+    heldout_openings,
+    play_game,
+    random_openings,
+)
 from chessrl.arena.players import MoveChoice, RandomPlayer
 from cluster.errors import InputDataError
 
@@ -377,6 +386,32 @@ def test_random_openings_are_deterministic_legal_and_unfinished() -> None:
             board.push_uci(uci)
         assert not board.is_game_over()
     assert len({o.moves for o in openings}) > 1
+
+
+def test_heldout_openings_are_seeded_prefixes_of_the_games_never_one_twice() -> None:
+    rng = random.Random(0)
+    games = []
+    for length in (40, 40, 40, 7, 3):  # the last two too short for most plies or every ply
+        board = chess.Board()
+        while board.ply() < length and not board.is_game_over():
+            board.push(rng.choice(sorted(board.legal_moves, key=lambda m: m.uci())))
+        games.append({"game_id": str(length), "moves": " ".join(m.uci() for m in board.move_stack)})
+    games.append({"game_id": "corrupt", "moves": "e2e4 e7e5 e1e8 g8f6 f1c4 b8c6 d2d3 d7d6"})
+    games.append({"game_id": "mate", "moves": "f2f3 e7e5 g2g4 d8h4"})  # over at ply 4
+    openings = heldout_openings(games, 4, seed=3, plies=(6, 12))
+    assert openings == heldout_openings(games, 4, seed=3, plies=(6, 12))
+    assert openings != heldout_openings(games, 4, seed=4, plies=(6, 12))
+    assert [o.name for o in openings] == ["heldout-0", "heldout-1", "heldout-2", "heldout-3"]
+    prefixes = {g["moves"]: g for g in games}
+    for o in openings:
+        assert o.fen is None and 6 <= len(o.moves) <= 12
+        assert any(moves.startswith(" ".join(o.moves)) for moves in prefixes)
+        replay(play_game(RandomPlayer("a"), RandomPlayer("b"), opening=o, max_plies=2, seed=0))
+    # fewer games than asked: every (game, ply) pair at most once, then it stops
+    everything = heldout_openings(games, 1000, seed=3, plies=(6, 12))
+    assert len(everything) == 3 * 7 + 2 and len({o.moves for o in everything}) == len(everything)
+    assert heldout_openings(games[-2:], 5, seed=3) == [] and heldout_openings([], 5, seed=3) == []
+    assert [o.moves for o in heldout_openings(games[:1], 1, seed=0, plies=(0, 0))] == [()]
 
 
 def test_book_openings_from_bratko_kopec_epd() -> None:

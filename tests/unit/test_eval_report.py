@@ -143,6 +143,30 @@ def test_the_sprt_report_of_even_pairs_has_width() -> None:
         assert_no_zero_width(text)
 
 
+def test_the_reports_say_where_the_openings_came_from_and_whom_a_model_trained_against() -> None:
+    from chessrl.arena.eval_report import report_markdown, sprt_markdown
+
+    table = "s3://b/r/prepare/games"
+    openings = {"source": "heldout", "seed": 7, "plies": [6, 12], "from": table, "count": 120}
+    note = "note: lm:g trained against random (its own-games opponent): this match is partly in-distribution"
+    results = {**arena_results(), "openings": openings, "training_opponents": {"lm:g": ["random", "self"]}}
+    report = report_markdown(results, "gauntlet", 200, results["openings"])
+    assert f"Openings: 120 positions at plies 6-12 of held-out games of {table}, seed 7." in report
+    assert "- `lm:g` trained against `random`, `self` in its own games (grpo.own_opponent)" in report
+    random_ones = {"source": "random", "seed": 3, "plies": 4, "from": None, "count": 10,
+                   "fallback": "no games table at t"}  # fmt: skip
+    sprt = {"elo0": 0, "elo1": 20, "alpha": 0.05, "beta": 0.05, "max_games": 20, "pairs": 10, "games": 20,
+            "pentanomial": [0, 0, 10, 0, 0], "llr": 0.0, "lower": -2.9, "upper": 2.9, "decision": "continue",
+            "trajectory": [], "wins": 0, "draws": 20, "losses": 0, "score": 0.5, "elo": 0.0, "elo_low": -99.0,
+            "elo_high": 99.0}  # fmt: skip
+    text = sprt_markdown({"mode": "sprt", "players": ["lm:g", "random"], "sprt": sprt, "games": 20,
+                          "openings": random_ones, "training_opponents": {"lm:g": ["random"]}, "notes": [note]})  # fmt: skip
+    assert "Openings: 10 positions of 4 seeded random plies, seed 3 (no held-out openings: " in text
+    assert "(no held-out openings: no games table at t)." in text
+    assert f"- {note}" in text and "- `lm:g` trained against `random`" in text
+    assert "Openings" not in sprt_markdown({"mode": "sprt", "players": ["a", "b"], "sprt": sprt, "games": 20})
+
+
 @pytest.mark.parametrize(
     ("elo", "low", "high", "text"),
     [

@@ -148,6 +148,25 @@ def test_a_junk_opening_book_fails_before_any_game(tmp_path, capsys, no_ray, nam
     assert line.startswith("error: evaluate.openings (--openings): ") and str(book) in line
 
 
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--opening-plies", "13", "6"], "evaluate.opening_plies: ['13', '6'] is not allowed: value error, "
+                                         "opening_plies must be 0 <= min <= max, got 13 6"),
+        (["--set", "evaluate.opening_plies=[-1,6]"], "evaluate.opening_plies: [-1, 6] is not allowed: "
+                                                     "value error, opening_plies must be 0 <= min <= max"),
+        (["--opening-source", "book"], "evaluate.opening_source: 'book' is not allowed: input should be "
+                                       "'heldout' or 'random' (allowed: heldout, random)"),
+        (["--positions-from", "{tmp}/none"], "evaluate.positions_from (--positions-from): no games at "),
+    ],
+)  # fmt: skip
+def test_bad_opening_settings_are_one_line_before_any_game(tmp_path, capsys, no_ray, extra, expected) -> None:
+    storage = tmp_path / "runs"
+    argv = [*common(storage), "--players", "random", "stockfish:skill=0",
+            *(e.replace("{tmp}", str(tmp_path)) for e in extra)]  # fmt: skip
+    fails_first(evaluate.main, argv, storage, expected, capsys)
+
+
 # ---------------------------------------------------------------------------------------------
 # a missing model, for every phase that loads one
 
