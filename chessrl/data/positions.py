@@ -229,6 +229,25 @@ def random_game_moves(rng: random.Random, max_plies: int) -> list[str]:
     return moves
 
 
+def positions_at(moves: Sequence[str], plies: Iterable[int], game: int) -> list[Position]:
+    """The positions of one game (its UCI ``moves``) before each of ``plies`` (each below the
+    game's length: a move was played there), in ply order, from one replay.
+
+    >>> [(p.history, p.next_move) for p in positions_at(["e2e4", "e7e5", "g1f3"], {2, 1}, game=0)]
+    [(('e2e4',), 'e7e5'), (('e2e4', 'e7e5'), 'g1f3')]
+    """
+    wanted = sorted(set(plies))
+    board, out = chess.Board(), []
+    for ply, move in enumerate(moves):
+        if wanted and ply == wanted[0]:
+            wanted.pop(0)
+            out.append(Position(board.fen(), tuple(moves[:ply]), move, phase_of(board, ply), game))
+        if not wanted:
+            break
+        board.push_uci(move)
+    return out
+
+
 def random_game_positions(n: int, *, seed: int, max_plies: int = 200, per_game: int = 4) -> list[Position]:
     """``n`` positions from games between two random movers (the chaos a random opponent makes,
     which human and engine games never show), ``per_game`` plies drawn from each game, seeded;
@@ -244,13 +263,7 @@ def random_game_positions(n: int, *, seed: int, max_plies: int = 200, per_game: 
     while len(picks) < n:
         moves = random_game_moves(rng, max_plies)
         plies = [p for p in range(len(moves)) if p > 0]  # before the game's last move: a move is legal there
-        for ply in sorted(rng.sample(plies, min(per_game, len(plies)))):
-            if len(picks) >= n:
-                break
-            replay = chess.Board()
-            for move in moves[:ply]:
-                replay.push_uci(move)
-            picks.append(Position(replay.fen(), tuple(moves[:ply]), moves[ply], phase_of(replay, ply), game))
+        picks += positions_at(moves, rng.sample(plies, min(per_game, len(plies))), game)[: n - len(picks)]
         game += 1
     return picks
 
@@ -336,12 +349,6 @@ def lopsided_game_positions(n: int, *, seed: int, max_plies: int = 200, per_game
             chosen.add(plies[-1])  # the mate in one that ended it
         while plies and len(chosen) < min(per_game, len(plies)):
             chosen.add(rng.choices(plies, weights)[0])
-        for ply in sorted(chosen):
-            if len(picks) >= n:
-                break
-            replay = chess.Board()
-            for move in moves[:ply]:
-                replay.push_uci(move)
-            picks.append(Position(replay.fen(), tuple(moves[:ply]), moves[ply], phase_of(replay, ply), game))
+        picks += positions_at(moves, chosen, game)[: n - len(picks)]
         game += 1
     return picks
