@@ -118,17 +118,21 @@ def recorded_text_format(policy: str) -> str | None:
 
 
 def check_asked_format(key: str, asked: str, policy: str, trained: str | None) -> None:
-    """One ConfigError when moves is asked of a policy trained on board, or board of one trained on
-    moves (ppo's and grpo's check: a preset's board meeting a distilled moves ``--policy``); other
-    pairs (an unrecorded or a rookworld policy) are the phase's to judge.
+    """One ConfigError when a policy trained on one of sft's own formats (moves, board, facts) is
+    asked in another (ppo's and grpo's check: a preset's board meeting a distilled moves
+    ``--policy``); other pairs (an unrecorded or a rookworld policy) are the phase's to judge.
 
     >>> check_asked_format("ppo.text_format (--text-format)", "moves", "m", None)
     >>> check_asked_format("ppo.text_format (--text-format)", "board", "m", "moves")
     Traceback (most recent call last):
     ...
     cluster.errors.ConfigError: ppo.text_format (--text-format) is board, but the policy m was trained on the moves format (chessrl_text_format in its config.json): pass --text-format moves
+    >>> check_asked_format("grpo.text_format (--text-format)", "facts", "m", "board")
+    Traceback (most recent call last):
+    ...
+    cluster.errors.ConfigError: grpo.text_format (--text-format) is facts, but the policy m was trained on the board format (chessrl_text_format in its config.json): pass --text-format board
     """
-    if {asked, trained} == {"moves", "board"}:
+    if asked != trained and {asked, trained} <= {"moves", "board", "facts"}:
         raise ConfigError(
             f"{key} is {asked}, but the policy {policy} was trained on the {trained} format "
             f"(chessrl_text_format in its config.json): pass --text-format {trained}"

@@ -263,10 +263,10 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
 
         trained = recorded_text_format(policy_path)
         text_format = cfg.text_format or trained or "moves"
-        if text_format not in ("moves", "board"):
+        if text_format not in ("moves", "board", "facts"):
             raise ConfigError(
-                f"ppo.policy (--policy): {policy_path} was trained on the {text_format} format; ppo plays the moves "
-                "and board formats: pass --text-format moves or board to ask it in one of them"
+                f"ppo.policy (--policy): {policy_path} was trained on the {text_format} format; ppo plays the moves, "
+                "board and facts formats: pass --text-format moves, board or facts to ask it in one of them"
             )
         check_asked_format("ppo.text_format (--text-format)", text_format, policy_path, trained)
     if (cfg.policy or not inputs.will_write(producer)) and (

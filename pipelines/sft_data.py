@@ -129,7 +129,7 @@ def board_example_tokens(tokenizer: Any, text_format: str = "board") -> int:
 
     >>> from chessrl.lm.tokenizer import build_chess_tokenizer
     >>> board_example_tokens(build_chess_tokenizer()), board_example_tokens(build_chess_tokenizer(), "facts")
-    (79, 189)
+    (79, 219)
     """
     import chess
 

@@ -261,17 +261,18 @@ def move_facts(board: chess.Board, move: chess.Move) -> str:
 class FactsFormat(BoardFormat):
     """The board format plus what a rules engine computes of the position (never an engine's
     evaluation), so a small model reads attacks instead of working them out from raw squares:
-    ``<64 squares> <64 control> <side> <castling> <en passant>`` then, for every legal move with
-    a fact (:func:`move_facts`: a capture, a check or mate, a destination the opponent can take
-    on), `` <move>[<facts>]``, then ``M:``. The control row is :func:`control`'s. Safe quiet moves
-    are not listed: their absence says so. Every character is one token of the chess tokenizer
-    (the move before ``[`` is one move token), about 150-250 tokens a position.
+    ``<64 squares> <64 control> <side> <castling> <en passant>`` then every legal move (UCI
+    order), each after its facts when it has any (:func:`move_facts`: a capture, a check or mate,
+    a destination the opponent can take on): `` [<facts>] <move>`` or `` <move>``, then ``M:``.
+    The control row is :func:`control`'s. Every character is one token of the chess tokenizer and
+    each listed move is the very token the answer is (`` <move>``, with its space), read after its
+    facts: the model picks a move by pointing at it. About 150-300 tokens a position.
 
     >>> text = FactsFormat().policy_prompt(chess.Board("6k1/5ppp/8/8/8/8/2q2PPP/3R2K1 w - - 0 1"))
-    >>> text.split()[1][8 * 7 + 2], text.split()[2:5], text.endswith(" d1d8[#] M:")   # c1: both attack it
+    >>> text.split()[1][8 * 7 + 2], text.split()[2:5], " d1d7 [#] d1d8 d1e1 " in text
     ('=', ['w', '-', '-'], True)
-    >>> " d1c1[-]" in text, " h2h3" in text                                          # Rc1 hangs; h3 is quiet
-    (True, False)
+    >>> " [-] d1c1" in text, " h2h3" in text                                      # Rc1 hangs; h3 is quiet
+    (True, True)
     """
 
     name = "facts"
@@ -279,12 +280,11 @@ class FactsFormat(BoardFormat):
     def policy_prompt(self, board: chess.Board) -> str:
         board_text = super().policy_prompt(board)[: -len(" M:")]
         squares, rest = board_text[:64], board_text[64:]
-        tactics = "".join(
-            f" {m.uci()}[{facts}]"
+        listed = "".join(
+            f" [{facts}] {m.uci()}" if (facts := move_facts(board, m)) else f" {m.uci()}"
             for m in sorted(board.legal_moves, key=chess.Move.uci)
-            if (facts := move_facts(board, m))
         )
-        return f"{squares} {control(board)}{rest}{tactics} M:"
+        return f"{squares} {control(board)}{rest}{listed} M:"
 
 
 TextFormat = MovesFormat | RookWorldFormat | BoardFormat | BoardAfterFormat | FactsFormat

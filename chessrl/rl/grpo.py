@@ -37,7 +37,7 @@ import torch
 from chessrl.data.positions import Position, split_counts
 from chessrl.engine.client import Score
 from chessrl.engine.move_value import move_value, position_value
-from chessrl.lm.formats import MovesFormat, RookWorldFormat, parse_move
+from chessrl.lm.formats import BoardFormat, MovesFormat, RookWorldFormat, get_format, parse_move
 from chessrl.lm.lm_data import ENV_HISTORY
 from chessrl.rl.grpo_loss import (
     completion_logprobs,
@@ -119,12 +119,17 @@ def moves_prompt(history: Sequence[str], phase: str = "") -> Prompt:
     return Prompt("policy", MovesFormat().prompt(list(history)), board.fen(), phase=phase, history=" ".join(history))
 
 
-def board_prompt(fen: str, phase: str = "", history: Sequence[str] = ()) -> Prompt:
-    """The board format's policy task: the position, one character a square, then ``M:``
-    (``history``, the moves that led there where known, is kept for the grade, not shown)."""
-    from chessrl.lm.formats import BoardFormat
+def board_prompt(fen: str, phase: str = "", history: Sequence[str] = (), text_format: str = "board") -> Prompt:
+    """A position format's policy task (``board``: the position, one character a square, then
+    ``M:``; ``facts``: the same with what the rules say of it). ``history``, the moves that led
+    there where known, is kept for the grade, not shown.
 
-    return Prompt("policy", BoardFormat().policy_prompt(chess.Board(fen)), fen, phase=phase, history=" ".join(history))
+    >>> board_prompt(chess.Board().fen()).text[-12:], board_prompt(chess.Board().fen(), text_format="facts").text[-10:]
+    (' w KQkq - M:', 'h3 h2h4 M:')
+    """
+    fmt = get_format(text_format)
+    assert isinstance(fmt, BoardFormat), f"{text_format} is not a position format"
+    return Prompt("policy", fmt.policy_prompt(chess.Board(fen)), fen, phase=phase, history=" ".join(history))
 
 
 def env_prompt(fen: str, move: str, history: Sequence[str] = (), phase: str = "") -> Prompt:
@@ -525,7 +530,8 @@ def task_prompts(
     rest environment tasks applying the game's next move (a seeded random legal move at a game's
     end) with the game's last moves as history, in a seeded order. ``text_format="moves"`` asks
     every position as the moves so far (:func:`moves_prompt`), ``board`` as its fixed-length
-    encoding (:func:`board_prompt`): neither has an environment task, so ``policy_share`` must be 1.
+    encoding and ``facts`` as that with the rules' facts (:func:`board_prompt`): none has an
+    environment task, so ``policy_share`` must be 1.
 
     >>> from chessrl.data.positions import PositionSampler
     >>> picks = PositionSampler([{"moves": "e2e4 e7e5 g1f3"}], seed=0).sample(5)
@@ -534,13 +540,13 @@ def task_prompts(
     >>> [p.text for p in task_prompts(picks[:1], 1.0, random.Random(0), "moves")] == [" ".join(picks[0].history)]
     True
     """
-    if text_format in ("moves", "board"):
+    if text_format in ("moves", "board", "facts"):
         if policy_share < 1.0:
             raise ValueError(f"the {text_format} format has no environment task: policy_share must be 1")
         asked = [
             moves_prompt(pos.history, pos.phase)
             if text_format == "moves"
-            else board_prompt(pos.fen, pos.phase, pos.history)
+            else board_prompt(pos.fen, pos.phase, pos.history, text_format)
             for pos in positions
         ]
         rng.shuffle(asked)

@@ -151,8 +151,8 @@ class OwnGames:
         for g, board in zip(self.games, self.boards, strict=True):
             if self.text_format == "moves":
                 prompt = moves_prompt(g, "own")
-            elif self.text_format == "board":
-                prompt = board_prompt(board.fen(), "own")
+            elif self.text_format in ("board", "facts"):
+                prompt = board_prompt(board.fen(), "own", text_format=self.text_format)
             else:
                 prompt = policy_prompt(board.fen(), "own")
             out.append(prompt)

@@ -184,11 +184,12 @@ class RewardConfig(Section):
     base_model: ModelPath | None = None
     """The backbone: a GPT-2-style checkpoint folder or s3:// prefix (default: this run's sft model).
     A new one-label score head is put on its transformer."""
-    text_format: Literal["moves", "board", "board-after", "rookworld"] | None = None
+    text_format: Literal["moves", "board", "board-after", "facts", "rookworld"] | None = None
     """What the reward model reads: ``moves`` (the game so far and the move), ``board`` (the
     position before the move, one character a square, and the move: a judge that sees the
     board), ``board-after`` (the position after the move, and the move: a capture or a hung
-    piece is on the squares it reads); default: the backbone's text format
+    piece is on the squares it reads), ``facts`` (the board, what the rules say of it and of
+    every legal move, and the move: the judge reads the move's own facts); default: the backbone's text format
     (``chessrl_text_format`` in its config, else moves). Written into the saved model's
     config; the RewardServer reads it there."""
     max_steps: int = Field(300, ge=1)
@@ -371,11 +372,12 @@ class PPOConfig(Section):
     """Weight of the game result (+1/0/-1) added to an episode's last action."""
     entropy_coef: float = Field(0.0, ge=0)
     """Entropy bonus in the policy loss."""
-    text_format: Literal["moves", "board"] | None = None
-    """What the policy reads: moves (the game so far) or board (the position, one character a
-    square: `sft --text-format board`'s model); default: the format the policy was trained on
-    (``chessrl_text_format`` in its config), else moves; board asked of a policy recorded as
-    moves, or the reverse, is a ConfigError. Set to board with no ``policy``, the start is this run's ``sft
+    text_format: Literal["moves", "board", "facts"] | None = None
+    """What the policy reads: moves (the game so far), board (the position, one character a
+    square: `sft --text-format board`'s model) or facts (the board and what the rules say of it:
+    `sft --text-format facts`'s); default: the format the policy was trained on
+    (``chessrl_text_format`` in its config), else moves; a format other than the one the policy
+    is recorded as (of these three) is a ConfigError. Set to board with no ``policy``, the start is this run's ``sft
     --text-format board`` model (``<run>/sft-board``; ``rlaif`` adds that node)."""
     samples_per_state: int = Field(1, ge=1, le=64)
     """k: moves drawn for each policy turn (masked only). The first is played; all are graded and
@@ -441,12 +443,13 @@ class GRPOConfig(Section):
     """The starting policy and frozen reference (default: this run's sft model of the text
     format: <run>/sft-rookworld/model for rookworld, <run>/sft-board/model for board, <run>/sft/model
     for moves)."""
-    text_format: Literal["rookworld", "moves", "board"] = "rookworld"
+    text_format: Literal["rookworld", "moves", "board", "facts"] = "rookworld"
     """How positions are asked: rookworld (policy tasks P: <FEN> M: and environment tasks A: ...),
-    moves (the game's moves so far, answered by the next move: the format sft trains by default)
-    or board (the position, one character a square: sft --text-format board); moves and board
-    have policy tasks only, so policy_share must be 1. Moves asked of a policy trained on board,
-    or board of one trained on moves, is a ConfigError."""
+    moves (the game's moves so far, answered by the next move: the format sft trains by default),
+    board (the position, one character a square: sft --text-format board) or facts (the board and
+    what the rules say of it: sft --text-format facts); moves, board and facts have policy tasks
+    only, so policy_share must be 1. One of these three asked of a policy trained on another is a
+    ConfigError."""
     games: str | None = None
     """Games table the positions are cut from (default: this run's prepare output)."""
     iterations: int = Field(30, ge=1)

@@ -122,8 +122,8 @@ def _square(text: str, name: str) -> str:
 
 
 def _listed(text: str) -> dict[str, str]:
-    """The listed moves of a facts prompt and their facts."""
-    return dict(re.findall(r" ([a-h][1-8][a-h][1-8][qrbn]?)\[([^\]]*)\]", text))
+    """The listed moves of a facts prompt and their facts ("" for a safe quiet move)."""
+    return {move: facts for facts, move in re.findall(r"(?: \[([^\]]*)\])? ([a-h][1-8][a-h][1-8][qrbn]?)", text)}
 
 
 def test_facts_a_pinned_piece_defends_nothing_off_its_line_and_moves_only_along_it() -> None:
@@ -133,7 +133,7 @@ def test_facts_a_pinned_piece_defends_nothing_off_its_line_and_moves_only_along_
     # the pinned knight attacks e5 and f6 on the board, but it may not leave the d-file: e5's pawn
     # is attacked by nobody, and its pushes are safe
     assert board.attackers(chess.BLACK, chess.E5) and _square(text, "e5") == "."
-    assert "e5e6" not in _listed(text) and _listed(text)["d1d7"] == "n+-"  # Rxd7+, and the king retakes
+    assert _listed(text)["e5e6"] == "" and _listed(text)["d1d7"] == "n+-"  # Rxd7+, and the king retakes
     black = chess.Board("3k4/3n4/8/4P3/8/8/8/3RK3 b - - 0 1")
     listed = _listed(FactsFormat().policy_prompt(black))
     assert not any(m.startswith("d7") for m in listed)  # a pinned knight has no legal move at all
@@ -170,4 +170,5 @@ def test_facts_every_prompt_is_tokens_of_the_chess_tokenizer_and_one_token_per_l
     text = FactsFormat().policy_prompt(board)
     pieces = tok.tokenize(text)
     assert tok.unk_token not in pieces and " h5f7" in pieces and _listed(text)["h5f7"] == "p#"
+    assert set(_listed(text)) == {m.uci() for m in board.legal_moves}  # every legal move, each once
     assert len(tok(text)["input_ids"]) < 300

@@ -98,7 +98,7 @@ def test_board_texts_are_learnt_on_their_answers_alone(text_format: str) -> None
     for move in ("e2e4", "e7e5", "g1f3"):
         texts.append(fmt.policy_text(board, move))  # type: ignore[union-attr]
         board.push_uci(move)
-    out = tokenize_and_pack({"text": texts}, tok, block=512, answer_after=answer_token(tok))
+    out = tokenize_and_pack({"text": texts}, tok, block=1024, answer_after=answer_token(tok))
     [row], [marks] = out["input_ids"], out["targets"]
     kept = [tok.convert_ids_to_tokens(int(t)) for t, m in zip(row, marks, strict=True) if m]
     assert sorted(kept) == sorted([" e2e4", " e7e5", " g1f3"] + [tok.eos_token] * 3)
