@@ -38,9 +38,9 @@ class SftConfig(Section):
     ``A: <FEN>+<move>+<history>+<next FEN>+<reward>+<terminated>+<truncated>``), ``board``
     (positions of the games in a fixed-length encoding, one character a square, then the move:
     ``<64 squares> <side> <castling> <en passant> M: <move>``) or ``facts`` (the board, then who
-    controls each square, side, castling, en passant, and every legal move with what the rules
+    controls each square, side, castling, en passant, and every legal move after what the rules
     say of it, a capture, a check or mate, a destination the opponent can take on:
-    ``... d1d8[#] M: <move>``; ~140-300 tokens a position, so max_length must hold the data's longest)."""
+    ``... [#] d1d8 d1e1 M: <move>``; ~150-350 tokens a position, so max_length must hold the data's longest)."""
     rookworld_env_share: float = Field(0.2, ge=0, le=1)
     """rookworld: share of environment-task texts (the rest are policy tasks)."""
     rookworld_positions_per_game: int = Field(8, ge=1)
