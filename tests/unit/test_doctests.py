@@ -74,6 +74,7 @@ MODULES = [
     "pipelines.phase",
     "pipelines.config_record",
     "pipelines.training_opponents",
+    "pipelines.evaluate_openings",
     "pipelines.sft_data",
     "chessrl.engine.annotation",
     "pipelines.annotate",
