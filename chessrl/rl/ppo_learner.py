@@ -465,6 +465,65 @@ def ppo_update(
     return out
 
 
+def ppo_policy_loss(
+    logprob: torch.Tensor,
+    entropy: torch.Tensor,
+    raw_logits: torch.Tensor,
+    old_logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    settings: PPOSettings,
+    *,
+    best: torch.Tensor | None = None,
+    legal_ids: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's policy loss over a minibatch of actions (one move each), the whole of it in one place:
+
+        loss = clipped surrogate (veRL's ``compute_policy_loss``, clip ``settings.clip``)
+             - entropy_coef * mean entropy
+             + anchor_coef * NLL of the best move drawn in each position (``best``; RPO's anchor)
+             + legal_coef * legal-move loss of the unmasked logits (``legal_ids``)
+
+    ``logprob``, ``old_logprob``, ``advantages`` and ``entropy`` hold one value an action;
+    ``raw_logits`` the unmasked next-token logits the legal term reads. Returns the loss and its
+    diagnostics (``pg_loss``, ``clipfrac``, ``approx_kl``, ``entropy``, and ``anchor_nll``,
+    ``legal_loss``, ``legal_mass`` where those terms are on). The KL to the start is in the
+    reward (:func:`action_rewards`), not here.
+
+    >>> s = PPOSettings(entropy_coef=0.0, legal_coef=0.0)
+    >>> lp = torch.tensor([-1.0, -2.0])
+    >>> loss, m = ppo_policy_loss(lp, torch.zeros(2), torch.zeros(2, 4), lp, torch.tensor([1.0, -1.0]), s)
+    >>> round(loss.item(), 4), m["clipfrac"]   # ratio 1: the surrogate is -mean(advantage)
+    (0.0, 0.0)
+    """
+    n = logprob.shape[0]
+    pg_loss, pg_metrics = compute_policy_loss(
+        old_logprob.view(-1, 1),
+        logprob.view(-1, 1),
+        advantages.view(-1, 1),
+        torch.ones(n, 1, device=logprob.device),
+        clip_ratio_low=settings.clip,
+    )
+    loss = pg_loss - settings.entropy_coef * entropy.mean()
+    metrics: dict[str, float] = {}
+    if settings.anchor_coef > 0 and best is not None and bool(best.any()):
+        anchor = -logprob[best].mean()
+        loss = loss + settings.anchor_coef * anchor
+        metrics.update(anchor_nll=anchor.item())
+    if settings.legal_coef > 0 and legal_ids is not None:
+        from chessrl.lm.legality import legal_move_loss
+
+        legal_loss, mass = legal_move_loss(raw_logits.unsqueeze(1), legal_ids.unsqueeze(1))
+        loss = loss + settings.legal_coef * legal_loss
+        metrics.update(legal_loss=legal_loss.item(), legal_mass=mass.item())
+    metrics.update(
+        pg_loss=pg_loss.item(),
+        clipfrac=float(pg_metrics["pg_clipfrac"]),
+        approx_kl=float(pg_metrics["ppo_kl"]),
+        entropy=entropy.mean().item(),
+    )
+    return loss, metrics
+
+
 class _Minibatch:
     """One minibatch of :func:`ppo_update`: the batch's actions ``idx``, and a step of each model on them."""
 
@@ -500,43 +559,21 @@ class _Minibatch:
         self.step(critic, critic_opt)
 
     def policy_step(self, policy: Any, policy_opt: torch.optim.Optimizer) -> dict[str, float]:
-        """One optimiser step of the policy: the clipped surrogate, minus the entropy bonus, plus
-        the legal-move term; returns its diagnostics."""
-        batch, idx, mask, settings = self.batch, self.idx, self.mask, self.settings
-        metrics: dict[str, float] = {}
+        """One optimiser step of the policy on :func:`ppo_policy_loss`; returns its diagnostics."""
+        batch, idx, settings = self.batch, self.idx, self.settings
         logprob, entropy, raw = action_terms(
             policy, self.rows, batch.actions[idx], self.pad_id, settings.temperature,
             batch.legal_ids[idx] if batch.masked and batch.legal_ids is not None else None,
         )  # fmt: skip
-        pg_loss, pg_metrics = compute_policy_loss(
-            batch.old_logprobs[idx].view(-1, 1).to(logprob.device),
-            logprob.view(-1, 1),
-            batch.advantages[idx].view(-1, 1).to(logprob.device),
-            mask.to(logprob.device),
-            clip_ratio_low=settings.clip,
-        )
-        loss = pg_loss - settings.entropy_coef * entropy.mean()
         best = batch.best[idx].to(logprob.device) if batch.best is not None else None
-        if settings.anchor_coef > 0 and best is not None and bool(best.any()):
-            anchor = -logprob[best].mean()  # RPO: the NLL of the best move drawn in each position
-            loss = loss + settings.anchor_coef * anchor
-            metrics.update(anchor_nll=anchor.item())
-        if settings.legal_coef > 0 and batch.legal_ids is not None:
-            from chessrl.lm.legality import legal_move_loss
-
-            legal_ids = batch.legal_ids[idx].unsqueeze(1).to(raw.device)
-            legal_loss, mass = legal_move_loss(raw.unsqueeze(1), legal_ids)
-            loss = loss + settings.legal_coef * legal_loss
-            metrics.update(legal_loss=legal_loss.item(), legal_mass=mass.item())
+        legal_ids = batch.legal_ids[idx].to(raw.device) if batch.legal_ids is not None else None
+        loss, metrics = ppo_policy_loss(
+            logprob, entropy, raw, batch.old_logprobs[idx].to(logprob.device),
+            batch.advantages[idx].to(logprob.device), settings, best=best, legal_ids=legal_ids,
+        )  # fmt: skip
         policy_opt.zero_grad()
         loss.backward()
         self.step(policy, policy_opt)
-        metrics.update(
-            pg_loss=pg_loss.item(),
-            clipfrac=float(pg_metrics["pg_clipfrac"]),
-            approx_kl=float(pg_metrics["ppo_kl"]),
-            entropy=entropy.mean().item(),
-        )
         return metrics
 
     def critic_step(self, critic: Any, critic_opt: torch.optim.Optimizer) -> dict[str, float]:
