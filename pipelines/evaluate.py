@@ -102,7 +102,7 @@ DESCRIPTION = (
     "the low Elo ladder (--no-ladder: off). Results are written as games finish; the same command\n"
     "resumes. Examples:\n"
     "  chess-rl evaluate --players sft random stockfish:skill=0 stockfish:elo=1350 --games 20\n"
-    "  chess-rl evaluate --mode sprt --players lm:runs/a/ppo/model lm:runs/a/sft/model --games 400\n"
+    "  chess-rl evaluate --mode sprt --players lm:runs/a/ppo/model lm:runs/a/sft/model --games 400 --seed 1\n"
     "  chess-rl evaluate --mode sprt --players mcts,sims=16,search=gumbel mcts,sims=32 --games 200\n"
     "  chess-rl evaluate --mode paired --players lm:runs/a/sft/model lm:runs/s1/ppo/model lm:runs/s2/ppo/model"
 )

@@ -432,7 +432,7 @@ def summarise(
         "model": phase.uri_of("model"),
     }  # fmt: skip
     phase.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))
-    lines = summary_lines(summary, scores, cfg.stockfish_nodes, policy_path)
+    lines = summary_lines(summary, scores, cfg.stockfish_nodes, policy_path, seed=context.config.run.seed)
     if quality:
         from chessrl.arena.move_quality import quality_line
 
@@ -444,7 +444,8 @@ def summarise(
 
 
 def summary_lines(
-    summary: dict[str, Any], scores: dict[str, dict[str, float]], stockfish_nodes: int, policy_path: str
+    summary: dict[str, Any], scores: dict[str, dict[str, float]], stockfish_nodes: int, policy_path: str,
+    *, seed: int = 7,
 ) -> list[str]:
     """The ``grpo summary`` the driver prints: learner, mix, reward and legal-rate curves (first
     -> last iteration), the held-out start -> final scores and the next command."""
@@ -482,7 +483,7 @@ def summary_lines(
         ),
         f"  model         {summary['model']}",
         f"  next          chess-rl evaluate --mode sprt --players lm:{summary['model']},masked lm:{policy_path},masked "
-        "--adjudicate-cp 300",
+        f"--adjudicate-cp 300 --seed {seed}",
     ]
 
 

@@ -581,11 +581,13 @@ def summarise(
         "quality": quality, "start": policy_path, "text_format": text_format,
     }  # fmt: skip
     phase.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))
-    lines = summary_lines(summary, cfg, seconds, phase.uri_of("curves.png"))
+    lines = summary_lines(summary, cfg, seconds, phase.uri_of("curves.png"), seed=context.config.run.seed)
     return PhaseResult(summary=summary, lines=lines, ok=summary["iterations"] > 0)
 
 
-def summary_lines(summary: dict[str, Any], cfg: PPOConfig, seconds: float, curves: str) -> list[str]:
+def summary_lines(
+    summary: dict[str, Any], cfg: PPOConfig, seconds: float, curves: str, *, seed: int = 7
+) -> list[str]:
     """The ``ppo summary`` the driver prints: the learner, the reward, KL and legal-rate curves
     (first -> last iteration), the held-out start -> final figures and the next command."""
     from chessrl.arena.move_quality import quality_line
@@ -615,7 +617,7 @@ def summary_lines(summary: dict[str, Any], cfg: PPOConfig, seconds: float, curve
         f"  model         {summary['model']}",
         f"  curves        {curves}",
         f"  next          chess-rl evaluate --mode sprt --players lm:{summary['model']},masked "
-        f"lm:{summary.get('start', 'sft')},masked --adjudicate-cp 300",
+        f"lm:{summary.get('start', 'sft')},masked --adjudicate-cp 300 --seed {seed}",
     ]
 
 

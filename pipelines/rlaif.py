@@ -452,7 +452,7 @@ def comparison(config: ChessRLConfig, run_storage: Storage) -> list[str]:
     return [
         *rl_story_lines(games, labels, starts, quality),
         f"  for a decision with significance: chess-rl evaluate --mode sprt --players {decide} {starts[decide]} "
-        f"--adjudicate-cp {config.rlaif.compare_adjudicate_cp or 300}",
+        f"--adjudicate-cp {config.rlaif.compare_adjudicate_cp or 300} --seed {config.run.seed}",
         *judge_lines(config, run_storage),
         "",
         f"The comparison's {len(games)} games (masked players, adjudicated at the ply cap; legal 1st: the share of "
