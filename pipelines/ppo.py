@@ -50,10 +50,11 @@ from pipelines.artifacts import fit_games, sft_folder
 from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, PPOConfig
 from pipelines.learner import check_gpus, final_metrics, largest_node_cpus, torch_trainer
-from pipelines.learner.loop import curve, fit_then_stop, read_metrics, stop_collectors
+from pipelines.learner.loop import fit_then_stop, read_metrics, stop_collectors
 from pipelines.learner.ppo import train_loop_per_worker
 from pipelines.learner.quality import heldout_quality
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, gpt2_config, model_location
+from pipelines.ppo_report import plot_curves, summary_lines
 
 SUMMARY = one_line("ppo")
 DESCRIPTION = (
@@ -203,16 +204,8 @@ class PPOInputs:
     """What the policy reads: the section's ``text_format``, else the policy's own."""
 
 
-def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
-    """Every input of ``ppo``, before Ray starts: the opponents, the policy and the reward model
-    (saved folders; then :func:`check_models` on both) and the games table the episodes start
-    from (when given, or when one is there), each unless an earlier phase of the same graph run
-    writes it."""
-    from chessrl.rl.ppo import parse_opponent
-    from pipelines.artifacts import games_table
-
-    cfg = config.ppo
-    opponents = [parse_opponent(o) for o in cfg.opponents]
+def check_ppo_rules(cfg: PPOConfig) -> None:
+    """The section's own rules, one ConfigError each: keys that only make sense together."""
     if cfg.episodes_per_iteration < cfg.num_workers:
         raise ConfigError(
             f"ppo.episodes_per_iteration (--episodes-per-iteration) is {cfg.episodes_per_iteration}, fewer than "
@@ -235,20 +228,50 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
             f"ppo.anchor_coef (--anchor-coef) is {cfg.anchor_coef:g} with ppo.samples_per_state (--samples-per-state) "
             f"{cfg.samples_per_state}: the anchor is on the best of the moves drawn in a position: draw 2 or more"
         )
+    if cfg.reward == "stockfish" and cfg.dead_zone >= cfg.max_loss:  # Stockfish's grade reads them
+        raise ConfigError(
+            f"ppo.dead_zone (--dead-zone) is {cfg.dead_zone:g}, not below ppo.max_loss (--max-loss) "
+            f"{cfg.max_loss:g}: every move would grade as the best"
+        )
+
+
+def asked_text_format(cfg: PPOConfig, policy_path: str) -> str:
+    """The format ppo asks a saved policy in: ``ppo.text_format``, else the one it was trained on
+    (``chessrl_text_format``), else moves; a format ppo does not play, or another of sft's own
+    formats than the policy's, is one ConfigError."""
+    from pipelines.artifacts import check_asked_format, recorded_text_format
+
+    trained = recorded_text_format(policy_path)
+    text_format = cfg.text_format or trained or "moves"
+    if text_format not in ("moves", "board", "facts"):
+        raise ConfigError(
+            f"ppo.policy (--policy): {policy_path} was trained on the {text_format} format; ppo plays the moves, "
+            "board and facts formats: pass --text-format moves, board or facts to ask it in one of them"
+        )
+    check_asked_format("ppo.text_format (--text-format)", text_format, policy_path, trained)
+    return text_format
+
+
+def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
+    """Every input of ``ppo``, before Ray starts: the opponents, the policy and the reward model
+    (saved folders; then :func:`check_models` on both) and the games table the episodes start
+    from (when given, or when one is there), each unless an earlier phase of the same graph run
+    writes it."""
+    from chessrl.rl.ppo import parse_opponent
+    from pipelines.artifacts import games_table
+
+    cfg = config.ppo
+    opponents = [parse_opponent(o) for o in cfg.opponents]
+    check_ppo_rules(cfg)
     producer = sft_folder(cfg.text_format or "moves")  # a board ppo starts from the board sft
     policy_path = model_location(
         cfg.policy, inputs.folder(producer).child("model"), "ppo.policy (--policy)",
-        "sft --text-format board" if producer != "sft" else "sft", produced=inputs.will_write(producer),
+        f"sft --text-format {cfg.text_format}" if producer != "sft" else "sft", produced=inputs.will_write(producer),
     )  # fmt: skip
     stockfish = cfg.reward == "stockfish"
     if stockfish:
         from chessrl.engine.client import find_stockfish
 
-        if cfg.dead_zone >= cfg.max_loss:
-            raise ConfigError(
-                f"ppo.dead_zone (--dead-zone) is {cfg.dead_zone:g}, not below ppo.max_loss (--max-loss) "
-                f"{cfg.max_loss:g}: every move would grade as the best"
-            )
         find_stockfish()  # the engines that grade the moves
         reward_path = ""
     else:
@@ -259,16 +282,7 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
     facts = None
     text_format = cfg.text_format or "moves"
     if cfg.policy or not inputs.will_write(producer):  # the policy is there: its recorded format decides
-        from pipelines.artifacts import check_asked_format, recorded_text_format
-
-        trained = recorded_text_format(policy_path)
-        text_format = cfg.text_format or trained or "moves"
-        if text_format not in ("moves", "board", "facts"):
-            raise ConfigError(
-                f"ppo.policy (--policy): {policy_path} was trained on the {text_format} format; ppo plays the moves, "
-                "board and facts formats: pass --text-format moves, board or facts to ask it in one of them"
-            )
-        check_asked_format("ppo.text_format (--text-format)", text_format, policy_path, trained)
+        text_format = asked_text_format(cfg, policy_path)
     if (cfg.policy or not inputs.will_write(producer)) and (
         stockfish or cfg.reward_model or not inputs.will_write("reward")
     ):
@@ -348,31 +362,6 @@ def heldout_legal_rates(
         model, tokenizer = load_saved_model(path, "policy")
         out[name] = evaluate_moves(model, tokenizer, positions, text_format=text_format) | {"positions": len(positions)}
     return out
-
-
-def plot_curves(rows: list[dict[str, Any]], path: str) -> None:
-    """Reward, KL to the reference, legal-move rate and value loss by iteration, one PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    its = [r["iteration"] for r in rows]
-    fig, axes = plt.subplots(2, 2, figsize=(10, 6), sharex=True)
-    for ax, key, title in (
-        (axes[0][0], "reward_mean", "reward (normalised RM score - beta KL)"),
-        (axes[0][1], "kl_to_ref", "KL to the sft reference (k1, per action)"),
-        (axes[1][0], "legal_rate", "legal-move rate of the samples"),
-        (axes[1][1], "value_loss", "critic value loss"),
-    ):
-        ax.plot(its, [r.get(key, float("nan")) for r in rows], marker=".")
-        ax.set_title(title, fontsize=9)
-        ax.grid(alpha=0.3)
-    for ax in axes[1]:
-        ax.set_xlabel("iteration")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 @dataclass
@@ -583,42 +572,6 @@ def summarise(
     phase.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))
     lines = summary_lines(summary, cfg, seconds, phase.uri_of("curves.png"), seed=context.config.run.seed)
     return PhaseResult(summary=summary, lines=lines, ok=summary["iterations"] > 0)
-
-
-def summary_lines(
-    summary: dict[str, Any], cfg: PPOConfig, seconds: float, curves: str, *, seed: int = 7
-) -> list[str]:
-    """The ``ppo summary`` the driver prints: the learner, the reward, KL and legal-rate curves
-    (first -> last iteration), the held-out start -> final figures and the next command."""
-    from chessrl.arena.move_quality import quality_line
-
-    first, last, heldout, quality = summary["first"], summary["last"], summary["heldout"], summary["quality"]
-    return [
-        "ppo summary",
-        f"  learner       {summary['iterations']} iterations, {summary['episodes']} episodes, "
-        f"{summary['actions']} actions in {seconds:.0f} s ({summary['stale_dropped']} stale episodes dropped)",
-        f"  score         {curve(first, last, 'score_mean', '+.3f')}   (the moves' mean score before centring: "
-        f"{'Stockfish grade' if cfg.reward == 'stockfish' else 'reward model'})",
-        f"  reward        {curve(first, last, 'reward_mean', '+.3f')}   "
-        f"(legal moves only: {curve(first, last, 'legal_reward_mean', '+.3f')})",
-        f"  KL to sft     {curve(first, last, 'kl_to_ref', '.4f')}",
-        f"  legal rate    {curve(first, last, 'legal_rate', '.1%')}",
-        *(
-            [
-                f"  held-out      greedy legal-move rate {heldout['start']['legal_rate']:.1%} (start) -> "
-                f"{heldout['final']['legal_rate']:.1%} (final) on {heldout['final']['positions']} positions"
-            ]
-            if heldout
-            else []
-        ),
-        *([f"  paired        {quality_line(quality)} (masked argmax, Stockfish {cfg.quality_nodes} nodes)"] if quality else []),
-        f"  collectors    {summary['shards_written']} shards written, {summary['shards_read']} read, "
-        f"{summary['collector_restarts']} restart(s)",
-        f"  model         {summary['model']}",
-        f"  curves        {curves}",
-        f"  next          chess-rl evaluate --mode sprt --players lm:{summary['model']},masked "
-        f"lm:{summary.get('start', 'sft')},masked --adjudicate-cp 300 --seed {seed}",
-    ]
 
 
 PHASE = Phase(name="ppo", section="ppo", section_model=PPOConfig, run=run_ppo, check=check_ppo,
