@@ -268,8 +268,15 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Arg
     return parser.parse_args(argv), parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args, parser = parse_args(argv)
+def set_up(
+    args: argparse.Namespace, parser: argparse.ArgumentParser
+) -> tuple[PolicyValueNet, np.ndarray, int]:
+    """``(network, sample planes, the larger batch or 0)``: the search switched to ``--boards``
+    and ``--tree``, one seeded network on ``--device``, positions from its own games; prints
+    the settings line.
+
+        net, planes, large = set_up(*parse_args(["--seconds", "1", "--runs", "1"]))
+    """
     mcts_leaves.NATIVE_BOARDS = args.boards == "native"
     BatchedMCTS.compiled = args.tree == "compiled"
 
@@ -286,18 +293,29 @@ def main(argv: list[str] | None = None) -> int:
         f"games{f' (and {large})' if large else ''}, {args.simulations} simulations per move, {args.search} "
         f"search, {args.boards} boards, {args.tree} tree; network on {args.device}, 1 torch thread; {args.seconds:g} s per run"
     )
-    raw: list[dict[str, Any]] = []
-    batched: list[dict[str, Any]] = []
-    single: list[dict[str, Any]] = []
-    batched_large: list[dict[str, Any]] = []
+    return net, planes, large
+
+
+def run_sides(
+    args: argparse.Namespace, net: PolicyValueNet, planes: np.ndarray, large: int
+) -> dict[str, list[dict[str, Any]]]:
+    """``--runs`` rounds of the bare network, the collector, one leaf per call (and the collector
+    at ``large`` games), one after the other, each round printed as a line; keyed as the record's
+    ``runs``: ``network``, ``collector``, ``one_leaf``, ``collector_large``."""
+    sides: dict[str, list[dict[str, Any]]] = {
+        "network": [],
+        "collector": [],
+        "one_leaf": [],
+        "collector_large": [],
+    }
     for i in range(args.runs):
         r = timed(network_run, net, planes, args.games, args.seconds)
         b = timed(collector_run, net, args.games, args.simulations, args.seconds, 10 + i, args.search)
         s = timed(collector_run, net, 1, args.simulations, args.seconds, 10 + i, args.search)
         runs = [r, b, s]
-        raw.append(r)
-        batched.append(b)
-        single.append(s)
+        sides["network"].append(r)
+        sides["collector"].append(b)
+        sides["one_leaf"].append(s)
         line = (
             f"  run {i + 1}  network {r['positions_per_s']:8,.0f} positions/s | collector {b['simulations_per_s']:7,.0f} "
             f"simulations/s ({b['leaves_per_call']:.1f} leaves per call, tree {b['tree_us_per_simulation']:.1f} us/sim) "
@@ -305,23 +323,47 @@ def main(argv: list[str] | None = None) -> int:
         )
         if large:
             big = timed(collector_run, net, large, args.simulations, args.seconds, 10 + i, args.search)
-            batched_large.append(big)
+            sides["collector_large"].append(big)
             runs.append(big)
             line += f" | {large} games {big['simulations_per_s']:7,.0f} simulations/s"
         print(f"{line} | other load {fmt_load(max(x['other_load_cores'] or 0 for x in runs))}")
-    raw_med = statistics.median(x["positions_per_s"] for x in raw)
-    batched_med = statistics.median(x["simulations_per_s"] for x in batched)
-    single_med = statistics.median(x["simulations_per_s"] for x in single)
-    tree_med = statistics.median(x["tree_us_per_simulation"] for x in batched)
-    mcts_ratio = batched_med / raw_med
-    batching_ratio = batched_med / single_med
-    large_med = statistics.median(x["simulations_per_s"] for x in batched_large) if large else None
-    large_ratio = large_med / single_med if large_med is not None else None
+    return sides
+
+
+def side_medians(
+    args: argparse.Namespace, sides: dict[str, list[dict[str, Any]]], large: int
+) -> dict[str, Any]:
+    """The record's ``medians`` (the larger batch's None without one), printed as one line."""
+    medians = {
+        "network_positions_per_s": statistics.median(x["positions_per_s"] for x in sides["network"]),
+        "collector_simulations_per_s": statistics.median(x["simulations_per_s"] for x in sides["collector"]),
+        "one_leaf_simulations_per_s": statistics.median(x["simulations_per_s"] for x in sides["one_leaf"]),
+        "collector_large_simulations_per_s": (
+            statistics.median(x["simulations_per_s"] for x in sides["collector_large"]) if large else None
+        ),
+        "tree_us_per_simulation": statistics.median(x["tree_us_per_simulation"] for x in sides["collector"]),
+    }
+    large_med = medians["collector_large_simulations_per_s"]
     print(
-        f"medians: network {raw_med:,.0f} positions/s at batch {args.games}; collector {batched_med:,.0f} "
-        f"simulations/s; one leaf per call {single_med:,.0f} simulations/s"
+        f"medians: network {medians['network_positions_per_s']:,.0f} positions/s at batch {args.games}; "
+        f"collector {medians['collector_simulations_per_s']:,.0f} simulations/s; one leaf per call "
+        f"{medians['one_leaf_simulations_per_s']:,.0f} simulations/s"
         + (f"; {large} games {large_med:,.0f} simulations/s" if large_med is not None else "")
     )
+    return medians
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Set up, run the sides, split one more run, write the record and print the verdict lines."""
+    args, parser = parse_args(argv)
+    net, planes, large = set_up(args, parser)
+    sides = run_sides(args, net, planes, large)
+    medians = side_medians(args, sides, large)
+    batched_med, single_med = medians["collector_simulations_per_s"], medians["one_leaf_simulations_per_s"]
+    tree_med, large_med = medians["tree_us_per_simulation"], medians["collector_large_simulations_per_s"]
+    mcts_ratio = batched_med / medians["network_positions_per_s"]
+    batching_ratio = batched_med / single_med
+    large_ratio = large_med / single_med if large_med is not None else None
     split = split_run(net, args.games, args.simulations, args.seconds, 99, args.search)
     print(
         "split of a simulation (us, one more run with timers): "
@@ -342,14 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         "games": args.games,
         "games_large": large,
         "simulations": args.simulations,
-        "runs": {"network": raw, "collector": batched, "one_leaf": single, "collector_large": batched_large},
-        "medians": {
-            "network_positions_per_s": raw_med,
-            "collector_simulations_per_s": batched_med,
-            "one_leaf_simulations_per_s": single_med,
-            "collector_large_simulations_per_s": large_med,
-            "tree_us_per_simulation": tree_med,
-        },
+        "runs": sides,
+        "medians": medians,
         "ratios": ratios,
         "targets": {
             "mcts": TARGET_MCTS,

@@ -160,7 +160,13 @@ def cli_run(inputs: list[str], shard_games: int, workdir: Path) -> dict[str, Any
 # ---------------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The bench's flags (``python bench/prepare.py --help``).
+
+    >>> args = parse_args(["a.pgn", "--runs", "1", "--no-cli"])
+    >>> args.inputs, args.runs, args.shard_games, args.no_cli
+    (['a.pgn'], 1, 2000, True)
+    """
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -169,20 +175,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shard-games", type=int, default=2000, help="prepare.shard_games [default: 2000]")
     parser.add_argument("--json", default=str(RESULTS / "prepare.json"), help="where the record goes")
     parser.add_argument("--no-cli", action="store_true", help="skip the end-to-end CLI run")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.pop("RAY_ADDRESS", None)  # always the bench's own embedded Ray
-    inputs = [str(Path(p).resolve()) if "://" not in p else p for p in (args.inputs or default_inputs())]
-    from pipelines.prepare import PGN_SUFFIXES
 
-    files = resolve_inputs(inputs, PGN_SUFFIXES)
-    total_bytes = sum(os.path.getsize(uri) for uri, _ in files if os.path.exists(uri))
-    print(f"inputs: {', '.join(inputs)} ({len(files)} file(s), {total_bytes / 1e6:.1f} MB on disk)")
-    print(
-        f"machine: {os.cpu_count()} CPU(s), {platform.processor() or platform.machine()}; Ray: {NUM_CPUS} CPUs"
-    )
+def run_pairs(
+    args: argparse.Namespace, inputs: list[str], files: list[tuple[str, str]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], float, dict[str, Any] | None]:
+    """``(baseline runs, measured runs, ray.init seconds, the CLI run or None)``: ``args.runs``
+    pairs on one embedded local Ray, each printed as it ends, then (unless ``--no-cli``) the
+    phase end to end through its command line, Ray start included.
 
+        baseline, measured, ray_init_s, cli = run_pairs(args, inputs, files)
+    """
     from cluster.runtime import ray_session
 
     baseline: list[dict[str, Any]] = []
@@ -212,10 +216,16 @@ def main(argv: list[str] | None = None) -> int:
             )
         stack.close()  # ray.shutdown before the CLI run starts its own Ray
         cli = None if args.no_cli else cli_run(inputs, args.shard_games, workdir)
+    return baseline, measured, ray_init_s, cli
 
+
+def print_summary(
+    baseline: list[dict[str, Any]], measured: list[dict[str, Any]], cli: dict[str, Any] | None
+) -> tuple[float, float]:
+    """Print the medians, the end-to-end rate and any warning (game counts that differ, other
+    processes' load); returns ``(baseline median, measured median)`` in games/s."""
     base_med = statistics.median(r["games_per_s"] for r in baseline)
     meas_med = statistics.median(r["games_per_s"] for r in measured)
-    ratio = meas_med / base_med if base_med else 0.0
     base_games, meas_games = baseline[0]["games"], measured[0]["games"]
     print(f"median baseline {base_med:,.1f} games/s; median prepare {meas_med:,.1f} games/s")
     if cli is not None:
@@ -237,14 +247,34 @@ def main(argv: list[str] | None = None) -> int:
             f"warning: other processes kept up to {max(loads):.2f} cores busy during the runs; "
             f"on {os.cpu_count()} CPU(s) that slows the 2-CPU prepare more than the 1-CPU baseline"
         )
+    return base_med, meas_med
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the flags, run the pairs (and the CLI run), write the record, print the ratio line."""
+    args = parse_args(argv)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.pop("RAY_ADDRESS", None)  # always the bench's own embedded Ray
+    inputs = [str(Path(p).resolve()) if "://" not in p else p for p in (args.inputs or default_inputs())]
+    from pipelines.prepare import PGN_SUFFIXES
+
+    files = resolve_inputs(inputs, PGN_SUFFIXES)
+    total_bytes = sum(os.path.getsize(uri) for uri, _ in files if os.path.exists(uri))
+    print(f"inputs: {', '.join(inputs)} ({len(files)} file(s), {total_bytes / 1e6:.1f} MB on disk)")
+    print(
+        f"machine: {os.cpu_count()} CPU(s), {platform.processor() or platform.machine()}; Ray: {NUM_CPUS} CPUs"
+    )
+
+    baseline, measured, ray_init_s, cli = run_pairs(args, inputs, files)
+    base_med, meas_med = print_summary(baseline, measured, cli)
+    ratio = meas_med / base_med if base_med else 0.0
     record = {
         "bench": "prepare",
         "ratio_definition": "median games/s of prepare on 2 CPUs / median games/s of python-chess in one process",
         "inputs": inputs,
         "files": len(files),
         "input_bytes": total_bytes,
-        "games": {"baseline": base_games, "prepare": meas_games},
+        "games": {"baseline": baseline[0]["games"], "prepare": measured[0]["games"]},
         "shard_games": args.shard_games,
         "runs": {"baseline": baseline, "prepare": measured},
         "medians": {"baseline_games_per_s": base_med, "prepare_games_per_s": meas_med},

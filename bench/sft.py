@@ -166,7 +166,13 @@ def measured_run(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The bench's flags (``python bench/sft.py --help``); ``--steps`` below 2 is a usage error.
+
+    >>> args = parse_args(["--steps", "5", "--runs", "1"])
+    >>> args.model, args.steps, args.runs, args.precision
+    ('tiny', 5, 1, 'auto')
+    """
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -195,7 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error("--steps must be at least 2 (the first step is not timed)")
+    return args
 
+
+def run_pairs(args: argparse.Namespace, bf16: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(baseline runs, measured runs)``: the repository's games prepared and packed once on an
+    embedded local Ray, then ``args.runs`` pairs, baseline then phase, each printed as it ends.
+
+        baseline, measured = run_pairs(parse_args(["--steps", "3", "--runs", "1"]), bf16=False)
+    """
     baseline: list[dict[str, Any]] = []
     measured: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-sft-") as tmp, contextlib.ExitStack() as stack:
@@ -207,7 +221,6 @@ def main(argv: list[str] | None = None) -> int:
         games = prepare_games(workdir)
         _, tokenizer = build_model(args.model)
         blocks = packed_blocks(games, tokenizer, args.max_length)
-        bf16 = resolve_bf16(args.precision, on_gpu=False)
         print(
             f"{len(blocks[0]):,} blocks of {args.max_length} tokens; model {args.model}, batch {args.batch_size}, "
             f"{args.steps} steps per run, {THREADS} torch threads, {'bf16 autocast' if bf16 else 'fp32'}"
@@ -238,12 +251,19 @@ def main(argv: list[str] | None = None) -> int:
                 f"  run {i + 1} sft       {m['tokens_per_s']:9,.0f} tokens/s  (loss {m['loss']:.3f}; "
                 f"phase {m['phase_seconds']:.1f} s end to end)"
             )
+    return baseline, measured
 
+
+def ratio_record(
+    args: argparse.Namespace, bf16: bool, baseline: list[dict[str, Any]], measured: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The JSON record of the runs: settings, every run, the medians and their ratio against
+    :data:`TARGET` (``record["ratio"]``, ``record["passed"]``)."""
     base_med = statistics.median(r["tokens_per_s"] for r in baseline)
     meas_med = statistics.median(r["tokens_per_s"] for r in measured)
     ratio = meas_med / base_med if base_med else 0.0
     print(f"median baseline {base_med:,.0f} tokens/s; median sft {meas_med:,.0f} tokens/s")
-    record = {
+    return {
         "bench": "sft",
         "ratio_definition": "median train tokens/s of the sft phase (1 worker, Ray Train + TRL) / "
         "median tokens/s of a plain PyTorch loop, same model, batch, length, optimizer, threads, precision",
@@ -261,8 +281,16 @@ def main(argv: list[str] | None = None) -> int:
         "passed": ratio >= TARGET,
         "torch": torch.__version__,
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the flags, run the pairs, write the record and print the ratio line (its last)."""
+    args = parse_args(argv)
+    bf16 = resolve_bf16(args.precision, on_gpu=False)
+    baseline, measured = run_pairs(args, bf16)
+    record = ratio_record(args, bf16, baseline, measured)
     write_record(args.json, record)
-    print(f"sft ratio: {ratio:.2f} (target >= {TARGET})")
+    print(f"sft ratio: {record['ratio']:.2f} (target >= {TARGET})")
     return 0
 
 

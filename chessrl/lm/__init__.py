@@ -4,6 +4,7 @@
 - :mod:`~chessrl.lm.formats`: the text formats a model is trained on.
 - :mod:`~chessrl.lm.models`: presets built from config, legal play through any tokenizer.
 - :mod:`~chessrl.lm.checkpoints`: saved models read back from a folder or S3, each failure one line.
+- :mod:`~chessrl.lm.gelu`: GPT-2's GELU as one kernel (imported by models and checkpoints; imports neither).
 - :mod:`~chessrl.lm.masked`: the policy restricted to the legal moves of a position.
 - :mod:`~chessrl.lm.legality`: the legal-move loss.
 - :mod:`~chessrl.lm.lm_data`: the held-out split, training text, block packing.

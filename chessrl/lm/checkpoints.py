@@ -23,6 +23,7 @@ from typing import Any
 
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
+from chessrl.lm.gelu import fuse_gelu
 from chessrl.lm.tokenizer import add_prompt_start
 from cluster.errors import UserError
 from cluster.storage import Storage
@@ -122,10 +123,8 @@ def load_pretrained(path: str, *, cache_dir: str | None = None) -> tuple[Any, An
 def load_reward_model(path: str) -> tuple[Any, Any]:
     """``(model, tokenizer)`` of a saved reward model (``AutoModelForSequenceClassification``,
     one label, the language model's tokenizer) from a folder or an ``s3://`` prefix; in eval
-    mode, its GELUs fused (:func:`fuse_gelu`: it is scored in batches)."""
+    mode, its GELUs fused (:func:`chessrl.lm.gelu.fuse_gelu`: it is scored in batches)."""
     from transformers import AutoModelForSequenceClassification
-
-    from chessrl.lm.models import fuse_gelu
 
     with checkpoint_folder(path) as local:
         model = _from_pretrained(AutoModelForSequenceClassification, local, path, "the reward model ")

@@ -18,6 +18,7 @@ MODULES = [
     "chessrl.lm.formats",
     "chessrl.lm.models",
     "chessrl.lm.checkpoints",
+    "chessrl.lm.gelu",
     "chessrl.lm.lm_data",
     "chessrl.lm.legality",
     "chessrl.lm.lm_eval",
