@@ -62,7 +62,7 @@ from pipelines.learner import (
     node_cpus,
     torch_trainer,
 )
-from pipelines.learner.grpo import engine_scores, train_loop_per_worker
+from pipelines.learner.grpo import GRPOLoopConfig, engine_scores, train_loop_per_worker
 from pipelines.learner.loop import curve, read_metrics
 from pipelines.learner.quality import heldout_quality
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, gpt2_config, model_location
@@ -335,19 +335,20 @@ def log_plan(context: PhaseContext, found: GRPOInputs, drawn: dict[str, Any], le
 
 def loop_config(
     context: PhaseContext, found: GRPOInputs, limits: dict[str, int], batch_size: int, pool: Any, learner_cpus: float
-) -> dict[str, Any]:
-    """The learner loop's config (:func:`pipelines.learner.grpo.train_loop_per_worker`)."""
+) -> GRPOLoopConfig:
+    """The learner loop's config (:func:`pipelines.learner.grpo.train_loop_per_worker` reads it as
+    attributes)."""
     cfg, run = context.config.grpo, context.config.run
-    return {
-        "phase_uri": context.phase_storage(output_name(context)).uri, "policy_path": found.policy,
-        "settings": found.settings.__dict__, "text_format": cfg.text_format, "own_opponent": cfg.own_opponent,
-        "seed": run.seed, "iterations": cfg.iterations, "prompts_per_iteration": cfg.prompts_per_iteration,
-        "learning_rate": cfg.learning_rate, "minibatch": batch_size, "max_new_tokens": limits,
-        "stockfish_nodes": cfg.stockfish_nodes, "engine_pool": pool, "checkpoint_interval": cfg.checkpoint_interval,
-        "time_limit_s": cfg.time_limit_minutes * 60 if cfg.time_limit_minutes else None,
-        "threads": max(1, round(learner_cpus)), "use_gpu": cfg.use_gpu,
-        "tracking_uri": context.tracking.uri, "tracking_run_id": context.tracking.run_id,
-    }  # fmt: skip
+    return GRPOLoopConfig(
+        phase_uri=context.phase_storage(output_name(context)).uri, policy_path=found.policy,
+        settings=found.settings, text_format=cfg.text_format, own_opponent=cfg.own_opponent,
+        seed=run.seed, iterations=cfg.iterations, prompts_per_iteration=cfg.prompts_per_iteration,
+        learning_rate=cfg.learning_rate, minibatch=batch_size, max_new_tokens=limits,
+        stockfish_nodes=cfg.stockfish_nodes, engine_pool=pool, checkpoint_interval=cfg.checkpoint_interval,
+        time_limit_s=cfg.time_limit_minutes * 60 if cfg.time_limit_minutes else None,
+        threads=max(1, round(learner_cpus)), use_gpu=cfg.use_gpu,
+        tracking_uri=context.tracking.uri, tracking_run_id=context.tracking.run_id,
+    )  # fmt: skip
 
 
 def run_grpo(context: PhaseContext) -> PhaseResult:
@@ -374,7 +375,8 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
         release_actor_name(f"{context.config.run.name}/engine-pool-{i}", None)
     pool = EnginePool.spread(cfg.engines, run=context.config.run.name, num_cpus_per_engine=engine_cpus, key="grpo.engines")
     trainer = torch_trainer(
-        context, "grpo", train_loop_per_worker, loop_config(context, found, limits, batch_size, pool, learner_cpus),
+        context, "grpo", train_loop_per_worker,
+        loop_config(context, found, limits, batch_size, pool, learner_cpus).train_loop_config(),
         num_workers=cfg.num_workers, cpus_per_worker=learner_cpus, use_gpu=cfg.use_gpu, folder=output_name(context),
         progress=(board := ProgressBoard(context.log, "iteration", cfg.iterations)),
     )  # fmt: skip

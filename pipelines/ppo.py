@@ -51,7 +51,7 @@ from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, PPOConfig
 from pipelines.learner import check_gpus, final_metrics, largest_node_cpus, torch_trainer
 from pipelines.learner.loop import fit_then_stop, read_metrics, stop_collectors
-from pipelines.learner.ppo import train_loop_per_worker
+from pipelines.learner.ppo import PPOLoopConfig, train_loop_per_worker
 from pipelines.learner.quality import heldout_quality
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, gpt2_config, model_location
 from pipelines.ppo_report import plot_curves, summary_lines
@@ -459,19 +459,19 @@ def start_actors(context: PhaseContext, found: PPOInputs, collector_cpus: float,
     return PPOActors(server_name, namespace, server, reward, engine_pool, collectors, runs)
 
 
-def loop_config(context: PhaseContext, found: PPOInputs, threads: int, actors: PPOActors) -> dict[str, Any]:
-    """The learner loop's config (:func:`train_loop_per_worker`)."""
+def loop_config(context: PhaseContext, found: PPOInputs, threads: int, actors: PPOActors) -> PPOLoopConfig:
+    """The learner loop's config (:func:`train_loop_per_worker` reads it as attributes)."""
     cfg, run = context.config.ppo, context.config.run
-    return {
-        "phase_uri": context.phase_storage("ppo").uri, "policy_path": found.policy, "reward_path": found.reward,
-        "settings": ppo_settings(cfg, found.text_format).__dict__, "seed": run.seed, "iterations": cfg.iterations,
-        "episodes_per_iteration": cfg.episodes_per_iteration, "max_staleness": cfg.max_staleness,
-        "critic_warmup": cfg.critic_warmup, "learning_rate": cfg.learning_rate,
-        "critic_learning_rate": cfg.critic_learning_rate, "checkpoint_interval": cfg.checkpoint_interval,
-        "time_limit_s": cfg.time_limit_minutes * 60 if cfg.time_limit_minutes else None,
-        "threads": threads, "use_gpu": cfg.use_gpu, "rollout_reader": cfg.rollout_reader, "server_name": actors.server_name,
-        "namespace": actors.namespace, "tracking_uri": context.tracking.uri, "tracking_run_id": context.tracking.run_id,
-    }  # fmt: skip
+    return PPOLoopConfig(
+        phase_uri=context.phase_storage("ppo").uri, policy_path=found.policy, reward_path=found.reward,
+        settings=ppo_settings(cfg, found.text_format), seed=run.seed, iterations=cfg.iterations,
+        episodes_per_iteration=cfg.episodes_per_iteration, max_staleness=cfg.max_staleness,
+        critic_warmup=cfg.critic_warmup, learning_rate=cfg.learning_rate,
+        critic_learning_rate=cfg.critic_learning_rate, checkpoint_interval=cfg.checkpoint_interval,
+        time_limit_s=cfg.time_limit_minutes * 60 if cfg.time_limit_minutes else None,
+        threads=threads, use_gpu=cfg.use_gpu, rollout_reader=cfg.rollout_reader, server_name=actors.server_name,
+        namespace=actors.namespace, tracking_uri=context.tracking.uri, tracking_run_id=context.tracking.run_id,
+    )  # fmt: skip
 
 
 def run_ppo(context: PhaseContext) -> PhaseResult:
@@ -514,7 +514,7 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
         + (f", at most {cfg.time_limit_minutes:g} min" if cfg.time_limit_minutes else "")
     )
     trainer = torch_trainer(
-        context, "ppo", train_loop_per_worker, loop_config(context, found, threads, actors),
+        context, "ppo", train_loop_per_worker, loop_config(context, found, threads, actors).train_loop_config(),
         num_workers=cfg.num_workers, cpus_per_worker=learner_cpus, use_gpu=cfg.use_gpu,
         progress=(board := ProgressBoard(log, "iteration", cfg.iterations)),
     )  # fmt: skip

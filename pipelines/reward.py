@@ -53,6 +53,7 @@ from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, RewardConfig
 from pipelines.learner import final_metrics, read_checkpoint
 from pipelines.learner import trl as trl_learner
+from pipelines.learner.reward_model import reward_model_from_backbone
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, readable_model
 
 SUMMARY = one_line("reward")
@@ -125,27 +126,6 @@ class RewardEval(trl_learner.PairsEval):
             if key in metrics:
                 figures.append(text.format(metrics[key]))
         return figures
-
-
-def reward_model_from_backbone(path: str) -> tuple[Any, Any]:
-    """``GPT2ForSequenceClassification`` (one label) from a GPT-2-style checkpoint: a causal LM's
-    transformer gets a new score head; a saved reward model loads as it is. Its pad token id is
-    the tokenizer's (the model scores the last token that is not padding)."""
-    from transformers import GPT2ForSequenceClassification
-    from transformers.utils import logging as hf_logging
-
-    from chessrl.lm.checkpoints import checkpoint_folder, load_tokenizer
-
-    with checkpoint_folder(path) as local:
-        tokenizer = load_tokenizer(str(local))
-        verbosity = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()  # "score.weight newly initialized": that is the point
-        try:
-            model = GPT2ForSequenceClassification.from_pretrained(local, num_labels=1)
-        finally:
-            hf_logging.set_verbosity(verbosity)
-    model.config.pad_token_id = tokenizer.pad_token_id
-    return model, tokenizer
 
 
 def check_backbone(path: str, key: str = "reward.base_model (--base-model)") -> dict[str, Any]:

@@ -48,7 +48,13 @@ from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, SelfplayConfig
 from pipelines.learner import final_metrics, torch_trainer
 from pipelines.learner.loop import fit_then_stop, stop_collectors
-from pipelines.learner.selfplay import load_weights, numpy_state, save_weights, train_loop_per_worker
+from pipelines.learner.selfplay import (
+    SelfplayLoopConfig,
+    load_weights,
+    numpy_state,
+    save_weights,
+    train_loop_per_worker,
+)
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult
 from pipelines.selfplay_gate import final_evaluation, json_safe
 
@@ -248,25 +254,24 @@ def collector_spec(context: PhaseContext, phase: Storage, server_name: str, name
     )
 
 
-#: Keys of the section the learner reads as they are.
-LEARNER_KEYS = (
-    "episodes", "iterations", "batch_size", "grad_accum_steps", "learning_rate", "l2", "train_ratio",
-    "window_positions", "shard_positions", "checkpoint_interval", "gate_games", "gate_threshold",
-    "gate_max_plies", "producer_workers", "use_gpu", "amp",
-)  # fmt: skip
-
-
-def learner_config(context: PhaseContext, phase: Storage, actors: SelfplayActors, cpus: float) -> dict[str, Any]:
-    """The loop config of :func:`pipelines.learner.selfplay.train_loop_per_worker` (``cpus`` per worker)."""
+def learner_config(
+    context: PhaseContext, phase: Storage, actors: SelfplayActors, cpus: float
+) -> SelfplayLoopConfig:
+    """The loop config of :func:`pipelines.learner.selfplay.train_loop_per_worker` (``cpus`` per
+    worker; the learner reads it as attributes)."""
     cfg, run = context.config.selfplay, context.config.run
-    return {
-        "run": run.name, "phase_uri": phase.uri, "net": net_config(cfg).__dict__,
-        "mcts": mcts_config(cfg).__dict__, "settings": selfplay_settings(cfg).__dict__, "seed": run.seed,
-        **{key: getattr(cfg, key) for key in LEARNER_KEYS},
-        "time_limit_s": cfg.time_limit_minutes * 60 if cfg.time_limit_minutes else None,
-        "cpus_per_worker": cpus, "server_name": actors.server_name, "namespace": actors.namespace,
-        "queue": actors.queue, "tracking_uri": context.tracking.uri, "tracking_run_id": context.tracking.run_id,
-    }  # fmt: skip
+    return SelfplayLoopConfig(
+        run=run.name, phase_uri=phase.uri, net=net_config(cfg), mcts=mcts_config(cfg),
+        settings=selfplay_settings(cfg), seed=run.seed, episodes=cfg.episodes, iterations=cfg.iterations,
+        batch_size=cfg.batch_size, grad_accum_steps=cfg.grad_accum_steps, learning_rate=cfg.learning_rate,
+        l2=cfg.l2, train_ratio=cfg.train_ratio, window_positions=cfg.window_positions,
+        shard_positions=cfg.shard_positions, checkpoint_interval=cfg.checkpoint_interval,
+        gate_games=cfg.gate_games, gate_threshold=cfg.gate_threshold, gate_max_plies=cfg.gate_max_plies,
+        producer_workers=cfg.producer_workers, use_gpu=cfg.use_gpu, amp=cfg.amp,
+        time_limit_s=cfg.time_limit_minutes * 60 if cfg.time_limit_minutes else None,
+        cpus_per_worker=cpus, server_name=actors.server_name, namespace=actors.namespace,
+        queue=actors.queue, tracking_uri=context.tracking.uri, tracking_run_id=context.tracking.run_id,
+    )  # fmt: skip
 
 
 def plan_line(cfg: SelfplayConfig, collector_cpus: float, learner_cpus: float) -> str:
@@ -342,7 +347,8 @@ def run_selfplay(context: PhaseContext) -> PhaseResult:
     context.log(plan_line(cfg, collector_cpus, learner_cpus))
     board = ProgressBoard(context.log, "iteration", cfg.iterations)
     trainer = torch_trainer(
-        context, "selfplay", train_loop_per_worker, learner_config(context, phase, actors, learner_cpus),
+        context, "selfplay", train_loop_per_worker,
+        learner_config(context, phase, actors, learner_cpus).train_loop_config(),
         num_workers=cfg.learner_workers, cpus_per_worker=learner_cpus, use_gpu=cfg.use_gpu, progress=board,
     )  # fmt: skip
     result, learn_seconds, collectors = fit_then_stop(trainer, board, actors.stop)

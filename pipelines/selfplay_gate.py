@@ -5,6 +5,7 @@ self, as Ray tasks). Not a phase: :mod:`pipelines.selfplay` and its learner use 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -18,24 +19,33 @@ from pipelines.config import SelfplayConfig
 from pipelines.phase import PhaseContext
 
 
-def arena_search(mcts: dict[str, Any]) -> MCTSConfig:
-    """The self-play search without root noise: how networks play in the arena."""
-    return MCTSConfig(**{**mcts, "dirichlet_eps": 0.0})
+def arena_search(mcts: MCTSConfig | dict[str, Any]) -> MCTSConfig:
+    """The self-play search (a config, or its fields as a saved dict has them) without root
+    noise: how networks play in the arena.
+
+    >>> arena_search({"simulations": 8, "dirichlet_eps": 0.25}).dirichlet_eps
+    0.0
+    """
+    config = mcts if isinstance(mcts, MCTSConfig) else MCTSConfig(**mcts)
+    return dataclasses.replace(config, dirichlet_eps=0.0)
 
 
-def play_gate(candidate: Any, best: Any, cfg: dict[str, Any], iteration: int) -> tuple[int, int, int]:
-    """The gate of ``iteration``: ``candidate`` ("new") against ``best`` from seeded random
-    openings, each from both sides; wins, draws and losses of the new network."""
+def play_gate(
+    candidate: Any, best: Any, iteration: int, *, games: int, mcts: MCTSConfig, max_plies: int, seed: int
+) -> tuple[int, int, int]:
+    """The gate of ``iteration``: ``candidate`` ("new") against ``best``, ``games`` games (at least
+    two) from seeded random openings, each from both sides, searching as ``mcts`` without root
+    noise; wins, draws and losses of the new network."""
     from chessrl.arena.batched_arena import SearchSide, match_record, play_batched_match
     from chessrl.arena.game import random_openings
     from chessrl.search.mcts import NetworkEvaluator
 
-    openings = random_openings(max(1, cfg["gate_games"] // 2), 2, seed=cfg["seed"] + iteration)
-    search = arena_search(cfg["mcts"])
+    openings = random_openings(max(1, games // 2), 2, seed=seed + iteration)
+    search = arena_search(mcts)
     games = play_batched_match(
         SearchSide("new", NetworkEvaluator(candidate), search),
         SearchSide("best", NetworkEvaluator(best), search),
-        openings, max_plies=cfg["gate_max_plies"], seed=cfg["seed"] + iteration,
+        openings, max_plies=max_plies, seed=seed + iteration,
     )  # fmt: skip
     return match_record(games, "new")
 

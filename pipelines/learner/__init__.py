@@ -7,7 +7,10 @@ the rollout feed, here; the two halves of the skeleton and each phase's worker l
   (sft, reward, dpo): worker setup, shard streaming, shared arguments, the callback, ``train_with_trl``;
   on the driver ``fit_learner``, export and the summary.
 - :mod:`pipelines.learner.loop`: the skeleton of hand-written loops (ppo, grpo, selfplay):
+  ``LoopConfig`` (the frozen config a driver hands its workers, read as attributes),
   ``LoopLearner`` (state, resume, time limit, reports, checkpoint cadence, finish), ``fit_then_stop``.
+- :mod:`pipelines.learner.reward_model`: the reward model on a GPT-2 transformer (reward's
+  learner trains it; ppo's critic starts from it when Stockfish grades).
 - :mod:`pipelines.learner.quality`: the start and final policies' paired move quality (ppo, dpo).
 - :mod:`pipelines.learner.sft`, :mod:`pipelines.learner.ppo`, :mod:`pipelines.learner.grpo`,
   :mod:`pipelines.learner.selfplay`: those phases' ``train_loop_per_worker`` (reward's and dpo's

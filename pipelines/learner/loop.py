@@ -1,6 +1,8 @@
 """The skeleton of the hand-written Ray Train learner loops (``ppo``, ``grpo``, ``selfplay``):
 :class:`LoopLearner` keeps the loop's state, resumes it, reports each iteration, checkpoints on
-a cadence and ends the run, so that each phase's loop is its algorithm; :func:`frozen_copy` and
+a cadence and ends the run, so that each phase's loop is its algorithm; :class:`LoopConfig` is
+what it reads of the typed config each phase's driver builds (a frozen dataclass under
+``train_loop_config["config"]``, read as attributes); :func:`frozen_copy` and
 :func:`export_pretrained` are the reference model and the export those loops share. On the
 driver: :func:`fit_then_stop` (the fit, then the actors stopped), :func:`stop_collectors`,
 :func:`read_metrics` and :func:`curve` for the summary. (The phases
@@ -10,15 +12,65 @@ both build on :mod:`pipelines.learner`.)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cluster.storage import Storage
 from pipelines.learner import LearnerLog, fresh_scratch, read_checkpoint, scratch_name
+
+C = TypeVar("C", bound="LoopConfig")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopConfig:
+    """What :class:`LoopLearner` reads of a loop learner's config: each phase's config
+    (``PPOLoopConfig``, ``GRPOLoopConfig``, ``SelfplayLoopConfig``) extends it. The driver builds
+    one and hands it to Ray Train under one key (:meth:`train_loop_config`); the worker's loop
+    takes it back with :meth:`of`, with the progress board's handle that
+    :func:`pipelines.learner.torch_trainer` added. Every field but ``progress`` is the driver's to
+    set: the defaults are the config sections'.
+
+    >>> cfg = LoopConfig(phase_uri="/tmp/run/ppo", iterations=4, checkpoint_interval=2, time_limit_s=None,
+    ...                  tracking_uri=None, tracking_run_id=None)
+    >>> LoopConfig.of({**cfg.train_loop_config(), "progress": "board", "scratch": "x"}).progress
+    'board'
+    """
+
+    phase_uri: str
+    """The phase's folder (logs under ``<phase>/logs``)."""
+    iterations: int
+    """The iterations to train (a resumed run goes on to this many in all)."""
+    checkpoint_interval: int
+    """A checkpoint every this many iterations (and the final one)."""
+    time_limit_s: float | None
+    """Seconds of training after which the loop stops (None: no limit)."""
+    tracking_uri: str | None
+    """MLflow's tracking URI (None: tracking off)."""
+    tracking_run_id: str | None
+    """The MLflow run the metrics go to."""
+    progress: Any = None
+    """The driver's progress board's handle (:func:`cluster.progress.report_progress`; None:
+    none): :meth:`of` sets it from what ``torch_trainer`` adds."""
+
+    def train_loop_config(self) -> dict[str, Any]:
+        """Ray Train's ``train_loop_config`` for this config (it takes a dict): the config under
+        ``config``."""
+        return {"config": self}
+
+    @classmethod
+    def of(cls: type[C], loop_config: dict[str, Any]) -> C:
+        """In the worker: the config a driver put in ``loop_config`` (:meth:`train_loop_config`),
+        with the progress board's handle ``torch_trainer`` added beside it."""
+        config = loop_config["config"]
+        if not isinstance(config, cls):
+            raise TypeError(f"the loop config holds a {type(config).__name__}, not a {cls.__name__}")
+        return dataclasses.replace(config, progress=loop_config.get("progress"))
 
 
 class LoopLearner:
@@ -32,7 +84,7 @@ class LoopLearner:
                               {"policy": policy, "policy_opt": policy_opt})
         learner.resume("learner resumes at iteration {iteration}")  # prints "[ppo] learner resumes ..."
         state = learner.state                       # the resumed state, or the one given
-        while state["iteration"] < cfg["iterations"] and not learner.out_of_time():
+        while state["iteration"] < cfg.iterations and not learner.out_of_time():
             ...                                     # one iteration of the algorithm
             state["iteration"] += 1
             metrics = {..., "elapsed_s": learner.tick()}   # tick: state["seconds"], trained so far
@@ -45,9 +97,9 @@ class LoopLearner:
     returns the whole saved dict (for what ``extra`` added, e.g. an RNG state), None on a fresh
     start. :meth:`snapshot` is that dict, for a phase that keeps copies elsewhere too.
 
-    ``cfg`` is the loop config; read here: ``phase_uri`` (logs under ``<phase>/logs``),
-    ``tracking_uri`` and ``tracking_run_id`` (MLflow), ``progress`` (the board's handle),
-    ``time_limit_s`` (None: none), ``checkpoint_interval`` and ``iterations``. ``clock``: the
+    ``cfg`` is the loop's config (a :class:`LoopConfig`; read here: ``phase_uri``,
+    ``tracking_uri`` and ``tracking_run_id``, ``progress``, ``time_limit_s``,
+    ``checkpoint_interval`` and ``iterations``). ``clock``: the
     state's key for the seconds trained (kept across resumes, so the time limit counts them).
     ``log_s`` and ``report_s`` are the seconds the last :meth:`record` and
     :meth:`maybe_checkpoint` took (a loop may log them with its next iteration).
@@ -63,7 +115,7 @@ class LoopLearner:
     def __init__(
         self,
         name: str,
-        cfg: dict[str, Any],
+        cfg: LoopConfig,
         state: dict[str, Any],
         parts: dict[str, Any],
         *,
@@ -79,8 +131,8 @@ class LoopLearner:
         self.name, self.cfg, self.state, self.parts = name, cfg, state, parts
         self.extra, self.clock, self.lead = extra, clock, lead
         self.report_every_iteration = report_every_iteration
-        self.phase = Storage.from_uri(cfg["phase_uri"])
-        self.mlflow = RunMetricsLogger(cfg["tracking_uri"], cfg["tracking_run_id"]) if lead else None
+        self.phase = Storage.from_uri(cfg.phase_uri)
+        self.mlflow = RunMetricsLogger(cfg.tracking_uri, cfg.tracking_run_id) if lead else None
         self.log = LearnerLog(self.phase.child("logs")) if lead else None
         self.first_iteration = int(state["iteration"])
         self.started = time.perf_counter() - float(state.get(clock, 0.0))
@@ -123,7 +175,7 @@ class LoopLearner:
 
     def out_of_time(self) -> bool:
         """Whether the config's time limit (``time_limit_s``) has passed."""
-        limit = self.cfg["time_limit_s"]
+        limit = self.cfg.time_limit_s
         return limit is not None and self.elapsed() > limit
 
     def tick(self) -> float:
@@ -147,14 +199,14 @@ class LoopLearner:
         self.log.write(metrics, step)
         self.mlflow.log(metrics, step=step)
         report_progress(
-            self.cfg["progress"], self.state["iteration"], line, start=self.first_iteration, show=True
+            self.cfg.progress, self.state["iteration"], line, start=self.first_iteration, show=True
         )
         self.log_s = time.perf_counter() - started
 
     def checkpoint_due(self) -> bool:
         """Every ``checkpoint_interval`` iterations, except the last (:meth:`finish` saves it)."""
         iteration = self.state["iteration"]
-        return iteration % self.cfg["checkpoint_interval"] == 0 and iteration < self.cfg["iterations"]
+        return iteration % self.cfg.checkpoint_interval == 0 and iteration < self.cfg.iterations
 
     def maybe_checkpoint(self, metrics: dict[str, Any], due: bool | None = None) -> None:
         """A checkpoint when ``due`` (default: :meth:`checkpoint_due`); else, with

@@ -16,24 +16,67 @@ from typing import Any
 from chessrl.rl.ppo_types import PPOSettings
 from cluster.storage import Storage
 from pipelines.learner import RolloutFeed, bf16_autocast, worker_place
-from pipelines.learner.loop import LoopLearner, export_pretrained, frozen_copy
+from pipelines.learner.loop import LoopConfig, LoopLearner, export_pretrained, frozen_copy
 
 
-def train_loop_per_worker(cfg: dict[str, Any]) -> None:
+@dataclass(frozen=True, kw_only=True)
+class PPOLoopConfig(LoopConfig):
+    """What the ppo learner's workers read, built by the driver (:func:`pipelines.ppo.loop_config`)
+    beside :class:`~pipelines.learner.loop.LoopConfig`'s fields, frozen: the workers read it as
+    attributes.
+
+    Every field is the driver's to set: the defaults are the config sections' (``ppo``, ``run``).
+    """
+
+    policy_path: str
+    """The start policy (a saved LM)."""
+    settings: PPOSettings
+    """The algorithm's knobs."""
+    server_name: str
+    """The parameter server actor's name (in ``namespace``)."""
+    namespace: str | None
+    """The parameter server's Ray namespace."""
+    reward_path: str
+    """The reward model the critic starts from ("": Stockfish grades the moves, and the critic is
+    the policy's transformer under a new value head)."""
+    seed: int
+    """The run's seed (the minibatch order, the critic's new head)."""
+    episodes_per_iteration: int
+    """Episodes each iteration learns on."""
+    max_staleness: int
+    """Episodes played by a policy more than this many versions old are dropped."""
+    critic_warmup: int
+    """Iterations at the start that train the critic alone."""
+    learning_rate: float
+    """The policy's AdamW learning rate."""
+    critic_learning_rate: float
+    """The critic's AdamW learning rate."""
+    threads: int
+    """Torch threads per worker (at most the machine's CPUs)."""
+    use_gpu: bool
+    """Each worker on its GPU."""
+    rollout_reader: str
+    """How the lead reads rollout shards (:class:`pipelines.learner.RolloutFeed`)."""
+
+
+def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     """The learner: publish, read new rollout shards, PPO-update, checkpoint; repeat.
 
-    With several workers (``ppo.num_workers``) the first one reads the shards and publishes;
-    every iteration it hands the episodes to all, each learns on every ``world``-th episode and
-    they average their gradients before each step (:mod:`chessrl.rl.data_parallel`)."""
+    ``loop_config`` is Ray Train's: a :class:`PPOLoopConfig` under ``config``
+    (:meth:`~pipelines.learner.loop.LoopConfig.of`). With several workers (``ppo.num_workers``)
+    the first one reads the shards and publishes; every iteration it hands the episodes to all,
+    each learns on every ``world``-th episode and they average their gradients before each step
+    (:mod:`chessrl.rl.data_parallel`)."""
     import ray
     import ray.data
     import torch
 
     from chessrl.rl.data_parallel import any_worker, broadcast_objects
 
-    torch.set_num_threads(max(1, min(int(cfg["threads"]), os.cpu_count() or 1)))
+    cfg = PPOLoopConfig.of(loop_config)
+    torch.set_num_threads(max(1, min(int(cfg.threads), os.cpu_count() or 1)))
     ray.data.DataContext.get_current().enable_progress_bars = False
-    rank, world, device = worker_place(bool(cfg.get("use_gpu")), "ppo")
+    rank, world, device = worker_place(cfg.use_gpu, "ppo")
     lead = rank == 0
     parts = PPOParts.load(cfg, rank, world, device)
     policy, critic = parts.policy, parts.critic
@@ -44,14 +87,14 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     )  # fmt: skip
     learner.resume("learner resumes at iteration {iteration} (version {version})")
     state = learner.state
-    server = ray.get_actor(cfg["server_name"], namespace=cfg["namespace"]) if lead else None
-    generator = torch.Generator().manual_seed(cfg["seed"] * 31 + state["iteration"] + 1009 * rank)
+    server = ray.get_actor(cfg.server_name, namespace=cfg.namespace) if lead else None
+    generator = torch.Generator().manual_seed(cfg.seed * 31 + state["iteration"] + 1009 * rank)
     feed = None
     if lead:
-        feed = RolloutFeed(learner.phase.child("rollouts"), read=state["read"], reader=cfg["rollout_reader"]).start()
+        feed = RolloutFeed(learner.phase.child("rollouts"), read=state["read"], reader=cfg.rollout_reader).start()
         publish(server, policy, state)
     metrics: dict[str, Any] = {}
-    while state["iteration"] < cfg["iterations"] and not any_worker(learner.out_of_time()):
+    while state["iteration"] < cfg.iterations and not any_worker(learner.out_of_time()):
         wait_started = time.perf_counter()
         actions = take_episodes(learner, feed, server) if lead else None
         (actions,) = broadcast_objects([actions])  # the lead's episodes (None: out of time), to all
@@ -59,7 +102,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             break
         wait_s = time.perf_counter() - wait_started
         learn_started = time.perf_counter()
-        warmup = state["iteration"] < cfg["critic_warmup"]
+        warmup = state["iteration"] < cfg.critic_warmup
         got = parts.learn(actions, warmup, generator)
         learn_s = time.perf_counter() - learn_started
         state["iteration"] += 1
@@ -109,7 +152,7 @@ class PPOParts:
     world: int
 
     @classmethod
-    def load(cls, cfg: dict[str, Any], rank: int, world: int, device: Any) -> PPOParts:
+    def load(cls, cfg: PPOLoopConfig, rank: int, world: int, device: Any) -> PPOParts:
         """The models from ``cfg``'s paths, moved to ``device`` before their optimizers are made
         (a resume's optimizer state then lands on the same device)."""
         import torch
@@ -117,24 +160,22 @@ class PPOParts:
         from chessrl.arena.saved_models import load_saved_model
         from chessrl.lm.legality import MoveTokens
 
-        policy, tokenizer = load_saved_model(cfg["policy_path"], "policy")
+        policy, tokenizer = load_saved_model(cfg.policy_path, "policy")
         policy.to(device)
-        if cfg["reward_path"]:
-            critic, _ = load_saved_model(cfg["reward_path"], "reward")
+        if cfg.reward_path:
+            critic, _ = load_saved_model(cfg.reward_path, "reward")
         else:  # Stockfish grades the moves: the critic is the policy's transformer under a value head,
             # the head seeded alike on every worker (data-parallel workers must start equal)
-            import torch
+            from pipelines.learner.reward_model import reward_model_from_backbone
 
-            from pipelines.reward import reward_model_from_backbone
-
-            torch.manual_seed(cfg["seed"])
-            critic, _ = reward_model_from_backbone(cfg["policy_path"])
+            torch.manual_seed(cfg.seed)
+            critic, _ = reward_model_from_backbone(cfg.policy_path)
         critic.to(device)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         return cls(
-            PPOSettings(**cfg["settings"]), policy, tokenizer, frozen_copy(policy), critic,
-            torch.optim.AdamW(policy.parameters(), lr=cfg["learning_rate"], weight_decay=0.0),
-            torch.optim.AdamW(critic.parameters(), lr=cfg["critic_learning_rate"], weight_decay=0.0),
+            cfg.settings, policy, tokenizer, frozen_copy(policy), critic,
+            torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate, weight_decay=0.0),
+            torch.optim.AdamW(critic.parameters(), lr=cfg.critic_learning_rate, weight_decay=0.0),
             MoveTokens(tokenizer), pad, device, rank, world,
         )  # fmt: skip
 
@@ -198,9 +239,10 @@ def take_episodes(learner: LoopLearner, feed: RolloutFeed, server: Any) -> list[
     from chessrl.rl.ppo import actions_from_rows, stale_episodes
 
     cfg, state = learner.cfg, learner.state
+    assert isinstance(cfg, PPOLoopConfig)
     actions: list[Any] = []
     episodes: set[str] = set()
-    while len(episodes) < cfg["episodes_per_iteration"]:
+    while len(episodes) < cfg.episodes_per_iteration:
         if learner.out_of_time():
             return None
         ready = feed.take(timeout=0.5)
@@ -211,7 +253,7 @@ def take_episodes(learner: LoopLearner, feed: RolloutFeed, server: Any) -> list[
             continue
         for names, rows in ready:
             got = actions_from_rows(rows)
-            stale = stale_episodes(got, state["version"], cfg["max_staleness"])
+            stale = stale_episodes(got, state["version"], cfg.max_staleness)
             state["stale_dropped"] += len(stale)
             actions += [a for a in got if a.episode not in stale]
             episodes |= {a.episode for a in got if a.episode not in stale}

@@ -13,12 +13,72 @@ import io
 import math
 import time
 from collections import Counter
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
+from chessrl.search.mcts_config import MCTSConfig
 from chessrl.search.net_config import NetConfig
 from cluster.storage import Storage
-from pipelines.learner.loop import LoopLearner
+from pipelines.learner.loop import LoopConfig, LoopLearner
 from pipelines.selfplay_gate import play_gate
+
+if TYPE_CHECKING:  # its module imports torch: the driver imports this one before it needs it
+    from chessrl.search.selfplay import SelfPlaySettings
+
+
+@dataclass(frozen=True, kw_only=True)
+class SelfplayLoopConfig(LoopConfig):
+    """What the selfplay learner's workers read, built by the driver
+    (:func:`pipelines.selfplay.learner_config`) beside :class:`~pipelines.learner.loop.LoopConfig`'s
+    fields, frozen: the workers read it as attributes. Every field is the driver's to set: the
+    defaults are the config sections' (``selfplay``, ``run``)."""
+
+    run: str
+    """The run's name (the checkpoints' copies are ``checkpoints/<run>_stepXXXX.pt``)."""
+    net: NetConfig
+    """The network's shape."""
+    mcts: MCTSConfig
+    """The self-play search (the gate plays it without root noise)."""
+    settings: SelfPlaySettings
+    """How the learner plays its own games (without collectors)."""
+    seed: int
+    """The run's seed."""
+    episodes: int
+    """New games an iteration trains after."""
+    batch_size: int
+    """Positions a micro-batch, per worker."""
+    grad_accum_steps: int
+    """Micro-batches an optimizer step."""
+    learning_rate: float
+    """AdamW's learning rate."""
+    l2: float
+    """Weight of the L2 penalty of AlphaZero's loss."""
+    train_ratio: float
+    """Positions trained on an iteration, per new position."""
+    window_positions: int
+    """The replay window: the newest shards with this many positions."""
+    shard_positions: int
+    """Positions a collector's shard holds (the window's count of a shard)."""
+    gate_games: int
+    """Games of the new network against the best at a gate (0: every iteration promotes)."""
+    gate_threshold: float
+    """The gate's score at which the new network becomes the best."""
+    gate_max_plies: int
+    """A gate game's most plies."""
+    producer_workers: int
+    """Collectors (0: the learner plays its own games)."""
+    use_gpu: bool
+    """Each worker on its GPU."""
+    amp: bool
+    """Mixed precision on a GPU."""
+    cpus_per_worker: float
+    """CPUs each worker reserves (its torch threads)."""
+    server_name: str
+    """The parameter server actor's name (in ``namespace``)."""
+    namespace: str | None
+    """The parameter server's Ray namespace."""
+    queue: Any
+    """The collectors' queue of new games' notes (a ``ray.util.queue.Queue``)."""
 
 
 def save_weights(storage: Storage, rel: str, state: dict[str, Any]) -> None:
@@ -127,7 +187,7 @@ class SelfplayLearner:
     logs, the reports); on rank 0 also the source of new games and the gate. A worker that finds
     a Ray Train checkpoint resumes from it."""
 
-    def __init__(self, cfg: dict[str, Any]) -> None:
+    def __init__(self, cfg: SelfplayLoopConfig) -> None:
         import random
 
         import ray
@@ -143,26 +203,26 @@ class SelfplayLearner:
         self.lead = self.rank == 0
         self._set_device()
         ray.data.DataContext.get_current().enable_progress_bars = False
-        self.phase = Storage.from_uri(cfg["phase_uri"])
+        self.phase = Storage.from_uri(cfg.phase_uri)
         self.replay = self.phase.child("replay")
-        self.net_cfg = NetConfig(**cfg["net"])
+        self.net_cfg = cfg.net
         self.net = PolicyValueNet(self.net_cfg)
         self.net.load_state_dict(load_weights(self.phase, "gen0.pt")["model"])
         # on its device before the optimizer exists: a resumed optimizer's state is then cast to
         # the parameters' device as it loads (moved after, a GPU's first step would mix devices)
         self.net.to(self.device)
-        self.optimizer = torch.optim.AdamW(self.net.parameters(), lr=cfg["learning_rate"], weight_decay=0.0)
+        self.optimizer = torch.optim.AdamW(self.net.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
         self.loop = LoopLearner(
             "selfplay", cfg, fresh_state(), {"model": self.net, "optimizer": self.optimizer},
-            extra=lambda: {"net": cfg["net"]}, clock="learn_seconds", lead=self.lead, report_every_iteration=True,
+            extra=lambda: {"net": asdict(cfg.net)}, clock="learn_seconds", lead=self.lead, report_every_iteration=True,
         )  # fmt: skip
         self.loop.resume("learner resumes at iteration {iteration}, step {step}")
         self.state = self.loop.state
         self.model = ray.train.torch.prepare_model(self.net) if self.world > 1 else self.net
         self._load_best()
-        self.server = ray.get_actor(cfg["server_name"], namespace=cfg["namespace"])
-        self.own_play = self._own_play() if cfg["producer_workers"] == 0 and self.lead else None
-        self.rng = random.Random(cfg["seed"] + self.state["iteration"])
+        self.server = ray.get_actor(cfg.server_name, namespace=cfg.namespace)
+        self.own_play = self._own_play() if cfg.producer_workers == 0 and self.lead else None
+        self.rng = random.Random(cfg.seed + self.state["iteration"])
         self.loop.start_clock()  # learn_seconds counts from here, after the set-up (as it always did)
 
     def _set_device(self) -> None:
@@ -170,15 +230,15 @@ class SelfplayLearner:
         import ray.train
         import torch
 
-        torch.set_num_threads(max(1, int(self.cfg["cpus_per_worker"])))
-        use_gpu = bool(self.cfg["use_gpu"])
+        torch.set_num_threads(max(1, int(self.cfg.cpus_per_worker)))
+        use_gpu = self.cfg.use_gpu
         if use_gpu and not torch.cuda.is_available():  # a GPU node whose torch cannot use it
             raise RuntimeError(
                 f"use_gpu is set but this worker's torch {torch.__version__} sees no CUDA device: "
                 "install the CUDA build of torch on the GPU nodes (docs/cluster.md, \"GPUs\")"
             )
         self.device = ray.train.torch.get_device() if use_gpu else torch.device("cpu")
-        self.amp = use_gpu and bool(self.cfg["amp"])
+        self.amp = use_gpu and self.cfg.amp
         self.amp_dtype = torch.bfloat16 if self.amp and torch.cuda.is_bf16_supported() else torch.float16
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp and self.amp_dtype == torch.float16)
 
@@ -196,13 +256,13 @@ class SelfplayLearner:
 
     def _own_play(self) -> Any:
         """The learner's own self-play games with the best network (no collectors)."""
-        from chessrl.search.mcts import MCTSConfig, NetworkEvaluator
-        from chessrl.search.selfplay import SelfPlay, SelfPlaySettings
+        from chessrl.search.mcts import NetworkEvaluator
+        from chessrl.search.selfplay import SelfPlay
 
         state = self.state
         return SelfPlay(
-            NetworkEvaluator(self.best), MCTSConfig(**self.cfg["mcts"]), SelfPlaySettings(**self.cfg["settings"]),
-            seed=self.cfg["seed"] * 1000 + 999 + state["iteration"],
+            NetworkEvaluator(self.best), self.cfg.mcts, self.cfg.settings,
+            seed=self.cfg.seed * 1000 + 999 + state["iteration"],
             game_prefix=f"learner-i{state['iteration']}-s{state['own_shards']}", network_version=state["best_version"],
         )  # fmt: skip
 
@@ -232,7 +292,7 @@ class SelfplayLearner:
         """Rank 0 without collectors: play ``episodes`` games and write them as one shard."""
         from chessrl.search.replay import positions_table, shard_path, write_shard
 
-        finished = self.own_play.play(self.cfg["episodes"])
+        finished = self.own_play.play(self.cfg.episodes)
         table = positions_table(finished)
         rel = shard_path(self.state["best_version"], 99, self.state["own_shards"])
         self.state["own_shards"] += 1
@@ -247,11 +307,11 @@ class SelfplayLearner:
 
         notes: list[dict[str, Any]] = []
         games = 0
-        while games < self.cfg["episodes"]:
+        while games < self.cfg.episodes:
             if self.loop.out_of_time():
                 return None
             try:
-                note = self.cfg["queue"].get(block=True, timeout=1.0)
+                note = self.cfg.queue.get(block=True, timeout=1.0)
             except Empty:
                 failure = ray.get(self.server.failure.remote())
                 if failure:
@@ -274,9 +334,9 @@ class SelfplayLearner:
         if self.own_play is not None:
             state["window"].append((got["shards"][0], got["rows"]))
         else:
-            state["window"] += [(rel, self.cfg["shard_positions"]) for rel in got["shards"]]
+            state["window"] += [(rel, self.cfg.shard_positions) for rel in got["shards"]]
         state["window"] = state["window"][-4096:]  # far more than any window needs; keeps checkpoints small
-        return newest_shards(state["window"], self.cfg["window_positions"])
+        return newest_shards(state["window"], self.cfg.window_positions)
 
     def batches(self, files: list[str]) -> Any:
         """Endless shuffled numpy batches of this rank's share of ``files``, through Ray Data."""
@@ -293,10 +353,10 @@ class SelfplayLearner:
                 [self.replay.path(rel) for rel in order], filesystem=self.replay.fs, num_cpus=0
             ).select_columns(TRAINING_COLUMNS)
             yield from dataset.iter_batches(
-                batch_size=self.cfg["batch_size"],
+                batch_size=self.cfg.batch_size,
                 batch_format="numpy",
-                local_shuffle_buffer_size=max(self.cfg["batch_size"] * 8, 2048),
-                local_shuffle_seed=self.cfg["seed"] + self.state["step"] + epoch,
+                local_shuffle_buffer_size=max(self.cfg.batch_size * 8, 2048),
+                local_shuffle_seed=self.cfg.seed + self.state["step"] + epoch,
                 drop_last=False,  # a window smaller than a batch still trains
             )
             epoch += 1
@@ -305,15 +365,15 @@ class SelfplayLearner:
         """``train_ratio`` x ``rows`` positions of ``files`` (at least one step): the mean losses,
         the seconds and the samples per second."""
         cfg = self.cfg
-        per_step = cfg["batch_size"] * cfg["grad_accum_steps"] * self.world
-        steps = max(1, math.ceil(cfg["train_ratio"] * rows / per_step))
+        per_step = cfg.batch_size * cfg.grad_accum_steps * self.world
+        steps = max(1, math.ceil(cfg.train_ratio * rows / per_step))
         self.model.train()
         started = time.perf_counter()
         sums = {"loss": 0.0, "policy_ce": 0.0, "value_mse": 0.0}
         stream = self.batches(files)
         for _ in range(steps):
             self.optimizer.zero_grad(set_to_none=True)
-            for _micro in range(cfg["grad_accum_steps"]):
+            for _micro in range(cfg.grad_accum_steps):
                 self._micro_step(next(stream), sums)
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -334,7 +394,7 @@ class SelfplayLearner:
         from chessrl.search.network import alphazero_loss
         from chessrl.search.replay import decode_rows
 
-        accum = self.cfg["grad_accum_steps"]
+        accum = self.cfg.grad_accum_steps
         decoded = decode_rows(
             raw["planes"], raw["policy_indices"], raw["policy_probs"], raw["value"], self.net_cfg.input_channels
         )
@@ -344,7 +404,7 @@ class SelfplayLearner:
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp):
             logits, values = self.model(planes)
         total, policy_ce, value_mse = alphazero_loss(
-            logits.float(), values.float(), target_pi, target_z, self.net, l2=self.cfg["l2"]
+            logits.float(), values.float(), target_pi, target_z, self.net, l2=self.cfg.l2
         )
         self.scaler.scale(total / accum).backward()
         sums["loss"] += total.item() / accum
@@ -357,13 +417,16 @@ class SelfplayLearner:
         words for the progress line ("" without a gate)."""
         cfg, state = self.cfg, self.state
         text = ""
-        if cfg["gate_games"] == 0:
+        if cfg.gate_games == 0:
             publish = True
         elif gate_now:
             gate_started = time.perf_counter()
-            wins, draws, losses = play_gate(copy.deepcopy(self.net).eval(), self.best, cfg, state["iteration"])
+            wins, draws, losses = play_gate(
+                copy.deepcopy(self.net).eval(), self.best, state["iteration"],
+                games=cfg.gate_games, mcts=cfg.mcts, max_plies=cfg.gate_max_plies, seed=cfg.seed,
+            )  # fmt: skip
             score = (wins + 0.5 * draws) / max(1, wins + draws + losses)
-            publish = score >= cfg["gate_threshold"]
+            publish = score >= cfg.gate_threshold
             metrics.update(
                 gate_score=score, gate_wins=wins, gate_draws=draws, gate_losses=losses,
                 gate_promoted=int(publish), gate_s=time.perf_counter() - gate_started,
@@ -387,13 +450,13 @@ class SelfplayLearner:
         self.best.load_state_dict(self.net.state_dict())
         version = ray.get(self.server.publish.remote(numpy_state(self.best), self.state["iteration"]))
         self.state["best_version"] = version
-        save_weights(self.phase, "best.pt", {"model": self.best.state_dict(), "net": self.cfg["net"], "version": version})
+        save_weights(self.phase, "best.pt", {"model": self.best.state_dict(), "net": asdict(self.cfg.net), "version": version})
         if self.own_play is not None:
             self.own_play.set_evaluator(NetworkEvaluator(self.best), version)
 
     def save_copy(self) -> None:
         """Rank 0 at a checkpoint: the checkpoint also as ``checkpoints/<run>_stepXXXX.pt``."""
-        rel = f"{self.cfg['run']}_step{self.state['step']:04d}.pt"
+        rel = f"{self.cfg.run}_step{self.state['step']:04d}.pt"
         save_weights(self.phase.child("checkpoints"), rel, self.loop.snapshot())
 
     def stop(self) -> None:
@@ -402,16 +465,18 @@ class SelfplayLearner:
         import ray
 
         ray.get(self.server.stop.remote())
-        final = {"model": self.net.state_dict(), "net": self.cfg["net"], "version": self.state["iteration"]}
+        final = {"model": self.net.state_dict(), "net": asdict(self.cfg.net), "version": self.state["iteration"]}
         save_weights(self.phase, "final.pt", final)
 
 
-def train_loop_per_worker(cfg: dict[str, Any]) -> None:
-    """The learner, in every Ray Train worker: take new games, train on the window, gate, publish."""
+def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
+    """The learner, in every Ray Train worker: take new games, train on the window, gate, publish
+    (``loop_config`` is Ray Train's: a :class:`SelfplayLoopConfig` under ``config``)."""
+    cfg = SelfplayLoopConfig.of(loop_config)
     learner = SelfplayLearner(cfg)
     loop, state = learner.loop, learner.state
     metrics: dict[str, Any] = {}  # the last iteration's, also in the final report (a sweep's metric)
-    while state["iteration"] < cfg["iterations"] and not learner.out_of_time():
+    while state["iteration"] < cfg.iterations and not learner.out_of_time():
         generation_started = time.perf_counter()
         got = learner.new_games()
         if got is None:
@@ -419,11 +484,11 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         wait_s = time.perf_counter() - generation_started
         files = learner.take(got)
         metrics = iteration_metrics(state, got, files, learner.train(files, got["rows"]), wait_s)
-        gate_now = state["iteration"] % cfg["checkpoint_interval"] == 0
+        gate_now = state["iteration"] % cfg.checkpoint_interval == 0
         gate_text = learner.gate(metrics, gate_now) if learner.lead else ""
         metrics["elapsed_s"] = loop.tick()
         loop.record(metrics, progress_text(state, metrics, got, gate_text), step=state["step"])
-        save = gate_now or state["iteration"] >= cfg["iterations"]
+        save = gate_now or state["iteration"] >= cfg.iterations
         if save and learner.lead:
             learner.save_copy()
         loop.maybe_checkpoint(metrics, due=save)

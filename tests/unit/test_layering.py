@@ -1,8 +1,9 @@
 """The code's map holds: ``chessrl``'s packages import only the packages before them in
 :data:`chessrl.LAYERS` and never ray, ``actors``, ``pipelines`` or ``cluster`` (but its Ray-free
 ``cluster.errors`` and ``cluster.storage``); each package's
-docstring names its modules; no phase module imports another phase's; the bench scripts import
-each other without a cycle. Every import statement counts, including those inside functions."""
+docstring names its modules; no phase module imports another phase's, and no module of
+``pipelines/learner/`` is a phase or imports one; the bench scripts, and ``chessrl``'s modules,
+import each other without a cycle. Every import statement counts, including those inside functions."""
 
 from __future__ import annotations
 
@@ -91,6 +92,24 @@ def test_no_phase_module_imports_another_phase() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def test_no_learner_module_is_or_imports_a_phase() -> None:
+    """``pipelines/learner/`` holds the phases' learners and what they share: no module there is
+    a phase (defines ``PHASE``) or imports one; what a learner needs of another phase lives in a
+    helper module (``pipelines.learner.reward_model`` for ppo's critic)."""
+    phases = phase_modules()
+    wrong = []
+    for path in sorted((ROOT / "pipelines" / "learner").glob("*.py")):
+        rel = path.relative_to(ROOT)
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "PHASE" for t in node.targets):
+                wrong.append(f"{rel} defines PHASE")
+        for name in imported(path):
+            parts = name.split(".")
+            if parts[0] == "pipelines" and len(parts) > 1 and parts[1] in phases:
+                wrong.append(f"{rel} imports {name}")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_the_bench_scripts_import_each_other_without_a_cycle() -> None:
     scripts = {p.stem: p for p in (ROOT / "bench").glob("*.py")}
 
@@ -112,3 +131,28 @@ def test_the_bench_scripts_import_each_other_without_a_cycle() -> None:
     for script in sorted(scripts):
         if script not in state:
             visit(script, [])
+
+
+def test_chessrl_modules_import_each_other_without_a_cycle() -> None:
+    """A module may lean on another of its package only one way (``chessrl.lm.models`` reads
+    configs through ``checkpoints``; both share ``chessrl.lm.gelu``, which imports neither)."""
+    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts): p for p in CHESSRL.rglob("*.py")}
+    modules = {name.removesuffix(".__init__"): path for name, path in modules.items()}
+    edges = {
+        module: {name for name in imported(path) if name in modules and name != module}
+        - {module.rsplit(".", 1)[0], "chessrl"}  # a module's own package (its docstring, LAYERS) is no circle
+        for module, path in modules.items()
+    }
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(edges[node]):
+            assert state.get(nxt) != 1, f"import cycle: {' -> '.join([*path, node, nxt])}"
+            if nxt not in state:
+                visit(nxt, [*path, node])
+        state[node] = 2
+
+    for module in sorted(modules):
+        if module not in state:
+            visit(module, [])
