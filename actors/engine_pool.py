@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -207,14 +207,29 @@ class EnginePool:
         settings: PoolSettings | None = None,
         num_cpus_per_engine: float = 1.0,
         key: str = "engines",
+        log: Callable[[str], None] | None = None,
     ) -> EnginePool:
         """``engines`` Stockfish processes over the cluster's nodes: one actor per node, each
         with that node's share (:func:`engine_split`), so no actor asks for more CPUs than its
         node has (one actor holding them all waits forever where no node is that big). Each
         actor prefers its node (soft affinity: it runs elsewhere if the node has gone).
-        ``engines`` beyond what the nodes hold is one :class:`~cluster.errors.ConfigError` naming ``key``."""
+        On a cluster with an autoscaler the nodes it can start count too: the shares are planned
+        over the alive nodes and the fewest new ones, and the driver asks for those and waits,
+        its progress lines in ``log`` (:func:`cluster.capacity.ensure`), before starting the
+        actors. ``engines`` beyond what the nodes (and node types) can hold is one
+        :class:`~cluster.errors.ConfigError` naming ``key``."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        from cluster.capacity import ensure, read_capacity
+
+        cap = read_capacity()
+        if cap.autoscales:
+            plan = engine_split(
+                engines, cap.engine_nodes(engines, num_cpus_per_engine), num_cpus_per_engine, key=key,
+                nodes=cap.describe(),
+            )  # fmt: skip
+            bundles = [{"CPU": count * num_cpus_per_engine} for count in plan if count]
+            ensure(bundles, what=f"{key} {engines}", log=log, capacity=cap)
         nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
         split = engine_split(engines, [n["Resources"]["CPU"] for n in nodes], num_cpus_per_engine, key=key)
         actors, counts = [], []
@@ -353,11 +368,14 @@ class EnginePool:
 
 
 def engine_split(
-    engines: int, node_cpus: Sequence[float], cpus_per_engine: float = 1.0, *, key: str = "engines"
-) -> list[int]:
+    engines: int, node_cpus: Sequence[float], cpus_per_engine: float = 1.0, *, key: str = "engines",
+    nodes: str | None = None,
+) -> list[int]:  # fmt: skip
     """Engines per node: ``engines`` spread over nodes of ``node_cpus`` CPUs, each node holding
     at most ``floor(cpus / cpus_per_engine)`` of them, filled in proportion to what each holds
-    (one at a time to the node with the most room left, ties to the first).
+    (one at a time to the node with the most room left, ties to the first). ``nodes`` says, in
+    the error, what ``node_cpus`` are when they are not just the alive nodes (an autoscaler's
+    node types among them: :meth:`cluster.capacity.Capacity.describe`).
 
     >>> engine_split(5, [2, 3])
     [2, 3]
@@ -374,9 +392,12 @@ def engine_split(
         raise ConfigError(f"{key} must be at least 1, got {engines}")
     room = [int(c / cpus_per_engine + 1e-9) for c in node_cpus]
     if engines > sum(room):
+        where = (
+            f"the cluster's nodes hold {sum(room)} engines ({len(room)} node(s), the largest {max(node_cpus, default=0):g} CPUs)"
+            if nodes is None else f"the cluster can hold {sum(room)} engines at most ({nodes})"
+        )  # fmt: skip
         raise ConfigError(
-            f"{key} {engines} needs {engines * cpus_per_engine:g} CPUs at {cpus_per_engine:g} each; the cluster's "
-            f"nodes hold {sum(room)} engines ({len(room)} node(s), the largest {max(node_cpus, default=0):g} CPUs): "
+            f"{key} {engines} needs {engines * cpus_per_engine:g} CPUs at {cpus_per_engine:g} each; {where}: "
             f"ask for at most {sum(room)}"
         )
     split = [0] * len(room)

@@ -319,19 +319,25 @@ def policy_game_positions(
 def engine_count(cfg: AnnotateConfig, cpus: int, policy_games: bool) -> int:
     """Stockfish processes: ``engines``, else one a CPU; with policy games to play, the CPUs of
     the ``policy_workers`` tasks are left to them (an engine on every CPU would keep the second
-    task from ever starting), and ``engines`` beside them must fit the cluster.
+    task from ever starting), and ``engines`` beside them must fit the cluster. In a Ray session
+    the CPUs are the cluster's (:func:`cluster.capacity.sizing_cpus`: on one that autoscales, those
+    of the first node it would start by default, and at most what its node types hold), ``cpus``
+    outside one.
 
     >>> from pipelines.config import AnnotateConfig
     >>> engine_count(AnnotateConfig(), 8, False), engine_count(AnnotateConfig(), 8, True)
     (8, 7)
     """
+    from cluster.capacity import sizing_cpus
+
+    cpus, most = sizing_cpus(cpus)
     workers = cfg.policy_workers if policy_games else 0
     if cfg.engines is None:
         return max(1, cpus - workers)
-    if workers and cfg.engines + workers > cpus:
+    if workers and cfg.engines + workers > most:
         raise ConfigError(
             f"annotate.engines {cfg.engines} and annotate.policy_workers {workers} need {cfg.engines + workers} "
-            f"CPUs; the cluster has {cpus}: lower --engines to {max(1, cpus - workers)} or leave it unset"
+            f"CPUs; the cluster has {most}: lower --engines to {max(1, most - workers)} or leave it unset"
         )
     return cfg.engines
 

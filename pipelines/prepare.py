@@ -51,6 +51,7 @@ from chessrl.data.pgn import (
 )
 from chessrl.engine.client import find_stockfish
 from chessrl.engine.engine_games import GeneratorSettings, generate_games
+from cluster.capacity import sizing_cpus
 from cluster.errors import InputDataError, StorageError
 from cluster.storage import Storage, resolve_inputs, split_uri
 from pipelines.cli import one_line
@@ -248,17 +249,18 @@ def run_generate(
     context: PhaseContext, out: Storage, file_index: int
 ) -> tuple[PrepareCounts, list[str], float, Counter[str]]:
     """Play ``prepare.generate`` games through an EnginePool; write shards and a PGN export."""
-    import ray
-
     from actors.engine_pool import EnginePool, PoolSettings
 
     cfg = context.config.prepare
     settings = generator_settings(context)
     if context.ray.mode == "embedded":
         find_stockfish()  # same machine as the actors: a missing engine is one clear line, before any actor starts
-    engines = cfg.engines or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    # unset: one a CPU of the nodes alive, or of the first node an autoscaler would start (cluster.capacity)
+    engines = cfg.engines or sizing_cpus()[0]
     started = time.perf_counter()
-    pool = EnginePool.spread(engines, run=context.config.run.name, settings=PoolSettings(), key="prepare.engines")
+    pool = EnginePool.spread(
+        engines, run=context.config.run.name, settings=PoolSettings(), key="prepare.engines", log=context.log
+    )
     context.log(
         f"generating {settings.games} games with {engines} Stockfish process(es): nodes {list(settings.nodes_levels)}, "
         f"{settings.random_plies[0]}-{settings.random_plies[1]} random opening plies, seed {settings.seed}"
@@ -376,8 +378,10 @@ def read_and_parse(
     # Small inputs give fewer blocks than parse tasks; that is expected, not worth a warning.
     warnings.filterwarnings("ignore", message="The maximum number of concurrent tasks", category=UserWarning)
 
-    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    parse_tasks = min(cfg.parallelism or cpus, cpus)
+    # the CPUs alive (or those of the first node an autoscaler would start), and at most what the
+    # cluster can hold: Ray Data's pending tasks are what its autoscaler starts nodes for
+    cpus, most = sizing_cpus()
+    parse_tasks = min(cfg.parallelism or cpus, most)
     items = [{"file_index": i, "uri": uri, "source": source} for i, (uri, source) in enumerate(files)]
     ds = ray.data.from_items(items, override_num_blocks=len(items))
     ds.context.target_max_block_size = RAW_BLOCK_BYTES  # this dataset only, not the process-wide default

@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cluster.capacity import read_capacity
 from cluster.config import flatten
 from cluster.errors import ConfigError, UserError
 from cluster.graph import Graph, Manifest, Manifests, Node, state_table
@@ -508,6 +509,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
             log(
                 f"ray: {ray_info.mode} cluster at {ray_info.address}, {int(ray_info.resources.get('CPU', 0))} CPUs"
             )
+            capacity = read_capacity()
+            if capacity.autoscales:  # each phase sizes itself from these and asks for its nodes
+                log(f"ray: {capacity.describe()}; each phase asks it for the nodes it needs")
             check_paths_on_nodes(config, list(type(config).model_fields), ray_info.mode, log)
             with tracker.invocation(params) as parent:
 

@@ -47,10 +47,11 @@ TRAINING_STATE_PREFIXES: tuple[str, ...] = ("optimizer", "scheduler", "rng_state
 
 
 def largest_node_cpus() -> float:
-    """The CPUs of the largest alive node: no single Ray Train worker can reserve more."""
-    import ray
+    """The CPUs of the largest node, alive or of a type the cluster's autoscaler starts
+    (:mod:`cluster.capacity`): no single Ray Train worker can reserve more."""
+    from cluster.capacity import read_capacity
 
-    return max((float(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive")), default=1.0)
+    return read_capacity().largest("CPU") or 1.0
 
 
 def cpus_that_fit(free: Sequence[float], workers: int, cap: float) -> float:
@@ -78,17 +79,26 @@ def node_cpus() -> list[float]:
     return [float(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
 
 
-def check_gpus(phase: str, num_workers: int, key: str | None = None, what: str | None = None) -> None:
-    """A learner that asks for a GPU a worker must find them in the cluster now: Ray Train would
-    otherwise wait for them forever, its controller retrying each minute. One ConfigError saying
-    what the cluster has and which torch the driver runs. ``key`` and ``what`` name another ask
-    (an actor's GPUs: ``ppo.reward_server_gpus``, "the 2 reward server(s)"), ``num_workers``
-    then the GPUs it needs in all."""
-    import ray
+def check_gpus(
+    phase: str, num_workers: int, key: str | None = None, what: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> None:  # fmt: skip
+    """A learner that asks for a GPU a worker must find them in the cluster, now or once its
+    autoscaler has started the nodes of a GPU type (:func:`cluster.capacity.ensure` asks for them
+    and waits, its progress lines in ``log``): Ray Train would otherwise wait for them forever,
+    its controller retrying each minute. GPUs no set of nodes can hold are one ConfigError saying
+    what the cluster has (and can start) and which torch the driver runs. ``key`` and ``what``
+    name another ask (an actor's GPUs: ``ppo.reward_server_gpus``, "the 2 reward server(s)"),
+    ``num_workers`` then the GPUs it needs in all."""
+    from cluster.capacity import ensure, read_capacity
 
-    gpus = sum(float(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n.get("Alive"))
+    cap = read_capacity()
+    gpus = cap.most("GPU")
     if gpus >= num_workers:
+        if cap.autoscales:
+            ensure([{"GPU": 1.0}] * num_workers, what=key or f"{phase}.use_gpu", log=log, capacity=cap)
         return
+    gpus_said = f"can hold at most {gpus:g} ({cap.describe()})" if cap.autoscales else f"has {gpus:g}"
     try:
         import torch
 
@@ -100,7 +110,7 @@ def check_gpus(phase: str, num_workers: int, key: str | None = None, what: str |
     asked = key or f"{phase}.use_gpu (--use-gpu)"
     needs = what or f"the learner's {num_workers} worker(s) need a GPU each"
     raise ConfigError(
-        f"{asked}: {needs}, but this Ray cluster has {gpus:g} ({build}): "
+        f"{asked}: {needs}, but this Ray cluster {gpus_said} ({build}): "
         + ("leave use_gpu off" if key is None else "set it to 0")
         + ", or start Ray on GPU "
         "machines with the CUDA build of torch (docs/cluster.md, \"GPUs\")"
@@ -136,14 +146,23 @@ def torch_trainer(
     from ray.train import LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    largest = largest_node_cpus()
+    from cluster.capacity import ensure, read_capacity
+
+    cap = read_capacity()
+    largest = cap.largest("CPU") or 1.0
     if cpus_per_worker > largest:  # Ray Train would wait for such a node forever, retrying each minute
         raise ConfigError(
             f"{phase}: a learner worker of {cpus_per_worker:g} CPUs fits on no node of this cluster "
-            f"(the largest has {largest:g}): lower {phase}.cpus_per_worker or add larger nodes"
+            f"(the largest has {largest:g}"
+            + (f"; {cap.describe()}" if cap.autoscales else "")
+            + f"): lower {phase}.cpus_per_worker or add larger nodes"
         )
     if use_gpu:
-        check_gpus(phase, num_workers)
+        check_gpus(phase, num_workers, log=context.log)
+    # on a cluster that autoscales, the nodes for the workers are asked for (and waited for, with
+    # progress lines) here; Ray Train's own placement group would wait for them silently
+    worker = {"CPU": float(cpus_per_worker), **({"GPU": 1.0} if use_gpu else {})}
+    ensure([worker] * num_workers, what=f"{phase}'s {num_workers} learner worker(s)", log=context.log, capacity=cap)
     folder = folder or phase
     ray_storage = context.phase_storage(folder).child("ray")
     ray_storage.makedirs()

@@ -1,0 +1,124 @@
+"""What a cluster can hold (cluster/capacity.py), without Ray: the autoscaler's node types read from
+its config, the nodes it can still start, how engines are planned over alive and new nodes, and the
+one line when no set of nodes can ever hold an ask."""
+
+from __future__ import annotations
+
+import doctest
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+import cluster.capacity
+from cluster.capacity import Capacity, NodeType, autoscaler_config_path, holds_now, parse_autoscaling_config
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAD0 = {"CPU": 0.0, "node:__internal_head__": 1.0, "node:10.0.0.1": 1.0, "memory": 8e9}
+SMALL, BIG = NodeType("small", {"CPU": 1}, 0, 2), NodeType("big", {"CPU": 2, "accel": 1}, 0, 1)
+FAKE = Capacity(alive=(HEAD0,), types=(SMALL, BIG), max_workers=3, source="fake.yaml")
+
+
+def test_the_examples_in_the_module_hold() -> None:
+    assert doctest.testmod(cluster.capacity).failed == 0
+
+
+def test_the_node_types_of_the_clusters_yaml() -> None:
+    """ray-cluster.yaml's worker types, its head left out, each with its resources and cap."""
+    types, cap = parse_autoscaling_config(yaml.safe_load((ROOT / "ray-cluster.yaml").read_text()))
+    assert cap == 13
+    by_name = {t.name: t for t in types}
+    assert "head" not in " ".join(by_name)  # the head's type is alive whenever anything runs
+    gpus = sorted(t.resources.get("GPU", 0) for t in types)
+    assert gpus[-1] == 8 and all(t.min_workers == 0 for t in types)
+    cap_of = Capacity(alive=(HEAD0,), types=types, max_workers=cap)
+    assert cap_of.autoscales and cap_of.largest("GPU") == 8 and cap_of.most("GPU") == 4 + 8
+
+
+def test_a_type_without_max_workers_takes_the_clusters_cap_and_the_head_type_is_left_out() -> None:
+    types, cap = parse_autoscaling_config({
+        "max_workers": 5, "head_node_type": "h",
+        "available_node_types": {"h": {"resources": {"CPU": 4}}, "w": {"resources": {"CPU": 2, "memory": 1e9}}},
+    })  # fmt: skip
+    assert cap == 5 and [(t.name, dict(t.resources), t.max_workers) for t in types] == [("w", {"CPU": 2.0}, 5)]
+    assert parse_autoscaling_config({}) == ((), None)
+
+
+def test_nodes_it_can_start_count_the_alive_ones_and_the_cap() -> None:
+    small_up = {"CPU": 1.0, "node:10.0.0.2": 1.0}
+    assert [t.name for t in FAKE.launchable()] == ["big", "small", "small"]
+    grown = Capacity(alive=(HEAD0, small_up), types=(SMALL, BIG), max_workers=2)
+    assert [t.name for t in grown.launchable()] == ["big"]  # one small is up, the cap leaves room for one
+    assert grown.most("CPU") == 1 + 2 and grown.most("accel") == 1
+    gpu_last = Capacity(alive=(HEAD0,), types=(NodeType("g", {"CPU": 8, "GPU": 1}, 0, 1), SMALL))
+    assert [t.name for t in gpu_last.launchable()] == ["small", "small", "g"]  # CPU work takes no GPU node
+
+
+def test_default_cpus_are_the_alive_ones_or_the_first_node_it_would_start() -> None:
+    assert FAKE.default_cpus() == 2
+    assert Capacity(alive=({"CPU": 4.0},), types=(SMALL,)).default_cpus() == 4
+    assert Capacity(alive=(HEAD0,)).default_cpus() == 1  # no autoscaler, no CPUs: at least one
+    assert not Capacity(alive=(HEAD0,), types=(NodeType("x", {"CPU": 4}, 0, 0),)).autoscales
+
+
+def test_engines_are_planned_over_the_alive_nodes_and_the_fewest_new_ones() -> None:
+    from actors.engine_pool import engine_split
+
+    assert FAKE.engine_nodes(1) == [2.0] and FAKE.engine_nodes(3) == [2.0, 1.0]
+    assert engine_split(3, FAKE.engine_nodes(3)) == [2, 1]
+    alive = Capacity(alive=(HEAD0, {"CPU": 1.0}), types=(SMALL, BIG), max_workers=3)
+    assert alive.engine_nodes(1) == [1.0]  # the alive node is enough: nothing to start
+    assert alive.engine_nodes(2) == [1.0, 2.0]
+    with pytest.raises(ValueError, match=r"prepare.engines 9 .* can hold 4 engines at most \(1 node\(s\) alive .*"
+                       r"starts up to small ×2 \(CPU 1\), big ×1 \(CPU 2, accel 1\)\): ask for at most 4"):  # fmt: skip
+        engine_split(9, FAKE.engine_nodes(9), key="prepare.engines", nodes=FAKE.describe())
+
+
+def test_an_ask_no_node_can_ever_hold_is_one_line_and_one_that_fits_is_none() -> None:
+    line = FAKE.cannot_hold([{"CPU": 3}], "sft's 1 learner worker(s)")
+    assert line is not None and "\n" not in line
+    assert "one asks for CPU 3, which no node of this cluster has, nor any node type" in line
+    assert "big ×1 (CPU 2, accel 1)" in line
+    total = FAKE.cannot_hold([{"CPU": 2}] * 3, "grpo's 3 learner worker(s)")
+    assert total is not None and "6 CPU in all, but this cluster can hold at most 4" in total
+    assert FAKE.cannot_hold([{"CPU": 1, "accel": 1}], "x") is None  # fits the big type
+    assert FAKE.cannot_hold([{"GPU": 1}], "sft.use_gpu") is not None
+    static = Capacity(alive=({"CPU": 2.0, "node:__internal_head__": 1.0},))
+    assert "nor any node type" not in (static.cannot_hold([{"CPU": 3}], "x") or "")
+
+
+def test_holding_now_is_about_the_free_resources_of_the_alive_nodes() -> None:
+    assert holds_now([{"CPU": 1}] * 2, [{"CPU": 2.0, "node:1": 1.0}])
+    assert not holds_now([{"CPU": 1, "accel": 1}], [{"CPU": 4.0}])
+    assert holds_now([], [])
+
+
+def _process(proc: Path, pid: int, args: list[str], net: str = "net:[1]") -> None:
+    (proc / str(pid) / "ns").mkdir(parents=True)
+    (proc / str(pid) / "cmdline").write_bytes("\0".join(args).encode() + b"\0")
+    os.symlink(net, proc / str(pid) / "ns" / "net")
+
+
+def test_the_config_is_the_one_of_this_clusters_monitor_process(tmp_path: Path) -> None:
+    """The monitor of the cluster whose GCS port matches, in this network namespace; a plain
+    `ray start` monitor has no config; another cluster's monitor is not ours."""
+    proc = tmp_path / "proc"
+    (proc / "self" / "ns").mkdir(parents=True)
+    os.symlink("net:[1]", proc / "self" / "ns" / "net")
+    monitor = "/venv/lib/python3.11/site-packages/ray/autoscaler/_private/monitor.py"
+    v2 = "/venv/lib/python3.11/site-packages/ray/autoscaler/v2/monitor.py"
+    _process(proc, 10, ["python", "-u", monitor, "--gcs-address=10.0.0.1:6379", "--autoscaling-config=/a.yaml"])
+    _process(proc, 11, ["python", "-u", monitor, "--gcs-address=10.0.0.1:6380"])
+    _process(proc, 12, ["python", "-u", v2, "--gcs-address=127.0.0.1:7000", "--autoscaling-config=~/b.yaml"])
+    _process(proc, 13, ["python", "-u", v2, "--gcs-address=127.0.0.1:7001", "--autoscaling-config=/c.yaml"], "net:[2]")
+    _process(proc, 14, ["python", "train.py", "--gcs-address=127.0.0.1:7002", "--autoscaling-config=/d.yaml"])
+    assert autoscaler_config_path("6379", str(proc)) == "/a.yaml"
+    assert autoscaler_config_path("6380", str(proc)) is None  # a monitor without a config: no autoscaler
+    assert autoscaler_config_path("7000", str(proc)) == os.path.expanduser("~/b.yaml")
+    assert autoscaler_config_path("7001", str(proc)) is None  # another network namespace's cluster
+    assert autoscaler_config_path("7002", str(proc)) is None  # not a monitor
+
+
+def test_outside_a_ray_session_sizing_uses_the_callers_count() -> None:
+    assert cluster.capacity.sizing_cpus(6) == (6, 6)
