@@ -2,7 +2,7 @@
 
     python -m pipelines.rlaif --config tiny
     chess-rl rlaif --config tiny --only ppo evaluate
-    chess-rl rlaif --config tiny --from reward --force ppo
+    chess-rl rlaif --config tiny --from ppo --force ppo
     ray job submit --working-dir . -- python -m pipelines.rlaif --config cluster --storage s3://b/runs
 
 The graph (:data:`NODES`)::
@@ -10,6 +10,9 @@ The graph (:data:`NODES`)::
     prepare -> sft -> preferences -> reward -> ppo -> evaluate
                   |             \\-> dpo ----------------/
                   \\-> grpo ------------------------------/
+
+(the reward node only where ppo reads the judge, ``ppo.reward: model``; the tiny and demo
+presets grade ppo with Stockfish, so their graphs train no reward model.)
 
 Every phase runs the code of ``chess-rl <phase>`` (its ``Phase.run``) on one Ray session and
 reads the section of the same config, with its outputs under ``<storage>/<run>/<phase>/``. A
@@ -96,7 +99,8 @@ def graph_nodes(config: ChessRLConfig) -> tuple[Node, ...]:
     ``rlaif.online_dpo``, an ``online-dpo`` node (grpo with ``loss_type: dpo``) needs what grpo
     needs, and evaluate reads it; a ppo graded by Stockfish (``ppo.reward: stockfish``) does not
     need the reward model, and a board ppo (``ppo.text_format: board``, no ``ppo.policy``) starts
-    from the sft-board node instead of sft."""
+    from the sft-board node instead of sft. A judge nothing reads is not trained: with
+    ``ppo.reward: stockfish`` the graph has no reward node (``chess-rl reward`` trains one alone)."""
     out: list[Node] = []
     extra = None if config.grpo.policy else FORMAT_SFT.get(config.grpo.text_format)
     board_ppo = ppo_board_start(config)
@@ -117,7 +121,8 @@ def graph_nodes(config: ChessRLConfig) -> tuple[Node, ...]:
             out.append(Node("evaluate", needs + ((ONLINE_DPO,) if config.rlaif.online_dpo else ())))
         else:
             out.append(n)
-    return tuple(out)
+    read = {need for node in out for need in node.needs}
+    return tuple(n for n in out if n.name != "reward" or "reward" in read)
 
 
 DESCRIPTION = """Runs prepare -> sft -> preferences -> reward -> ppo, preferences -> dpo and sft -> grpo, then an
@@ -125,10 +130,11 @@ evaluate of the ppo, grpo and dpo policies against the sft start, on one Ray ses
 (<run>/rlaif/manifests/<phase>.json) holds the key of its config and inputs is skipped; the others
 resume from their own checkpoints. A changed section re-runs that phase and everything below it.
 --set rlaif.online_dpo=true adds online DPO (grpo --loss-type dpo) beside grpo, and to the comparison.
+The reward model is trained only where ppo reads it (ppo.reward model; the tiny preset grades with Stockfish).
 Examples:
   chess-rl rlaif --config tiny
   chess-rl rlaif --only ppo evaluate --set ppo.kl_coef=0.1
-  chess-rl rlaif --from reward --force reward"""
+  chess-rl rlaif --from ppo --force ppo"""
 
 
 def phase_module(name: str) -> Phase:
@@ -244,6 +250,12 @@ class GraphRun:
         self.manifests = Manifests(self.folder.child("manifests"))
         self.log = log
         self.run_node = run_node
+        named = [*(self.cfg.only or []), *([self.cfg.start] if self.cfg.start else []), *self.cfg.force]
+        if "reward" in named and "reward" not in self.graph.nodes:
+            raise ConfigError(
+                "rlaif: this graph trains no reward model, as no phase reads it (ppo.reward is stockfish): "
+                "set ppo.reward=model for the judge -> ppo path, or run `chess-rl reward` on its own"
+            )
         self.selected = self.graph.select(self.cfg.only or None, self.cfg.start)
         self.keys = node_keys(self.graph, config, run_storage)
         self.states = {n: NodeState(n, key=self.keys[n][:8]) for n in self.graph.order()}
@@ -464,15 +476,17 @@ def comparison(config: ChessRLConfig, run_storage: Storage) -> list[str]:
 
 def judge_lines(config: ChessRLConfig, run_storage: Storage) -> list[str]:
     """The reward model's bar on its held-out positions (:func:`pipelines.reward.judge_line`),
-    and who reads it, when the graph trained one; else nothing."""
+    and who reads it, when the graph trained one; one line saying why not when nothing reads it."""
     from chessrl.rl.reward import judge_line
 
+    if config.ppo.reward != "model":
+        return ["", "The judge (a reward model): not trained, no phase reads it (ppo grades with Stockfish); "
+                "its bar and figures: docs/results.md, `chess-rl reward` trains one"]  # fmt: skip
     folder = run_storage.child(output_folder(config, "reward"))
     if not folder.exists("summary.json"):
         return []
     summary = json.loads(folder.read_text("summary.json"))
-    read = "ppo reads it" if config.ppo.reward == "model" else "no phase reads it (ppo grades with Stockfish)"
-    return ["", f"The judge (the reward model; {read}):", judge_line(summary)]
+    return ["", "The judge (the reward model; ppo reads it):", judge_line(summary)]
 
 
 def _jsonable(summary: dict[str, Any]) -> dict[str, Any]:

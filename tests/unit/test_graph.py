@@ -274,6 +274,7 @@ def test_a_board_ppo_graded_by_stockfish_starts_from_the_board_sft(tmp_path, grp
     )  # fmt: skip
     run = GraphRun(config, phases.root, lambda _: None, phases)
     assert run.graph.nodes["ppo"].needs == ("prepare", "sft-board")  # no reward model, the board start
+    assert "reward" not in run.graph.nodes  # nothing reads a judge, so none is trained
     assert "sft-board" in run.graph.nodes["evaluate"].needs
     assert run.run() and phases.calls.count("sft-board") == 1
     assert phases.calls.index("sft-board") < phases.calls.index("ppo")
@@ -285,3 +286,28 @@ def test_a_board_ppo_graded_by_stockfish_starts_from_the_board_sft(tmp_path, grp
     grpo, sft = players.players.index(players.players[1]), 3  # a moves grpo still plays the sft
     assert players.players[sft].endswith("/sft/model,masked")
     assert f"{grpo}-{board if grpo_format == 'board' else sft}" in players.pairs
+
+
+def test_a_graph_whose_ppo_grades_with_stockfish_trains_no_judge_and_says_so(tmp_path):
+    """The tiny and demo presets' ppo grades with Stockfish: their graphs have no reward node,
+    naming it is one line, and the story's judge line says why none was trained."""
+    from cluster.errors import ConfigError
+    from pipelines.rlaif import GraphRun, judge_lines
+
+    phases = Phases(Storage.from_uri(str(tmp_path)).child("r"))
+    overrides = {"run.storage": (str(tmp_path), "--storage"), "ppo.reward": ("stockfish", "--reward")}
+    config = load_config(ChessRLConfig, path=None, overrides=overrides)
+    assert "reward" not in run_graph_names(config) and "preferences" in run_graph_names(config)
+    assert "not trained, no phase reads it" in " ".join(judge_lines(config, phases.root))
+    for flag, value in (("rlaif.only", ["reward"]), ("rlaif.start", "reward"), ("rlaif.force", ["reward"])):
+        bad = load_config(ChessRLConfig, path=None, overrides={**overrides, flag: (value, "--x")})
+        with pytest.raises(ConfigError, match="trains no reward model.*ppo.reward=model"):
+            GraphRun(bad, phases.root, lambda _: None, phases)
+    judged = load_config(ChessRLConfig, path=None, overrides={"ppo.reward": ("model", "--reward")})
+    assert "reward" in run_graph_names(judged)  # ppo reads the judge: the seed's path
+
+
+def run_graph_names(config: ChessRLConfig) -> list[str]:
+    from pipelines.rlaif import graph_nodes
+
+    return [n.name for n in graph_nodes(config)]
