@@ -204,3 +204,44 @@ def test_the_judges_bar_counts_balanced_positions_and_clearly_worse_moves_only()
     assert inverted["best_over_random_balanced"] == 0.0 and inverted["best_over_worse"] == 0.0
     ties = judge_measures([([1.0, 1.0, 1.0], [0, -150, -400])])
     assert ties["best_over_random_balanced"] == 0.5  # a judge that cannot tell counts as a coin
+
+
+def test_the_judges_loss_on_a_hanging_queen_teaches_it_the_capture() -> None:
+    """A hanging queen (exd5 wins it): annotate's pairs choose the capture over each clearly worse
+    move, the judge reads the board after each (different texts), and TRL's pairwise loss
+    (``-logsigmoid(chosen - rejected)``, RewardTrainer's) on those ids falls over a few steps of a
+    tiny reward model until the capture scores above every rejected move."""
+    import torch
+
+    from chessrl.lm.formats import BoardAfterFormat
+    from chessrl.rl.preferences import annotation_pairs
+    from chessrl.rl.reward import build_reward_model, pair_texts, score_ids, text_ids
+
+    fen = "4k3/8/8/3q4/4P3/8/8/R3K3 w Q - 0 1"
+    moves = ["e4d5"] + sorted(m.uci() for m in chess.Board(fen).legal_moves if m.uci() != "e4d5")
+    row = {"fen": fen, "moves": moves, "cp": [900] + [-850] * (len(moves) - 1), "phase": "endgame", "game_id": "g", "ply": 30}
+    pairs = annotation_pairs(row, 2, 50, random.Random(0))
+    assert pairs and all(p["chosen"] == " e4d5" for p in pairs)
+    torch.manual_seed(0)
+    model, tok = build_reward_model()
+    texts = [pair_texts(BoardAfterFormat(), p["prompt"], p["fen"], p["chosen"], p["rejected"]) for p in pairs]
+    assert all(t is not None and t[0] != t[1] for t in texts)
+    chosen = [text_ids(tok, t[0]) for t in texts]  # type: ignore[index]
+    rejected = [text_ids(tok, t[1]) for t in texts]  # type: ignore[index]
+
+    def loss() -> torch.Tensor:
+        ids = torch.tensor(chosen + rejected)  # one position: every text the same length
+        scores = model(input_ids=ids).logits[:, 0]
+        return -torch.nn.functional.logsigmoid(scores[: len(chosen)] - scores[len(chosen) :]).mean()
+
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    first = loss().item()
+    for _ in range(6):
+        opt.zero_grad()
+        (step := loss()).backward()
+        opt.step()
+    model.eval()
+    assert step.item() < first * 0.5, (first, step.item())
+    capture, others = score_ids(model, chosen[:1], tok.pad_token_id)[0], score_ids(model, rejected, tok.pad_token_id)
+    assert all(capture > s for s in others)
