@@ -17,7 +17,11 @@ Positions come from the configured ``sources``, ``positions`` from each:
 - ``lopsided``: games between a one-ply material grabber that mates when it can and a random
   mover (:func:`chessrl.data.positions.lopsided_game_moves`; ~3 in 4 end in mate): positions
   where one side is far ahead or a mate is near, which human games rarely hold, drawn twice as
-  often from a game's second half.
+  often from a game's second half;
+- ``engine``: games between Stockfish (1, 10 or 100 nodes a move, a random move a tenth of its
+  turns) and a random mover (:func:`chessrl.engine.engine_games.random_opponent_games`, played
+  on the same engine pool, one batch a ply): how an engine wins against a random opponent,
+  positions drawn as for lopsided.
 
 Each position gets one Stockfish search that lists every legal move (MultiPV, ``nodes`` for each
 legal move: :mod:`chessrl.engine.annotation`), on an :class:`actors.engine_pool.EnginePool`
@@ -41,6 +45,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from chessrl.data.positions import (
@@ -52,6 +57,7 @@ from chessrl.data.positions import (
     random_game_positions,
 )
 from chessrl.engine.annotation import ANNOTATION_SCHEMA
+from chessrl.engine.engine_games import Analyse, random_opponent_positions
 from chessrl.lm.lm_data import split_games
 from chessrl.rl.preferences import PREFERENCE_SCHEMA, annotation_pairs, board_key
 from cluster.errors import ConfigError, StorageError
@@ -100,6 +106,11 @@ def check_annotate(config: ChessRLConfig, inputs: Inputs) -> AnnotateInputs:
 
     cfg = config.annotate
     find_stockfish()  # a missing engine is one clear line before any work
+    if cfg.whole_games and "engine" in cfg.sources:
+        raise ConfigError(
+            "annotate.sources: the engine source gives drawn positions only; with annotate.whole_games "
+            "use games, random or lopsided (or turn whole_games off)"
+        )
     games = None
     if {"games", "policy"} & set(cfg.sources) or cfg.heldout_positions:
         games = Storage.from_uri(cfg.games or inputs.folder("prepare").uri_of("games"))
@@ -175,6 +186,8 @@ class PositionSource:
             if rows
         }
         self.rows = {"games": train_rows, "heldout": held_rows}
+        #: Stockfish for the engine source's games (the run's engine pool, set once it starts)
+        self.analyse: Analyse | None = None
 
     def starts(self, index: int, n: int) -> list[tuple[str, ...]]:
         """Start positions for the policy's games: training games' positions (the start position
@@ -191,8 +204,9 @@ class PositionSource:
         seed = self.seed * 7919 + plan.index + (500_009 if split == "heldout" else 0)
         if self.cfg.whole_games and split == "train":
             return self.whole_games(plan, seed)
-        if plan.source in ("random", "lopsided"):
-            made = random_game_positions if plan.source == "random" else lopsided_game_positions
+        if plan.source in ("random", "lopsided", "engine"):
+            made = {"random": random_game_positions, "lopsided": lopsided_game_positions,
+                    "engine": partial(random_opponent_positions, analyse=self.analyse)}[plan.source]  # fmt: skip
             picks = made(plan.count, seed=seed, max_plies=self.cfg.max_plies)
             return [
                 {
@@ -459,7 +473,10 @@ def run_annotate(context: PhaseContext) -> PhaseResult:
     made = scored = 0
     if pending:
         policy = PolicyTasks(cfg, found, source, pending, seed)
-        pool = EnginePool.spread(engines, run=f"{context.config.run.name}-annotate", key="annotate.engines")
+        pool = EnginePool.spread(
+            engines, run=f"{context.config.run.name}-annotate", key="annotate.engines", log=context.log
+        )
+        source.analyse = lambda fens, limits, multipv: pool.analyse(fens, limits, multipv=multipv, fresh=True)
         try:
             held_out_of: set[str] | None = None  # the training shards' boards, read once
             for done_now, plan in enumerate(pending):

@@ -339,16 +339,27 @@ def lopsided_game_positions(n: int, *, seed: int, max_plies: int = 200, per_game
     game = 0
     while len(picks) < n:
         moves = lopsided_game_moves(rng, max_plies)
-        plies = list(range(1, len(moves)))
-        weights = [2.0 if ply >= len(moves) / 2 else 1.0 for ply in plies]
-        chosen: set[int] = set()
-        final = chess.Board()
-        for move in moves:
-            final.push_uci(move)
-        if plies and final.is_checkmate():
-            chosen.add(plies[-1])  # the mate in one that ended it
-        while plies and len(chosen) < min(per_game, len(plies)):
-            chosen.add(rng.choices(plies, weights)[0])
-        picks += positions_at(moves, chosen, game)[: n - len(picks)]
+        picks += decisive_positions(moves, rng, per_game, game)[: n - len(picks)]
         game += 1
     return picks
+
+
+def decisive_positions(moves: Sequence[str], rng: random.Random, per_game: int, game: int) -> list[Position]:
+    """``per_game`` positions of one game (its UCI ``moves``) where the lesson is: the position
+    before a mate that ended it (a mate in one), the rest drawn with the later half of the game
+    twice as likely (where one side is far ahead); none before the first move.
+
+    >>> [p.next_move for p in decisive_positions(["f2f3", "e7e5", "g2g4", "d8h4"], random.Random(0), 1, 0)]
+    ['d8h4']
+    """
+    plies = list(range(1, len(moves)))
+    weights = [2.0 if ply >= len(moves) / 2 else 1.0 for ply in plies]
+    chosen: set[int] = set()
+    final = chess.Board()
+    for move in moves:
+        final.push_uci(move)
+    if plies and final.is_checkmate():
+        chosen.add(plies[-1])  # the mate in one that ended it
+    while plies and len(chosen) < min(per_game, len(plies)):
+        chosen.add(rng.choices(plies, weights)[0])
+    return positions_at(moves, chosen, game)

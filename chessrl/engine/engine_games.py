@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import chess
 
 from chessrl.data.games import GameRecord, game_id_for
+from chessrl.data.positions import Position, decisive_positions
 from chessrl.engine.client import Analysis, SearchLimit
 
 ENGINE_NAME = "Stockfish"
@@ -264,3 +265,79 @@ def generate_games(settings: GeneratorSettings, analyse: Analyse) -> Iterator[En
                 still.append(game)
         active[:] = still
         refill()
+
+
+#: Stockfish's node budgets in games against a random mover: a weak engine that still takes
+#: what hangs and mates when it sees it (one node already finds a mate in one).
+RANDOM_OPPONENT_NODES: tuple[int, ...] = (1, 10, 100)
+
+
+def random_opponent_games(
+    games: int, seed: int, analyse: Analyse, *, nodes_levels: Sequence[int] = RANDOM_OPPONENT_NODES,
+    noise: float = 0.1, max_plies: int = 200, concurrent_games: int = 64,
+) -> list[list[str]]:  # fmt: skip
+    """The UCI moves of ``games`` games between Stockfish and a random mover: what a policy that
+    plays a random opponent meets, with the engine's own way of winning (hung pieces taken, mates
+    played). Each game draws Stockfish's colour and node budget from ``nodes_levels``; a random
+    legal move ``noise`` of the engine's turns. Games advance in step, one ``analyse`` batch a ply
+    (multipv 1, each position with its game's budget), each game with its own seeded RNG: with a
+    cleared hash, the same seed gives the same games.
+
+    >>> from chessrl.engine.client import Line, Score
+    >>> first = lambda fens, limits, mpv: [Analysis(f, (Line(sorted(m.uci() for m in chess.Board(f).legal_moves)[0], Score(0, None), ()),)) for f in fens]
+    >>> games = random_opponent_games(2, 5, first, max_plies=6)
+    >>> [len(g) for g in games], games == random_opponent_games(2, 5, first, max_plies=6)
+    ([6, 6], True)
+    """
+    out: list[list[str]] = []
+    for start in range(0, games, concurrent_games):
+        indices = range(start, min(games, start + concurrent_games))
+        rngs = [random.Random(f"{seed}:random-opponent:{i}") for i in indices]
+        engine_side = [rng.random() < 0.5 for rng in rngs]
+        limits = [SearchLimit(nodes=rng.choice(tuple(nodes_levels))) for rng in rngs]
+        boards = [chess.Board() for _ in rngs]
+        moves: list[list[str]] = [[] for _ in rngs]
+        active = list(range(len(rngs)))
+        while active:
+            asked = [
+                g for g in active if boards[g].turn == engine_side[g] and rngs[g].random() >= noise
+            ]
+            found = analyse([boards[g].fen() for g in asked], [limits[g] for g in asked], 1) if asked else []
+            answers = dict(zip(asked, found, strict=True))
+            for g in active:
+                move = (
+                    answers[g].lines[0].move
+                    if g in answers and answers[g].lines
+                    else rngs[g].choice(sorted(m.uci() for m in boards[g].legal_moves))
+                )
+                boards[g].push_uci(move)
+                moves[g].append(move)
+            active = [g for g in active if len(moves[g]) < max_plies and not boards[g].is_game_over()]
+        out += moves
+    return out
+
+
+def random_opponent_positions(
+    n: int, *, seed: int, analyse: Analyse, max_plies: int = 200, per_game: int = 4
+) -> list[Position]:
+    """``n`` positions of :func:`random_opponent_games`, ``per_game`` from each
+    (:func:`chessrl.data.positions.decisive_positions`: a game's final mate in one, the later half
+    twice as likely), seeded; positions without a legal move left out.
+
+    >>> from chessrl.engine.client import Line, Score
+    >>> first = lambda fens, limits, mpv: [Analysis(f, (Line(sorted(m.uci() for m in chess.Board(f).legal_moves)[0], Score(0, None), ()),)) for f in fens]
+    >>> picks = random_opponent_positions(5, seed=2, analyse=first, max_plies=20)
+    >>> len(picks), all(p.board().legal_moves.count() for p in picks)
+    (5, True)
+    """
+    rng = random.Random(seed)
+    picks: list[Position] = []
+    batch = 0
+    while len(picks) < n:
+        wanted = max(1, -(-(n - len(picks)) // per_game))
+        games = random_opponent_games(wanted, seed * 1_000_003 + batch, analyse, max_plies=max_plies)
+        for game, moves in enumerate(games):
+            found = decisive_positions(moves, rng, per_game, batch * 100_000 + game)
+            picks += [p for p in found if p.board().legal_moves.count()][: n - len(picks)]
+        batch += 1
+    return picks

@@ -64,8 +64,9 @@ class PrepareConfig(Section):
 
 
 #: Where ``annotate``'s positions come from: the games table's training games, games the policy
-#: plays (masked, against a random mover, its start or itself: DAgger), random-mover games.
-AnnotateSource = Literal["games", "policy", "random", "lopsided"]
+#: plays (masked, against a random mover, its start or itself: DAgger), random-mover games, a
+#: greedy mover's or Stockfish's games against a random mover.
+AnnotateSource = Literal["games", "policy", "random", "lopsided", "engine"]
 
 
 class AnnotateConfig(Section):
@@ -81,7 +82,8 @@ class AnnotateConfig(Section):
     """Where training positions come from: games (the games table), policy (the policy's own
     masked games against policy_opponents), random (random-mover games), lopsided (a greedy
     material grabber that mates when it can against a random mover: won positions and near
-    mates, what a player must learn to finish a game)."""
+    mates, what a player must learn to finish a game), engine (Stockfish at 1-100 nodes, a
+    random move a tenth of its turns, against a random mover: how an engine wins those)."""
     positions: int = Field(4000, ge=1)
     """Training positions from each source."""
     heldout_positions: int = Field(500, ge=0)
@@ -104,7 +106,7 @@ class AnnotateConfig(Section):
     max_plies: int = Field(200, ge=1)
     """A policy or random game ends after this many plies (a whole training game too)."""
     whole_games: bool = False
-    """Training positions of the games and random sources as whole games, every ply in order (the
+    """Training positions of the games, random and lopsided sources as whole games, every ply in order (the
     moves before each in ``history``), instead of positions drawn by phase: what sft in the moves
     format distils from (one game, one pass, a soft target at every move). Held-out positions
     and the policy source stay drawn."""

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 
 def _annotated(group: EngineGroup, fen: str, nodes: int = 200):
     board = chess.Board(fen)
-    [analysis] = group.analyse([board], annotation_limit(board, nodes), ALL_MOVES_MULTIPV, fresh=True)
+    [analysis] = group.analyse([board], annotation_limit(board, nodes), multipv=ALL_MOVES_MULTIPV, fresh=True)
     return annotate(board, analysis)
 
 
@@ -220,4 +220,6 @@ def test_bad_input_is_one_line(tmp_path, capsys, games):
     assert "annotate.policy" in said, said
     said = line("--sources", "random", "--heldout-positions", "0", "--engines", "0")
     assert "annotate.engines" in said, said
+    said = line("--sources", "engine", "--whole-games", "--heldout-positions", "0")
+    assert "annotate.sources" in said and "whole_games" in said, said
     assert not (tmp_path / "a" / "annotate").exists()  # nothing written

@@ -149,3 +149,44 @@ def test_the_lopsided_source_holds_won_positions_and_near_mates() -> None:
         )
     assert share["lopsided"][0] > 2 * share["random"][0] and share["lopsided"][0] > 0.3, share
     assert share["lopsided"][1] > share["random"][1], share
+
+
+def test_the_engine_source_is_stockfish_beating_a_random_mover() -> None:
+    """annotate's ``engine`` source: positions of Stockfish (few nodes, a little noise) against a
+    random mover, each its game's board after its moves, seeded; the engine wins most games and
+    far more positions are lopsided in material than in random-mover games."""
+    from chessrl.data.positions import PIECE_VALUES, random_game_positions
+    from chessrl.engine.engine_games import random_opponent_games, random_opponent_positions
+    from chessrl.engine.group import EngineGroup
+    from pipelines.annotate import AnnotateInputs, PositionSource, plan_shards
+    from pipelines.config import AnnotateConfig
+
+    cfg = AnnotateConfig(sources=["engine"], positions=24, heldout_positions=0, shard_positions=24, max_plies=120)
+    with EngineGroup(1) as engines:
+        def analyse(fens, limits, multipv):  # type: ignore[no-untyped-def]
+            return engines.analyse(fens, limits, multipv=multipv, fresh=True)
+
+        source = PositionSource(cfg, AnnotateInputs(games=None, policy=None), 0.05, seed=7)
+        source.analyse = analyse
+        rows = source.local(plan_shards(cfg)[0], "train")
+        again = random_opponent_positions(24, seed=7 * 7919, analyse=analyse, max_plies=120)
+        games = random_opponent_games(6, 3, analyse, max_plies=120)
+    assert len(rows) == 24 and {r["game_id"].split("-")[0] for r in rows} == {"engine"}
+    assert [r["fen"] for r in rows] == [p.fen for p in again]  # seeded: the same positions again
+    for row in rows[:6]:
+        board = chess.Board()
+        for move in row["history"].split():
+            board.push_uci(move)
+        assert board.fen() == row["fen"] and board.legal_moves.count()
+    ended = [chess.Board() for _ in games]
+    for board, moves in zip(ended, games, strict=True):
+        for move in moves:
+            board.push_uci(move)
+    assert sum(b.is_checkmate() for b in ended) >= 4, [len(g) for g in games]  # the engine mates
+
+    def lopsided(fen: str) -> bool:
+        board = chess.Board(fen)
+        return abs(sum(PIECE_VALUES[p.piece_type] * (1 if p.color else -1) for p in board.piece_map().values())) >= 9
+
+    chaos = random_game_positions(24, seed=7, max_plies=120)
+    assert sum(lopsided(r["fen"]) for r in rows) > 2 * max(1, sum(lopsided(p.fen) for p in chaos))
