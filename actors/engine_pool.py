@@ -3,7 +3,7 @@
     pool = EnginePool.spread(4, run="demo")   # 4 engines over the nodes: one actor a node, each its share
     [a] = pool.analyse(["6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1"], SearchLimit(nodes=20_000))
     a.best_move, a.score.mate        # ('d1d8', 1)
-    pool.play(fen, Strength(elo=1500), SearchLimit(nodes=5_000))
+    pool.play(fen, SearchLimit(nodes=5_000), strength=Strength(elo=1500))
     pool.shutdown()
 
 Each ``EnginePoolActor`` is a thin shell around :class:`chessrl.engine.group.EngineGroup` (one
@@ -110,11 +110,16 @@ class EnginePoolActor:
         self._reported = now
 
     def analyse(
-        self, fens: list[str], limit: SearchLimit, multipv: int = 1, fresh: bool = False
+        self,
+        positions: list[str],
+        limit: SearchLimit | list[SearchLimit],
+        *,
+        multipv: int = 1,
+        fresh: bool = False,
     ) -> list[Analysis]:
-        self._queue.set(self.group.snapshot()["queue_depth"] + len(fens), tags=self._tags)
+        self._queue.set(self.group.snapshot()["queue_depth"] + len(positions), tags=self._tags)
         try:
-            return self.group.analyse(fens, limit, multipv, fresh=fresh)
+            return self.group.analyse(positions, limit, multipv=multipv, fresh=fresh)
         finally:
             self._export()
 
@@ -131,9 +136,11 @@ class EnginePoolActor:
         finally:
             self._export()
 
-    def play(self, fen: str, strength: Strength, limit: SearchLimit, fresh: bool = False) -> str:
+    def play(
+        self, position: str, limit: SearchLimit, *, strength: Strength | None = None, fresh: bool = False
+    ) -> str:
         try:
-            return self.group.play(fen, strength, limit, fresh=fresh)
+            return self.group.play(position, limit, strength=strength, fresh=fresh)
         finally:
             self._export()
 
@@ -261,14 +268,19 @@ class EnginePool:
 
     # -- batched calls --------------------------------------------------------------------------
     def analyse(
-        self, positions: Sequence[str | chess.Board], limit: SearchLimit | Sequence[SearchLimit], multipv: int = 1,
-        *, fresh: bool = False, chunk_size: int | None = None,
+        self, positions: Sequence[str | chess.Board], limit: SearchLimit | Sequence[SearchLimit],
+        *, multipv: int = 1, fresh: bool = False, chunk_size: int | None = None,
     ) -> list[Analysis]:  # fmt: skip
-        """Analyse positions over every actor; answers in input order (one limit, or one each)."""
+        """Analyse positions (FENs or boards) over every actor
+        (:meth:`chessrl.engine.group.EngineGroup.analyse`); answers in input order (one limit, or
+        one each); ``chunk_size`` positions a request (default: the batch spread over twice the
+        engines, at most 32)."""
         fens = [p.fen() if isinstance(p, chess.Board) else board_from(p).fen() for p in positions]
         limits = per_position(limit, len(fens))
         return self._spread(
-            fens, lambda actor, start, chunk: actor.analyse.remote(chunk, limits[start : start + len(chunk)], multipv, fresh),
+            fens, lambda actor, start, chunk: actor.analyse.remote(
+                chunk, limits[start : start + len(chunk)], multipv=multipv, fresh=fresh
+            ),
             chunk_size,
         )  # fmt: skip
 
@@ -331,23 +343,31 @@ class EnginePool:
         actor = self.actors[next(self._next)]
         return _unwrap(lambda: ray.get(actor.score_moves.remote(position, list(moves), limit)))
 
-    def play(self, position: str, strength: Strength, limit: SearchLimit, *, fresh: bool = False) -> str:
+    def play(
+        self, position: str, limit: SearchLimit, *, strength: Strength | None = None, fresh: bool = False
+    ) -> str:
+        """A move (UCI) in ``position`` (a FEN) at ``strength`` (full strength when None), from the
+        next actor: :meth:`chessrl.engine.group.EngineGroup.play`."""
         actor = self.actors[next(self._next)]
-        return _unwrap(lambda: ray.get(actor.play.remote(position, strength, limit, fresh)))
+        return _unwrap(lambda: ray.get(actor.play.remote(position, limit, strength=strength, fresh=fresh)))
 
     def play_many(
         self,
         positions: Sequence[str],
-        strengths: Sequence[Strength],
         limit: SearchLimit | Sequence[SearchLimit],
         *,
+        strength: Strength | Sequence[Strength] | None = None,
         fresh: bool = False,
     ) -> list[str]:
-        """One move per position, spread over the actors (for many games advancing in step)."""
-        limits = [limit] * len(positions) if isinstance(limit, SearchLimit) else list(limit)
+        """One move per position, spread over the actors (for many games advancing in step);
+        ``limit`` and ``strength`` are one for all, or one per position."""
+        limits = per_position(limit, len(positions))
+        strengths: list[Strength | None] = (
+            list(strength) if isinstance(strength, Sequence) else [strength] * len(positions)
+        )
         refs = [
-            self.actors[i % len(self.actors)].play.remote(fen, strength, lim, fresh)
-            for i, (fen, strength, lim) in enumerate(zip(positions, strengths, limits, strict=True))
+            self.actors[i % len(self.actors)].play.remote(fen, lim, strength=each, fresh=fresh)
+            for i, (fen, lim, each) in enumerate(zip(positions, limits, strengths, strict=True))
         ]
         return _unwrap(lambda: list(ray.get(refs)))
 

@@ -179,7 +179,7 @@ class RolloutCollector(CollectorStatus):
         def choose(boards: Any) -> Any:
             import chess
 
-            moves = pool.play_many([b.fen() for b in boards], [strength] * len(boards), limit)
+            moves = pool.play_many([b.fen() for b in boards], limit, strength=strength)
             out = []
             for board, uci in zip(boards, moves, strict=True):
                 if share and rng.random() < share:

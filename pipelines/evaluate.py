@@ -199,7 +199,7 @@ def check_engine_players(pool: Any, engine_players: list[PlayerSpec], specs: lis
     """Each Stockfish player's strength, tried on one position before any game."""
     for s in engine_players:
         try:
-            pool.play("8/8/8/8/8/8/6k1/4K2R w K - 0 1", s.strength(), SearchLimit(nodes=1))
+            pool.play("8/8/8/8/8/8/6k1/4K2R w K - 0 1", SearchLimit(nodes=1), strength=s.strength())
         except UserError as exc:
             key = "evaluate.players" if s in specs else "evaluate.ladder_rungs"
             raise ConfigError(f"{key}: player {s.label!r}: {exc}") from None

@@ -286,7 +286,7 @@ def run_generate(
 
     try:
         for game in generate_games(
-            settings, lambda fens, limit, mpv: pool.analyse(fens, limit, mpv, fresh=True)
+            settings, lambda fens, limit, mpv: pool.analyse(fens, limit, multipv=mpv, fresh=True)
         ):
             record = game.record()
             batch.append(record)

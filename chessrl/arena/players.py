@@ -81,7 +81,9 @@ class Player(Protocol):
 class MoveEngine(Protocol):
     """An engine that plays at a given strength: ``actors.engine_pool.EnginePool`` is one."""
 
-    def play(self, position: str, strength: Strength, limit: SearchLimit, *, fresh: bool = False) -> str: ...
+    def play(
+        self, position: str, limit: SearchLimit, *, strength: Strength | None = None, fresh: bool = False
+    ) -> str: ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,7 +374,7 @@ class StockfishPlayer:
     def move(self, board: chess.Board) -> MoveChoice:
         if self.random_share > 0 and self.rng.random() < self.random_share:
             return MoveChoice(self.rng.choice(sorted(m.uci() for m in board.legal_moves)))
-        return MoveChoice(self.engine.play(board.fen(), self.strength, self.limit, fresh=False))
+        return MoveChoice(self.engine.play(board.fen(), self.limit, strength=self.strength, fresh=False))
 
     def close(self) -> None:
         pass

@@ -4,9 +4,15 @@ group of processes with a cache, a bounded queue, restarts and counters is
 :class:`chessrl.engine.group.EngineGroup`.
 
 >>> with UCIEngine() as engine:  # doctest: +SKIP
-...     infos = engine.analyse(chess.Board("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1"), SearchLimit(nodes=20_000))
-...     infos_to_analysis(chess.Board("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1"), infos).best_move
-'d1d8'
+...     a = engine.analyse("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1", SearchLimit(nodes=20_000))
+...     a.best_move, a.score.mate, engine.play(a.fen, SearchLimit(nodes=5_000), strength=Strength(elo=2800))
+('d1d8', 1, 'd1d8')
+
+Every engine class spells its calls as python-chess's ``SimpleEngine`` does: the position, then
+the limit, the rest by keyword: ``play(position, limit, *, strength=None, fresh=False) -> str``
+(the move, UCI) and ``analyse(position, limit, *, multipv=1, fresh=False) -> Analysis``;
+:class:`~chessrl.engine.group.EngineGroup` and :class:`actors.engine_pool.EnginePool` take a
+batch of positions to ``analyse`` and answer a list of :class:`Analysis`, in order.
 
 Every engine call runs under a watchdog: a search that takes longer than its deadline (a hung
 engine, a ``SIGSTOP``) gets the process killed, a new one started, and the request retried, at
@@ -412,16 +418,28 @@ class UCIEngine:
             self._current.update(changed)
 
     def analyse(
-        self, board: chess.Board, limit: SearchLimit, multipv: int = 1, *, fresh: bool = False
-    ) -> list[chess.engine.InfoDict]:
-        """Raw python-chess infos, best first. ``fresh`` clears the hash first (reproducible)."""
+        self, position: str | chess.Board, limit: SearchLimit, *, multipv: int = 1, fresh: bool = False
+    ) -> Analysis:
+        """The ``multipv`` best lines of ``position`` (a FEN, or a board whose move stack goes to
+        the engine as the game so far), best first; a finished game is answered without the engine.
+        ``fresh`` clears the hash first (reproducible).
+
+        >>> with UCIEngine() as engine:  # doctest: +SKIP
+        ...     a = engine.analyse(chess.Board(), SearchLimit(nodes=5_000), multipv=2)
+        ...     [line.move for line in a.lines]
+        ['d2d4', 'e2e4']
+        """
+        board = position if isinstance(position, chess.Board) else board_from(position)
+        over = terminal_state(board)
+        if over is not None:
+            return Analysis(fen=board.fen(), lines=(), terminal=over)
         deadline = limit.deadline_s(self.timeout_s)
 
         def run(engine: PipeEngine) -> list[chess.engine.InfoDict]:
             self._configure(engine, {"UCI_ShowWDL": True, "UCI_LimitStrength": False, "Skill Level": 20})
             return engine.analyse(board, limit.to_chess(), multipv=multipv, game=object() if fresh else None)
 
-        return list(self._call(run, deadline))
+        return infos_to_analysis(board, self._call(run, deadline))
 
     def check_strength(self, strength: Strength) -> None:
         """Raise UnsupportedOptionError when this Stockfish cannot play at ``strength``."""
@@ -435,12 +453,28 @@ class UCIEngine:
                 f"{self.path} plays UCI_Elo {spec.min}..{spec.max}; {strength.elo} is outside that range"
             )
 
-    def play(self, board: chess.Board, limit: SearchLimit, strength: Strength, *, fresh: bool = False) -> str:
-        self.check_strength(strength)  # a bad option is the caller's mistake, not a dead engine
+    def play(
+        self,
+        position: str | chess.Board,
+        limit: SearchLimit,
+        *,
+        strength: Strength | None = None,
+        fresh: bool = False,
+    ) -> str:
+        """The move (UCI) the engine plays in ``position`` (a FEN, or a board whose move stack goes
+        to the engine as the game so far) at ``strength`` (full strength when None).
+
+        >>> with UCIEngine() as engine:  # doctest: +SKIP
+        ...     engine.play("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1", SearchLimit(nodes=5_000))
+        'd1d8'
+        """
+        board = position if isinstance(position, chess.Board) else board_from(position)
+        wanted = Strength() if strength is None else strength
+        self.check_strength(wanted)  # a bad option is the caller's mistake, not a dead engine
         deadline = limit.deadline_s(self.timeout_s)
 
         def run(engine: PipeEngine) -> str:
-            self._configure(engine, strength.options())
+            self._configure(engine, wanted.options())
             result = engine.play(board, limit.to_chess(), game=object() if fresh else None)
             if result.move is None:
                 raise EngineError(f"engine returned no move for {board.fen()!r}")

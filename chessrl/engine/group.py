@@ -3,8 +3,11 @@ by N threads, behind one LRU cache and one bounded queue, with counters (what a 
 
 >>> with EngineGroup(n_engines=1) as group:  # doctest: +SKIP
 ...     [a] = group.analyse(["6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1"], SearchLimit(nodes=20_000))
-...     (a.best_move, a.score.mate)
-('d1d8', 1)
+...     (a.best_move, a.score.mate, group.play(a.fen, SearchLimit(nodes=5_000), strength=Strength(elo=2800)))
+('d1d8', 1, 'd1d8')
+
+Its calls are :class:`~chessrl.engine.client.UCIEngine`'s (python-chess's order: the position,
+the limit, the rest by keyword), ``analyse`` over a batch of positions.
 
 Bad input is an :class:`~chessrl.engine.client.InvalidPositionError` raised before anything is
 queued; finished positions are answered without an engine; a full queue is a
@@ -34,7 +37,6 @@ from chessrl.engine.client import (
     Strength,
     UCIEngine,
     board_from,
-    infos_to_analysis,
     terminal_state,
 )
 
@@ -175,11 +177,12 @@ class EngineGroup:
         self,
         positions: Sequence[str | chess.Board],
         limit: SearchLimit | Sequence[SearchLimit],
-        multipv: int = 1,
         *,
+        multipv: int = 1,
         fresh: bool = False,
     ) -> list[Analysis]:
-        """Analyse positions (FENs or boards) in parallel over the engines, answers in order.
+        """Analyse positions (FENs or boards) in parallel over the engines, answers in order:
+        :meth:`UCIEngine.analyse <chessrl.engine.client.UCIEngine.analyse>` of each, behind the cache.
 
         ``limit`` is one limit for all, or one per position.
         """
@@ -204,8 +207,9 @@ class EngineGroup:
 
             def search(item: tuple[int, chess.Board, SearchLimit, tuple[Any, ...]]) -> tuple[int, Analysis]:
                 i, board, lim, key = item
-                infos = self._with_engine(lambda e: e.analyse(board, lim, multipv, fresh=fresh))
-                analysis = infos_to_analysis(board, infos)
+                analysis: Analysis = self._with_engine(
+                    lambda e: e.analyse(board, lim, multipv=multipv, fresh=fresh)
+                )
                 self.cache.put(key, analysis)
                 return i, analysis
 
@@ -223,7 +227,7 @@ class EngineGroup:
         work of ``annotate`` done beside the engines, so only the records travel."""
         boards = [board_from(p) for p in positions]
         limits = [annotation_limit(b, nodes_per_move) for b in boards]
-        analyses = self.analyse(boards, limits, ALL_MOVES_MULTIPV, fresh=True)
+        analyses = self.analyse(boards, limits, multipv=ALL_MOVES_MULTIPV, fresh=True)
         return [annotate(b, a) for b, a in zip(boards, analyses, strict=True)]
 
     def score_moves(
@@ -239,18 +243,19 @@ class EngineGroup:
     def play(
         self,
         position: str | chess.Board,
-        strength: Strength,
         limit: SearchLimit,
         *,
+        strength: Strength | None = None,
         fresh: bool = False,
     ) -> str:
-        """A move at the given strength (not cached: weak levels are random by design)."""
+        """A move (UCI) at ``strength`` (full strength when None; not cached: weak levels are
+        random by design). A finished game is an InvalidPositionError."""
         board = board_from(position)
         if terminal_state(board) is not None:
             raise InvalidPositionError(f"the game is over in {board.fen()!r} ({terminal_state(board)})")
         self._admit(1)
         try:
-            move = self._with_engine(lambda e: e.play(board, limit, strength, fresh=fresh))
+            move = self._with_engine(lambda e: e.play(board, limit, strength=strength, fresh=fresh))
             self.stats.positions += 1
             self.stats.searched += 1
             return str(move)

@@ -288,7 +288,7 @@ def test_bad_fen_is_an_invalid_position_error_and_the_pool_goes_on(pool: EngineP
     with pytest.raises(InvalidPositionError, match=re.escape(bad)):
         pool.score_moves(bad, ["e2e4"], limit)
     with pytest.raises(InvalidPositionError, match=re.escape(bad)):
-        pool.play(bad, Strength(skill_level=5), limit)
+        pool.play(bad, limit, strength=Strength(skill_level=5))
     [a] = pool.analyse([chess.STARTING_FEN], limit)
     assert a.best_move is not None
 
@@ -429,7 +429,7 @@ def test_finished_positions_are_answered_without_the_engine(pool: EnginePool) ->
     assert after["searched"] == before["searched"]
     assert after["positions"] - before["positions"] == 2
     with pytest.raises(InvalidPositionError, match="game is over"):
-        pool.play(FOOLS_MATE, Strength(skill_level=0), SearchLimit(nodes=100))
+        pool.play(FOOLS_MATE, SearchLimit(nodes=100), strength=Strength(skill_level=0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -442,9 +442,9 @@ def test_finished_positions_are_answered_without_the_engine(pool: EnginePool) ->
 def test_play_at_a_strength_returns_a_legal_move(pool: EnginePool, strength: Strength) -> None:
     positions = [chess.STARTING_FEN, WON_FOR_WHITE, *random_positions(3, seed=8)]
     for fen in positions:
-        move = pool.play(fen, strength, SearchLimit(nodes=2_000))
+        move = pool.play(fen, SearchLimit(nodes=2_000), strength=strength)
         assert chess.Move.from_uci(move) in chess.Board(fen).legal_moves, (strength, fen, move)
-    moves = pool.play_many(positions, [strength] * len(positions), SearchLimit(nodes=2_000))
+    moves = pool.play_many(positions, SearchLimit(nodes=2_000), strength=[strength] * len(positions))
     for fen, move in zip(positions, moves, strict=True):
         assert chess.Move.from_uci(move) in chess.Board(fen).legal_moves
 
@@ -462,9 +462,9 @@ def test_an_elo_outside_this_stockfish_range_is_a_clear_error_not_a_restart(pool
         with pytest.raises(
             UnsupportedOptionError, match=f"plays UCI_Elo {spec.min}..{spec.max}; {elo} is outside"
         ):
-            pool.play(chess.STARTING_FEN, Strength(elo=elo), SearchLimit(nodes=500))
+            pool.play(chess.STARTING_FEN, SearchLimit(nodes=500), strength=Strength(elo=elo))
     for elo in (spec.min, spec.max):
-        move = pool.play(chess.STARTING_FEN, Strength(elo=elo), SearchLimit(nodes=500))
+        move = pool.play(chess.STARTING_FEN, SearchLimit(nodes=500), strength=Strength(elo=elo))
         assert chess.Move.from_uci(move) in chess.Board().legal_moves
     assert pool.stats()["restarts"] == restarts
 
@@ -546,7 +546,7 @@ def test_several_actors_behave_as_one_pool(make_pool: Callable[..., EnginePool])
     assert stats["positions"] == 40 and len(stats["actors"]) == 2
     assert all(actor["positions"] > 0 for actor in stats["actors"])
     assert all(actor["name"].endswith(f"/engine-pool-{i}") for i, actor in enumerate(stats["actors"]))
-    moves = p.play_many(fens[:4], [Strength(skill_level=5)] * 4, SearchLimit(nodes=200))
+    moves = p.play_many(fens[:4], SearchLimit(nodes=200), strength=Strength(skill_level=5))
     assert all(
         chess.Move.from_uci(m) in chess.Board(f).legal_moves for f, m in zip(fens[:4], moves, strict=True)
     )

@@ -352,9 +352,11 @@ class FakeEngine:
     """Records what a StockfishPlayer asks for and answers the first legal move in sorted order."""
 
     def __init__(self) -> None:
-        self.requests: list[tuple[str, Strength, SearchLimit, bool]] = []
+        self.requests: list[tuple[str, Strength | None, SearchLimit, bool]] = []
 
-    def play(self, position: str, strength: Strength, limit: SearchLimit, *, fresh: bool = False) -> str:
+    def play(
+        self, position: str, limit: SearchLimit, *, strength: Strength | None = None, fresh: bool = False
+    ) -> str:
         self.requests.append((position, strength, limit, fresh))
         return sorted(m.uci() for m in chess.Board(position).legal_moves)[0]
 

@@ -237,7 +237,7 @@ def test_the_judges_loss_on_a_hanging_queen_teaches_it_the_capture() -> None:
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     first = loss().item()
-    for _ in range(6):
+    for _ in range(8):
         opt.zero_grad()
         (step := loss()).backward()
         opt.step()
