@@ -169,26 +169,11 @@ def own_loss_sft_trainer_class(
     soft target over the legal moves instead (:func:`chessrl.lm.legality.lm_and_soft_move_loss`;
     ``soft_loss`` and ``legal_mass`` logged).
     """
-    import torch
     from transformers import Trainer
     from trl import SFTTrainer
 
-    from chessrl.lm.legality import lm_and_legal_loss, lm_and_soft_move_loss
-
-    loss_fn = torch.compile(lm_and_legal_loss, dynamic=False) if compile_loss else lm_and_legal_loss
-    soft_fn = torch.compile(lm_and_soft_move_loss, dynamic=False) if compile_loss else lm_and_soft_move_loss
+    move_loss = move_loss_function(legal_weight, compile_loss)
     with_targets = bool(legal_weight) or soft
-
-    def move_loss(
-        logits: Any, labels: Any, legal: Any, weights: Any, num_items: Any
-    ) -> tuple[Any, str, Any, Any]:
-        """The loss, its move term's metric name and value, and the legal mass: the soft targets'
-        cross-entropy where the batch has weights, else the legal-move loss."""
-        if weights is not None:
-            loss, _, term, mass = soft_fn(logits, labels, legal, weights, num_items, legal_weight)
-            return loss, "soft_loss", term, mass
-        loss, _, term, mass = loss_fn(logits, labels, legal, legal_weight, num_items)
-        return loss, "legal_loss", term, mass
 
     class OwnLossSFTTrainer(SFTTrainer):  # type: ignore[misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -216,20 +201,9 @@ def own_loss_sft_trainer_class(
                 mode == "eval" or (self.state.global_step + 1) % max(1, int(self.args.logging_steps)) == 0
             )
             if legal is not None and with_targets:
-                labels = inputs["labels"]
-                if num_items_in_batch is not None and self.args.average_tokens_across_devices:
-                    # the count is over every worker and DDP averages gradients: the Trainer's own
-                    # scaling (Trainer.compute_loss multiplies the loss by the number of processes)
-                    num_items_in_batch = num_items_in_batch / self.accelerator.num_processes
-                outputs = model(**{k: v for k, v in inputs.items() if k != "labels"})
-                device = labels.device
-                loss, name, term, legal_mass = move_loss(
-                    outputs.logits, labels, legal.to(device), None if weights is None else weights.to(device),
-                    num_items_in_batch,
-                )  # fmt: skip
-                if logging:
-                    self._metrics[mode][name].append(term.item())
-                    self._metrics[mode]["legal_mass"].append(legal_mass.item())
+                loss, outputs = loss_with_targets(
+                    self, model, inputs, (legal, weights), num_items_in_batch, move_loss, mode if logging else None
+                )
             else:
                 loss, outputs = Trainer.compute_loss(
                     self, model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
@@ -238,6 +212,53 @@ def own_loss_sft_trainer_class(
             return (loss, outputs) if return_outputs else loss
 
     return OwnLossSFTTrainer
+
+
+def move_loss_function(legal_weight: float, compile_loss: bool) -> Callable[..., tuple[Any, str, Any, Any]]:
+    """``move_loss(logits, labels, legal, weights, num_items)``: the loss, its move term's metric
+    name and value, and the legal mass: the soft targets' cross-entropy where the batch has
+    weights (:func:`chessrl.lm.legality.lm_and_soft_move_loss`), else the legal-move loss at
+    ``legal_weight`` (:func:`chessrl.lm.legality.lm_and_legal_loss`); torch.compile'd with
+    ``compile_loss``."""
+    import torch
+
+    from chessrl.lm.legality import lm_and_legal_loss, lm_and_soft_move_loss
+
+    loss_fn = torch.compile(lm_and_legal_loss, dynamic=False) if compile_loss else lm_and_legal_loss
+    soft_fn = torch.compile(lm_and_soft_move_loss, dynamic=False) if compile_loss else lm_and_soft_move_loss
+
+    def move_loss(logits: Any, labels: Any, legal: Any, weights: Any, num_items: Any) -> tuple[Any, str, Any, Any]:
+        if weights is not None:
+            loss, _, term, mass = soft_fn(logits, labels, legal, weights, num_items, legal_weight)
+            return loss, "soft_loss", term, mass
+        loss, _, term, mass = loss_fn(logits, labels, legal, legal_weight, num_items)
+        return loss, "legal_loss", term, mass
+
+    return move_loss
+
+
+def loss_with_targets(
+    trainer: Any, model: Any, inputs: dict[str, Any], targets: tuple[Any, Any], num_items: Any,
+    move_loss: Callable[..., tuple[Any, str, Any, Any]], logged: str | None,
+) -> tuple[Any, Any]:  # fmt: skip
+    """``(loss, outputs)`` of a batch with legal moves (and soft weights) in ``targets``: one
+    forward pass, :func:`move_loss_function`'s loss, its figures into the trainer's metrics of
+    mode ``logged`` (None: not on this step)."""
+    legal, weights = targets
+    labels = inputs["labels"]
+    if num_items is not None and trainer.args.average_tokens_across_devices:
+        # the count is over every worker and DDP averages gradients: the Trainer's own scaling
+        # (Trainer.compute_loss multiplies the loss by the number of processes)
+        num_items = num_items / trainer.accelerator.num_processes
+    outputs = model(**{k: v for k, v in inputs.items() if k != "labels"})
+    device = labels.device
+    loss, name, term, legal_mass = move_loss(
+        outputs.logits, labels, legal.to(device), None if weights is None else weights.to(device), num_items
+    )
+    if logged is not None:
+        trainer._metrics[logged][name].append(term.item())
+        trainer._metrics[logged]["legal_mass"].append(legal_mass.item())
+    return loss, outputs
 
 
 def with_legal_moves(

@@ -20,7 +20,6 @@ MAX_LINES = 80
 
 #: ``path::qualified.name`` of each function allowed over the limit, for now.
 ALLOWED: frozenset[str] = frozenset({
-    "pipelines/learner/sft.py::own_loss_sft_trainer_class",  # issue 72: to split
 })  # fmt: skip
 
 
