@@ -169,15 +169,66 @@ class Capacity:
             return sys.maxsize
         return max(0, self.max_workers - sum(1 for n in self.alive if not _is_head(n)))
 
-    def largest(self, resource: str = "CPU") -> float:
-        """The most of ``resource`` one node has or can have (no single actor can ask for more).
+    def _nodes(self, beside: str | None = None) -> list[Resources]:
+        """The alive nodes' and the startable node types' resources (those with ``beside``)."""
+        nodes = [shape(n) for n in self.alive] + [t.resources for t in self.types if t.max_workers > 0]
+        return [n for n in nodes if beside is None or float(n.get(beside, 0)) > 0]
 
-        >>> Capacity(alive=({"CPU": 0},), types=(NodeType("b", {"CPU": 2}, 0, 1),)).largest()
-        2.0
+    def largest(self, resource: str = "CPU", beside: str | None = None) -> float:
+        """The most of ``resource`` one node has or can have (no single actor can ask for more);
+        with ``beside``, among the nodes that have some of that too (a GPU worker's CPUs).
+
+        >>> cap = Capacity(alive=({"CPU": 0},), types=(NodeType("b", {"CPU": 32}, 0, 1), NodeType("g", {"CPU": 8, "GPU": 1}, 0, 1)))
+        >>> cap.largest(), cap.largest("CPU", beside="GPU")
+        (32.0, 8.0)
         """
-        sizes = [float(n.get(resource, 0)) for n in self.alive]
-        sizes += [float(t.resources.get(resource, 0)) for t in self.types if t.max_workers > 0]
-        return max(sizes, default=0.0)
+        return max((float(n.get(resource, 0)) for n in self._nodes(beside)), default=0.0)
+
+    def cpus_per_gpu(self) -> int | None:
+        """The CPUs that come with each GPU on every node that has GPUs, alive or of a type the
+        autoscaler starts: each one's CPUs over its GPUs, the fewest of them (a worker of a GPU and
+        that many CPUs fits beside its node's other GPUs' workers on any of them); None when no
+        node or node type has a GPU.
+
+        >>> g5, p4d = NodeType("g5", {"CPU": 8, "GPU": 1}, 0, 4), NodeType("p4d", {"CPU": 96, "GPU": 8}, 0, 1)
+        >>> Capacity(alive=({"CPU": 0},), types=(NodeType("c", {"CPU": 32}, 0, 8), g5, p4d)).cpus_per_gpu()
+        8
+        >>> Capacity(alive=({"CPU": 16, "GPU": 1},)).cpus_per_gpu(), Capacity(alive=({"CPU": 16},)).cpus_per_gpu()
+        (16, None)
+        """
+        shares = [float(n.get("CPU", 0)) / float(n["GPU"]) for n in self._nodes(beside="GPU")]
+        return max(1, int(min(shares) + _EPS)) if shares else None
+
+    def worker_cpus(self, workers: int, use_gpu: bool = False) -> int:
+        """The CPUs of each of a learner's ``workers`` when its section does not say: with
+        ``use_gpu``, the CPUs a GPU comes with (:meth:`cpus_per_gpu`: 8 on a g5.2xlarge-like type
+        of 8 CPUs and 1 GPU, whatever the CPU nodes hold); else the CPUs a phase sizes itself to
+        (:meth:`sizing`) split among them, no more than the largest node has; at least 1.
+
+        >>> cap = Capacity(alive=({"CPU": 0, "node:__internal_head__": 1},),
+        ...                types=(NodeType("c", {"CPU": 32}, 0, 8), NodeType("g5", {"CPU": 8, "GPU": 1}, 0, 4)))
+        >>> cap.worker_cpus(4, use_gpu=True), cap.worker_cpus(4), cap.worker_cpus(1)
+        (8, 8, 32)
+        """
+        share = self.cpus_per_gpu() if use_gpu else None
+        if share is not None:
+            return share
+        return max(1, min(self.sizing()[0] // max(1, workers), int(self.largest("CPU") + _EPS)))
+
+    def sizing(self) -> tuple[int, int]:
+        """(the CPUs a phase sizes itself to when not told, the most CPUs it may ask for at once):
+        with an autoscaler, :meth:`default_cpus` and :meth:`most`; without one, the alive
+        nodes' CPUs twice (at least 1).
+
+        >>> Capacity(alive=({"CPU": 0},), types=(NodeType("s", {"CPU": 1}, 0, 2), NodeType("b", {"CPU": 2}, 0, 1))).sizing()
+        (2, 4)
+        >>> Capacity(alive=({"CPU": 3},)).sizing()
+        (3, 3)
+        """
+        if not self.autoscales:
+            now = max(1, int(sum(float(n.get("CPU", 0)) for n in self.alive) + _EPS))
+            return now, now
+        return self.default_cpus(), max(self.default_cpus(), int(self.most("CPU") + _EPS))
 
     def most(self, resource: str = "CPU") -> float:
         """The most of ``resource`` the cluster can hold at once: the alive nodes' and the
@@ -382,9 +433,9 @@ def read_capacity() -> Capacity:
 
 
 def sizing_cpus(seen: int = 1) -> tuple[int, int]:
-    """(the CPUs a phase sizes itself to when not told, the most CPUs it may ask for at once). With
-    an autoscaler: :meth:`Capacity.default_cpus` and :meth:`Capacity.most`; without one, the alive
-    nodes' CPUs twice; outside a Ray session, ``seen`` (the caller's own count) twice.
+    """(the CPUs a phase sizes itself to when not told, the most CPUs it may ask for at once) of the
+    cluster this process is connected to (:meth:`Capacity.sizing`); outside a Ray session,
+    ``seen`` (the caller's own count) twice.
 
     >>> sizing_cpus(8)     # no Ray session in this process
     (8, 8)
@@ -392,11 +443,7 @@ def sizing_cpus(seen: int = 1) -> tuple[int, int]:
     ray = sys.modules.get("ray")
     if ray is None or not ray.is_initialized():
         return seen, seen
-    cap = read_capacity()
-    if not cap.autoscales:
-        now = max(1, int(sum(float(n.get("CPU", 0)) for n in cap.alive) + _EPS))
-        return now, now
-    return cap.default_cpus(), max(cap.default_cpus(), int(cap.most("CPU") + _EPS))
+    return read_capacity().sizing()
 
 
 # -- asking for nodes (Ray) ----------------------------------------------------------------------

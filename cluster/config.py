@@ -103,7 +103,8 @@ class TrackingSection(Section):
     enabled: bool = True
     """Log params, metrics and artifacts to MLflow."""
     uri: str | None = None
-    """Tracking URI; MLFLOW_TRACKING_URI wins; default: sqlite file <storage>/mlflow.db (local storage) or ./runs/mlflow.db."""
+    """Tracking URI; MLFLOW_TRACKING_URI wins; default: sqlite file <storage>/mlflow.db (local storage), or
+    ~/.chess-rl/mlflow.db on the driver's machine, copied to <storage>/mlflow.db after each phase (S3 storage)."""
     experiment: str = "chess-rl"
     """MLflow experiment name."""
 

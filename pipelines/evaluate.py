@@ -131,7 +131,7 @@ def schedule(
 def run_evaluate(context: PhaseContext) -> PhaseResult:
     """check -> start the engine pool -> play (the arena, the ladder, the suites, move quality,
     or an SPRT match) or score (paired) -> summarise (results, report, PGN, metrics)."""
-    import ray
+    from cluster.capacity import sizing_cpus
 
     cfg = context.config.evaluate
     found = check_evaluate(context.config, Inputs.of_context(context))
@@ -156,7 +156,7 @@ def run_evaluate(context: PhaseContext) -> PhaseResult:
             return run_paired(context, found, pool, out)
         if pool is not None:
             check_engine_players(pool, engine_players, specs)
-        limit = cfg.max_parallel or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        limit = cfg.max_parallel or sizing_cpus()[0]  # games at once: a CPU's each (cluster.capacity)
         arena = Arena(
             settings, pool.actors if pool is not None else None, pool.engine_counts if pool is not None else 1,
             limit, context.log,
@@ -192,6 +192,7 @@ def start_pool(context: PhaseContext, engine_players: bool) -> Any:
         run=f"{context.config.run.name}-evaluate",
         num_cpus_per_engine=0.5,
         key="evaluate.engines",
+        log=context.log,
     )
 
 

@@ -48,6 +48,7 @@ from functools import partial
 from typing import Any
 
 from chessrl.rl.grpo_types import GRPOSettings, Prompt
+from cluster.capacity import Capacity
 from cluster.errors import ConfigError, StorageError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
@@ -58,8 +59,6 @@ from pipelines.learner import (
     check_gpus,
     cpus_that_fit,
     final_metrics,
-    largest_node_cpus,
-    node_cpus,
     torch_trainer,
 )
 from pipelines.learner.grpo import GRPOLoopConfig, engine_scores, train_loop_per_worker
@@ -282,23 +281,50 @@ def heldout_scores(
     return out
 
 
+def grpo_cpus(cap: Capacity, engines: int, workers: int, use_gpu: bool) -> tuple[float, float]:
+    """CPUs of each grading engine and of each learner worker its section does not size: the
+    CPUs the cluster sizes a phase to (:meth:`~cluster.capacity.Capacity.sizing`: the alive
+    nodes', or the first node its autoscaler would start), less the engines', split among the
+    workers; no more than the largest node has (one worker cannot span nodes) or, with
+    ``use_gpu``, than a GPU comes with on the GPU nodes (:meth:`~cluster.capacity.Capacity.cpus_per_gpu`;
+    just that on a cluster that autoscales: the engines find room on the nodes it starts).
+    Several CPU workers each fit on a node beside its share of the engines, planned over the
+    alive nodes and those the autoscaler would start (:meth:`~cluster.capacity.Capacity.engine_nodes`).
+
+    >>> from cluster.capacity import NodeType
+    >>> grpo_cpus(Capacity(alive=({"CPU": 16},)), 8, 1, False)
+    (0.5, 12.0)
+    >>> head0 = {"CPU": 0, "node:__internal_head__": 1}
+    >>> grpo_cpus(Capacity(alive=(head0,), types=(NodeType("c", {"CPU": 32}, 0, 8), NodeType("g5", {"CPU": 8, "GPU": 1}, 0, 4))), 8, 2, True)
+    (0.5, 8.0)
+    """
+    from actors.engine_pool import engine_split
+
+    cpus = float(cap.sizing()[0])
+    engine_cpus = min(0.5, cpus / 4)
+    share = cap.cpus_per_gpu() if use_gpu else None
+    most = float(share) if share is not None else cap.largest("CPU") or 1.0
+    learner_cpus = max(0.5, min((cpus - engines * engine_cpus) / workers, most))
+    if share is not None and cap.autoscales:  # the engines go to CPU nodes, each worker to a GPU's
+        learner_cpus = float(share)
+    elif workers > 1 and share is None:  # each worker on one node, beside its engines
+        nodes = cap.engine_nodes(engines, engine_cpus)
+        split = engine_split(engines, nodes, engine_cpus, key="grpo.engines", nodes=cap.describe())
+        free = [c - e * engine_cpus for c, e in zip(nodes, split, strict=True)]
+        learner_cpus = max(0.5, cpus_that_fit(free, workers, learner_cpus) or 0.5)
+    return engine_cpus, learner_cpus
+
+
 def learner_resources(
     context: PhaseContext, cfg: GRPOConfig, policy_path: str, prompts: list[dict[str, Any]], limits: dict[str, int]
 ) -> tuple[float, float, int]:
-    """CPUs of each engine and of the learner (no more than the largest node has: one worker
-    cannot span nodes), and the learner's minibatch (``auto``: measured for the longest prompt)."""
-    cpus = float(context.ray.resources.get("CPU", 1))
-    engine_cpus = min(0.5, cpus / 4)
-    learner_cpus = cfg.cpus_per_worker or max(
-        0.5, min((cpus - cfg.engines * engine_cpus) / cfg.num_workers, largest_node_cpus())
-    )
-    if cfg.num_workers > 1 and not cfg.cpus_per_worker:  # each worker on one node, beside its engines
-        from actors.engine_pool import engine_split
+    """CPUs of each engine and of the learner (:func:`grpo_cpus`; the section's
+    ``cpus_per_worker`` wins), and the learner's minibatch (``auto``: measured for the longest
+    prompt)."""
+    from cluster.capacity import read_capacity
 
-        nodes = [c for c in node_cpus() if c > 0]
-        engines = engine_split(cfg.engines, nodes, engine_cpus, key="grpo.engines")
-        free = [c - e * engine_cpus for c, e in zip(nodes, engines, strict=True)]
-        learner_cpus = max(0.5, cpus_that_fit(free, cfg.num_workers, learner_cpus) or 0.5)
+    engine_cpus, learner_cpus = grpo_cpus(read_capacity(), cfg.engines, cfg.num_workers, cfg.use_gpu)
+    learner_cpus = cfg.cpus_per_worker or learner_cpus
     batch_size = cfg.batch_size
     if batch_size == "auto":
         from chessrl.lm.checkpoints import load_tokenizer

@@ -43,13 +43,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from chessrl.rl.ppo_types import PPOSettings
+from cluster.capacity import Capacity, read_capacity
 from cluster.errors import ConfigError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
 from pipelines.artifacts import fit_games, sft_folder
 from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, PPOConfig
-from pipelines.learner import check_gpus, final_metrics, largest_node_cpus, torch_trainer
+from pipelines.learner import check_gpus, final_metrics, torch_trainer
 from pipelines.learner.loop import fit_then_stop, read_metrics, stop_collectors
 from pipelines.learner.ppo import PPOLoopConfig, train_loop_per_worker
 from pipelines.learner.quality import heldout_quality
@@ -389,18 +390,33 @@ class PPOActors:
         return summaries
 
 
-def learner_resources(context: PhaseContext, cfg: PPOConfig) -> tuple[float, float, float, int]:
-    """CPUs of each collector, each reward server and the learner, and the learner's threads
-    (no more than the largest node has: one worker cannot span nodes)."""
-    cpus = float(context.ray.resources.get("CPU", 1))
-    collector_cpus, server_cpus, learner_cpus = split_ppo_cpus(cpus, cfg.collectors, cfg.reward_servers)
-    largest = largest_node_cpus()
-    learner_cpus = cfg.cpus_per_worker or min(learner_cpus / cfg.num_workers, largest)
-    threads = cfg.learner_threads or max(1, min(
-        learner_threads(cpus, cfg.collectors * collector_cpus + cfg.reward_servers * server_cpus) // cfg.num_workers,
-        int(largest),
+def ppo_cpus(
+    cap: Capacity, collectors: int, reward_servers: int, workers: int, use_gpu: bool
+) -> tuple[float, float, float, int]:
+    """CPUs of each collector, each reward server and each learner worker, and the learner's
+    threads, from the CPUs the cluster sizes a phase to (:meth:`~cluster.capacity.Capacity.sizing`:
+    the alive nodes', or the first node its autoscaler would start; :func:`split_ppo_cpus`). A
+    worker has no more than the largest node (one worker cannot span nodes) or, with ``use_gpu``,
+    than a GPU comes with on the GPU nodes (:meth:`~cluster.capacity.Capacity.cpus_per_gpu`; just
+    that on a cluster that autoscales: the collectors find room on the nodes it starts).
+
+    >>> from cluster.capacity import NodeType
+    >>> ppo_cpus(Capacity(alive=({"CPU": 16},)), 4, 2, 1, False)
+    (1.0, 1.0, 9.0, 10)
+    >>> head0 = {"CPU": 0, "node:__internal_head__": 1}
+    >>> ppo_cpus(Capacity(alive=(head0,), types=(NodeType("c", {"CPU": 32}, 0, 8), NodeType("g5", {"CPU": 8, "GPU": 1}, 0, 4))), 4, 2, 1, True)
+    (1.0, 1.0, 8.0, 8)
+    """
+    cpus = float(cap.sizing()[0])
+    collector_cpus, server_cpus, learner_cpus = split_ppo_cpus(cpus, collectors, reward_servers)
+    share = cap.cpus_per_gpu() if use_gpu else None
+    largest = float(share) if share is not None else cap.largest("CPU") or 1.0
+    if share is not None and cap.autoscales:  # the collectors go to CPU nodes, each worker to a GPU's
+        return collector_cpus, server_cpus, largest, share
+    threads = max(1, min(
+        learner_threads(cpus, collectors * collector_cpus + reward_servers * server_cpus) // workers, int(largest)
     ))  # fmt: skip
-    return collector_cpus, server_cpus, learner_cpus, threads
+    return collector_cpus, server_cpus, min(learner_cpus / workers, largest), threads
 
 
 def start_actors(context: PhaseContext, found: PPOInputs, collector_cpus: float, server_cpus: float) -> PPOActors:
@@ -496,7 +512,10 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     phase.makedirs()
     phase.write_text("starts.json", json.dumps(pool))
     phase.write_text("table.json", json.dumps(table))
-    collector_cpus, server_cpus, learner_cpus, threads = learner_resources(context, cfg)
+    collector_cpus, server_cpus, learner_cpus, threads = ppo_cpus(
+        read_capacity(), cfg.collectors, cfg.reward_servers, cfg.num_workers, cfg.use_gpu
+    )  # the section's cpus_per_worker and learner_threads win
+    learner_cpus, threads = cfg.cpus_per_worker or learner_cpus, cfg.learner_threads or threads
     log(
         f"policy {found.policy}, "
         + (f"reward model {found.reward}" if found.reward else f"moves graded by Stockfish at {cfg.reward_nodes} nodes on the {cfg.grade_scale} scale")

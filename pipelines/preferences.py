@@ -225,12 +225,15 @@ def make_shards(
 
     from actors.engine_pool import EnginePool
     from actors.policy_sampler import PolicySampler
+    from cluster.capacity import sizing_cpus
     from pipelines.learner import check_gpus
 
     cfg, run = context.config.preferences, context.config.run.name
-    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    cpus = sizing_cpus()[0]  # the nodes alive, or the first node an autoscaler starts (cluster.capacity)
     engines = cfg.engines or cpus  # half a CPU each: the samplers mostly wait for the engines
-    pool = EnginePool.spread(engines, run=f"{run}-preferences", num_cpus_per_engine=0.5, key="preferences.engines")
+    pool = EnginePool.spread(
+        engines, run=f"{run}-preferences", num_cpus_per_engine=0.5, key="preferences.engines", log=context.log
+    )
     if cfg.sampler_gpus:
         check_gpus("preferences", cfg.samplers * cfg.sampler_gpus, "preferences.sampler_gpus",
                    f"the {cfg.samplers} sampler(s) need {cfg.sampler_gpus:g} GPU each")  # fmt: skip

@@ -282,10 +282,12 @@ def spearman_positions(
             f"Stockfish scores every legal move of {len(boards)} held-out positions "
             f"({len(children):,} moves at {cfg.spearman_nodes:,} nodes), once, for the Spearman correlation"
         )
-        import ray
+        from cluster.capacity import sizing_cpus
 
-        engines = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        pool = EnginePool.spread(engines, run=f"{context.config.run.name}-reward", num_cpus_per_engine=0.5)
+        engines = sizing_cpus()[0]  # one a CPU of the nodes alive, or of the first node an autoscaler starts
+        pool = EnginePool.spread(
+            engines, run=f"{context.config.run.name}-reward", num_cpus_per_engine=0.5, log=context.log
+        )
         try:
             scored = pool.analyse(children, SearchLimit(nodes=cfg.spearman_nodes), fresh=True)
         finally:

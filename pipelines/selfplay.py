@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from chessrl.search.mcts_config import MCTSConfig
 from chessrl.search.net_config import NetConfig
+from cluster.capacity import sizing_cpus
 from cluster.progress import ProgressBoard
 from cluster.runtime import release_actor_name
 from cluster.storage import Storage
@@ -340,7 +341,7 @@ def run_selfplay(context: PhaseContext) -> PhaseResult:
     phase = context.phase_storage("selfplay")
     phase.makedirs()
     net_cfg = net_config(cfg)
-    cpus = int(context.ray.resources.get("CPU", 1))
+    cpus = sizing_cpus()[0]  # the nodes alive, or the first node an autoscaler starts (cluster.capacity)
     collector_cpus, learner_cpus = split_cpus(cpus, cfg.producer_workers, cfg.learner_workers, cfg.use_gpu)
     best_saved, params = prepare_networks(context, phase, net_cfg)
     actors = SelfplayActors.start(context, phase, best_saved, collector_cpus)

@@ -63,7 +63,8 @@ class SftConfig(Section):
     num_workers: int = Field(1, ge=1)
     """Ray Train workers."""
     cpus_per_worker: int | None = Field(None, ge=1)
-    """CPUs each worker reserves (its torch threads); default: the cluster's CPUs split among workers."""
+    """CPUs each worker reserves (its torch threads); default: the cluster's CPUs split among workers,
+    with use_gpu the CPUs that come with a GPU on the GPU nodes (8 on a g5.2xlarge)."""
     use_gpu: bool = False
     """Train on GPUs (bf16 where the device has it)."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
@@ -207,7 +208,8 @@ class RewardConfig(Section):
     num_workers: int = Field(1, ge=1)
     """Ray Train workers (data parallel; each reads its own shard of the pairs)."""
     cpus_per_worker: int | None = Field(None, ge=1)
-    """CPUs each worker reserves (its torch threads); default: the cluster's CPUs split among workers."""
+    """CPUs each worker reserves (its torch threads); default: the cluster's CPUs split among workers,
+    with use_gpu the CPUs that come with a GPU on the GPU nodes (8 on a g5.2xlarge)."""
     use_gpu: bool = False
     """Train on GPUs."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
@@ -268,7 +270,8 @@ class DPOConfig(Section):
     num_workers: int = Field(1, ge=1)
     """Ray Train workers (data parallel; each reads its own shard of the pairs)."""
     cpus_per_worker: int | None = Field(None, ge=1)
-    """CPUs each worker reserves (its torch threads); default: the cluster's CPUs split among workers."""
+    """CPUs each worker reserves (its torch threads); default: the cluster's CPUs split among workers,
+    with use_gpu the CPUs that come with a GPU on the GPU nodes (8 on a g5.2xlarge)."""
     use_gpu: bool = False
     """Train on GPUs."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
@@ -413,7 +416,8 @@ class PPOConfig(Section):
     """A GPU for each learner worker (bf16 autocast where the GPU has it)."""
     cpus_per_worker: float | None = Field(None, gt=0)
     """CPUs each learner worker reserves (default: what the collectors and reward servers leave,
-    keeping one free, split among the workers)."""
+    keeping one free, split among the workers; with use_gpu no more than the CPUs that come with a
+    GPU on the GPU nodes, and just those on a cluster that autoscales)."""
     learner_threads: int | None = Field(None, ge=1)
     """Torch threads of the learner (default: the CPUs the collectors and reward servers do not reserve)."""
     rollout_reader: Literal["arrow", "ray_data"] = "arrow"
@@ -549,4 +553,5 @@ class GRPOConfig(Section):
     """A GPU for each learner worker (bf16 autocast where the GPU has it)."""
     cpus_per_worker: float | None = Field(None, gt=0)
     """CPUs each learner worker reserves (default: the cluster's, less the engines', split among
-    the workers)."""
+    the workers; with use_gpu no more than the CPUs that come with a GPU on the GPU nodes, and just
+    those on a cluster that autoscales)."""

@@ -46,14 +46,6 @@ from pipelines.phase import PhaseContext
 TRAINING_STATE_PREFIXES: tuple[str, ...] = ("optimizer", "scheduler", "rng_state", "training_args")
 
 
-def largest_node_cpus() -> float:
-    """The CPUs of the largest node, alive or of a type the cluster's autoscaler starts
-    (:mod:`cluster.capacity`): no single Ray Train worker can reserve more."""
-    from cluster.capacity import read_capacity
-
-    return read_capacity().largest("CPU") or 1.0
-
-
 def cpus_that_fit(free: Sequence[float], workers: int, cap: float) -> float:
     """The most CPUs each of ``workers`` learner workers can ask for (at most ``cap``) so that
     they all fit on nodes with ``free`` CPUs each (a worker cannot span nodes); 0 if none does.
@@ -70,13 +62,6 @@ def cpus_that_fit(free: Sequence[float], workers: int, cap: float) -> float:
             if c > best and sum(int(x / c + 1e-9) for x in free) >= workers:
                 best = c
     return best
-
-
-def node_cpus() -> list[float]:
-    """Each alive node's CPUs (the order ``ray.nodes()`` gives)."""
-    import ray
-
-    return [float(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
 
 
 def check_gpus(
@@ -117,12 +102,18 @@ def check_gpus(
     )
 
 
-def default_cpus_per_worker(num_workers: int) -> int:
-    """The cluster's CPUs split among the workers, no more than the largest node has."""
-    import ray
+def default_cpus_per_worker(num_workers: int, use_gpu: bool = False) -> int:
+    """The CPUs of a learner worker its section does not size
+    (:meth:`cluster.capacity.Capacity.worker_cpus`): with ``use_gpu``, the CPUs that come with a GPU
+    on the nodes (or node types) that carry GPUs; else the CPUs the cluster sizes a phase to (the
+    alive nodes', or the first node its autoscaler would start) split among the workers, no more
+    than the largest node has.
 
-    total = int(ray.cluster_resources().get("CPU", 1))
-    return max(1, min(total // num_workers, int(largest_node_cpus())))
+        default_cpus_per_worker(4, use_gpu=True)   # 8 where the GPU node type is 8 CPUs + 1 GPU
+    """
+    from cluster.capacity import read_capacity
+
+    return read_capacity().worker_cpus(num_workers, use_gpu)
 
 
 def torch_trainer(
@@ -149,13 +140,16 @@ def torch_trainer(
     from cluster.capacity import ensure, read_capacity
 
     cap = read_capacity()
-    largest = cap.largest("CPU") or 1.0
+    # a GPU worker fits only on a node with a GPU: those nodes' CPUs bound it (when there are any;
+    # GPUs no node has are check_gpus's line)
+    largest = (use_gpu and cap.largest("CPU", beside="GPU")) or cap.largest("CPU") or 1.0
     if cpus_per_worker > largest:  # Ray Train would wait for such a node forever, retrying each minute
+        nodes = "node with a GPU" if use_gpu and cap.largest("CPU", beside="GPU") else "node"
         raise ConfigError(
-            f"{phase}: a learner worker of {cpus_per_worker:g} CPUs fits on no node of this cluster "
+            f"{phase}: a learner worker of {cpus_per_worker:g} CPUs fits on no {nodes} of this cluster "
             f"(the largest has {largest:g}"
             + (f"; {cap.describe()}" if cap.autoscales else "")
-            + f"): lower {phase}.cpus_per_worker or add larger nodes"
+            + f"): lower {phase}.cpus_per_worker (unset, it is sized to the node) or add larger nodes"
         )
     if use_gpu:
         check_gpus(phase, num_workers, log=context.log)

@@ -388,8 +388,9 @@ def configure_ray_data() -> None:
 
 
 def learner_cpus(cfg: Any) -> float:
-    """The CPUs of a learner worker: the section's ``cpus_per_worker``, else the cluster's split."""
-    return cfg.cpus_per_worker or default_cpus_per_worker(cfg.num_workers)
+    """The CPUs of a learner worker: the section's ``cpus_per_worker``, else the cluster's split
+    (with ``use_gpu``: the CPUs that come with a GPU on the GPU nodes, :func:`default_cpus_per_worker`)."""
+    return cfg.cpus_per_worker or default_cpus_per_worker(cfg.num_workers, cfg.use_gpu)
 
 
 def workers_text(cfg: Any, cpus_per_worker: float) -> str:

@@ -85,10 +85,22 @@ def test_node_types(config):
     for name, t in workers.items():
         assert 0 <= t.get("min_workers", 0) <= t["max_workers"], name
     assert sum(t["max_workers"] for t in workers.values()) <= config["max_workers"]
-    # The head runs the drivers: it keeps CPUs for tasks.
-    assert types[config["head_node_type"]]["resources"].get("CPU", 0) > 0
+    # The head runs the drivers and advertises no CPUs: engines, learners and Ray Data tasks go to
+    # the workers the autoscaler starts, never beside the drivers.
+    assert types[config["head_node_type"]]["resources"] == {"CPU": 0}
     assert any(t["resources"].get("GPU", 0) > 0 for t in workers.values()), "no GPU node type"
     assert config["provider"]["type"] == "aws"
+
+
+def test_each_node_type_has_its_own_least_privilege_instance_profile(config):
+    """The head's profile (the autoscaler's EC2 calls) is not the workers' (S3 and ECR only), and
+    no node runs as ray-autoscaler-v1, the EC2-and-S3-full-access role `ray up` makes by default."""
+    types = config["available_node_types"]
+    profile = {name: t["node_config"]["IamInstanceProfile"]["Arn"] for name, t in types.items()}
+    assert profile.pop(config["head_node_type"]).endswith(":instance-profile/chess-rl-head")
+    assert profile and all(arn.endswith(":instance-profile/chess-rl-worker") for arn in profile.values())
+    docs = (ROOT / "docs" / "cluster.md").read_text()
+    assert "chess-rl-head" in docs and "chess-rl-worker" in docs and "iam:PassRole" in docs
 
 
 def test_docker_image(config):

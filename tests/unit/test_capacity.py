@@ -122,3 +122,63 @@ def test_the_config_is_the_one_of_this_clusters_monitor_process(tmp_path: Path) 
 
 def test_outside_a_ray_session_sizing_uses_the_callers_count() -> None:
     assert cluster.capacity.sizing_cpus(6) == (6, 6)
+
+
+# -- the CPUs of a GPU worker ---------------------------------------------------------------------
+
+CPU32 = NodeType("cpu_engine", {"CPU": 32}, 0, 8)
+G5 = NodeType("gpu_train", {"CPU": 8, "GPU": 1}, 0, 4)  # g5.2xlarge: 8 CPUs, one A10G
+P4D = NodeType("gpu_train_x8", {"CPU": 96, "GPU": 8}, 0, 1)
+AWS = Capacity(alive=(HEAD0,), types=(CPU32, G5, P4D), max_workers=13, source="ray_bootstrap_config.yaml")
+
+
+def test_a_gpu_worker_gets_the_cpus_its_gpu_comes_with_not_the_clusters() -> None:
+    """On ray-cluster.yaml's types (a CPU type of 32, g5.2xlarge 8 + 1 GPU, p4d 96 + 8 GPUs) a GPU
+    worker asks for 8 CPUs, which every GPU node holds once a GPU; a CPU worker for the CPU node's."""
+    assert AWS.cpus_per_gpu() == 8
+    assert [AWS.worker_cpus(n, use_gpu=True) for n in (1, 4, 8)] == [8, 8, 8]
+    for n in (1, 4):  # every one of them fits the g5 type, the node that carries a single GPU
+        worker = {"CPU": AWS.worker_cpus(n, use_gpu=True), "GPU": 1}
+        assert AWS.cannot_hold([worker] * n, "sft") is None
+    assert AWS.cannot_hold([{"CPU": 8, "GPU": 1}] * 12, "sft") is None  # 4 g5s and the p4d's 8
+    assert AWS.worker_cpus(1) == 32 and AWS.worker_cpus(4) == 8  # CPU work: the CPU type's CPUs, split
+    only_p4d = Capacity(alive=(HEAD0,), types=(CPU32, P4D))
+    assert only_p4d.worker_cpus(8, use_gpu=True) == 12  # 96 CPUs over 8 GPUs
+
+
+def test_gpu_nodes_alive_count_and_without_gpus_the_cluster_split_stays() -> None:
+    machine = Capacity(alive=({"CPU": 16.0, "GPU": 1.0, "node:__internal_head__": 1.0},))  # one GPU box
+    assert machine.cpus_per_gpu() == 16 and machine.worker_cpus(1, use_gpu=True) == 16
+    two = Capacity(alive=({"CPU": 16.0, "GPU": 2.0},))
+    assert two.worker_cpus(2, use_gpu=True) == 8
+    laptop = Capacity(alive=({"CPU": 2.0, "node:__internal_head__": 1.0},))
+    assert laptop.cpus_per_gpu() is None
+    assert laptop.worker_cpus(1, use_gpu=True) == 2 == laptop.worker_cpus(1)  # no GPU: check_gpus says so
+    assert laptop.worker_cpus(4) == 1  # at least one each
+    fractional = Capacity(alive=({"CPU": 4.0, "GPU": 8.0},))
+    assert fractional.cpus_per_gpu() == 1  # fewer CPUs than GPUs: one CPU a worker, not zero
+
+
+def test_the_largest_node_beside_a_resource_and_the_sizing() -> None:
+    assert AWS.largest() == 96 and AWS.largest("CPU", beside="GPU") == 96
+    assert Capacity(alive=(HEAD0,), types=(CPU32, G5)).largest("CPU", beside="GPU") == 8
+    assert Capacity(alive=(HEAD0,), types=(CPU32,)).largest("CPU", beside="GPU") == 0
+    assert AWS.sizing() == (32, 32 * 8 + 8 * 4 + 96)  # the first CPU node; all the types hold
+    assert Capacity(alive=(HEAD0, {"CPU": 4.0})).sizing() == (4, 4)  # no autoscaler: the alive CPUs
+
+
+def test_grpo_and_ppo_size_their_learners_from_what_the_cluster_can_start() -> None:
+    """From zero (a head of 0 CPUs): the engines, collectors and CPU learners sized to the CPU node
+    the autoscaler would start, not to the head's 0 CPUs; a GPU learner to its GPU's 8 CPUs."""
+    from pipelines.grpo import grpo_cpus
+    from pipelines.ppo import ppo_cpus
+
+    assert grpo_cpus(AWS, 8, 1, True) == (0.5, 8.0) and grpo_cpus(AWS, 8, 4, True) == (0.5, 8.0)
+    assert grpo_cpus(AWS, 8, 1, False) == (0.5, 28.0)  # the 32-CPU node less the engines'
+    engine, learner = grpo_cpus(AWS, 8, 2, False)  # two CPU workers, each beside its engines
+    assert engine == 0.5 and 2 * learner + 8 * engine <= 2 * 32
+    assert grpo_cpus(Capacity(alive=({"CPU": 16.0},)), 8, 1, False) == (0.5, 12.0)  # as before: one box
+    assert ppo_cpus(AWS, 4, 2, 1, True) == (1.0, 1.0, 8.0, 8)
+    assert ppo_cpus(AWS, 4, 2, 2, False) == (1.0, 1.0, 12.5, 13)
+    box = Capacity(alive=({"CPU": 16.0, "GPU": 1.0, "node:__internal_head__": 1.0},))
+    assert ppo_cpus(box, 4, 2, 1, True) == (1.0, 1.0, 9.0, 10)  # the collectors keep theirs beside it
