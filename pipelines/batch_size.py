@@ -23,6 +23,7 @@ from chessrl.lm.batch_size import (
     default_cache_path,
     format_table,
     pick_batch_size,
+    probe_device,
     read_cache,
     table_to_json,
     write_cache,
@@ -38,13 +39,24 @@ def _probe_in_fresh_process(model_ref: str, batch_size: int, length: int, device
     from chessrl.lm.batch_size import device_memory_bytes, device_name, probe
     from chessrl.lm.models import build_model
 
+    memory = device_memory_bytes(device)  # before the model: on a GPU, the free memory it may fill
     torch.manual_seed(0)
     if model_ref.startswith("preset:"):
         model, _ = build_model(model_ref.split(":", 1)[1])
     else:
         model, _ = load_saved_model(model_ref, "policy")
     result = probe(model, batch_size, length, device=device)
-    return {"result": result.__dict__, "device": device_name(device), "memory": device_memory_bytes(device)}
+    return {"result": result.__dict__, "device": device_name(device), "memory": memory}
+
+
+def probe_resources(use_gpu: bool, cpus: float) -> dict[str, float]:
+    """The probe task's Ray resources: the learner's CPUs, and a GPU when the learner trains on
+    one (the task then measures that GPU's memory, :func:`~chessrl.lm.batch_size.probe_device`).
+
+    >>> probe_resources(True, 8.0), probe_resources(False, 2.0)
+    ({'num_cpus': 8.0, 'num_gpus': 1}, {'num_cpus': 2.0, 'num_gpus': 0})
+    """
+    return {"num_cpus": cpus, "num_gpus": 1 if use_gpu else 0}
 
 
 def auto_batch_size(
@@ -66,7 +78,7 @@ def auto_batch_size(
 
     from chessrl.lm.batch_size import device_name
 
-    device = "cuda" if use_gpu else "cpu"
+    device = probe_device(use_gpu)
     # the key names the device the probes run on: on a GPU the probe reports it; on CPUs this
     # driver's machine stands for the (identical) nodes of a cluster
     here = device_name("cpu") if not use_gpu else "cuda"
@@ -78,9 +90,7 @@ def auto_batch_size(
             f"batch size auto: {cached['batch_size']} (cached in {path} for {model_ref}, {here}, {length} tokens)"
         )
         return int(cached["batch_size"])
-    task = ray.remote(max_calls=1, max_retries=0)(_probe_in_fresh_process).options(
-        num_cpus=cpus, num_gpus=1 if use_gpu else 0
-    )
+    task = ray.remote(max_calls=1, max_retries=0)(_probe_in_fresh_process).options(**probe_resources(use_gpu, cpus))
     table: list[ProbeResult] = []
     memory = 0.0
     for size in sizes:

@@ -333,9 +333,10 @@ def learner_resources(
 
         tokenizer = load_tokenizer(policy_path)
         longest = max(len(prompt_ids(tokenizer, p["text"])) for p in prompts)
+        # probed on the device the learner trains on: with use_gpu a GPU, and its free memory
         batch_size = auto_batch_size(
-            policy_path, longest + max(limits.values()), log=context.log, share=cfg.auto_batch_memory_share,
-            cpus=learner_cpus,
+            policy_path, longest + max(limits.values()), log=context.log, use_gpu=cfg.use_gpu,
+            share=cfg.auto_batch_memory_share, cpus=learner_cpus,
         )  # fmt: skip
     return engine_cpus, learner_cpus, batch_size
 

@@ -72,10 +72,23 @@ def format_table(table: Sequence[ProbeResult], memory_bytes: float, share: float
     return "\n".join(lines)
 
 
+def probe_device(use_gpu: bool) -> str:
+    """The device the probes run on: the one the learner trains on (``cuda`` with ``use_gpu``,
+    else ``cpu``), so that a GPU learner's batch is sized by the GPU's memory, not the CPU's.
+
+    >>> probe_device(True), probe_device(False)
+    ('cuda', 'cpu')
+    """
+    return "cuda" if use_gpu else "cpu"
+
+
 def device_memory_bytes(device: str) -> float:
-    """Total memory of ``device`` (``cpu``: the machine's RAM; ``cuda``: the GPU's)."""
+    """The memory a probe on ``device`` may fill (``cpu``: the machine's RAM; ``cuda``: the GPU's
+    free memory, ``torch.cuda.mem_get_info``, read before the probe loads its model: what another
+    process on the same GPU holds is not the learner's)."""
     if device.startswith("cuda"):
-        return float(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+        free, _total = torch.cuda.mem_get_info(torch.device(device))
+        return float(free)
     return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 

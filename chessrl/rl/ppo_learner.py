@@ -561,10 +561,12 @@ class _Minibatch:
     def policy_step(self, policy: Any, policy_opt: torch.optim.Optimizer) -> dict[str, float]:
         """One optimiser step of the policy on :func:`ppo_policy_loss`; returns its diagnostics."""
         batch, idx, settings = self.batch, self.idx, self.settings
-        logprob, entropy, raw = action_terms(
-            policy, self.rows, batch.actions[idx], self.pad_id, settings.temperature,
-            batch.legal_ids[idx] if batch.masked and batch.legal_ids is not None else None,
-        )  # fmt: skip
+        # fp32 as the collectors' old log-probs are, even under the learner's bf16 autocast: the ratio is 1 at the first step
+        with torch.autocast(next(policy.parameters()).device.type, enabled=False):
+            logprob, entropy, raw = action_terms(
+                policy, self.rows, batch.actions[idx], self.pad_id, settings.temperature,
+                batch.legal_ids[idx] if batch.masked and batch.legal_ids is not None else None,
+            )  # fmt: skip
         best = batch.best[idx].to(logprob.device) if batch.best is not None else None
         legal_ids = batch.legal_ids[idx].to(raw.device) if batch.legal_ids is not None else None
         loss, metrics = ppo_policy_loss(

@@ -135,7 +135,7 @@ def torch_trainer(
     in the loop (``None`` without one); ``loop_config["scratch"]`` names the run's local scratch
     folders (:func:`pipelines.learner.trl.training_arguments`)."""
     from ray.train import LoggingConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
+    from ray.train.torch import TorchConfig, TorchTrainer
 
     from cluster.capacity import ensure, read_capacity
 
@@ -165,8 +165,10 @@ def torch_trainer(
     # variable on to the controller and the workers.
     os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
     scratch = scratch_name(folder, ray_storage)  # a TRL trainer's own checkpoints
+    timeout_s = collective_timeout_s(loop_config)
     return TorchTrainer(
         loop,
+        torch_config=TorchConfig(timeout_s=timeout_s) if timeout_s is not None else None,
         train_loop_config={
             **loop_config, "progress": progress.handle if progress is not None else None, "scratch": scratch,
         },
@@ -184,6 +186,32 @@ def torch_trainer(
             logging_config=LoggingConfig(log_level="WARNING"),
         ),
     )
+
+
+#: torch's (and Ray Train's ``TorchConfig``) process-group timeout, seconds.
+DEFAULT_COLLECTIVE_TIMEOUT_S = 1800
+
+
+def collective_timeout_s(loop_config: dict[str, Any]) -> int | None:
+    """The torch process group's timeout for a learner loop whose other ranks wait in a
+    collective while rank 0 alone works (ppo's lead reads an iteration's rollouts, selfplay's
+    plays the gate games): such a wait lasts up to the phase's time limit, so the timeout is the
+    limit plus the default 1,800 s (rank 0's work after it: one iteration's gate, a checkpoint),
+    and a day without a limit (a slow collector is not a lost process; a failed one is raised on
+    rank 0, and Ray Train ends the others). None (``TorchConfig``'s 1,800 s) for a loop without a
+    :class:`~pipelines.learner.loop.LoopConfig` (the TRL and reward learners: every rank works).
+
+    >>> from types import SimpleNamespace
+    >>> [collective_timeout_s({"config": SimpleNamespace(time_limit_s=t)}) for t in (3600.0, None)]
+    [5400, 86400]
+    >>> collective_timeout_s({"model": "tiny"}) is None
+    True
+    """
+    config = loop_config.get("config")
+    if not hasattr(config, "time_limit_s"):
+        return None
+    limit = config.time_limit_s
+    return 86400 if limit is None else int(limit) + DEFAULT_COLLECTIVE_TIMEOUT_S
 
 
 def scratch_name(kind: str, storage: Storage) -> str:

@@ -192,6 +192,7 @@ class PPOParts:
         # the reference's log-probs and the values in fp32, as the collectors' old log-probs are
         batch = make_batch(mine, self.reference, self.critic, self.pad, self.settings, moves_table=self.moves_table,
                            sums=sum_over_workers if self.world > 1 else None)  # fmt: skip
+        # bf16 on a GPU for the critic; the policy's new log-probs stay fp32 (ppo_learner's policy_step)
         with bf16_autocast(self.device):
             got = ppo_update(
                 self.policy, self.critic, None if warmup else self.policy_opt, self.critic_opt, batch, self.pad,

@@ -143,3 +143,25 @@ def test_a_config_of_another_learner_is_refused(tmp_path: Path) -> None:
     ppo_cfg = built_configs(tmp_path)[0]
     with pytest.raises(TypeError, match="PPOLoopConfig, not a GRPOLoopConfig"):
         GRPOLoopConfig.of(ppo_cfg.train_loop_config())
+
+
+def test_the_process_group_outwaits_the_phases_time_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With several workers the others wait in a collective while rank 0 alone reads rollouts or
+    plays gate games: the torch process group's timeout is the time limit plus 1,800 s (issue 71),
+    not torch's 1,800 s that a long iteration met as "processes lost"."""
+    import cluster.capacity
+    from pipelines.learner import torch_trainer
+
+    monkeypatch.setattr(cluster.capacity, "read_capacity",
+                        lambda: SimpleNamespace(largest=lambda *a, **k: 4.0, autoscales=False))  # fmt: skip
+    monkeypatch.setattr(cluster.capacity, "ensure", lambda *a, **k: None)
+    context = fake_context(tmp_path)
+    context.log, context.train_callbacks = (lambda _: None), []
+    ppo_cfg, _, selfplay_cfg = built_configs(tmp_path)
+    for config, limit, expected in ((ppo_cfg, 3 * 3600.0, 3 * 3600 + 1800), (selfplay_cfg, None, 86400)):
+        loop = dataclasses.replace(config, time_limit_s=limit).train_loop_config()
+        trainer = torch_trainer(context, "ppo", lambda _: None, loop, num_workers=2, cpus_per_worker=1.0, use_gpu=False)
+        assert trainer.backend_config.timeout_s == expected
+    trainer = torch_trainer(context, "sft", lambda _: None, {"model": "tiny"}, num_workers=2, cpus_per_worker=1.0,
+                            use_gpu=False)  # fmt: skip
+    assert trainer.backend_config.timeout_s == 1800  # every rank of a TRL learner works: the default

@@ -313,3 +313,34 @@ def test_the_anchor_raises_the_best_graded_of_the_moves_drawn(tiny):
             assert best_logprob(policy) > before + 0.1 and metrics["anchor_nll"] > 0
         else:
             assert best_logprob(policy) == pytest.approx(before, abs=1e-6) and "anchor_nll" not in metrics
+
+
+def test_the_ratio_is_one_at_the_first_step_under_the_learners_autocast(tiny, monkeypatch):
+    """The collectors' old log-probs are fp32; a GPU learner updates under bf16 autocast (CPU
+    autocast stands in for it here): the policy's new log-probs are still fp32, so the ratio of
+    the first minibatch of the first epoch is 1, not bf16's rounding (issue 71)."""
+    import chessrl.rl.ppo_learner as learner
+
+    policy, critic, tok = tiny
+    policy, _ = build_model("tiny", tok)  # its own copy: this test steps it
+    policy.eval()
+    gen = torch.Generator().manual_seed(3)
+    starts = [(f"g{i}", ["e2e4", "e7e5"][: i % 3]) for i in range(6)]
+    acts = play_episodes(policy, tok, MoveTokens(tok), starts, [random_opponent(2)], PPOSettings(), 3, 0, gen,
+                         lambda q: [0.5] * len(q))  # fmt: skip
+    settings = PPOSettings(ppo_epochs=1, minibatch=len(acts), center_scores=False)
+    batch = make_batch(acts, policy, critic, tok.pad_token_id, settings)
+    ratios: list[torch.Tensor] = []
+    real = learner.ppo_policy_loss
+
+    def spy(logprob, entropy, raw, old, *args, **kwargs):
+        ratios.append((logprob - old).detach().exp())
+        return real(logprob, entropy, raw, old, *args, **kwargs)
+
+    monkeypatch.setattr(learner, "ppo_policy_loss", spy)
+    opt = torch.optim.AdamW(policy.parameters(), lr=1e-3)
+    copt = torch.optim.AdamW(critic.parameters(), lr=0.0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ppo_update(policy, critic, opt, copt, batch, tok.pad_token_id, settings, torch.Generator().manual_seed(0))
+    assert ratios and ratios[0].numel() == len(acts)
+    assert (ratios[0] - 1).abs().max().item() < 1e-6
