@@ -436,9 +436,6 @@ def sizing_cpus(seen: int = 1) -> tuple[int, int]:
     """(the CPUs a phase sizes itself to when not told, the most CPUs it may ask for at once) of the
     cluster this process is connected to (:meth:`Capacity.sizing`); outside a Ray session,
     ``seen`` (the caller's own count) twice.
-
-    >>> sizing_cpus(8)     # no Ray session in this process
-    (8, 8)
     """
     ray = sys.modules.get("ray")
     if ray is None or not ray.is_initialized():

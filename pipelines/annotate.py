@@ -60,6 +60,7 @@ from chessrl.engine.annotation import ANNOTATION_SCHEMA
 from chessrl.engine.engine_games import Analyse, random_opponent_positions
 from chessrl.lm.lm_data import split_games
 from chessrl.rl.preferences import PREFERENCE_SCHEMA, annotation_pairs, board_key
+from cluster.capacity import sizing_cpus
 from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
 from pipelines.artifacts import games_table, read_games
@@ -330,21 +331,19 @@ def policy_game_positions(
     return out
 
 
-def engine_count(cfg: AnnotateConfig, cpus: int, policy_games: bool) -> int:
-    """Stockfish processes: ``engines``, else one a CPU; with policy games to play, the CPUs of
-    the ``policy_workers`` tasks are left to them (an engine on every CPU would keep the second
-    task from ever starting), and ``engines`` beside them must fit the cluster. In a Ray session
-    the CPUs are the cluster's (:func:`cluster.capacity.sizing_cpus`: on one that autoscales, those
-    of the first node it would start by default, and at most what its node types hold), ``cpus``
-    outside one.
+def engine_count(cfg: AnnotateConfig, cpus: int, policy_games: bool, most: int | None = None) -> int:
+    """Stockfish processes: ``engines``, else one a CPU of ``cpus``; with policy games to play,
+    the CPUs of the ``policy_workers`` tasks are left to them (an engine on every CPU would keep
+    the second task from ever starting), and ``engines`` beside them must fit ``most`` (default
+    ``cpus``): the cluster's sizing (:func:`cluster.capacity.sizing_cpus`: on one that
+    autoscales, the CPUs of the first node it would start by default, and the most its node types
+    hold).
 
     >>> from pipelines.config import AnnotateConfig
     >>> engine_count(AnnotateConfig(), 8, False), engine_count(AnnotateConfig(), 8, True)
     (8, 7)
     """
-    from cluster.capacity import sizing_cpus
-
-    cpus, most = sizing_cpus(cpus)
+    most = cpus if most is None else most
     workers = cfg.policy_workers if policy_games else 0
     if cfg.engines is None:
         return max(1, cpus - workers)
@@ -460,9 +459,8 @@ def run_annotate(context: PhaseContext) -> PhaseResult:
         or (cfg.pairs and not out.exists(f"pairs/{p.name}"))
     ]
     source = PositionSource(cfg, found, context.config.sft.heldout_fraction, seed)
-    engines = engine_count(
-        cfg, int(ray.cluster_resources().get("CPU", 1)), any(p.source == "policy" for p in pending)
-    )
+    cpus, most = sizing_cpus(int(ray.cluster_resources().get("CPU", 1)))
+    engines = engine_count(cfg, cpus, any(p.source == "policy" for p in pending), most)
     context.log(
         f"{len(plans)} shards ({len(plans) - len(pending)} already written, {len(pending)} to make): "
         f"{cfg.positions:,} positions from each of {', '.join(cfg.sources)}, {cfg.heldout_positions:,} held out; "

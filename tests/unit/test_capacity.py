@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import doctest
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -120,7 +121,9 @@ def test_the_config_is_the_one_of_this_clusters_monitor_process(tmp_path: Path) 
     assert autoscaler_config_path("7002", str(proc)) is None  # not a monitor
 
 
-def test_outside_a_ray_session_sizing_uses_the_callers_count() -> None:
+def test_outside_a_ray_session_sizing_uses_the_callers_count(monkeypatch) -> None:
+    # the whole suite runs the unit tier after the integration tier's Ray session: none here
+    monkeypatch.setitem(sys.modules, "ray", None)
     assert cluster.capacity.sizing_cpus(6) == (6, 6)
 
 
