@@ -18,10 +18,8 @@ Positions come from the configured ``sources``, ``positions`` from each:
   mover (:func:`chessrl.data.positions.lopsided_game_moves`; ~3 in 4 end in mate): positions
   where one side is far ahead or a mate is near, which human games rarely hold, drawn twice as
   often from a game's second half;
-- ``engine``: games between Stockfish (1, 10 or 100 nodes a move, a random move a tenth of its
-  turns) and a random mover (:func:`chessrl.engine.engine_games.random_opponent_games`, played
-  on the same engine pool, one batch a ply): how an engine wins against a random opponent,
-  positions drawn as for lopsided.
+- ``engine``: Stockfish against a random mover on the same engine pool
+  (:func:`chessrl.engine.engine_games.random_opponent_games`), positions drawn as for lopsided.
 
 Each position gets one Stockfish search that lists every legal move (MultiPV, ``nodes`` for each
 legal move: :mod:`chessrl.engine.annotation`), on an :class:`actors.engine_pool.EnginePool`
@@ -108,10 +106,7 @@ def check_annotate(config: ChessRLConfig, inputs: Inputs) -> AnnotateInputs:
     cfg = config.annotate
     find_stockfish()  # a missing engine is one clear line before any work
     if cfg.whole_games and "engine" in cfg.sources:
-        raise ConfigError(
-            "annotate.sources: the engine source gives drawn positions only; with annotate.whole_games "
-            "use games, random or lopsided (or turn whole_games off)"
-        )
+        raise ConfigError("annotate.sources: engine gives drawn positions only; with whole_games use games, random or lopsided")
     games = None
     if {"games", "policy"} & set(cfg.sources) or cfg.heldout_positions:
         games = Storage.from_uri(cfg.games or inputs.folder("prepare").uri_of("games"))
@@ -187,8 +182,7 @@ class PositionSource:
             if rows
         }
         self.rows = {"games": train_rows, "heldout": held_rows}
-        #: Stockfish for the engine source's games (the run's engine pool, set once it starts)
-        self.analyse: Analyse | None = None
+        self.analyse: Analyse | None = None  # the engine source's Stockfish (set once the pool starts)
 
     def starts(self, index: int, n: int) -> list[tuple[str, ...]]:
         """Start positions for the policy's games: training games' positions (the start position
@@ -332,12 +326,9 @@ def policy_game_positions(
 
 
 def engine_count(cfg: AnnotateConfig, cpus: int, policy_games: bool, most: int | None = None) -> int:
-    """Stockfish processes: ``engines``, else one a CPU of ``cpus``; with policy games to play,
-    the CPUs of the ``policy_workers`` tasks are left to them (an engine on every CPU would keep
-    the second task from ever starting), and ``engines`` beside them must fit ``most`` (default
-    ``cpus``): the cluster's sizing (:func:`cluster.capacity.sizing_cpus`: on one that
-    autoscales, the CPUs of the first node it would start by default, and the most its node types
-    hold).
+    """Stockfish processes: ``engines``, else one a CPU of ``cpus``, less the ``policy_workers``
+    tasks' CPUs with policy games to play; ``engines`` beside them must fit ``most`` (default
+    ``cpus``; :func:`cluster.capacity.sizing_cpus` gives both for a cluster).
 
     >>> from pipelines.config import AnnotateConfig
     >>> engine_count(AnnotateConfig(), 8, False), engine_count(AnnotateConfig(), 8, True)
@@ -471,9 +462,7 @@ def run_annotate(context: PhaseContext) -> PhaseResult:
     made = scored = 0
     if pending:
         policy = PolicyTasks(cfg, found, source, pending, seed)
-        pool = EnginePool.spread(
-            engines, run=f"{context.config.run.name}-annotate", key="annotate.engines", log=context.log
-        )
+        pool = EnginePool.spread(engines, run=f"{context.config.run.name}-annotate", key="annotate.engines", log=context.log)
         source.analyse = lambda fens, limits, multipv: pool.analyse(fens, limits, multipv=multipv, fresh=True)
         try:
             held_out_of: set[str] | None = None  # the training shards' boards, read once
