@@ -60,9 +60,33 @@ DESCRIPTION = (
 ID_COLUMNS: tuple[str, ...] = ("prompt_ids", "chosen_ids", "rejected_ids")
 
 
-def train_loop_per_worker(cfg: dict[str, Any]) -> None:
+@dataclass(frozen=True, kw_only=True)
+class DPOLoopConfig(trl_learner.PairsLoopConfig):
+    """What the dpo learner's workers read beside :class:`~pipelines.learner.trl.PairsLoopConfig`'s
+    fields, built by the driver (:func:`loop_config`), frozen: the workers read it as attributes."""
+
+    policy: str
+    """The policy to train (a saved LM)."""
+    reference: str
+    """The frozen reference (a saved LM: the policy itself unless ``--reference``)."""
+    reference_name: str
+    """What the progress lines call the reference's figure ("start" or "reference")."""
+    beta: float
+    """DPO's beta."""
+    loss_type: str
+    """TRL's DPO loss (sigmoid, ipo, ...)."""
+    sft_weight: float
+    """The weight of an NLL term on the chosen move (0: none)."""
+    label_smoothing: float
+    """The sigmoid loss's label smoothing."""
+    probe: dict[str, Any]
+    """One training pair, the example DPOTrainer reads while it is built."""
+
+
+def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     """Runs in every Ray Train worker: the policy and its frozen reference, TRL's DPOTrainer on
-    this worker's stream of pairs, held-out measures on rank 0, checkpoints through Ray Train."""
+    this worker's stream of pairs, held-out measures on rank 0, checkpoints through Ray Train.
+    ``loop_config`` is Ray Train's: a :class:`DPOLoopConfig` under ``config``."""
     import ray.train
     from trl import DPOConfig as TrlDPOConfig
     from trl import DPOTrainer
@@ -75,23 +99,24 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     # TRL asks the model is_gradient_checkpointing, which transformers 5 renamed: one
     # FutureWarning per step otherwise
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-    model, tokenizer = load_saved_model(cfg["policy"], "policy")
-    reference, _ = load_saved_model(cfg["reference"], "policy")
+    cfg = DPOLoopConfig.of(loop_config)
+    model, tokenizer = load_saved_model(cfg.policy, "policy")
+    reference, _ = load_saved_model(cfg.reference, "policy")
     setup = trl_learner.worker_setup(cfg)
     # DPOTrainer reads one example while it is built (to tell text from images): that one comes
     # from the driver's probe row, so the Ray shard's first epoch is not started and dropped
-    probe = {k: cfg["probe"][k] for k in ID_COLUMNS}
-    rows = trl_learner.ShardRows(ray.train.get_dataset_shard("train"), cfg["seed"], ID_COLUMNS, probe=probe)
-    losses = [cfg["loss_type"]] + (["sft"] if cfg["sft_weight"] > 0 else [])
+    probe = {k: cfg.probe[k] for k in ID_COLUMNS}
+    rows = trl_learner.ShardRows(ray.train.get_dataset_shard("train"), cfg.seed, ID_COLUMNS, probe=probe)
+    losses = [cfg.loss_type] + (["sft"] if cfg.sft_weight > 0 else [])
     args = trl_learner.training_arguments(
         TrlDPOConfig, cfg, "dpo", setup,
-        weight_decay=cfg["weight_decay"],
-        beta=cfg["beta"],
+        weight_decay=cfg.weight_decay,
+        beta=cfg.beta,
         loss_type=losses,
-        loss_weights=[1.0, cfg["sft_weight"]] if len(losses) > 1 else None,
-        label_smoothing=cfg["label_smoothing"],
+        loss_weights=[1.0, cfg.sft_weight] if len(losses) > 1 else None,
+        label_smoothing=cfg.label_smoothing,
         max_length=None,  # too-long pairs were dropped (and counted) before the split
-        logging_steps=trl_learner.logging_divisor(cfg["eval_every"]),  # the loss is logged at every evaluation's step
+        logging_steps=trl_learner.logging_divisor(cfg.eval_every),  # a loss logged at each evaluation's step
         activation_checkpointing=False,
     )  # fmt: skip
     trainer = ShardDPOTrainer(
@@ -99,7 +124,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         processing_class=tokenizer,
     )  # fmt: skip
     rows.start()
-    note = f", loss {'+'.join(losses)}, beta {cfg['beta']:g}"
+    note = f", loss {'+'.join(losses)}, beta {cfg.beta:g}"
     evaluation = DPOEval(cfg, setup, reference, tokenizer.pad_token_id)
     trl_learner.train_with_trl(trainer, "dpo", cfg, setup, evaluation, note)
 
@@ -120,10 +145,11 @@ class DPOEval(trl_learner.PairsEval):
 
     every_rank_reports = True
 
-    def __init__(self, cfg: dict[str, Any], setup: trl_learner.WorkerSetup, reference: Any, pad: int) -> None:
+    def __init__(self, cfg: DPOLoopConfig, setup: trl_learner.WorkerSetup, reference: Any, pad: int) -> None:
         super().__init__(cfg, setup)
+        self.cfg: DPOLoopConfig = cfg
         self.reference_model, self.pad = reference, pad
-        self.heldout = [(r["prompt_ids"], r["chosen_ids"], r["rejected_ids"]) for r in cfg["heldout"]]
+        self.heldout = [(r["prompt_ids"], r["chosen_ids"], r["rejected_ids"]) for r in cfg.heldout]
         self.reference: tuple[list[float], list[float]] | None = None
 
     def logps(self, net: Any) -> tuple[list[float], list[float]]:
@@ -170,7 +196,7 @@ class DPOEval(trl_learner.PairsEval):
         if "heldout_choice_accuracy" in metrics:
             figures.append(
                 f"held-out: Stockfish's move likelier {metrics['heldout_choice_accuracy']:.1%} "
-                f"({self.cfg['reference_name']} {metrics['reference_heldout_choice_accuracy']:.1%}), "
+                f"({self.cfg.reference_name} {metrics['reference_heldout_choice_accuracy']:.1%}), "
                 f"reward accuracy {metrics['heldout_reward_accuracy']:.1%}"
             )
         return figures
@@ -408,6 +434,20 @@ def summary_lines(summary: dict[str, Any], quality_nodes: int) -> list[str]:
     ]
 
 
+def loop_config(context: PhaseContext, policy: str, reference: str, data: DPOData) -> DPOLoopConfig:
+    """The learner loop's config (:func:`train_loop_per_worker` reads it as attributes): the
+    section's settings, the ``policy`` and its ``reference``, and the held-out pairs and probe row
+    of ``data``."""
+    cfg = context.config.dpo
+    return DPOLoopConfig.from_section(
+        context, cfg, policy=policy, reference=reference,
+        reference_name="start" if reference == policy else "reference",
+        weight_decay=cfg.weight_decay, beta=cfg.beta, loss_type=cfg.loss_type, sft_weight=cfg.sft_weight,
+        label_smoothing=cfg.label_smoothing, world_size=cfg.num_workers, heldout=data.held_rows,
+        probe=data.probe,
+    )  # fmt: skip
+
+
 def run_dpo(context: PhaseContext) -> PhaseResult:
     """Check the inputs, tokenize the pairs (:func:`dpo_data`), train in Ray Train, export the
     policy, measure the start and final policies' move quality, summarise."""
@@ -431,14 +471,9 @@ def run_dpo(context: PhaseContext) -> PhaseResult:
         + (f", sft weight {cfg.sft_weight:g}" if cfg.sft_weight else "")
         + f"; {trl_learner.workers_text(cfg, cpus_per_worker)}"
     )
-    loop_config = trl_learner.learner_config(
-        context, cfg, policy=policy, reference=reference,
-        reference_name="start" if reference == policy else "reference",
-        weight_decay=cfg.weight_decay, beta=cfg.beta, loss_type=cfg.loss_type, sft_weight=cfg.sft_weight,
-        label_smoothing=cfg.label_smoothing, world_size=cfg.num_workers, heldout=data.held_rows, probe=data.probe,
-    )  # fmt: skip
+    config = loop_config(context, policy, reference, data)
     result, seconds = trl_learner.fit_learner(
-        context, "dpo", cfg, train_loop_per_worker, loop_config, data.train, cpus_per_worker
+        context, "dpo", cfg, train_loop_per_worker, config, data.train, cpus_per_worker
     )
     model_out = trl_learner.export_model(
         context, "dpo", result, lambda folder: mark_text_format(folder, text_format)

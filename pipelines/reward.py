@@ -70,9 +70,26 @@ DESCRIPTION = (
 PAIR_COLUMNS: tuple[str, ...] = ("chosen_ids", "rejected_ids")
 
 
-def train_loop_per_worker(cfg: dict[str, Any]) -> None:
+@dataclass(frozen=True, kw_only=True)
+class RewardLoopConfig(trl_learner.PairsLoopConfig):
+    """What the reward learner's workers read beside
+    :class:`~pipelines.learner.trl.PairsLoopConfig`'s fields, built by the driver
+    (:func:`loop_config`), frozen: the workers read it as attributes."""
+
+    base_model: str
+    """The backbone whose transformer the reward model starts from."""
+    center_rewards_coefficient: float | None
+    """RewardTrainer's pull of the rewards towards 0 (None: none)."""
+    spearman: list[dict[str, Any]]
+    """The held-out positions whose legal moves' scores rank 0 compares with Stockfish's."""
+    normalize_sample: list[dict[str, Any]]
+    """The training pairs whose scores at the last step give the normalisation's mean and std."""
+
+
+def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     """Runs in every Ray Train worker: the RM from the backbone, TRL's RewardTrainer on this
-    worker's stream of pairs, held-out evaluation on rank 0, checkpoints through Ray Train."""
+    worker's stream of pairs, held-out evaluation on rank 0, checkpoints through Ray Train.
+    ``loop_config`` is Ray Train's: a :class:`RewardLoopConfig` under ``config``."""
     import ray.train
     from trl import RewardConfig as TrlRewardConfig
     from trl import RewardTrainer
@@ -80,15 +97,16 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     class ShardRewardTrainer(trl_learner.OwnShardLoader, RewardTrainer):  # type: ignore[misc]
         """TRL's RewardTrainer reading this worker's own shard as is."""
 
-    model, tokenizer = reward_model_from_backbone(cfg["base_model"])
+    cfg = RewardLoopConfig.of(loop_config)
+    model, tokenizer = reward_model_from_backbone(cfg.base_model)
     setup = trl_learner.worker_setup(cfg)
-    rows = trl_learner.ShardRows(ray.train.get_dataset_shard("train"), cfg["seed"], PAIR_COLUMNS)
+    rows = trl_learner.ShardRows(ray.train.get_dataset_shard("train"), cfg.seed, PAIR_COLUMNS)
     args = trl_learner.training_arguments(
         TrlRewardConfig, cfg, "reward", setup,
-        weight_decay=cfg["weight_decay"],
-        center_rewards_coefficient=cfg["center_rewards_coefficient"],
+        weight_decay=cfg.weight_decay,
+        center_rewards_coefficient=cfg.center_rewards_coefficient,
         max_length=None,  # too-long pairs were dropped (and counted) before the split
-        logging_steps=trl_learner.logging_divisor(cfg["eval_every"]),  # the loss is logged at every evaluation's step
+        logging_steps=trl_learner.logging_divisor(cfg.eval_every),  # a loss logged at each evaluation's step
         activation_checkpointing=False,  # (gradient_checkpointing: a deprecated alias that warns)
     )  # fmt: skip
     train = trl_learner.stream_dataset(rows, PAIR_COLUMNS)
@@ -101,20 +119,21 @@ class RewardEval(trl_learner.PairsEval):
     trainer's log history (Ray Train's reported metrics), MLflow and one progress line: the
     loss, with the held-out figures at an evaluation's step."""
 
-    def __init__(self, cfg: dict[str, Any], setup: trl_learner.WorkerSetup, pad_token_id: int) -> None:
+    def __init__(self, cfg: RewardLoopConfig, setup: trl_learner.WorkerSetup, pad_token_id: int) -> None:
         super().__init__(cfg, setup)
+        self.cfg: RewardLoopConfig = cfg
         self.pad_token_id = pad_token_id
 
     def measure(self, model: Any) -> dict[str, float]:
         from chessrl.rl.reward import evaluate_reward_model
 
         cfg = self.cfg
-        return evaluate_reward_model(model, cfg["heldout"], cfg["spearman"], self.pad_token_id, LEGAL_KINDS)
+        return evaluate_reward_model(model, cfg.heldout, cfg.spearman, self.pad_token_id, LEGAL_KINDS)
 
     def final_measures(self, model: Any) -> dict[str, float]:
         """The final model's score mean and std on the normalisation's training pairs (chosen and
         rejected), measured here where the model is loaded rather than by a task that loads it again."""
-        return normalizer_scores(model, self.cfg["normalize_sample"], self.pad_token_id)
+        return normalizer_scores(model, self.cfg.normalize_sample, self.pad_token_id)
 
     def figures(self, logs: dict[str, Any], metrics: dict[str, float]) -> list[str]:
         figures = [f"loss {float(logs['loss']):.3f}"] if "loss" in logs else []
@@ -450,6 +469,18 @@ def summary_lines(summary: dict[str, Any], seconds: float) -> list[str]:
     ]
 
 
+def loop_config(context: PhaseContext, base: str, data: RewardData) -> RewardLoopConfig:
+    """The learner loop's config (:func:`train_loop_per_worker` reads it as attributes): the
+    section's settings, the backbone ``base``, and the held-out pairs, Spearman positions and
+    normalisation sample of ``data``."""
+    cfg = context.config.reward
+    return RewardLoopConfig.from_section(
+        context, cfg, base_model=base, weight_decay=cfg.weight_decay,
+        center_rewards_coefficient=cfg.center_rewards_coefficient, world_size=cfg.num_workers,
+        heldout=data.held_rows, spearman=data.spearman, normalize_sample=data.sample,
+    )  # fmt: skip
+
+
 def run_reward(context: PhaseContext) -> PhaseResult:
     """Check the inputs, tokenize the pairs (:func:`reward_data`), train in Ray Train, score the
     training sample for the normalisation, export the model with it, summarise."""
@@ -479,13 +510,9 @@ def run_reward(context: PhaseContext) -> PhaseResult:
         )
         + f"; backbone {base}, reading the {text_format} text; {trl_learner.workers_text(cfg, cpus_per_worker)}"
     )
-    loop_config = trl_learner.learner_config(
-        context, cfg, base_model=base, weight_decay=cfg.weight_decay,
-        center_rewards_coefficient=cfg.center_rewards_coefficient, world_size=cfg.num_workers,
-        heldout=data.held_rows, spearman=data.spearman, normalize_sample=data.sample,
-    )  # fmt: skip
+    config = loop_config(context, base, data)
     result, seconds = trl_learner.fit_learner(
-        context, "reward", cfg, train_loop_per_worker, loop_config, data.train, cpus_per_worker
+        context, "reward", cfg, train_loop_per_worker, config, data.train, cpus_per_worker
     )
     context.log(f"trained in {seconds:.0f} s")
     reported = result.metrics or {}

@@ -28,7 +28,7 @@ from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, SftConfig
 from pipelines.learner import check_gpus, final_metrics
 from pipelines.learner import trl as trl_learner
-from pipelines.learner.sft import train_loop_per_worker
+from pipelines.learner.sft import SftLoopConfig, train_loop_per_worker
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, readable_model
 from pipelines.sft_data import POSITION_FORMATS, SftInputs, SftSplit, board_example_tokens, training_data
 
@@ -253,6 +253,19 @@ def summary_lines(summary: dict[str, Any], seconds: float, num_workers: int) -> 
     ]
 
 
+def loop_config(context: PhaseContext, found: SftInputs, split: SftSplit, batch_size: int) -> SftLoopConfig:
+    """The learner loop's config (:func:`pipelines.learner.sft.train_loop_per_worker` reads it as
+    attributes): the section's settings, ``batch_size`` (``auto`` resolved), the legal-move loss
+    and soft targets of ``found``, the held-out positions of ``split``."""
+    cfg = context.config.sft
+    return SftLoopConfig.from_section(
+        context, cfg, model=cfg.model, base_model=cfg.base_model, batch_size=batch_size,
+        max_length=cfg.max_length, gradient_checkpointing=cfg.gradient_checkpointing,
+        torch_compile=cfg.torch_compile, dropout=cfg.dropout, legal_loss_weight=found.legal_weight,
+        soft_targets=found.annotations is not None, text_format=cfg.text_format, heldout=list(split.heldout),
+    )  # fmt: skip
+
+
 def run_sft(context: PhaseContext) -> PhaseResult:
     """Check the inputs, split the games, tokenise and pack the training texts in Ray Data, train
     in Ray Train, export the model (with its text format), summarise."""
@@ -279,15 +292,9 @@ def run_sft(context: PhaseContext) -> PhaseResult:
         + (f", {truncated:,} games longer than a block cut to its length" if truncated else "")
         + f"; {trl_learner.workers_text(cfg, cpus_per_worker)}"
     )
-    loop_config = trl_learner.learner_config(
-        context, cfg, model=cfg.model, base_model=cfg.base_model, batch_size=batch_size,
-        max_length=cfg.max_length, gradient_checkpointing=cfg.gradient_checkpointing,
-        torch_compile=cfg.torch_compile, dropout=cfg.dropout, legal_loss_weight=found.legal_weight,
-        soft_targets=found.annotations is not None,
-        text_format=cfg.text_format, heldout=[(list(p.moves_before), p.next_move, p.prefix) for p in split.heldout],
-    )  # fmt: skip
+    config = loop_config(context, found, split, batch_size)
     result, seconds = trl_learner.fit_learner(
-        context, "sft", cfg, train_loop_per_worker, loop_config, dataset, cpus_per_worker, folder=folder
+        context, "sft", cfg, train_loop_per_worker, config, dataset, cpus_per_worker, folder=folder
     )
     model_out = trl_learner.export_model(
         context, folder, result, edit=lambda path: mark_text_format(path, cfg.text_format)

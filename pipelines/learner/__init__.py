@@ -4,7 +4,8 @@ resume from, the export of a Hugging Face checkpoint as the phase's model), the 
 the rollout feed, here; the two halves of the skeleton and each phase's worker loop beside it:
 
 - :mod:`pipelines.learner.trl`: the skeleton of the phases that train through a TRL ``Trainer``
-  (sft, reward, dpo): worker setup, shard streaming, shared arguments, the callback, ``train_with_trl``;
+  (sft, reward, dpo): ``TRLLoopConfig`` (the frozen config a driver hands its workers, read as
+  attributes), worker setup, shard streaming, shared arguments, the callback, ``train_with_trl``;
   on the driver ``fit_learner``, export and the summary.
 - :mod:`pipelines.learner.loop`: the skeleton of hand-written loops (ppo, grpo, selfplay):
   ``LoopConfig`` (the frozen config a driver hands its workers, read as attributes),
@@ -16,9 +17,10 @@ the rollout feed, here; the two halves of the skeleton and each phase's worker l
   :mod:`pipelines.learner.selfplay`: those phases' ``train_loop_per_worker`` (reward's and dpo's
   are short enough to stay in their phase modules).
 
-Nothing here is a phase: phase modules import it, never each other.
+Nothing here is a phase: phase modules import it, never each other. Every learner's config
+crosses to its workers as a :class:`WorkerConfig` (a frozen dataclass, read as attributes).
 
-    trainer = torch_trainer(context, "reward", train_loop_per_worker, loop_config,
+    trainer = torch_trainer(context, "reward", train_loop_per_worker, config.train_loop_config(),
                             num_workers=2, cpus_per_worker=1, use_gpu=False, datasets={"train": ds})
     result = trainer.fit()   # a re-run of the same command resumes from the last checkpoint
     export_hf_checkpoint(result.checkpoint, context.phase_storage("reward").child("model"))
@@ -27,6 +29,7 @@ Nothing here is a phase: phase modules import it, never each other.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import math
@@ -34,8 +37,9 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cluster.errors import ConfigError
 from cluster.progress import ProgressBoard
@@ -44,6 +48,46 @@ from pipelines.phase import PhaseContext
 
 #: Files of a transformers Trainer checkpoint that belong to training, not to the model.
 TRAINING_STATE_PREFIXES: tuple[str, ...] = ("optimizer", "scheduler", "rng_state", "training_args")
+
+W = TypeVar("W", bound="WorkerConfig")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerConfig:
+    """What every learner's driver hands its Ray Train workers, frozen, read as attributes: each
+    learner's config extends it (:class:`pipelines.learner.loop.LoopConfig` for the hand-written
+    loops, :class:`pipelines.learner.trl.TRLLoopConfig` for the TRL trainers). Ray Train takes a
+    dict: the driver gives it :meth:`train_loop_config` (the config under ``config``),
+    :func:`torch_trainer` adds the progress board's handle and the scratch name beside it, and the
+    worker's loop takes the config back with :meth:`of`, those two set.
+
+    >>> cfg = WorkerConfig()
+    >>> WorkerConfig.of({**cfg.train_loop_config(), "progress": "board", "scratch": "chess-rl-x"})
+    WorkerConfig(progress='board', scratch='chess-rl-x')
+    """
+
+    progress: Any = None
+    """The driver's progress board's handle (:func:`cluster.progress.report_progress`; None:
+    none): :meth:`of` sets it from what ``torch_trainer`` adds."""
+    scratch: str | None = None
+    """The name of the run's local scratch folders (:func:`scratch_name`; None: none given):
+    :meth:`of` sets it from what ``torch_trainer`` adds."""
+
+    def train_loop_config(self) -> dict[str, Any]:
+        """Ray Train's ``train_loop_config`` for this config (it takes a dict): the config under
+        ``config``."""
+        return {"config": self}
+
+    @classmethod
+    def of(cls: type[W], loop_config: dict[str, Any]) -> W:
+        """In the worker: the config a driver put in ``loop_config`` (:meth:`train_loop_config`),
+        with the progress board's handle and the scratch name ``torch_trainer`` added beside it;
+        a config of another class is a TypeError."""
+        config = loop_config["config"]
+        if not isinstance(config, cls):
+            raise TypeError(f"the loop config holds a {type(config).__name__}, not a {cls.__name__}")
+        added = {key: loop_config.get(key) for key in ("progress", "scratch")}
+        return dataclasses.replace(config, **added)
 
 
 def cpus_that_fit(free: Sequence[float], workers: int, cap: float) -> float:
@@ -130,10 +174,11 @@ def torch_trainer(
     progress: ProgressBoard | None = None,
 ) -> Any:
     """A ``TorchTrainer`` whose checkpoints live under ``<storage>/<run>/<phase>/ray``: running
-    the same phase again (same run name and storage) finds them and resumes. With ``progress``,
-    ``loop_config["progress"]`` is the board's handle, for :func:`cluster.progress.report_progress`
-    in the loop (``None`` without one); ``loop_config["scratch"]`` names the run's local scratch
-    folders (:func:`pipelines.learner.trl.training_arguments`)."""
+    the same phase again (same run name and storage) finds them and resumes. ``loop_config`` is
+    the learner's :meth:`WorkerConfig.train_loop_config`; beside its config go the board's handle,
+    with ``progress`` (None without one), for :func:`cluster.progress.report_progress` in the loop,
+    and the name of the run's local scratch folders (:func:`pipelines.learner.trl.training_arguments`):
+    :meth:`WorkerConfig.of` reads them back into the config's ``progress`` and ``scratch``."""
     from ray.train import LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
@@ -199,7 +244,7 @@ def collective_timeout_s(loop_config: dict[str, Any]) -> int | None:
     limit plus the default 1,800 s (rank 0's work after it: one iteration's gate, a checkpoint),
     and a day without a limit (a slow collector is not a lost process; a failed one is raised on
     rank 0, and Ray Train ends the others). None (``TorchConfig``'s 1,800 s) for a loop without a
-    :class:`~pipelines.learner.loop.LoopConfig` (the TRL and reward learners: every rank works).
+    :class:`~pipelines.learner.loop.LoopConfig` (the TRL learners, sft, reward and dpo: every rank works).
 
     >>> from types import SimpleNamespace
     >>> [collective_timeout_s({"config": SimpleNamespace(time_limit_s=t)}) for t in (3600.0, None)]

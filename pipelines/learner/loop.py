@@ -12,29 +12,26 @@ both build on :mod:`pipelines.learner`.)
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from cluster.storage import Storage
-from pipelines.learner import LearnerLog, fresh_scratch, read_checkpoint, scratch_name
-
-C = TypeVar("C", bound="LoopConfig")
+from pipelines.learner import LearnerLog, WorkerConfig, fresh_scratch, read_checkpoint, scratch_name
 
 
 @dataclass(frozen=True, kw_only=True)
-class LoopConfig:
+class LoopConfig(WorkerConfig):
     """What :class:`LoopLearner` reads of a loop learner's config: each phase's config
     (``PPOLoopConfig``, ``GRPOLoopConfig``, ``SelfplayLoopConfig``) extends it. The driver builds
-    one and hands it to Ray Train under one key (:meth:`train_loop_config`); the worker's loop
-    takes it back with :meth:`of`, with the progress board's handle that
-    :func:`pipelines.learner.torch_trainer` added. Every field but ``progress`` is the driver's to
-    set: the defaults are the config sections'.
+    one and hands it to Ray Train under one key (:meth:`~pipelines.learner.WorkerConfig.train_loop_config`);
+    the worker's loop takes it back with :meth:`~pipelines.learner.WorkerConfig.of`, with the
+    progress board's handle that :func:`pipelines.learner.torch_trainer` added. Every field but
+    ``progress`` and ``scratch`` is the driver's to set: the defaults are the config sections'.
 
     >>> cfg = LoopConfig(phase_uri="/tmp/run/ppo", iterations=4, checkpoint_interval=2, time_limit_s=None,
     ...                  tracking_uri=None, tracking_run_id=None)
@@ -54,23 +51,6 @@ class LoopConfig:
     """MLflow's tracking URI (None: tracking off)."""
     tracking_run_id: str | None
     """The MLflow run the metrics go to."""
-    progress: Any = None
-    """The driver's progress board's handle (:func:`cluster.progress.report_progress`; None:
-    none): :meth:`of` sets it from what ``torch_trainer`` adds."""
-
-    def train_loop_config(self) -> dict[str, Any]:
-        """Ray Train's ``train_loop_config`` for this config (it takes a dict): the config under
-        ``config``."""
-        return {"config": self}
-
-    @classmethod
-    def of(cls: type[C], loop_config: dict[str, Any]) -> C:
-        """In the worker: the config a driver put in ``loop_config`` (:meth:`train_loop_config`),
-        with the progress board's handle ``torch_trainer`` added beside it."""
-        config = loop_config["config"]
-        if not isinstance(config, cls):
-            raise TypeError(f"the loop config holds a {type(config).__name__}, not a {cls.__name__}")
-        return dataclasses.replace(config, progress=loop_config.get("progress"))
 
 
 class LoopLearner:

@@ -1,7 +1,8 @@
 """The ``sft`` learner, in its Ray Train worker (:func:`train_loop_per_worker`, started by
-:func:`pipelines.sft.run_sft`): the model built from a preset or loaded, TRL's SFTTrainer (or,
-on a CPU or with the legal-move loss, :func:`own_loss_sft_trainer_class`) on the worker's shard of
-packed blocks, and the held-out legal-move rate every ``eval_every`` steps (:class:`SftEval`);
+:func:`pipelines.sft.run_sft` with an :class:`SftLoopConfig`): the model built from a preset or
+loaded, TRL's SFTTrainer (or, on a CPU or with the legal-move loss,
+:func:`own_loss_sft_trainer_class`) on the worker's shard of packed blocks, and the held-out
+legal-move rate every ``eval_every`` steps (:class:`SftEval`);
 :func:`pipelines.learner.trl.train_with_trl` does the resume, the reports and the checkpoints.
 """
 
@@ -9,44 +10,76 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from chessrl.lm.lm_eval import HeldoutPosition, evaluate_moves
 from pipelines.learner import trl as trl_learner
 
 
-def train_loop_per_worker(cfg: dict[str, Any]) -> None:
-    """Runs in every Ray Train worker: build or load the model, train with TRL, report to Ray."""
+@dataclass(frozen=True, kw_only=True)
+class SftLoopConfig(trl_learner.TRLLoopConfig):
+    """What the sft learner's workers read beside
+    :class:`~pipelines.learner.trl.TRLLoopConfig`'s fields, built by the driver
+    (:func:`pipelines.sft.loop_config`), frozen: the workers read it as attributes."""
+
+    model: str
+    """The preset the model is built from when there is no ``base_model``."""
+    base_model: str | None
+    """A saved policy to go on training (None: a new model of the preset)."""
+    dropout: float | None
+    """The model's dropout (None: the model's own)."""
+    legal_loss_weight: float
+    """The weight of the legal-move loss (0: none)."""
+    soft_targets: bool
+    """Whether the blocks carry soft targets over the legal moves (distillation from annotations)."""
+    torch_compile: str
+    """auto, always or never (:func:`chessrl.lm.models.resolve_compile`)."""
+    max_length: int
+    """Tokens a block (the blocks were packed to it)."""
+    gradient_checkpointing: bool
+    """Activation checkpointing, memory for compute."""
+    text_format: str
+    """The text format the held-out positions are asked in (:mod:`chessrl.lm.formats`)."""
+    heldout: list[HeldoutPosition]
+    """The held-out positions whose legal-move rate and top-1 agreement rank 0 measures."""
+
+
+def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
+    """Runs in every Ray Train worker: build or load the model, train with TRL, report to Ray.
+    ``loop_config`` is Ray Train's: an :class:`SftLoopConfig` under ``config``
+    (:meth:`~pipelines.learner.WorkerConfig.of`)."""
     import ray.train
     from trl import SFTConfig, SFTTrainer
 
     from chessrl.arena.saved_models import load_saved_model
     from chessrl.lm.models import build_model, resolve_compile, set_dropout
 
-    if cfg["base_model"]:
-        model, tokenizer = load_saved_model(cfg["base_model"], "policy")
+    cfg = SftLoopConfig.of(loop_config)
+    if cfg.base_model:
+        model, tokenizer = load_saved_model(cfg.base_model, "policy")
     else:
-        model, tokenizer = build_model(cfg["model"], seed=cfg["seed"])
-    if cfg["dropout"] is not None:
-        set_dropout(model, cfg["dropout"])
-    legal_weight = float(cfg["legal_loss_weight"])
+        model, tokenizer = build_model(cfg.model, seed=cfg.seed)
+    if cfg.dropout is not None:
+        set_dropout(model, cfg.dropout)
+    legal_weight = float(cfg.legal_loss_weight)
     setup = trl_learner.worker_setup(cfg)
     shard = ray.train.get_dataset_shard("train")
-    train = trl_learner.stream_dataset(lambda: enumerate(sft_blocks(shard, cfg["seed"], legal_weight)))
-    compiled = resolve_compile(cfg["torch_compile"], cfg["max_steps"])
+    train = trl_learner.stream_dataset(lambda: enumerate(sft_blocks(shard, cfg.seed, legal_weight)))
+    compiled = resolve_compile(cfg.torch_compile, cfg.max_steps)
     args = trl_learner.training_arguments(
         SFTConfig, cfg, "sft", setup,
         weight_decay=0.01,
         adam_beta2=0.95,
-        logging_steps=max(1, min(10, cfg["eval_every"])),
-        max_length=cfg["max_length"],
+        logging_steps=max(1, min(10, cfg.eval_every)),
+        max_length=cfg.max_length,
         dataset_kwargs={"skip_prepare_dataset": True},
-        activation_checkpointing=bool(cfg["gradient_checkpointing"]),
+        activation_checkpointing=bool(cfg.gradient_checkpointing),
         torch_compile=compiled,
     )  # fmt: skip
     # TRL's own loss on a GPU (its fused LM head saves memory) unless the legal-move loss needs
     # the logits; the model's own cross-entropy on a CPU (see own_loss_sft_trainer_class)
-    soft = bool(cfg.get("soft_targets"))
+    soft = bool(cfg.soft_targets)
     base = (
         SFTTrainer
         if setup.use_gpu and not legal_weight and not soft
@@ -94,11 +127,12 @@ class SftEval(trl_learner.LearnerCallback):
     ``train_tokens_per_s`` is this worker's steady rate: tokens of steps 2..N over their wall
     time, held-out evaluations excluded (checkpoint saves included)."""
 
-    def __init__(self, cfg: dict[str, Any], setup: trl_learner.WorkerSetup, tokenizer: Any) -> None:
+    def __init__(self, cfg: SftLoopConfig, setup: trl_learner.WorkerSetup, tokenizer: Any) -> None:
         super().__init__(cfg, setup)
+        self.cfg: SftLoopConfig = cfg
         self.tokenizer = tokenizer
-        self.heldout = [HeldoutPosition(tuple(p[0]), p[1], p[2]) for p in cfg["heldout"]]
-        self.tokens_per_step = cfg["batch_size"] * cfg["max_length"]
+        self.heldout = list(cfg.heldout)
+        self.tokens_per_step = cfg.batch_size * cfg.max_length
         self.tokens_seen = 0.0
         self.clock = time.perf_counter()
         self.mark: float | None = None
@@ -131,7 +165,7 @@ class SftEval(trl_learner.LearnerCallback):
             metrics = {
                 f"heldout_{k}": v
                 for k, v in evaluate_moves(
-                    kw["model"], self.tokenizer, self.heldout, text_format=self.cfg["text_format"]
+                    kw["model"], self.tokenizer, self.heldout, text_format=self.cfg.text_format
                 ).items()
             }
             metrics["heldout_eval_s"] = time.perf_counter() - now

@@ -3,10 +3,12 @@
 is its model, its trainer and its held-out measures, and its driver reads check -> data ->
 :func:`fit_learner` -> export -> summary.
 
-In a Ray Train worker (the phase's ``train_loop_per_worker``)::
+In a Ray Train worker (the phase's ``train_loop_per_worker``), with the phase's
+:class:`TRLLoopConfig` (a frozen dataclass, read as attributes)::
 
+    cfg = RewardLoopConfig.of(loop_config)           # the driver's config, progress and scratch set
     setup = worker_setup(cfg)                        # rank, MLflow (rank 0), device, bf16
-    rows = ShardRows(ray.train.get_dataset_shard("train"), cfg["seed"], ("chosen_ids", "rejected_ids"))
+    rows = ShardRows(ray.train.get_dataset_shard("train"), cfg.seed, ("chosen_ids", "rejected_ids"))
     args = training_arguments(TrlRewardConfig, cfg, "reward", setup, weight_decay=...)
     trainer = Trainer(model=model, args=args, train_dataset=stream_dataset(rows, rows.columns), ...)
     train_with_trl(trainer, "reward", cfg, setup, MyEval(cfg, setup))   # resume, report, train
@@ -15,8 +17,8 @@ where ``MyEval`` is a :class:`LearnerCallback` (``resumed_from_step``, the evalu
 the log history, MLflow and the driver's progress lines; :class:`PairsEval` for a trainer on
 preference pairs). On the driver::
 
-    result, seconds = fit_learner(context, "reward", cfg, train_loop_per_worker,
-                                  learner_config(context, cfg, base_model=...), train, cpus)
+    config = RewardLoopConfig.from_section(context, cfg, base_model=..., ...)
+    result, seconds = fit_learner(context, "reward", cfg, train_loop_per_worker, config, train, cpus)
     model_out = export_model(context, "reward", result, edit)
     summary = learner_summary({"phase": "reward", ...}, final_metrics(result), {...}, model_out, seconds)
     write_summary(context, "reward", summary)
@@ -29,12 +31,13 @@ import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from cluster.errors import InputDataError
 from cluster.progress import ProgressBoard, report_progress
 from cluster.storage import Storage
 from pipelines.learner import (
+    WorkerConfig,
     default_cpus_per_worker,
     export_hf_checkpoint,
     fresh_scratch,
@@ -43,6 +46,70 @@ from pipelines.learner import (
     training_finished,
 )
 from pipelines.phase import PhaseContext
+
+T = TypeVar("T", bound="TRLLoopConfig")
+
+#: The training settings every TRL phase's section has, as :class:`TRLLoopConfig` takes them.
+SECTION_KEYS: tuple[str, ...] = ("max_steps", "batch_size", "learning_rate", "warmup_steps", "eval_every",
+                                 "use_gpu", "precision")  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class TRLLoopConfig(WorkerConfig):
+    """What every TRL learner's workers read (:func:`worker_setup`, :func:`training_arguments`,
+    :class:`LearnerCallback`, :func:`train_with_trl`), extended by each phase's (``SftLoopConfig``;
+    ``RewardLoopConfig``, ``DPOLoopConfig`` through :class:`PairsLoopConfig`): the driver builds it
+    (:meth:`from_section`), :func:`fit_learner` hands it over, the worker's loop takes it back
+    (:meth:`~pipelines.learner.WorkerConfig.of`).
+
+    >>> cfg = TRLLoopConfig(max_steps=6, batch_size=4, learning_rate=1e-3, warmup_steps=0, eval_every=3,
+    ...                     use_gpu=False, precision="auto", seed=0, tracking_uri=None, tracking_run_id=None)
+    >>> TRLLoopConfig.of({**cfg.train_loop_config(), "progress": None, "scratch": "chess-rl-sft-x"}).scratch
+    'chess-rl-sft-x'
+    """
+
+    max_steps: int
+    """Optimizer steps to train (a resumed run goes on to this many in all)."""
+    batch_size: int
+    """Examples a step on each worker."""
+    learning_rate: float
+    """The peak learning rate (a cosine schedule after the warm-up)."""
+    warmup_steps: int
+    """Steps of warm-up before the cosine schedule."""
+    eval_every: int
+    """Held-out measures and a checkpoint every this many steps (and at the last one)."""
+    use_gpu: bool
+    """Each worker on its GPU."""
+    precision: str
+    """auto, fp32 or bf16 (:func:`chessrl.lm.models.resolve_bf16`)."""
+    seed: int
+    """The run's seed (the shard's local shuffle, the trainer's own)."""
+    tracking_uri: str | None
+    """MLflow's tracking URI (None: tracking off)."""
+    tracking_run_id: str | None
+    """The phase's MLflow run the metrics go to."""
+
+    @classmethod
+    def from_section(cls: type[T], context: PhaseContext, section: Any, **fields: Any) -> T:
+        """The config from the phase's ``section`` (its training settings), the run's seed and the
+        phase's MLflow run; ``fields``: the phase's own (they win)."""
+        common = {key: getattr(section, key) for key in SECTION_KEYS}
+        tracking = {"tracking_uri": context.tracking.uri, "tracking_run_id": context.tracking.run_id}
+        return cls(**{**common, "seed": context.config.run.seed, **tracking, **fields})
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairsLoopConfig(TRLLoopConfig):
+    """What a TRL learner on preference pairs (reward, dpo) reads beside :class:`TRLLoopConfig`'s
+    fields: :class:`PairsEval` and the phase's own trainer arguments."""
+
+    world_size: int
+    """The learner's workers (the pairs a second count every worker's)."""
+    weight_decay: float
+    """AdamW's weight decay."""
+    heldout: list[dict[str, Any]]
+    """The held-out pairs rank 0 measures, as rows of token ids."""
+
 
 # ---------------------------------------------------------------------------------------------
 # In the Ray Train worker
@@ -60,9 +127,9 @@ class WorkerSetup:
     bf16: bool
 
 
-def worker_setup(cfg: dict[str, Any]) -> WorkerSetup:
+def worker_setup(cfg: TRLLoopConfig) -> WorkerSetup:
     """This worker's :class:`WorkerSetup`, from the loop config (``use_gpu``, ``precision`` and
-    the MLflow run of :func:`learner_config`)."""
+    the phase's MLflow run)."""
     import ray.train
     import torch
 
@@ -70,15 +137,15 @@ def worker_setup(cfg: dict[str, Any]) -> WorkerSetup:
     from cluster.tracking import RunMetricsLogger
 
     rank = ray.train.get_context().get_world_rank()
-    mlflow = RunMetricsLogger(cfg["tracking_uri"], cfg["tracking_run_id"]) if rank == 0 else None
-    use_gpu = bool(cfg["use_gpu"])
+    mlflow = RunMetricsLogger(cfg.tracking_uri, cfg.tracking_run_id) if rank == 0 else None
+    use_gpu = bool(cfg.use_gpu)
     if use_gpu and not torch.cuda.is_available():  # a GPU node whose torch cannot use it
         raise RuntimeError(
             f"use_gpu is set but this worker's torch {torch.__version__} sees no CUDA device "
             f"({'a CPU build' if torch.version.cuda is None else 'CUDA ' + torch.version.cuda}): "
             "install the CUDA build of torch on the GPU nodes (docs/cluster.md, \"GPUs\")"
         )
-    return WorkerSetup(rank, mlflow, use_gpu, resolve_bf16(cfg["precision"], on_gpu=use_gpu))
+    return WorkerSetup(rank, mlflow, use_gpu, resolve_bf16(cfg.precision, on_gpu=use_gpu))
 
 
 def shard_epochs(shard: Any, seed: int) -> Iterator[Any]:
@@ -171,32 +238,32 @@ def logging_divisor(eval_every: int) -> int:
 
 
 def training_arguments(
-    args_class: type, cfg: dict[str, Any], phase: str, setup: WorkerSetup, **fields: Any
+    args_class: type, cfg: TRLLoopConfig, phase: str, setup: WorkerSetup, **fields: Any
 ) -> Any:
     """``args_class`` (the TRL config of the phase's trainer) with what every phase sets alike:
     ``max_steps`` steps of ``batch_size`` examples a worker, a cosine schedule after
     ``warmup_steps``, a checkpoint every ``eval_every`` steps, the worker's device and bf16, no
     reporting or tqdm of transformers' own, no dataloader workers; ``fields``: the phase's own.
     The trainer writes its checkpoints into a folder of the temporary folder, named for the run
-    and the worker's rank (``cfg["scratch"]``: a re-run after a kill starts by removing what the
+    and the worker's rank (``cfg.scratch``: a re-run after a kill starts by removing what the
     killed one left), that keeps only the latest (Ray Train's report callback has copied each to
     storage by then) and that :func:`train_with_trl` removes."""
-    output_dir = fresh_scratch(f"{cfg.get('scratch') or 'chess-rl-' + phase}-rank{setup.rank}")
+    output_dir = fresh_scratch(f"{cfg.scratch or 'chess-rl-' + phase}-rank{setup.rank}")
     return args_class(
         output_dir=str(output_dir),
         save_total_limit=1,
-        max_steps=cfg["max_steps"],
-        per_device_train_batch_size=cfg["batch_size"],
-        learning_rate=cfg["learning_rate"],
+        max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.batch_size,
+        learning_rate=cfg.learning_rate,
         lr_scheduler_type="cosine",
-        warmup_steps=cfg["warmup_steps"],
+        warmup_steps=cfg.warmup_steps,
         save_strategy="steps",
-        save_steps=cfg["eval_every"],
+        save_steps=cfg.eval_every,
         report_to="none",
         use_cpu=not setup.use_gpu,
         bf16=setup.bf16,
         dataloader_num_workers=0,
-        seed=cfg["seed"],
+        seed=cfg.seed,
         disable_tqdm=True,
         ddp_find_unused_parameters=False,  # every GPT-2 parameter is used: skip DDP's extra graph walk
         **fields,
@@ -211,7 +278,7 @@ class LearnerCallback:
     metrics) and the phase's MLflow run (:meth:`record`), progress lines to the driver's board
     (:meth:`report`). A phase overrides :meth:`on_step_end` and :meth:`on_log` with its own."""
 
-    def __init__(self, cfg: dict[str, Any], setup: WorkerSetup) -> None:
+    def __init__(self, cfg: TRLLoopConfig, setup: WorkerSetup) -> None:
         self.cfg = cfg
         self.rank, self.mlflow = setup.rank, setup.mlflow
         self.start_step = 0
@@ -230,7 +297,7 @@ class LearnerCallback:
 
     def eval_due(self, state: Any) -> bool:
         """Whether this step is an evaluation's: every ``eval_every`` steps, and the last."""
-        return state.global_step % self.cfg["eval_every"] == 0 or state.global_step >= state.max_steps
+        return state.global_step % self.cfg.eval_every == 0 or state.global_step >= state.max_steps
 
     def record(self, state: Any, metrics: dict[str, Any], **extra: Any) -> None:
         """``metrics`` of this step into the log history (with ``step`` and ``extra``) and MLflow."""
@@ -240,7 +307,7 @@ class LearnerCallback:
 
     def report(self, state: Any, figures: str, *, show: bool = False) -> None:
         """A report to the driver's progress board (``show``: a line now)."""
-        report_progress(self.cfg["progress"], state.global_step, figures, start=self.start_step, show=show)
+        report_progress(self.cfg.progress, state.global_step, figures, start=self.start_step, show=show)
 
 
 class PairsEval(LearnerCallback):
@@ -252,8 +319,9 @@ class PairsEval(LearnerCallback):
     #: Progress lines from every rank's logs, not rank 0's alone.
     every_rank_reports = False
 
-    def __init__(self, cfg: dict[str, Any], setup: WorkerSetup) -> None:
+    def __init__(self, cfg: PairsLoopConfig, setup: WorkerSetup) -> None:
         super().__init__(cfg, setup)
+        self.cfg: PairsLoopConfig = cfg
         self.started = time.perf_counter()
         self.pending: dict[str, float] = {}
 
@@ -288,7 +356,7 @@ class PairsEval(LearnerCallback):
         metrics["heldout_eval_s"] = time.perf_counter() - now
         done = max(1, step - self.start_step)
         metrics["train_pairs_per_s"] = (
-            done * self.cfg["batch_size"] * self.cfg["world_size"] / max(1e-9, now - self.started)
+            done * self.cfg.batch_size * self.cfg.world_size / max(1e-9, now - self.started)
         )
         self.started += metrics["heldout_eval_s"]  # the rate counts training time only
         self.record(state, metrics, **self.history_extra(step))
@@ -335,7 +403,7 @@ def trainer_callback(hooks: LearnerCallback) -> Any:
 def train_with_trl(
     trainer: Any,
     phase: str,
-    cfg: dict[str, Any],
+    cfg: TRLLoopConfig,
     setup: WorkerSetup,
     callback: LearnerCallback,
     note: str = "",
@@ -360,7 +428,7 @@ def train_with_trl(
     trainer = prepare_trainer(trainer)
     try:
         resume = resume_folder(phase, into=trainer.args.output_dir)
-        if not training_finished(resume, cfg["max_steps"], phase):
+        if not training_finished(resume, cfg.max_steps, phase):
             trainer.train(resume_from_checkpoint=resume)
     finally:  # the checkpoints are Ray Train's now: the trainer's own folder goes
         shutil.rmtree(trainer.args.output_dir, ignore_errors=True)
@@ -398,35 +466,17 @@ def workers_text(cfg: Any, cpus_per_worker: float) -> str:
     return f"{cfg.num_workers} worker(s) x {cpus_per_worker} CPU" + (" + 1 GPU" if cfg.use_gpu else "")
 
 
-def learner_config(context: PhaseContext, cfg: Any, **fields: Any) -> dict[str, Any]:
-    """The loop config every TRL learner reads: the phase section's training settings, the run's
-    seed and the phase's MLflow run; ``fields``: the phase's own (they win)."""
-    return {
-        "max_steps": cfg.max_steps,
-        "batch_size": cfg.batch_size,
-        "learning_rate": cfg.learning_rate,
-        "warmup_steps": cfg.warmup_steps,
-        "eval_every": cfg.eval_every,
-        "use_gpu": cfg.use_gpu,
-        "precision": cfg.precision,
-        "seed": context.config.run.seed,
-        "tracking_uri": context.tracking.uri,
-        "tracking_run_id": context.tracking.run_id,
-        **fields,
-    }
-
-
 def fit_learner(
     context: PhaseContext, phase: str, cfg: Any,
-    loop: Callable[[dict[str, Any]], None], loop_config: dict[str, Any], train: Any, cpus_per_worker: float,
+    loop: Callable[[dict[str, Any]], None], config: TRLLoopConfig, train: Any, cpus_per_worker: float,
     folder: str | None = None,
 ) -> tuple[Any, float]:  # fmt: skip
-    """Run the phase's learner (``cfg.num_workers`` workers of ``cpus_per_worker`` CPUs, a GPU
-    each with ``cfg.use_gpu``, ``train`` their dataset) under a progress board of
-    ``cfg.max_steps`` steps, checkpoints under the run's ``folder`` (default: ``phase``), where a
-    re-run resumes; its result, which has a checkpoint, and the seconds it took."""
+    """Run the phase's learner ``loop`` on ``config`` (``cfg.num_workers`` workers of
+    ``cpus_per_worker`` CPUs, a GPU each with ``cfg.use_gpu``, ``train`` their dataset) under a
+    progress board of ``cfg.max_steps`` steps, checkpoints under the run's ``folder`` (default:
+    ``phase``), where a re-run resumes; its result, which has a checkpoint, and the seconds it took."""
     trainer = torch_trainer(
-        context, folder or phase, loop, loop_config,
+        context, folder or phase, loop, config.train_loop_config(),
         num_workers=cfg.num_workers, cpus_per_worker=cpus_per_worker, use_gpu=cfg.use_gpu,
         datasets={"train": train}, progress=(board := ProgressBoard(context.log, "step", cfg.max_steps)),
     )  # fmt: skip

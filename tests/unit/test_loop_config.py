@@ -1,8 +1,10 @@
-"""The loop learners' configs (ppo, grpo, selfplay) cross from the driver to the Ray Train workers
-as frozen dataclasses, read as attributes: the drivers build them from the config sections,
-they pickle and come back out of Ray Train's ``train_loop_config`` with the progress handle, every
-attribute a learner reads is a field, and no module of ``pipelines/learner/`` reads a config
-through ``cfg["..."]`` (but the TRL learners', still dicts)."""
+"""Every learner's config crosses from the driver to the Ray Train workers as a frozen dataclass,
+read as attributes: the loop learners' (ppo, grpo, selfplay: :class:`LoopConfig`) and the TRL
+learners' (sft, reward, dpo: :class:`TRLLoopConfig`). The drivers build them from the config
+sections, they pickle and come back out of Ray Train's ``train_loop_config`` with the progress
+handle and the scratch name, every attribute a learner reads is a field, and no module of
+``pipelines/learner/`` (nor reward's and dpo's worker loops, in their phase modules) reads a
+config through ``cfg["..."]``."""
 
 from __future__ import annotations
 
@@ -15,20 +17,31 @@ from typing import Any
 
 import pytest
 
+from chessrl.lm.lm_eval import HeldoutPosition
 from chessrl.rl.grpo_types import GRPOSettings
 from cluster.storage import Storage
-from pipelines import grpo, ppo, selfplay
+from pipelines import dpo, grpo, ppo, reward, selfplay, sft
 from pipelines.config import ChessRLConfig
+from pipelines.learner import WorkerConfig
 from pipelines.learner.grpo import GRPOLoopConfig
 from pipelines.learner.loop import LoopConfig
 from pipelines.learner.ppo import PPOLoopConfig
 from pipelines.learner.selfplay import SelfplayLoopConfig
+from pipelines.learner.sft import SftLoopConfig
+from pipelines.learner.trl import PairsLoopConfig, TRLLoopConfig
 
-LEARNER = Path(__file__).resolve().parents[2] / "pipelines" / "learner"
+PIPELINES = Path(__file__).resolve().parents[2] / "pipelines"
+LEARNER = PIPELINES / "learner"
 
-#: The learners that still take their config as a dict: the TRL phases' (sft, reward, dpo), whose
-#: typed config is the next step. The test fails once one no longer reads a dict: drop it here.
-STILL_DICTS = {"sft.py", "trl.py"}
+#: The worker side of the phase modules that keep their learner loop (reward's and dpo's, short
+#: enough to stay there): the top-level functions and classes that run in the Ray Train workers.
+PHASE_LEARNERS = {
+    "reward.py": ("train_loop_per_worker", "RewardEval"),
+    "dpo.py": ("train_loop_per_worker", "DPOEval"),
+}
+
+#: trl.py's worker side (its driver side reads the phase's config section, not the loop config).
+TRL_WORKER = ("worker_setup", "training_arguments", "LearnerCallback", "PairsEval", "train_with_trl")
 
 #: What a learner module calls its config.
 CONFIG_NAMES = {"cfg", "config"}
@@ -41,10 +54,21 @@ def config_name(node: ast.expr) -> bool:
     )
 
 
-def dict_reads(path: Path) -> list[str]:
-    """The ``cfg["key"]`` and ``cfg.get("key")`` reads in a module, as ``line: source``."""
+def parts(path: Path, within: tuple[str, ...] = ()) -> list[ast.AST]:
+    """A module's tree, or (``within``) its top-level functions and classes of those names."""
+    tree = ast.parse(path.read_text())
+    if not within:
+        return [tree]
+    found = [node for node in tree.body if getattr(node, "name", None) in within]
+    assert len(found) == len(within), f"{path.name} lacks some of {within}"
+    return found
+
+
+def dict_reads(path: Path, within: tuple[str, ...] = ()) -> list[str]:
+    """The ``cfg["key"]`` and ``cfg.get("key")`` reads in a module (or in its ``within`` parts),
+    as ``line: source``."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in (node for part in parts(path, within) for node in ast.walk(part)):
         key = None
         if isinstance(node, ast.Subscript) and config_name(node.value):
             key = node.slice
@@ -62,11 +86,10 @@ def dict_reads(path: Path) -> list[str]:
 
 
 def test_no_learner_reads_its_config_as_a_dict() -> None:
-    reads = {path.name: dict_reads(path) for path in sorted(LEARNER.glob("*.py"))}
-    wrong = [line for name, lines in reads.items() if name not in STILL_DICTS for line in lines]
+    wrong = [line for path in sorted(LEARNER.glob("*.py")) for line in dict_reads(path)]
+    for name, within in PHASE_LEARNERS.items():
+        wrong += dict_reads(PIPELINES / name, within)
     assert not wrong, "read the typed config's attributes instead:\n" + "\n".join(wrong)
-    converted = sorted(name for name in STILL_DICTS if not reads.get(name))
-    assert not converted, f"{converted} read no dict any more: drop them from STILL_DICTS"
 
 
 def test_the_check_finds_a_dict_read(tmp_path: Path) -> None:
@@ -75,24 +98,33 @@ def test_the_check_finds_a_dict_read(tmp_path: Path) -> None:
     assert len(dict_reads(module)) == 3
 
 
-def attributes_read(path: Path) -> set[str]:
-    """Every ``cfg.X`` / ``self.cfg.X`` / ``learner.cfg.X`` attribute a module reads."""
+def attributes_read(path: Path, within: tuple[str, ...] = ()) -> set[str]:
+    """Every ``cfg.X`` / ``self.cfg.X`` / ``learner.cfg.X`` attribute a module (or its ``within``
+    parts) reads."""
     return {
         node.attr
-        for node in ast.walk(ast.parse(path.read_text()))
+        for part in parts(path, within)
+        for node in ast.walk(part)
         if isinstance(node, ast.Attribute) and config_name(node.value)
     }
 
 
 @pytest.mark.parametrize(
-    ("module", "config"),
-    [("ppo.py", PPOLoopConfig), ("grpo.py", GRPOLoopConfig), ("selfplay.py", SelfplayLoopConfig),
-     ("loop.py", LoopConfig)],
+    ("module", "config", "within"),
+    [("learner/ppo.py", PPOLoopConfig, ()), ("learner/grpo.py", GRPOLoopConfig, ()),
+     ("learner/selfplay.py", SelfplayLoopConfig, ()), ("learner/loop.py", LoopConfig, ()),
+     ("learner/sft.py", SftLoopConfig, ()), ("learner/trl.py", PairsLoopConfig, TRL_WORKER),
+     ("reward.py", reward.RewardLoopConfig, PHASE_LEARNERS["reward.py"]),
+     ("dpo.py", dpo.DPOLoopConfig, PHASE_LEARNERS["dpo.py"])],
 )  # fmt: skip
-def test_every_attribute_a_learner_reads_is_a_field(module: str, config: type[LoopConfig]) -> None:
+def test_every_attribute_a_learner_reads_is_a_field(
+    module: str, config: type[WorkerConfig], within: tuple[str, ...]
+) -> None:
     names = {f.name for f in dataclasses.fields(config)} | set(dir(config))
-    missing = sorted(attributes_read(LEARNER / module) - names)
-    assert not missing, f"pipelines/learner/{module} reads {missing}, not fields of {config.__name__}"
+    read = attributes_read(PIPELINES / module, within)
+    assert read, f"pipelines/{module} reads no config attribute: is the check looking at its learner?"
+    missing = sorted(read - names)
+    assert not missing, f"pipelines/{module} reads {missing}, not fields of {config.__name__}"
 
 
 def fake_context(tmp_path: Path) -> Any:
@@ -117,6 +149,21 @@ def built_configs(tmp_path: Path) -> list[LoopConfig]:
     ]
 
 
+def built_trl_configs(tmp_path: Path) -> list[TRLLoopConfig]:
+    """Each TRL driver's loop config, from the default sections."""
+    context = fake_context(tmp_path)
+    found = SimpleNamespace(legal_weight=0.5, annotations=None)
+    split = SimpleNamespace(heldout=[HeldoutPosition(("e2e4",), "e7e5")])
+    pair = {"prompt_ids": [1, 2], "chosen_ids": [3], "rejected_ids": [4]}
+    reward_data = SimpleNamespace(held_rows=[pair], spearman=[{"fen": "x"}], sample=[pair])
+    dpo_data = SimpleNamespace(held_rows=[pair], probe=pair)
+    return [
+        sft.loop_config(context, found, split, 24),
+        reward.loop_config(context, "/models/sft", reward_data),
+        dpo.loop_config(context, "/models/sft", "/models/sft", dpo_data),
+    ]
+
+
 def test_the_drivers_build_them_from_the_sections(tmp_path: Path) -> None:
     ppo_cfg, grpo_cfg, selfplay_cfg = built_configs(tmp_path)
     sections = ChessRLConfig()
@@ -129,20 +176,40 @@ def test_the_drivers_build_them_from_the_sections(tmp_path: Path) -> None:
     assert selfplay_cfg.mcts.simulations == sections.selfplay.mcts_simulations
 
 
+def test_the_trl_drivers_build_them_from_the_sections(tmp_path: Path) -> None:
+    sft_cfg, reward_cfg, dpo_cfg = built_trl_configs(tmp_path)
+    sections = ChessRLConfig()
+    assert isinstance(sft_cfg, SftLoopConfig) and sft_cfg.batch_size == 24  # batch_size auto, resolved
+    assert (sft_cfg.max_steps, sft_cfg.model, sft_cfg.legal_loss_weight, sft_cfg.soft_targets) == (
+        sections.sft.max_steps, sections.sft.model, 0.5, False,
+    )  # fmt: skip
+    assert sft_cfg.heldout == [HeldoutPosition(("e2e4",), "e7e5")]
+    assert isinstance(reward_cfg, reward.RewardLoopConfig) and reward_cfg.base_model == "/models/sft"
+    assert (reward_cfg.learning_rate, reward_cfg.world_size) == (sections.reward.learning_rate, 1)
+    assert isinstance(dpo_cfg, dpo.DPOLoopConfig) and dpo_cfg.reference_name == "start"
+    assert (dpo_cfg.beta, dpo_cfg.seed, dpo_cfg.tracking_uri) == (sections.dpo.beta, sections.run.seed, None)
+
+
 def test_they_pickle_and_come_back_from_ray_trains_dict(tmp_path: Path) -> None:
-    for config in built_configs(tmp_path):
+    configs: list[WorkerConfig] = [*built_configs(tmp_path), *built_trl_configs(tmp_path)]
+    for config in configs:
         # torch_trainer adds the board's handle and the scratch name beside the config
         train_loop_config = {**config.train_loop_config(), "progress": "handle", "scratch": "chess-rl-x"}
         back = type(config).of(pickle.loads(pickle.dumps(train_loop_config)))
-        assert back == dataclasses.replace(config, progress="handle")
+        assert back == dataclasses.replace(config, progress="handle", scratch="chess-rl-x")
         with pytest.raises(dataclasses.FrozenInstanceError):
-            back.iterations = 1  # type: ignore[misc]
+            back.progress = None  # type: ignore[misc]
 
 
 def test_a_config_of_another_learner_is_refused(tmp_path: Path) -> None:
     ppo_cfg = built_configs(tmp_path)[0]
     with pytest.raises(TypeError, match="PPOLoopConfig, not a GRPOLoopConfig"):
         GRPOLoopConfig.of(ppo_cfg.train_loop_config())
+    _, reward_cfg, _ = built_trl_configs(tmp_path)
+    with pytest.raises(TypeError, match="RewardLoopConfig, not a DPOLoopConfig"):
+        dpo.DPOLoopConfig.of(reward_cfg.train_loop_config())
+    with pytest.raises(TypeError, match="PPOLoopConfig, not a TRLLoopConfig"):
+        TRLLoopConfig.of(ppo_cfg.train_loop_config())
 
 
 def test_the_process_group_outwaits_the_phases_time_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -162,6 +229,7 @@ def test_the_process_group_outwaits_the_phases_time_limit(tmp_path: Path, monkey
         loop = dataclasses.replace(config, time_limit_s=limit).train_loop_config()
         trainer = torch_trainer(context, "ppo", lambda _: None, loop, num_workers=2, cpus_per_worker=1.0, use_gpu=False)
         assert trainer.backend_config.timeout_s == expected
-    trainer = torch_trainer(context, "sft", lambda _: None, {"model": "tiny"}, num_workers=2, cpus_per_worker=1.0,
+    sft_loop = built_trl_configs(tmp_path)[0].train_loop_config()
+    trainer = torch_trainer(context, "sft", lambda _: None, sft_loop, num_workers=2, cpus_per_worker=1.0,
                             use_gpu=False)  # fmt: skip
     assert trainer.backend_config.timeout_s == 1800  # every rank of a TRL learner works: the default
