@@ -25,7 +25,6 @@ import json
 import math
 import os
 import random
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,24 +35,7 @@ from ray.util import metrics
 
 from actors.collector_status import CollectorStatus
 from chessrl.rl.ppo import PPOSettings
-
-_SHARD = re.compile(r"^shard-(\d+)-(\d+)\.parquet$")
-
-
-def rollout_shard_name(collector: int, n: int) -> str:
-    """The ``n``-th rollout shard of ``collector``.
-
-    >>> rollout_shard_name(1, 12)
-    'shard-01-000012.parquet'
-    """
-    return f"shard-{collector:02d}-{n:06d}.parquet"
-
-
-def list_rollout_shards(storage: Any) -> list[str]:
-    """Finished rollout shards under ``storage`` (temporary files of writes in progress excluded)."""
-    if not storage.exists():
-        return []
-    return sorted(rel for rel in storage.list_files() if _SHARD.match(rel))
+from chessrl.rl.ppo_types import SHARD_NAME, list_rollout_shards, rollout_shard_name
 
 
 @dataclass(frozen=True)
@@ -109,7 +91,7 @@ class RolloutCollector(CollectorStatus):
         self.rollouts = Storage.from_uri(spec.rollout_uri)
         self.status = Storage.from_uri(spec.status_uri)
         mine = [rel for rel in list_rollout_shards(self.rollouts) if rel.startswith(f"shard-{index:02d}-")]
-        self.next_shard = 1 + max((int(_SHARD.match(rel).group(2)) for rel in mine), default=-1)  # type: ignore[union-attr]
+        self.next_shard = 1 + max((int(SHARD_NAME.match(rel).group(2)) for rel in mine), default=-1)  # type: ignore[union-attr]
         previous = self._read_status()
         same = previous.get("invocation") == spec.invocation
         self.starts = int(previous.get("starts", 0)) + 1 if same else 1

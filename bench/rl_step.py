@@ -7,6 +7,7 @@ learner on an embedded local Ray of 2 CPUs) ÷ the same algorithm in one process
     .venv/bin/python bench/rl_step.py --policy runs/demo/sft/model --reward-model runs/demo/reward/model
     .venv/bin/python bench/rl_step.py --iterations 4 --repeats 3 --games runs/demo/prepare/games
     .venv/bin/python bench/rl_step.py --algo grpo           # GRPO against TRL's GRPOTrainer: bench/grpo_step.py
+    .venv/bin/python bench/rl_step.py --readers             # the Ray Data replay stream / the arrow reader
 
 A sample is one policy action the learner trained on. Both sides take the ``ppo`` section of the
 tiny preset (``--config`` for another) with :data:`REWARD_MODEL_PPO` (the reward-model path this
@@ -241,9 +242,10 @@ def baseline_run(
 
 def phase_run(
     policy_path: str, reward_path: str, cfg: Any, games: str | None, iterations: int, config: str,
-    work: Path, index: int, seed: int, timeout_s: float,
+    work: Path, index: int, seed: int, timeout_s: float, reader: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """``python -m pipelines.ppo`` on a fresh embedded Ray of 2 CPUs; samples/s from its metrics."""
+    """``python -m pipelines.ppo`` on a fresh embedded Ray of 2 CPUs; samples/s from its metrics.
+    ``reader``: the learner's ``--rollout-reader`` (default: the preset's)."""
     argv = rl_common.phase_argv("ppo", config, work, index, seed, timeout_s, [
         "--policy", policy_path, "--reward-model", reward_path, "--iterations", str(iterations + 1),
         "--critic-warmup", "0", "--episodes-per-iteration", str(cfg.episodes_per_iteration),
@@ -253,7 +255,7 @@ def phase_run(
         "--table-positions", str(cfg.table_positions), "--max-staleness", str(cfg.max_staleness),
         "--minibatch", str(cfg.minibatch), "--legal-coef", str(cfg.legal_coef), "--learning-rate", str(cfg.learning_rate),
         "--heldout-positions", "0",  # no held-out evaluation after the timed iterations
-    ]) + (["--games", games] if games else [])  # fmt: skip
+    ]) + (["--games", games] if games else []) + (["--rollout-reader", reader] if reader else [])  # fmt: skip
     rows, folder, code, wall = rl_common.run_phase("ppo", argv, work, index, timeout_s, "rl_step")
     timed = rows[1:]
     collectors = sorted((folder / "collectors").glob("collector-*.json"))
@@ -316,6 +318,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--games", default=None, help="a games table to start episodes from [default: the start position]"
     )
+    parser.add_argument(
+        "--readers", action="store_true",
+        help="compare the phase's two rollout readers instead (ppo.rollout_reader stream / arrow, the Ray "
+        "Data replay stream against the lead's pyarrow reads): the ratio of their samples/s",
+    )  # fmt: skip
     rl_common.add_run_flags(parser, "ppo", "iterations", 6, "the baseline")
     rl_common.add_phase_flags(parser, "rl_step.json")
     args = parser.parse_args(argv)
@@ -380,6 +387,43 @@ def run_pairs(
     return baseline, phase
 
 
+def run_readers(
+    args: argparse.Namespace, cfg: Any, seed: int, policy: str, reward: str, work: Path
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``--readers``: ``--repeats`` phase runs with each rollout reader, alternating arrow and
+    stream, run ``i`` with seed ``seed + i``."""
+    runs: dict[str, list[dict[str, Any]]] = {"arrow": [], "stream": []}
+    for i in range(args.repeats):
+        for reader, got in runs.items():
+            p = rl_common.measured(
+                args.wait_quiet, phase_run, policy, reward, cfg, args.games, args.iterations, args.config, work,
+                2 * i + (reader == "stream"), seed + i, args.phase_timeout, reader,
+            )  # fmt: skip
+            got.append(p)
+            print(
+                f"  run {i + 1} {reader:6s} {p['samples_per_s']:8.1f} samples/s ({p['actions']} actions, "
+                f"{p['seconds']:.1f} s: learner wait {p['wait_s']:.1f}, learn {p['learn_s']:.1f}; start-up "
+                f"{p['startup_s']:.0f} s; other load {rl_common.fmt_load(p['other_load_cores'])})",
+                flush=True,
+            )
+    return runs["arrow"], runs["stream"]
+
+
+def report_readers(args: argparse.Namespace, arrow: list[dict[str, Any]], stream: list[dict[str, Any]], began: float) -> None:
+    """``--readers``: the medians, the JSON record and the ratio line (stream / arrow)."""
+    arrow_med, stream_med, ratio, busy = rl_common.medians(arrow, stream)
+    start = statistics.median(r["startup_s"] for r in stream) - statistics.median(r["startup_s"] for r in arrow)
+    print(f"median arrow {arrow_med:.1f} samples/s; median stream {stream_med:.1f} samples/s; "
+          f"the stream's start-up {start:+.0f} s; bench {time.perf_counter() - began:.0f} s")  # fmt: skip
+    write_record(args.json.replace(".json", "_readers.json"), {
+        "bench": "rl_step_readers", "ratio_definition": "median PPO samples/s of the ppo phase with "
+        "rollout_reader stream (Ray Data replay stream) / with rollout_reader arrow (the lead's pyarrow reads)",
+        "ratio": ratio, "arrow": arrow, "stream": stream, "busy": busy, "repeats": args.repeats,
+    })  # fmt: skip
+    print(f"rl_step readers ratio (stream samples/s / arrow samples/s, median of {args.repeats}): {ratio:.2f} "
+          f"(the stream is the default only at >= 0.90)")  # fmt: skip
+
+
 def report(
     args: argparse.Namespace, cfg: Any, models: str, baseline: list[dict[str, Any]], phase: list[dict[str, Any]],
     began: float,
@@ -432,8 +476,14 @@ def main(argv: list[str] | None = None) -> int:
             models = f"policy {policy}, reward model {reward}"
         facts = check_models(policy, reward, cfg.max_start_ply + 2 * cfg.max_actions + 2)
         print_setup(args, cfg, models, facts["vocab"], episode_pool(args.games, cfg, config.run.seed, config.sft.heldout_fraction))
-        baseline, phase = run_pairs(args, cfg, config.run.seed, policy, reward, work)
-    report(args, cfg, models, baseline, phase, began)
+        if args.readers:
+            arrow, stream = run_readers(args, cfg, config.run.seed, policy, reward, work)
+        else:
+            baseline, phase = run_pairs(args, cfg, config.run.seed, policy, reward, work)
+    if args.readers:
+        report_readers(args, arrow, stream, began)
+    else:
+        report(args, cfg, models, baseline, phase, began)
     return 0
 
 

@@ -54,6 +54,7 @@ from pipelines.learner import check_gpus, final_metrics, torch_trainer
 from pipelines.learner.loop import fit_then_stop, read_metrics, stop_collectors
 from pipelines.learner.ppo import PPOLoopConfig, train_loop_per_worker
 from pipelines.learner.quality import heldout_quality
+from pipelines.learner.replay import stream_datasets
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, gpt2_config, model_location
 from pipelines.ppo_report import plot_curves, summary_lines
 
@@ -535,7 +536,7 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     trainer = torch_trainer(
         context, "ppo", train_loop_per_worker, loop_config(context, found, threads, actors).train_loop_config(),
         num_workers=cfg.num_workers, cpus_per_worker=learner_cpus, use_gpu=cfg.use_gpu,
-        progress=(board := ProgressBoard(log, "iteration", cfg.iterations)),
+        progress=(board := ProgressBoard(log, "iteration", cfg.iterations)), **stream_datasets(cfg.rollout_reader, phase.child("rollouts")),
     )  # fmt: skip
     result, seconds, summaries = fit_then_stop(trainer, board, actors.stop)
     return summarise(context, found.policy, result, seconds, summaries, found.text_format)

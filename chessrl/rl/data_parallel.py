@@ -111,6 +111,17 @@ def broadcast_objects(objects: list[object], source: int = 0) -> list[object]:
     return box
 
 
+def gather_objects(value: object) -> list[object]:
+    """Every worker's ``value`` (picklable), in rank order, on every worker."""
+    import torch.distributed as dist
+
+    if world() == 1:
+        return [value]
+    gathered: list[object] = [None] * world()
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
 def metrics_over_workers(
     metrics: dict[str, float], weight: float, sums: Sequence[str] = (), maxes: Sequence[str] = ()
 ) -> dict[str, float]:

@@ -1,12 +1,35 @@
-"""PPO's types, Ray-free and torch-free: the settings (:class:`PPOSettings`) and one recorded
-policy move (:class:`Action`, a row of a rollout shard). The episodes (:mod:`chessrl.rl.ppo`) and
+"""PPO's types, Ray-free and torch-free: the settings (:class:`PPOSettings`), one recorded
+policy move (:class:`Action`, a row of a rollout shard) and the shards' names
+(:func:`rollout_shard_name`, :func:`list_rollout_shards`: light enough for a Ray Data read task). The episodes (:mod:`chessrl.rl.ppo`) and
 the update (:mod:`chessrl.rl.ppo_learner`) both read them; neither imports the other's module for
 them.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from typing import Any
+
+#: A finished rollout shard's name: ``shard-<collector>-<n>.parquet``.
+SHARD_NAME = re.compile(r"^shard-(\d+)-(\d+)\.parquet$")
+
+
+def rollout_shard_name(collector: int, n: int) -> str:
+    """The ``n``-th rollout shard of ``collector``.
+
+    >>> rollout_shard_name(1, 12)
+    'shard-01-000012.parquet'
+    """
+    return f"shard-{collector:02d}-{n:06d}.parquet"
+
+
+def list_rollout_shards(storage: Any) -> list[str]:
+    """Finished rollout shards under ``storage`` (a :class:`cluster.storage.Storage`; temporary
+    files of writes in progress excluded), in name order."""
+    if not storage.exists():
+        return []
+    return sorted(rel for rel in storage.list_files() if SHARD_NAME.match(rel))
 
 
 @dataclass(frozen=True)

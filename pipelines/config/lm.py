@@ -420,10 +420,11 @@ class PPOConfig(Section):
     GPU on the GPU nodes, and just those on a cluster that autoscales)."""
     learner_threads: int | None = Field(None, ge=1)
     """Torch threads of the learner (default: the CPUs the collectors and reward servers do not reserve)."""
-    rollout_reader: Literal["arrow", "ray_data"] = "arrow"
-    """How the learner reads new rollout shards: ``arrow`` (pyarrow, whole shards, milliseconds
-    each) or ``ray_data`` (``ray.data.read_parquet``: about 1.2 s and 2 CPU-seconds a read with
-    Ray 2.60, whatever the size; for large shards on a cluster with CPUs to spare)."""
+    rollout_reader: Literal["arrow", "stream"] = "arrow"
+    """How the learner's workers get the rollout shards: ``arrow`` (the first worker reads each
+    new shard with pyarrow, milliseconds each, and hands every iteration's episodes to all) or
+    ``stream`` (a Ray Data replay stream split across the workers, each learning on the shards it
+    is handed: no broadcast; a few seconds to start). bench/rl_step.py --readers compares them."""
 
 
 class PositionMix(Section):

@@ -171,6 +171,7 @@ def torch_trainer(
     use_gpu: bool,
     folder: str | None = None,
     datasets: dict[str, Any] | None = None,
+    dataset_config: Any = None,
     progress: ProgressBoard | None = None,
 ) -> Any:
     """A ``TorchTrainer`` whose checkpoints live under ``<storage>/<run>/<phase>/ray``: running
@@ -221,6 +222,7 @@ def torch_trainer(
             num_workers=num_workers, use_gpu=use_gpu, resources_per_worker={"CPU": cpus_per_worker}
         ),
         datasets=datasets or {},
+        **({"dataset_config": dataset_config} if dataset_config is not None else {}),
         run_config=RunConfig(
             name=f"{context.config.run.name}-{folder}",
             storage_path=ray_storage.root if ray_storage.is_local else ray_storage.path(),
@@ -417,93 +419,6 @@ class LearnerLog:
         self.closed = True
         if not self.storage.is_local:
             shutil.rmtree(self.folder, ignore_errors=True)
-
-
-class RolloutFeed:
-    """Rollout shards read by a background thread, ahead of the learner, so that reading
-    overlaps training on the previous batch.
-
-    ``reader="arrow"`` (the default) reads each new shard whole with pyarrow from the storage's
-    filesystem (local or S3), a few milliseconds a shard. ``reader="ray_data"`` reads them
-    through ``ray.data.read_parquet``; with Ray 2.60 each such read costs about 1.2 s of wall
-    time and 2 CPU-seconds however small (its streaming executor polls in the calling process
-    and every Parquet read starts footer-reader actors), more than a tiny learner's whole step,
-    so it suits large shards on a cluster with CPUs to spare.
-
-        feed = RolloutFeed(phase.child("rollouts"), read=state["read"]).start()
-        for names, rows in feed.take(timeout=0.5):   # every shard read since the last take
-            ...                                      # rows: the shards' rows as dicts
-        feed.stop()
-
-    ``read`` are shards (relative names) already consumed, e.g. by a run this one resumes; a
-    shard is listed once it is whole (:func:`actors.rollout.list_rollout_shards`). An error of
-    the thread is raised by the next :meth:`take`.
-    """
-
-    READERS: tuple[str, ...] = ("arrow", "ray_data")
-
-    def __init__(
-        self, storage: Storage, read: Sequence[str] = (), poll_s: float = 0.5, reader: str = "arrow"
-    ) -> None:
-        import threading
-
-        if reader not in self.READERS:
-            raise ValueError(f"unknown rollout reader {reader!r}; readers: {', '.join(self.READERS)}")
-        self.reader = reader
-        self.storage = storage
-        self.poll_s = poll_s
-        self._seen = set(read)
-        self._ready: list[tuple[list[str], list[dict[str, Any]]]] = []
-        self._error: BaseException | None = None
-        self._cond = threading.Condition()
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rollout-feed", daemon=True)
-
-    def start(self) -> RolloutFeed:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self._thread.join(timeout=30)
-
-    def _read(self, names: list[str]) -> list[dict[str, Any]]:
-        paths = [self.storage.path(rel) for rel in names]
-        if self.reader == "ray_data":
-            import ray.data
-
-            return ray.data.read_parquet(paths, filesystem=self.storage.fs, num_cpus=0).take_all()
-        import pyarrow.parquet as pq
-
-        return [row for path in paths for row in pq.read_table(path, filesystem=self.storage.fs).to_pylist()]
-
-    def _run(self) -> None:
-        from actors.rollout import list_rollout_shards
-
-        try:
-            while not self._stopping.is_set():
-                new = [rel for rel in list_rollout_shards(self.storage) if rel not in self._seen]
-                if not new:
-                    self._stopping.wait(self.poll_s)  # a listing per poll: cheap locally, a request on S3
-                    continue
-                rows = self._read(new)
-                self._seen |= set(new)
-                with self._cond:
-                    self._ready.append((new, rows))
-                    self._cond.notify_all()
-        except BaseException as error:  # noqa: BLE001 - handed to the learner's thread by take()
-            with self._cond:
-                self._error = error
-                self._cond.notify_all()
-
-    def take(self, timeout: float) -> list[tuple[list[str], list[dict[str, Any]]]]:
-        """The shards read since the last call, waiting up to ``timeout`` seconds for one."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._ready or self._error is not None, timeout=timeout)
-            if self._error is not None:
-                raise RuntimeError(f"reading rollout shards failed: {self._error}") from self._error
-            ready, self._ready = self._ready, []
-        return ready
 
 
 def worker_place(use_gpu: bool, phase: str | None = None) -> tuple[int, int, Any]:

@@ -15,8 +15,9 @@ from typing import Any
 
 from chessrl.rl.ppo_types import PPOSettings
 from cluster.storage import Storage
-from pipelines.learner import RolloutFeed, bf16_autocast, worker_place
+from pipelines.learner import bf16_autocast, worker_place
 from pipelines.learner.loop import LoopConfig, LoopLearner, export_pretrained, frozen_copy
+from pipelines.learner.replay import DATASET, DONE, RolloutFeed, StreamFeed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +57,8 @@ class PPOLoopConfig(LoopConfig):
     use_gpu: bool
     """Each worker on its GPU."""
     rollout_reader: str
-    """How the lead reads rollout shards (:class:`pipelines.learner.RolloutFeed`)."""
+    """How the workers get the rollout shards: ``arrow`` (the lead reads, all learn) or
+    ``stream`` (Ray Data, each worker its split: :mod:`pipelines.learner.replay`)."""
 
 
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
@@ -64,20 +66,21 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
 
     ``loop_config`` is Ray Train's: a :class:`PPOLoopConfig` under ``config``
     (:meth:`~pipelines.learner.loop.LoopConfig.of`). With several workers (``ppo.num_workers``)
-    the first one reads the shards and publishes; every iteration it hands the episodes to all,
-    each learns on every ``world``-th episode and they average their gradients before each step
-    (:mod:`chessrl.rl.data_parallel`)."""
+    the first one publishes; with the ``arrow`` reader it also reads the shards and hands every
+    iteration's episodes to all, each learning on every ``world``-th episode; with the
+    ``stream`` each worker learns on the shards Ray Data hands it (:mod:`pipelines.learner.replay`).
+    They average their gradients before each step (:mod:`chessrl.rl.data_parallel`)."""
     import ray
     import ray.data
     import torch
 
-    from chessrl.rl.data_parallel import any_worker, broadcast_objects
+    from chessrl.rl.data_parallel import any_worker
 
     cfg = PPOLoopConfig.of(loop_config)
     torch.set_num_threads(max(1, min(int(cfg.threads), os.cpu_count() or 1)))
     ray.data.DataContext.get_current().enable_progress_bars = False
     rank, world, device = worker_place(cfg.use_gpu, "ppo")
-    lead = rank == 0
+    lead, stream = rank == 0, cfg.rollout_reader == "stream"
     parts = PPOParts.load(cfg, rank, world, device)
     policy, critic = parts.policy, parts.critic
     learner = LoopLearner(
@@ -87,28 +90,31 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     )  # fmt: skip
     learner.resume("learner resumes at iteration {iteration} (version {version})")
     state = learner.state
-    server = ray.get_actor(cfg.server_name, namespace=cfg.namespace) if lead else None
+    server = ray.get_actor(cfg.server_name, namespace=cfg.namespace) if lead or stream else None
     generator = torch.Generator().manual_seed(cfg.seed * 31 + state["iteration"] + 1009 * rank)
-    feed = None
+    rollouts = learner.phase.child("rollouts")
+    feed: RolloutFeed | StreamFeed | None = None
+    if stream:  # each worker its split of the stream
+        feed = StreamFeed(ray.train.get_dataset_shard(DATASET), read=state["read"]).start()
+    elif lead:  # the lead reads, then hands every iteration's episodes to all
+        feed = RolloutFeed(rollouts, read=state["read"]).start()
     if lead:
-        feed = RolloutFeed(learner.phase.child("rollouts"), read=state["read"], reader=cfg.rollout_reader).start()
         publish(server, policy, state)
     metrics: dict[str, Any] = {}
     while state["iteration"] < cfg.iterations and not any_worker(learner.out_of_time()):
         wait_started = time.perf_counter()
-        actions = take_episodes(learner, feed, server) if lead else None
-        (actions,) = broadcast_objects([actions])  # the lead's episodes (None: out of time), to all
+        actions = next_episodes(learner, feed, server, stream, world)
         if actions is None:
             break
         wait_s = time.perf_counter() - wait_started
         learn_started = time.perf_counter()
         warmup = state["iteration"] < cfg.critic_warmup
-        got = parts.learn(actions, warmup, generator)
+        got = parts.learn(actions, warmup, generator, shared=not stream)
         learn_s = time.perf_counter() - learn_started
         state["iteration"] += 1
-        figures = episode_figures(actions, state["version"])
+        figures = iteration_figures(actions, state["version"], stream)
         state["episodes"] += figures["episodes"]
-        state["actions"] += len(actions)
+        state["actions"] += figures.pop("actions")
         publish_started = time.perf_counter()
         if lead:
             publish(server, policy, state)
@@ -124,9 +130,11 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         }  # fmt: skip
         learner.record(metrics, progress_line(metrics))  # its time: log_s of the next iteration
         learner.maybe_checkpoint(metrics)  # its time: report_s of the next iteration
-    if lead:
-        assert feed is not None and server is not None
+    if feed is not None:
         feed.stop()
+    if lead:
+        assert server is not None
+        rollouts.write_text(DONE, "")  # the stream's read task ends
         ray.get(server.stop.remote())
     learner.finish({**metrics, "iteration": state["iteration"], "episodes_total": state["episodes"],
                     "actions_total": state["actions"], "stale_dropped": state["stale_dropped"]},
@@ -179,16 +187,17 @@ class PPOParts:
             MoveTokens(tokenizer), pad, device, rank, world,
         )  # fmt: skip
 
-    def learn(self, actions: list[Any], warmup: bool, generator: Any) -> dict[str, float]:
-        """One iteration's PPO passes on this worker's share of ``actions`` (critic only during
-        ``warmup``), the metrics over all workers."""
+    def learn(self, actions: list[Any], warmup: bool, generator: Any, shared: bool = True) -> dict[str, float]:
+        """One iteration's PPO passes on this worker's share of ``actions`` (``shared``: every
+        worker has them all; else they are this worker's already), the critic only during
+        ``warmup``; the metrics over all workers."""
         from chessrl.rl.data_parallel import average_gradients, metrics_over_workers, sum_over_workers
         from chessrl.rl.ppo import make_batch, ppo_update
 
         # eval mode throughout (dropout off, as OpenRLHF does): the ratio compares the same function
         self.policy.eval()
         self.critic.eval()
-        mine = my_share(actions, self.rank, self.world)
+        mine = my_share(actions, self.rank, self.world) if shared else actions
         # the reference's log-probs and the values in fp32, as the collectors' old log-probs are
         batch = make_batch(mine, self.reference, self.critic, self.pad, self.settings, moves_table=self.moves_table,
                            sums=sum_over_workers if self.world > 1 else None)  # fmt: skip
@@ -232,9 +241,39 @@ def publish(server: Any, policy: Any, state: dict[str, Any]) -> None:
     state["version"] = ray.get(server.publish.remote(weights, state["version"]))
 
 
-def take_episodes(learner: LoopLearner, feed: RolloutFeed, server: Any) -> list[Any] | None:
-    """New shards' actions until ``episodes_per_iteration`` episodes, those more than
-    ``max_staleness`` versions old dropped (None: out of time). A collector's failure is raised."""
+def next_episodes(
+    learner: LoopLearner, feed: RolloutFeed | StreamFeed | None, server: Any, stream: bool, world: int
+) -> list[Any] | None:
+    """This iteration's actions on this worker (None on every worker when one is out of time).
+    With the ``arrow`` feed: the lead's, handed to all. With the ``stream``: this worker's own,
+    a ``world``-th of the episodes; the shards read and the stale episodes dropped are then
+    gathered from all workers into every worker's state (the lead's is the one checkpointed)."""
+    from chessrl.rl.data_parallel import any_worker, broadcast_objects, gather_objects
+
+    state = learner.state
+    if not stream:
+        actions = take_episodes(learner, feed, server) if feed is not None else None
+        (actions,) = broadcast_objects([actions])  # the lead's episodes (None: out of time), to all
+        return actions  # type: ignore[return-value]
+    if world > 1:  # the version the lead published: the staleness every worker measures against
+        (state["version"],) = broadcast_objects([state["version"]])
+    assert isinstance(learner.cfg, PPOLoopConfig) and feed is not None
+    read, dropped = len(state["read"]), state["stale_dropped"]
+    actions = take_episodes(learner, feed, server, -(-learner.cfg.episodes_per_iteration // world))
+    if any_worker(actions is None):
+        return None
+    parts = gather_objects((state["read"][read:], state["stale_dropped"] - dropped))
+    state["read"] = state["read"][:read] + sorted(name for names, _ in parts for name in names)
+    state["stale_dropped"] = dropped + sum(n for _, n in parts)
+    return actions
+
+
+def take_episodes(
+    learner: LoopLearner, feed: RolloutFeed | StreamFeed, server: Any, episodes_wanted: int | None = None
+) -> list[Any] | None:
+    """New shards' actions until ``episodes_wanted`` episodes (default: ``episodes_per_iteration``),
+    those more than ``max_staleness`` versions old dropped (None: out of time). A collector's
+    failure is raised."""
     import ray
 
     from chessrl.rl.ppo import actions_from_rows, stale_episodes
@@ -243,7 +282,7 @@ def take_episodes(learner: LoopLearner, feed: RolloutFeed, server: Any) -> list[
     assert isinstance(cfg, PPOLoopConfig)
     actions: list[Any] = []
     episodes: set[str] = set()
-    while len(episodes) < cfg.episodes_per_iteration:
+    while len(episodes) < (episodes_wanted or cfg.episodes_per_iteration):
         if learner.out_of_time():
             return None
         ready = feed.take(timeout=0.5)
@@ -260,6 +299,19 @@ def take_episodes(learner: LoopLearner, feed: RolloutFeed, server: Any) -> list[
             episodes |= {a.episode for a in got if a.episode not in stale}
             state["read"] += names
     return actions
+
+
+def iteration_figures(actions: list[Any], version: int, stream: bool) -> dict[str, Any]:
+    """:func:`episode_figures` of the iteration's episodes and their ``actions`` count: of the
+    actions every worker has, or (``stream``) of each worker's own, combined over the workers."""
+    from chessrl.rl.data_parallel import metrics_over_workers
+
+    figures = {**episode_figures(actions, version), "actions": len(actions)}
+    if not stream:
+        return figures
+    sums, maxes = ("episodes", "table_episodes", "actions"), ("version_lag_max",)
+    combined = metrics_over_workers(figures, len(actions), sums=sums, maxes=maxes)
+    return {k: int(v) if k in sums + maxes else v for k, v in combined.items()}
 
 
 def episode_figures(actions: list[Any], version: int) -> dict[str, Any]:

@@ -60,6 +60,8 @@ def test_collector_and_driver_killed_then_the_same_command_resumes(
         # and publishes while the collector is mid-round; that round must not use up the new
         # version's allowance (the learner drops its older actions), or both wait for ever
         "--max-staleness", "0",
+        # the workers fed by the Ray Data replay stream, each its own shards (the other tests: arrow)
+        "--rollout-reader", "stream",
     ]  # fmt: skip
     assert command[command.index("--iterations") + 1] == "10"  # iterations left to kill the driver in
     status = phase / "collectors" / "collector-00.json"

@@ -81,6 +81,7 @@ MODULES = [
     "pipelines.annotate",
     "actors.engine_pool",
     "actors.rollout",
+    "chessrl.rl.ppo_types",
 ]
 
 
