@@ -45,6 +45,16 @@ Example = tuple[list[int], list[int], np.ndarray, list[int]]  # ids, legal move 
 
 def prompt(board: chess.Board, layout: str) -> str:
     """The position's text in ``layout``."""
+    if layout in ("ordered", "ordered-last"):
+        text = get_format("board").policy_prompt(board)[: -len(" M:")]
+        moves = sorted(board.legal_moves, key=chess.Move.uci)
+        moves.sort(key=lambda m: -facts_score(move_facts(board, m)))
+        if layout == "ordered-last":
+            moves.reverse()
+        listed = "".join(
+            f" [{f}] {m.uci()}" if (f := move_facts(board, m)) else f" {m.uci()}" for m in moves
+        )
+        return f"{text[:64]} {control(board)}{text[64:]}{listed} M:"
     if layout != "grouped":
         return get_format(layout).policy_prompt(board)
     text = get_format("board").policy_prompt(board)[: -len(" M:")]
@@ -58,17 +68,18 @@ def prompt(board: chess.Board, layout: str) -> str:
     return f"{text[:64]} {control(board)}{text[64:]}{listed} M:"
 
 
+VALUES = {s: PIECE_VALUES[chess.Piece.from_symbol(s).piece_type] for s in "pnbrqPNBRQ"}
+
+
+def facts_score(facts: str) -> float:
+    """A mate first, else the biggest capture less half a point where the piece can be taken."""
+    return 100 * ("#" in facts) + sum(VALUES.get(c, 0) for c in facts) - 0.5 * ("-" in facts)
+
+
 def hand_rule(fen: str, moves: list[str]) -> int:
-    """The move a rule reading the facts picks: a mate, else the biggest capture less half a
-    point where the piece can be taken."""
+    """The move a rule reading the facts picks (:func:`facts_score`'s best)."""
     board = chess.Board(fen)
-    values = {s: PIECE_VALUES[chess.Piece.from_symbol(s).piece_type] for s in "pnbrqPNBRQ"}
-
-    def score(uci: str) -> float:
-        facts = move_facts(board, chess.Move.from_uci(uci))
-        return 100 * ("#" in facts) + sum(values.get(c, 0) for c in facts) - 0.5 * ("-" in facts)
-
-    return max(range(len(moves)), key=lambda i: score(moves[i]))
+    return max(range(len(moves)), key=lambda i: facts_score(move_facts(board, chess.Move.from_uci(moves[i]))))
 
 
 def read_rows(pattern: str) -> list[dict[str, Any]]:
@@ -209,7 +220,7 @@ def main() -> None:
     ap.add_argument(
         "--annotate", required=True, help="annotate's output folder (train/ and heldout/ Parquet)"
     )
-    ap.add_argument("--layout", choices=["facts", "grouped", "board"], default="facts")
+    ap.add_argument("--layout", choices=["facts", "grouped", "ordered", "ordered-last", "board"], default="facts")
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--batch", type=int, default=32)
