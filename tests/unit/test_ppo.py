@@ -19,6 +19,7 @@ from chessrl.rl.ppo import (
     PPOSettings,
     make_batch,
     play_episodes,
+    ppo_iteration,
     ppo_update,
     random_opponent,
     result_for,
@@ -344,3 +345,32 @@ def test_the_ratio_is_one_at_the_first_step_under_the_learners_autocast(tiny, mo
         ppo_update(policy, critic, opt, copt, batch, tok.pad_token_id, settings, torch.Generator().manual_seed(0))
     assert ratios and ratios[0].numel() == len(acts)
     assert (ratios[0] - 1).abs().max().item() < 1e-6
+
+
+def test_ppo_iteration_plays_scores_and_moves_the_policy_in_one_process():
+    """PPO on one screen (``ppo_iteration``, the reading copy of what collectors and learner do):
+    episodes played against a random mover, every policy move scored, one update that changes
+    the policy and not its frozen reference."""
+    import copy
+
+    torch.manual_seed(0)
+    policy, tok = build_model("tiny")
+    critic, _ = build_reward_model("tiny", tok)
+    reference = copy.deepcopy(policy).eval()
+    scored: list[tuple[list[str], str]] = []
+
+    def score(queries):
+        scored.extend(queries)
+        return [1.0 if move.startswith("e") else 0.0 for _, move in queries]
+
+    before = [p.detach().clone() for p in policy.parameters()]
+    settings = PPOSettings(ppo_epochs=1, minibatch=8, masked=True)  # legal moves only: each one scored
+    metrics = ppo_iteration(
+        policy, reference, critic, torch.optim.AdamW(policy.parameters(), lr=1e-3),
+        torch.optim.AdamW(critic.parameters(), lr=1e-3), tok, MoveTokens(tok), [("a", []), ("b", ["e2e4"])],
+        [random_opponent(1)], settings, 3, 0, torch.Generator().manual_seed(0), score,
+    )  # fmt: skip
+    assert scored and metrics["actions"] >= 2 and metrics["value_loss"] >= 0
+    assert {"pg_loss", "kl_to_ref", "play_s", "learn_s"} <= set(metrics)
+    assert not all(torch.equal(a, b) for a, b in zip(before, policy.parameters(), strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(before, reference.parameters(), strict=True))
