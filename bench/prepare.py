@@ -91,7 +91,7 @@ def measured_run(
             "run": {"name": f"bench-{index}", "storage": str(workdir)},
             "ray": {"num_cpus": NUM_CPUS, "object_store_gb": OBJECT_STORE_GB},
             "tracking": {"enabled": False},
-            "prepare": {"inputs": inputs, "min_plies": 0, "shard_games": shard_games},
+            "prepare": {"inputs": inputs, "min_plies": 0, "shard_games": shard_games, "generate": 0},
         }
     )
     context = PhaseContext(

@@ -87,8 +87,8 @@ class RaySection(Section):
     """CPUs of the embedded local Ray (default: all of this machine's)."""
     num_gpus: int | None = Field(None, ge=0)
     """GPUs of the embedded local Ray (default: detected)."""
-    object_store_gb: float | None = Field(None, gt=0)
-    """Object store size of the embedded local Ray, GiB (default: min(30% of RAM, 4))."""
+    object_store_gb: float | None = Field(2.0, gt=0)
+    """Object store size of the embedded local Ray, GiB (null: min(30% of RAM, 4))."""
     dashboard: bool = False
     """Start the Ray dashboard with the embedded local Ray."""
     dashboard_host: str = "127.0.0.1"
@@ -162,10 +162,10 @@ def read_with_extends(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]
 
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
-    >>> _ = (folder / "mine.yaml").write_text("extends: tiny\nsft: {max_steps: 10}\n")
+    >>> _ = (folder / "mine.yaml").write_text("extends: tiny\nselfplay: {episodes: 8}\n")
     >>> raw = read_with_extends(folder / "mine.yaml")
-    >>> raw["sft"]["max_steps"], raw["sft"]["model"], "extends" in raw
-    (10, 'tiny', False)
+    >>> raw["selfplay"]["episodes"], raw["selfplay"]["batch_size"], "extends" in raw
+    (8, 128, False)
     """
     raw = read_yaml(path)
     base = raw.pop("extends", None)

@@ -304,7 +304,7 @@ def phase_iterations(config: ChessRLConfig, phase: str) -> int:
     iterations (ppo, grpo, selfplay) or optimizer steps (dpo, a transformers Trainer).
 
     >>> phase_iterations(ChessRLConfig(), "dpo"), phase_iterations(ChessRLConfig(), "ppo")
-    (200, 40)
+    (300, 100)
     """
     section = getattr(config, phase)
     return int(section.max_steps if phase == "dpo" else section.iterations)

@@ -1,7 +1,9 @@
 """The typed config of every phase: one section per phase beside ``run``, ``ray`` and ``tracking``.
 
-A preset (``configs/tiny.yaml``) holds any subset of these sections; what it leaves out keeps
-the defaults of its section. Each field's docstring is its ``--flag``'s help text.
+A preset (``configs/*.yaml``) holds any subset of these sections; what it leaves out keeps
+the defaults of its section. The defaults are the ``tiny`` preset's, what a bare ``chess-rl
+<phase>`` runs (``configs/tiny.yaml`` sets no key but selfplay's seed flags); the other presets
+set what differs. Each field's docstring is its ``--flag``'s help text.
 
 Every name is imported from here (``from pipelines.config import SftConfig``); the sections
 live by phase:
@@ -21,7 +23,7 @@ live by phase:
 
 >>> cfg = ChessRLConfig()
 >>> (cfg.run.name, cfg.prepare.min_elo, cfg.prepare.shard_games)
-('demo', 0, 2000)
+('demo', 0, 1000)
 """
 
 from __future__ import annotations

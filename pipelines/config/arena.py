@@ -14,10 +14,14 @@ from cluster.config import Section
 class EvaluateConfig(Section):
     """``evaluate``: players in an arena (Ray tasks, one per game), Elo, suites, PGN and a report."""
 
-    players: list[str] = Field(default_factory=lambda: ["sft", "random", "stockfish:skill=0"])
+    players: list[str] = Field(
+        default_factory=lambda: ["sft", "random", "stockfish:skill=0", "stockfish:elo=1350"]
+    )
     """Players: random, sft (this run's model), lm:DIR|s3://..., mcts[:FILE.pt][,sims=N][,search=gumbel]
     (a selfplay network with MCTS; bare: this run's best), stockfish[:skill=N|elo=N][,nodes=N],
-    uci:PATH[,nodes=N|movetime_ms=N]. The first is the candidate (in paired mode: the start)."""
+    uci:PATH[,nodes=N|movetime_ms=N]. The first is the candidate (in paired mode: the start). The
+    default: this run's sft model against a random mover and the weakest Stockfish levels, Skill
+    Level 0 and UCI_Elo 1350 (the lowest Debian's Stockfish 15.1 advertises: it anchors the Elo)."""
     mode: Literal["gauntlet", "round_robin", "sprt", "paired"] = "gauntlet"
     """gauntlet: the first player against each of the others; round_robin: every pair; sprt: two
     players in game pairs (one opening, colours swapped) until the SPRT decides or --games;
@@ -27,7 +31,7 @@ class EvaluateConfig(Section):
     pairs: list[str] = Field(default_factory=list)
     """Only these pairings, each ``I-J``: the players at indices I and J (0 is the first), e.g.
     ``0-2 1-2`` (empty: the mode's own pairings). For gauntlet and round_robin."""
-    games: int = Field(20, ge=2)
+    games: int = Field(10, ge=2)
     """Games per pairing (colours alternate; each opening is played from both sides); in sprt
     mode the most games played before stopping undecided."""
     elo0: float = 0.0
@@ -60,7 +64,7 @@ class EvaluateConfig(Section):
     random_plies: int = Field(4, ge=0)
     """Plies of each seeded random opening (opening_source random, or no held-out games), and of
     the ladder's games."""
-    max_plies: int = Field(300, ge=1)
+    max_plies: int = Field(200, ge=1)
     """A game still going after this many plies is a draw."""
     resign_cp: int | None = Field(None, ge=100)
     """Engine-verified resignation: a side at this many centipawns down or worse ..."""

@@ -139,7 +139,9 @@ def reference_markdown() -> str:
         "`cluster/config.py`) by `chess-rl config --markdown > docs/config.md`; a test fails when this",
         "file and the code differ. A preset (`configs/*.yaml`) sets any of these keys (YAML `section:",
         "key: value`); a phase's `--flag` or `--set section.key=value` overrides it for one run. The",
-        "defaults below are the classes'; the presets change many of them (`configs/tiny.yaml`).",
+        "defaults below are the classes' and what a bare `chess-rl <phase>` runs: its preset, `tiny`,",
+        "sets no key but five of selfplay's, whose defaults are the seed's flags (each says the",
+        "preset's value). The other presets (`small`, `gpu`, `cluster`, `demo`) set what differs.",
         "",
     ]
     for section in sections():

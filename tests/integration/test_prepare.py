@@ -209,9 +209,9 @@ def test_user_mistakes_give_one_clear_line(local_ray, tmp_path, capsys, args, me
     assert err.count("error:") == 1
 
 
-def test_unknown_key_in_a_config_file_names_the_file(local_ray, tmp_path, capsys, repo):
+def test_unknown_key_in_a_config_file_names_the_file(local_ray, tmp_path, capsys):
     cfg = tmp_path / "my.yaml"
-    cfg.write_text((repo / "configs" / "tiny.yaml").read_text().replace("min_plies: 10", "min_plys: 10"))
+    cfg.write_text("extends: tiny\nprepare:\n  min_plys: 10\n")
     code = prepare.main(["--config", str(cfg), "--storage", str(tmp_path), "--no-tracking"])
     assert code == EXIT_USER_ERROR
     err = _no_traceback(capsys)

@@ -399,7 +399,7 @@ def test_help_text_comes_from_the_field_docstrings() -> None:
         "--min-elo N Keep games whose two players are both rated at least this (0: no rating needed) [default: 0]"
         in text
     )
-    assert "--shard-games N Games per Parquet file (and per parse task) [default: 2000]" in text
+    assert "--shard-games N Games per Parquet file (and per parse task) [default: 1000]" in text
     assert "(choices: ultrabullet, bullet, blitz, rapid, classical, correspondence, unknown)" in text
 
 

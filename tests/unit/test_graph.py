@@ -16,6 +16,10 @@ from cluster.storage import Storage
 from pipelines.config import ChessRLConfig
 from pipelines.phase import PhaseResult
 
+#: The graph these tests build: ppo reads the judge (a reward node) in the policy's own format,
+#: from the sft node. The defaults (the tiny preset's) grade ppo with Stockfish on the board sft.
+JUDGED_PPO = {"ppo.reward": ("model", "--reward"), "ppo.text_format": (None, "--set ppo.text_format")}
+
 
 def test_graph_order_cycle_unknown_input_and_duplicates():
     g = Graph([Node("c", ("a", "b")), Node("a"), Node("b", ("a",))])
@@ -104,7 +108,8 @@ def graph_run(tmp_path, phases: Phases, **rlaif):
 
     overrides = {f"rlaif.{k}": (v, f"--{k}") for k, v in rlaif.items()}
     overrides.update({"run.storage": (str(tmp_path), "--storage"), "run.name": ("r", "--run-name"),
-                      "grpo.text_format": ("moves", "--text-format"), "grpo.policy_share": (1.0, "--policy-share")})  # fmt: skip
+                      "grpo.text_format": ("moves", "--text-format"),
+                      "grpo.policy_share": (1.0, "--policy-share"), **JUDGED_PPO})  # fmt: skip
     config = load_config(ChessRLConfig, path=None, overrides=overrides)
     return GraphRun(config, phases.root, lambda _: None, phases)
 
@@ -136,7 +141,7 @@ def test_rlaif_runs_everything_once_then_skips_then_reruns_what_a_change_reaches
     config = load_config(ChessRLConfig, path=None, overrides={
         "run.storage": (str(tmp_path), "--storage"), "run.name": ("r", "--run-name"),
         "grpo.text_format": ("moves", "--text-format"), "grpo.policy_share": (1.0, "--policy-share"),
-        "ppo.kl_coef": (0.5, "--kl-coef")})  # fmt: skip
+        "ppo.kl_coef": (0.5, "--kl-coef"), **JUDGED_PPO})  # fmt: skip
     phases.found.clear()
     run = GraphRun(config, root, lambda _: None, phases)
     assert run.run() and phases.calls == ["ppo", "evaluate"]
@@ -196,7 +201,9 @@ def test_a_rookworld_grpo_gets_its_own_rookworld_sft_node(tmp_path):
     from pipelines.rlaif import GraphRun, node_config
 
     phases = Phases(Storage.from_uri(str(tmp_path)).child("r"))
-    config = load_config(ChessRLConfig, path=None, overrides={"run.storage": (str(tmp_path), "--storage")})
+    config = load_config(ChessRLConfig, path=None, overrides={
+        "run.storage": (str(tmp_path), "--storage"), "grpo.text_format": ("rookworld", "--text-format"),
+        "grpo.policy_share": (0.8, "--policy-share"), **JUDGED_PPO})  # fmt: skip
     run = GraphRun(config, phases.root, lambda _: None, phases)
     assert run.graph.nodes["grpo"].needs == ("prepare", "sft-rookworld")
     assert run.run() and phases.calls == ["prepare", "sft", "preferences", "reward", "ppo", "sft-rookworld", "grpo",
@@ -247,7 +254,8 @@ def test_a_board_grpo_gets_its_own_board_sft_node_and_plays_in_the_comparison(tm
     phases = Phases(Storage.from_uri(str(tmp_path)).child("r"))
     config = load_config(
         ChessRLConfig, path=None,
-        overrides={"run.storage": (str(tmp_path), "--storage"), "grpo.text_format": ("board", "--text-format")},
+        overrides={"run.storage": (str(tmp_path), "--storage"),
+                   "grpo.text_format": ("board", "--text-format"), **JUDGED_PPO},
     )  # fmt: skip
     run = GraphRun(config, phases.root, lambda _: None, phases)
     assert run.graph.nodes["grpo"].needs == ("prepare", "sft-board")

@@ -365,7 +365,8 @@ def test_rlaif_takes_what_an_earlier_phase_writes_as_given(tmp_path, monkeypatch
 
 
 def test_a_check_takes_produced_inputs_as_given(tmp_path, monkeypatch) -> None:
-    config = ChessRLConfig.model_validate({"run": {"storage": str(tmp_path), "name": RUN}})
+    judged = {"reward": "model", "text_format": None}  # ppo's judge path (the default grades with Stockfish)
+    config = ChessRLConfig.model_validate({"run": {"storage": str(tmp_path), "name": RUN}, "ppo": judged})
     run = Storage.from_uri(str(tmp_path)).child(RUN)
     given = Inputs(run, frozenset({"prepare", "sft", "reward"}))
     found = ppo.check_ppo(config, given)
