@@ -421,7 +421,7 @@ def report_readers(args: argparse.Namespace, arrow: list[dict[str, Any]], stream
         "ratio": ratio, "arrow": arrow, "stream": stream, "busy": busy, "repeats": args.repeats,
     })  # fmt: skip
     print(f"rl_step readers ratio (stream samples/s / arrow samples/s, median of {args.repeats}): {ratio:.2f} "
-          f"(the stream is the default only at >= 0.90)")  # fmt: skip
+          f"(the faster is the default; the stream is kept at >= 0.90)")  # fmt: skip
 
 
 def report(
