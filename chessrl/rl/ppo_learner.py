@@ -581,7 +581,10 @@ class _Minibatch:
     def critic_step(self, critic: Any, critic_opt: torch.optim.Optimizer) -> dict[str, float]:
         """One optimiser step of the critic: the clipped value loss."""
         batch, idx, mask = self.batch, self.idx, self.mask
-        values = state_values(critic, self.rows, self.pad_id)
+        # fp32 as make_batch's old values are, even under the learner's bf16 autocast: the value
+        # clip compares like with like
+        with torch.autocast(next(critic.parameters()).device.type, enabled=False):
+            values = state_values(critic, self.rows, self.pad_id)
         vf_loss, vf_clipfrac = compute_value_loss(
             values.view(-1, 1),
             batch.returns[idx].view(-1, 1).to(values.device),

@@ -319,7 +319,8 @@ def test_the_anchor_raises_the_best_graded_of_the_moves_drawn(tiny):
 def test_the_ratio_is_one_at_the_first_step_under_the_learners_autocast(tiny, monkeypatch):
     """The collectors' old log-probs are fp32; a GPU learner updates under bf16 autocast (CPU
     autocast stands in for it here): the policy's new log-probs are still fp32, so the ratio of
-    the first minibatch of the first epoch is 1, not bf16's rounding (issue 71)."""
+    the first minibatch of the first epoch is 1, not bf16's rounding, and the critic's values
+    are make_batch's old values (issue 71)."""
     import chessrl.rl.ppo_learner as learner
 
     policy, critic, tok = tiny
@@ -339,12 +340,21 @@ def test_the_ratio_is_one_at_the_first_step_under_the_learners_autocast(tiny, mo
         return real(logprob, entropy, raw, old, *args, **kwargs)
 
     monkeypatch.setattr(learner, "ppo_policy_loss", spy)
+    value_gaps: list[float] = []
+    real_value_loss = learner.compute_value_loss
+
+    def value_spy(values, returns, old_values, *args, **kwargs):
+        value_gaps.append((values - old_values).abs().max().item())
+        return real_value_loss(values, returns, old_values, *args, **kwargs)
+
+    monkeypatch.setattr(learner, "compute_value_loss", value_spy)
     opt = torch.optim.AdamW(policy.parameters(), lr=1e-3)
     copt = torch.optim.AdamW(critic.parameters(), lr=0.0)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         ppo_update(policy, critic, opt, copt, batch, tok.pad_token_id, settings, torch.Generator().manual_seed(0))
     assert ratios and ratios[0].numel() == len(acts)
     assert (ratios[0] - 1).abs().max().item() < 1e-6
+    assert value_gaps and value_gaps[0] < 1e-6  # the critic's values too: the value clip sees no bf16 rounding
 
 
 def test_ppo_iteration_plays_scores_and_moves_the_policy_in_one_process():
