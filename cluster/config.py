@@ -237,7 +237,7 @@ def load_config(
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        raise _config_error(exc, model, source, origins) from None
+        raise _config_error(exc, model, source, origins, raw) from None
 
 
 def _deep_copy(data: Any) -> Any:
@@ -253,6 +253,7 @@ def _config_error(
     model: type[BaseModel],
     source: str | None,
     origins: Mapping[tuple[str, ...], str],
+    raw: Mapping[str, Any] | None = None,
 ) -> ConfigError:
     """One error naming, for each bad value, where it came from (file or flag), key and what is allowed."""
     problems: list[tuple[str | None, str]] = []
@@ -274,10 +275,10 @@ def _config_error(
             )
         elif err["type"] == "missing":
             problems.append((where, f"{key}: required key is missing"))
-        elif err["type"] == "value_error" and isinstance(err.get("input"), dict):
+        elif err["type"] == "value_error" and isinstance(err.get("input"), (dict, BaseModel)):
             # a check across several keys of one section (a model validator)
             msg = err["msg"].removeprefix("Value error, ")
-            problems.append((where, f"{key}: {msg}"))
+            problems.append(_rule_problem(loc, msg, where, source, origins, raw))
         else:
             allowed = _allowed_values(model, loc)
             msg = err["msg"][0].lower() + err["msg"][1:]
@@ -286,6 +287,34 @@ def _config_error(
     if len(places) == 1:
         return ConfigError("; ".join(text for _, text in problems), source=places.pop())
     return ConfigError("; ".join(f"{where}: {text}" if where else text for where, text in problems))
+
+
+def _rule_problem(
+    loc: tuple[str, ...], msg: str, where: str | None, source: str | None,
+    origins: Mapping[tuple[str, ...], str], raw: Mapping[str, Any] | None,
+) -> tuple[str | None, str]:  # fmt: skip
+    """Where a broken rule among a section's keys came from, and its text. A message that names
+    the keys (``ppo.num_workers``) is not prefixed with the section again, and comes from the flags
+    that gave those keys (``command line (--num-workers)``), the file where it set the others."""
+    key = ".".join(loc)
+    names = re.findall(rf"(?<![\w.]){re.escape(key)}\.(\w+)", msg) if key else []
+    if not names:  # a message of bare names: the section's first flag, else the file
+        return where, f"{key}: {msg}" if key else msg
+    named = [(*loc, name) for name in names]
+    flags = ", ".join(dict.fromkeys(origins[k] for k in named if k in origins))
+    if not flags:
+        return source, msg
+    from_file = source is not None and any(k not in origins and _has_key(raw or {}, k) for k in named)
+    return f"{source} and command line ({flags})" if from_file else f"command line ({flags})", msg
+
+
+def _has_key(data: Mapping[str, Any], parts: Sequence[str]) -> bool:
+    node: Any = data
+    for part in parts:
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def _is_sectioned(model: type[BaseModel]) -> bool:

@@ -135,34 +135,14 @@ def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bo
 
 
 def check_prompt_settings(cfg: GRPOConfig) -> dict[str, float]:
-    """The position mix (checked), and a policy share the text format can give."""
+    """The position mix, normalised. The rules among the section's keys (a policy share the text
+    format can give, a prompt for every learner worker, masked own games) are its validators."""
     from chessrl.data.positions import check_mix
 
     try:
         mix: dict[str, float] = check_mix(cfg.position_mix.model_dump())
     except ValueError as exc:
         raise ConfigError(f"grpo.position_mix: {exc}") from None
-    if cfg.text_format != "rookworld" and cfg.policy_share < 1:
-        raise ConfigError(
-            f"grpo.policy_share (--policy-share) is {cfg.policy_share:g}, but the {cfg.text_format} format has no "
-            "environment task: set it to 1, or use --text-format rookworld"
-        )
-    if cfg.prompts_per_iteration < cfg.num_workers:
-        raise ConfigError(
-            f"grpo.prompts_per_iteration (--prompts-per-iteration) is {cfg.prompts_per_iteration}, fewer than "
-            f"grpo.num_workers (--num-workers) {cfg.num_workers}: each learner worker needs at least one prompt "
-            "an iteration"
-        )
-    if cfg.own_positions > 0 and not cfg.masked:
-        raise ConfigError(
-            f"grpo.own_positions (--own-positions) is {cfg.own_positions:g}: the policy's own games are played "
-            "with masked moves; set grpo.masked (--masked) too, or own_positions to 0"
-        )
-    if cfg.own_positions > 0 and cfg.policy_share < 1:
-        raise ConfigError(
-            f"grpo.own_positions (--own-positions) is {cfg.own_positions:g}: own positions are asked as policy "
-            "tasks only; set grpo.policy_share (--policy-share) to 1"
-        )
     return mix
 
 

@@ -206,37 +206,6 @@ class PPOInputs:
     """What the policy reads: the section's ``text_format``, else the policy's own."""
 
 
-def check_ppo_rules(cfg: PPOConfig) -> None:
-    """The section's own rules, one ConfigError each: keys that only make sense together."""
-    if cfg.episodes_per_iteration < cfg.num_workers:
-        raise ConfigError(
-            f"ppo.episodes_per_iteration (--episodes-per-iteration) is {cfg.episodes_per_iteration}, fewer than "
-            f"ppo.num_workers (--num-workers) {cfg.num_workers}: each learner worker learns on whole episodes, at "
-            "least one an iteration"
-        )
-    if cfg.samples_per_state > 1 and not cfg.masked:
-        raise ConfigError(
-            f"ppo.samples_per_state (--samples-per-state) is {cfg.samples_per_state}: drawing several moves a "
-            "position needs ppo.masked (--masked) true (every drawn move legal, so each can be graded)"
-        )
-    if cfg.samples_per_state > 1 and cfg.gamma > 0:
-        raise ConfigError(
-            f"ppo.samples_per_state (--samples-per-state) is {cfg.samples_per_state} with ppo.gamma (--gamma) "
-            f"{cfg.gamma:g}: the moves not played have no continuation, so each move's credit must be its own "
-            "grade: set ppo.gamma 0"
-        )
-    if cfg.anchor_coef > 0 and cfg.samples_per_state < 2:
-        raise ConfigError(
-            f"ppo.anchor_coef (--anchor-coef) is {cfg.anchor_coef:g} with ppo.samples_per_state (--samples-per-state) "
-            f"{cfg.samples_per_state}: the anchor is on the best of the moves drawn in a position: draw 2 or more"
-        )
-    if cfg.reward == "stockfish" and cfg.dead_zone >= cfg.max_loss:  # Stockfish's grade reads them
-        raise ConfigError(
-            f"ppo.dead_zone (--dead-zone) is {cfg.dead_zone:g}, not below ppo.max_loss (--max-loss) "
-            f"{cfg.max_loss:g}: every move would grade as the best"
-        )
-
-
 def asked_text_format(cfg: PPOConfig, policy_path: str) -> str:
     """The format ppo asks a saved policy in: ``ppo.text_format``, else the one it was trained on
     (``chessrl_text_format``), else moves; a format ppo does not play, or another of sft's own
@@ -263,8 +232,7 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
     from pipelines.artifacts import games_table
 
     cfg = config.ppo
-    opponents = [parse_opponent(o) for o in cfg.opponents]
-    check_ppo_rules(cfg)
+    opponents = [parse_opponent(o) for o in cfg.opponents]  # the section's own rules are its validators
     producer = sft_folder(cfg.text_format or "moves")  # a board ppo starts from the board sft
     policy_path = model_location(
         cfg.policy, inputs.folder(producer).child("model"), "ppo.policy (--policy)",

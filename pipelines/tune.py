@@ -89,7 +89,7 @@ def sweep_space(config: ChessRLConfig) -> dict[str, Any]:
             try:
                 type(section).model_validate({**section.model_dump(), name: value})
             except ValidationError as exc:
-                reason = exc.errors()[0]["msg"]
+                reason = exc.errors()[0]["msg"].removeprefix("Value error, ")  # a rule among keys says them
                 raise ConfigError(f"tune.space: {key}={value!r}: {reason}") from None
     return space
 

@@ -12,6 +12,9 @@ live by phase:
 - ``pipelines.config.lm``: the language-model phases, ``sft``, ``preferences``, ``reward``,
   ``dpo``, ``ppo`` and ``grpo`` (:class:`SftConfig` to :class:`GRPOConfig` and its
   :class:`PositionMix`), and :data:`BatchSize`, a batch size that may be ``auto``;
+- ``pipelines.config.resources``: what the learner sections share, their workers, CPUs, GPUs
+  (:class:`LearnerResources`: ``ppo``, ``grpo``) and precision (:class:`TrainerResources`:
+  ``sft``, ``reward``, ``dpo``), flat keys of each section;
 - ``pipelines.config.arena``: ``evaluate`` (:class:`EvaluateConfig`);
 - ``pipelines.config.search``: ``selfplay`` (:class:`SelfplayConfig`);
 - ``pipelines.config.graph``: the sections that drive other phases, ``rlaif`` (:class:`RlaifConfig`,
@@ -45,6 +48,7 @@ from pipelines.config.lm import (
     SftConfig,
     positive_or_auto,
 )
+from pipelines.config.resources import LearnerResources, TrainerResources
 from pipelines.config.search import SelfplayConfig
 
 __all__ = [
@@ -58,6 +62,7 @@ __all__ = [
     "DPOConfig",
     "EvaluateConfig",
     "GRPOConfig",
+    "LearnerResources",
     "PPOConfig",
     "PositionMix",
     "PreferencesConfig",
@@ -66,6 +71,7 @@ __all__ = [
     "RlaifConfig",
     "SelfplayConfig",
     "SftConfig",
+    "TrainerResources",
     "TuneConfig",
     "positive_or_auto",
 ]

@@ -1,15 +1,19 @@
 """The sections of the language-model phases: ``sft`` trains the policy, ``preferences`` labels
 its moves with Stockfish, ``reward`` and ``dpo`` learn from those pairs, ``ppo`` and ``grpo``
 improve the policy by reinforcement learning; and :data:`BatchSize`, the ``batch_size`` that
-may be ``auto``."""
+may be ``auto``. The learner sections take their workers, CPUs, GPUs and precision from
+:mod:`pipelines.config.resources`; rules among a section's own keys are its validators, so a
+file or a flag that breaks one is refused when the config loads."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from chessrl.data.positions import check_mix
 from cluster.config import ModelPath, Section
+from pipelines.config.resources import LearnerResources, TrainerResources
 
 
 def positive_or_auto(value: int | str) -> int | str:
@@ -23,7 +27,7 @@ def positive_or_auto(value: int | str) -> int | str:
 BatchSize = Annotated[int | Literal["auto"], AfterValidator(positive_or_auto)]
 
 
-class SftConfig(Section):
+class SftConfig(TrainerResources):
     """``sft``: the games table -> a GPT-2-style policy (Ray Train TorchTrainer + TRL SFTTrainer)."""
 
     games: str | None = None
@@ -61,16 +65,6 @@ class SftConfig(Section):
     """Linear warm-up steps."""
     max_length: int = Field(256, ge=8)
     """Tokens per training sequence: games are packed end to end into blocks of this length."""
-    num_workers: int = Field(1, ge=1)
-    """Ray Train workers."""
-    cpus_per_worker: int | None = Field(None, ge=1)
-    """CPUs each worker reserves (its torch threads); default: the cluster's CPUs split among workers,
-    with use_gpu the CPUs that come with a GPU on the GPU nodes (8 on a g5.2xlarge)."""
-    use_gpu: bool = False
-    """Train on GPUs (bf16 where the device has it)."""
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """Training precision. auto: bf16 autocast on a GPU that has it and on a CPU that multiplies
-    bf16 in hardware (AMX, AVX512-BF16: ~1.5x faster per step), fp32 elsewhere. Weights stay fp32."""
     dropout: float | None = Field(None, ge=0, lt=1)
     """Set every dropout of the model to this (null: the model's own; the presets have none)."""
     annotations: list[str] = Field(default_factory=list)
@@ -175,7 +169,7 @@ class PreferencesConfig(Section):
     """Sample positions from this ply on."""
 
 
-class RewardConfig(Section):
+class RewardConfig(TrainerResources):
     """``reward``: preference pairs -> a reward model (GPT2ForSequenceClassification, one label),
     trained with TRL's RewardTrainer inside a Ray Train TorchTrainer."""
 
@@ -206,15 +200,6 @@ class RewardConfig(Section):
     """AdamW weight decay."""
     center_rewards_coefficient: float | None = Field(0.01, ge=0)
     """TRL's auxiliary loss that keeps rewards centred on zero (null: off)."""
-    num_workers: int = Field(1, ge=1)
-    """Ray Train workers (data parallel; each reads its own shard of the pairs)."""
-    cpus_per_worker: int | None = Field(None, ge=1)
-    """CPUs each worker reserves (its torch threads); default: the cluster's CPUs split among workers,
-    with use_gpu the CPUs that come with a GPU on the GPU nodes (8 on a g5.2xlarge)."""
-    use_gpu: bool = False
-    """Train on GPUs."""
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """Training precision, as in sft."""
     eval_every: int = Field(50, ge=1)
     """Steps between held-out evaluations (pairwise accuracy, Spearman) and checkpoints."""
     heldout_pairs: int = Field(1000, ge=0)
@@ -229,7 +214,7 @@ class RewardConfig(Section):
     model's config (``chessrl_reward_mean`` / ``chessrl_reward_std``) for normalisation."""
 
 
-class DPOConfig(Section):
+class DPOConfig(TrainerResources):
     """``dpo``: the sft policy trained directly on the preference pairs with TRL's DPOTrainer
     inside a Ray Train TorchTrainer, the sft model its frozen reference."""
 
@@ -268,15 +253,6 @@ class DPOConfig(Section):
     """Linear warm-up steps."""
     weight_decay: float = Field(0.0, ge=0)
     """AdamW weight decay."""
-    num_workers: int = Field(1, ge=1)
-    """Ray Train workers (data parallel; each reads its own shard of the pairs)."""
-    cpus_per_worker: int | None = Field(None, ge=1)
-    """CPUs each worker reserves (its torch threads); default: the cluster's CPUs split among workers,
-    with use_gpu the CPUs that come with a GPU on the GPU nodes (8 on a g5.2xlarge)."""
-    use_gpu: bool = False
-    """Train on GPUs."""
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """Training precision, as in sft."""
     eval_every: int = Field(50, ge=1)
     """Steps between held-out evaluations (the policy's choice accuracy on held-out pairs) and checkpoints."""
     heldout_pairs: int = Field(1000, ge=0)
@@ -288,7 +264,7 @@ class DPOConfig(Section):
     """Stockfish's node limit for the paired move quality (0: not measured)."""
 
 
-class PPOConfig(Section):
+class PPOConfig(LearnerResources):
     """``ppo``: the sft policy plays against an opponent pool on rollout collectors, Stockfish or the
     reward model grades each move (RewardServer), and a Ray Train learner improves it with PPO
     (clipped surrogate, GAE, a critic, a KL penalty to the sft start)."""
@@ -414,15 +390,6 @@ class PPOConfig(Section):
     quality_nodes: int = Field(2000, ge=0)
     """Stockfish's nodes a position for the start and final policies' paired move quality on the
     held-out positions (0: skip)."""
-    num_workers: int = Field(1, ge=1)
-    """Learner workers (Ray Train, data-parallel): each takes its share of every iteration's
-    episodes and they average their gradients before each step."""
-    use_gpu: bool = False
-    """A GPU for each learner worker (bf16 autocast where the GPU has it)."""
-    cpus_per_worker: float | None = Field(None, gt=0)
-    """CPUs each learner worker reserves (default: what the collectors and reward servers leave,
-    keeping one free, split among the workers; with use_gpu no more than the CPUs that come with a
-    GPU on the GPU nodes, and just those on a cluster that autoscales)."""
     learner_threads: int | None = Field(None, ge=1)
     """Torch threads of the learner (default: the CPUs the collectors and reward servers do not reserve)."""
     rollout_reader: Literal["arrow", "stream"] = "arrow"
@@ -430,6 +397,40 @@ class PPOConfig(Section):
     new shard with pyarrow, milliseconds each, and hands every iteration's episodes to all) or
     ``stream`` (a Ray Data replay stream split across the workers, each learning on the shards it
     is handed: no broadcast; a few seconds to start). bench/rl_step.py --readers compares them."""
+
+    @model_validator(mode="after")
+    def _keys_that_go_together(self) -> PPOConfig:
+        """The section's own rules: keys that only make sense together, one ValueError naming them."""
+        k = self.samples_per_state
+        if self.episodes_per_iteration < self.num_workers:
+            raise ValueError(
+                f"ppo.episodes_per_iteration (--episodes-per-iteration) is {self.episodes_per_iteration}, "
+                f"fewer than ppo.num_workers (--num-workers) {self.num_workers}: each learner worker learns "
+                "on whole episodes, at least one an iteration"
+            )
+        if k > 1 and not self.masked:
+            raise ValueError(
+                f"ppo.samples_per_state (--samples-per-state) is {k}: drawing several moves a position "
+                "needs ppo.masked (--masked) true (every drawn move legal, so each can be graded)"
+            )
+        if k > 1 and self.gamma > 0:
+            raise ValueError(
+                f"ppo.samples_per_state (--samples-per-state) is {k} with ppo.gamma (--gamma) "
+                f"{self.gamma:g}: the moves not played have no continuation, so each move's credit must be "
+                "its own grade: set ppo.gamma 0"
+            )
+        if self.anchor_coef > 0 and k < 2:
+            raise ValueError(
+                f"ppo.anchor_coef (--anchor-coef) is {self.anchor_coef:g} with ppo.samples_per_state "
+                f"(--samples-per-state) {k}: the anchor is on the best of the moves drawn in a position: "
+                "draw 2 or more"
+            )
+        if self.reward == "stockfish" and self.dead_zone >= self.max_loss:  # Stockfish's grade reads them
+            raise ValueError(
+                f"ppo.dead_zone (--dead-zone) is {self.dead_zone:g}, not below ppo.max_loss (--max-loss) "
+                f"{self.max_loss:g}: every move would grade as the best"
+            )
+        return self
 
 
 class PositionMix(Section):
@@ -442,8 +443,13 @@ class PositionMix(Section):
     endgame: float = Field(0.2, ge=0)
     """Fewer than 14 pieces on the board, kings included."""
 
+    @model_validator(mode="after")
+    def _some_share(self) -> PositionMix:
+        check_mix(self.model_dump())  # a ValueError when every share is 0
+        return self
 
-class GRPOConfig(Section):
+
+class GRPOConfig(LearnerResources):
     """``grpo``: groups of moves (masked by default) for positions of the games and of the
     policy's own games, each graded against Stockfish's best (EnginePool; RookWorld's environment
     tasks by python-chess), GRPO / Dr. GRPO / DAPO updates on a Ray Train learner, a KL penalty
@@ -554,12 +560,36 @@ class GRPOConfig(Section):
     own_opponent: Literal["self", "random", "start", "random+start"] = "random+start"
     """Who the policy plays in those games: itself, a random legal mover, its frozen start (the
     sft model, its masked argmax), or random and start alternating game by game."""
-    num_workers: int = Field(1, ge=1)
-    """Learner workers (Ray Train, data-parallel): each samples, scores and learns its share of
-    every iteration's prompts and they average their gradients before each step."""
-    use_gpu: bool = False
-    """A GPU for each learner worker (bf16 autocast where the GPU has it)."""
-    cpus_per_worker: float | None = Field(None, gt=0)
-    """CPUs each learner worker reserves (default: the cluster's, less the engines', split among
-    the workers; with use_gpu no more than the CPUs that come with a GPU on the GPU nodes, and just
-    those on a cluster that autoscales)."""
+
+    @model_validator(mode="after")
+    def _keys_that_go_together(self) -> GRPOConfig:
+        """The section's own rules: keys that only make sense together, one ValueError naming them."""
+        own, share = self.own_positions, self.policy_share
+        if self.text_format != "rookworld" and share < 1:
+            raise ValueError(
+                f"grpo.policy_share (--policy-share) is {share:g}, but the {self.text_format} format of "
+                "grpo.text_format (--text-format) has no environment task: set policy_share to 1, or "
+                "text_format to rookworld"
+            )
+        if self.prompts_per_iteration < self.num_workers:
+            raise ValueError(
+                f"grpo.prompts_per_iteration (--prompts-per-iteration) is {self.prompts_per_iteration}, "
+                f"fewer than grpo.num_workers (--num-workers) {self.num_workers}: each learner worker needs "
+                "at least one prompt an iteration"
+            )
+        if own > 0 and not self.masked:
+            raise ValueError(
+                f"grpo.own_positions (--own-positions) is {own:g}: the policy's own games are played with "
+                "masked moves; set grpo.masked (--masked) too, or own_positions to 0"
+            )
+        if own > 0 and share < 1:
+            raise ValueError(
+                f"grpo.own_positions (--own-positions) is {own:g}: own positions are asked as policy tasks "
+                "only; set grpo.policy_share (--policy-share) to 1, or own_positions to 0"
+            )
+        if self.dead_zone >= self.max_loss:
+            raise ValueError(
+                f"grpo.dead_zone (--dead-zone) is {self.dead_zone:g}, not below grpo.max_loss (--max-loss) "
+                f"{self.max_loss:g}: every move would grade as the best"
+            )
+        return self

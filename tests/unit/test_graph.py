@@ -203,7 +203,8 @@ def test_a_rookworld_grpo_gets_its_own_rookworld_sft_node(tmp_path):
     phases = Phases(Storage.from_uri(str(tmp_path)).child("r"))
     config = load_config(ChessRLConfig, path=None, overrides={
         "run.storage": (str(tmp_path), "--storage"), "grpo.text_format": ("rookworld", "--text-format"),
-        "grpo.policy_share": (0.8, "--policy-share"), **JUDGED_PPO})  # fmt: skip
+        "grpo.policy_share": (0.8, "--policy-share"), "grpo.own_positions": (0.0, "--own-positions"),
+        **JUDGED_PPO})  # fmt: skip
     run = GraphRun(config, phases.root, lambda _: None, phases)
     assert run.graph.nodes["grpo"].needs == ("prepare", "sft-rookworld")
     assert run.run() and phases.calls == ["prepare", "sft", "preferences", "reward", "ppo", "sft-rookworld", "grpo",

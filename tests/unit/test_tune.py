@@ -59,7 +59,7 @@ def test_the_default_space_of_each_phase() -> None:
     ("fields", "expected"),
     [
         ({"phase": "ppo", "space": {"ppo.kl": [0.1]}}, "'ppo.kl' is not a key of ppo (did you mean ppo.kl_coef?)"),
-        ({"phase": "ppo", "space": {"ppo.nonsense": [1]}}, "is not a key of ppo; keys: policy,"),
+        ({"phase": "ppo", "space": {"ppo.nonsense": [1]}}, "is not a key of ppo; keys: num_workers,"),
         ({"phase": "grpo", "space": {"ppo.kl_coef": [0.1]}}, "a grpo sweep varies keys of its own section"),
         ({"phase": "selfplay", "space": {"selfplay.mcts_cpuct": [1.0, "high"]}}, "selfplay.mcts_cpuct='high'"),
         ({"phase": "grpo", "space": {"grpo.loss_type": ["grpo", "ppo"]}}, "grpo.loss_type='ppo'"),
