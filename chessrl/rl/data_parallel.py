@@ -132,13 +132,10 @@ def metrics_over_workers(
     >>> metrics_over_workers({"reward": 0.5, "samples": 8.0}, 8.0, sums=["samples"])
     {'reward': 0.5, 'samples': 8.0}
     """
-    import torch.distributed as dist
 
     if world() == 1:
         return dict(metrics)
-    gathered: list[object] = [None] * world()
-    dist.all_gather_object(gathered, (metrics, float(weight)))
-    parts = [(m, w) for m, w in gathered]  # type: ignore[misc]
+    parts = [(m, w) for m, w in gather_objects((metrics, float(weight)))]  # type: ignore[misc]
     out = dict(metrics)
     for key, value in metrics.items():
         values = [(m[key], w) for m, w in parts if isinstance(m.get(key), int | float)]

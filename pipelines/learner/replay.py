@@ -28,6 +28,7 @@ blocks to whichever worker asks next. Ray Data buffers a read task's output into
 
 from __future__ import annotations
 
+import abc
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -123,115 +124,43 @@ def stream_datasets(reader: str, rollouts: Storage) -> dict[str, Any]:
     return {"datasets": {DATASET: rollout_stream(rollouts)}, "dataset_config": stream_split_config()}
 
 
-class StreamFeed:
-    """This worker's split of the stream, read by a background thread so the learner can wait
-    with a timeout (a time limit, a collector's failure): the same ``start``/``take``/``stop`` as
-    :class:`pipelines.learner.RolloutFeed`. ``read``: shards already consumed (a resumed run's),
-    skipped. An error of the thread is raised by the next :meth:`take`."""
+class ShardFeed(abc.ABC):
+    """Rollout shards handed to the learner by a background thread, so that reading overlaps
+    training and the learner waits with a timeout (a time limit, a collector's failure):
+    :meth:`take` returns what arrived since the last call; an error of the thread is raised by
+    the next :meth:`take`. ``read``: shards already consumed (a resumed run's), skipped. Each feed
+    says where its shards come from in :meth:`_shards`."""
 
-    def __init__(self, split: Any, read: Sequence[str] = ()) -> None:
-        self.split = split
-        self._seen = set(read)
-        self._ready: list[tuple[list[str], list[dict[str, Any]]]] = []
-        self._error: BaseException | None = None
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="rollout-stream", daemon=True)
+    #: What a thread's error is called when :meth:`take` raises it.
+    failure = "reading rollout shards failed"
 
-    def start(self) -> StreamFeed:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Nothing to join: the thread ends with the stream (:data:`DONE`) or the worker."""
-
-    def _run(self) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        try:
-            for table in self.split.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
-                names, rows = [], []
-                for name, data in zip(table.column("shard").to_pylist(), table.column("data").to_pylist(), strict=True):
-                    if name not in self._seen:
-                        self._seen.add(name)
-                        names.append(name)
-                        rows += pq.read_table(pa.BufferReader(data)).to_pylist()
-                if names:
-                    with self._cond:
-                        self._ready.append((names, rows))
-                        self._cond.notify_all()
-        except BaseException as error:  # noqa: BLE001 - handed to the learner's thread by take()
-            with self._cond:
-                self._error = error
-                self._cond.notify_all()
-
-    def take(self, timeout: float) -> list[tuple[list[str], list[dict[str, Any]]]]:
-        """The shards handed to this worker since the last call, waiting up to ``timeout`` s for one."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._ready or self._error is not None, timeout=timeout)
-            if self._error is not None:
-                raise RuntimeError(f"the rollout stream failed: {self._error}") from self._error
-            ready, self._ready = self._ready, []
-        return ready
-
-
-class RolloutFeed:
-    """Rollout shards read by a background thread, ahead of the learner, so that reading
-    overlaps training on the previous batch.
-
-    It reads each new shard whole with pyarrow from the storage's filesystem (local or S3), a
-    few milliseconds a shard, in the lead worker only (``ppo.rollout_reader: arrow``); the
-    lead hands each iteration's episodes to the other workers. (A ``ray.data.read_parquet`` a
-    shard, tried before, cost about 1.2 s of wall time and 2 CPU-seconds however small, with
-    Ray 2.60: :func:`rollout_stream` is one long read for the whole run instead.)
-
-        feed = RolloutFeed(phase.child("rollouts"), read=state["read"]).start()
-        for names, rows in feed.take(timeout=0.5):   # every shard read since the last take
-            ...                                      # rows: the shards' rows as dicts
-        feed.stop()
-
-    ``read`` are shards (relative names) already consumed, e.g. by a run this one resumes; a
-    shard is listed once it is whole (:func:`chessrl.rl.ppo_types.list_rollout_shards`). An error of
-    the thread is raised by the next :meth:`take`.
-    """
-
-    def __init__(self, storage: Storage, read: Sequence[str] = (), poll_s: float = 0.5) -> None:
-        self.storage = storage
-        self.poll_s = poll_s
+    def __init__(self, read: Sequence[str] = ()) -> None:
         self._seen = set(read)
         self._ready: list[tuple[list[str], list[dict[str, Any]]]] = []
         self._error: BaseException | None = None
         self._cond = threading.Condition()
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rollout-feed", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
 
-    def start(self) -> RolloutFeed:
+    def start(self) -> Any:
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Ask the thread to stop and wait for it (at most 30 s)."""
         self._stopping.set()
         self._thread.join(timeout=30)
 
-    def _read(self, names: list[str]) -> list[dict[str, Any]]:
-        import pyarrow.parquet as pq
-
-        paths = [self.storage.path(rel) for rel in names]
-        return [row for path in paths for row in pq.read_table(path, filesystem=self.storage.fs).to_pylist()]
+    @abc.abstractmethod
+    def _shards(self) -> Iterator[tuple[list[str], list[dict[str, Any]]]]:
+        """New shards (names not in ``self._seen``) and their rows, as they arrive."""
 
     def _run(self) -> None:
-        from chessrl.rl.ppo_types import list_rollout_shards
-
         try:
-            while not self._stopping.is_set():
-                new = [rel for rel in list_rollout_shards(self.storage) if rel not in self._seen]
-                if not new:
-                    self._stopping.wait(self.poll_s)  # a listing per poll: cheap locally, a request on S3
-                    continue
-                rows = self._read(new)
-                self._seen |= set(new)
+            for names, rows in self._shards():
+                self._seen |= set(names)
                 with self._cond:
-                    self._ready.append((new, rows))
+                    self._ready.append((names, rows))
                     self._cond.notify_all()
         except BaseException as error:  # noqa: BLE001 - handed to the learner's thread by take()
             with self._cond:
@@ -239,10 +168,72 @@ class RolloutFeed:
                 self._cond.notify_all()
 
     def take(self, timeout: float) -> list[tuple[list[str], list[dict[str, Any]]]]:
-        """The shards read since the last call, waiting up to ``timeout`` seconds for one."""
+        """The shards that arrived since the last call, waiting up to ``timeout`` seconds for one."""
         with self._cond:
             self._cond.wait_for(lambda: self._ready or self._error is not None, timeout=timeout)
             if self._error is not None:
-                raise RuntimeError(f"reading rollout shards failed: {self._error}") from self._error
+                raise RuntimeError(f"{self.failure}: {self._error}") from self._error
             ready, self._ready = self._ready, []
         return ready
+
+
+class StreamFeed(ShardFeed):
+    """This worker's split of the replay stream (a Ray Data ``DataIterator``), whole shards as
+    Ray Data hands them. :meth:`stop` does not wait: the thread ends with the stream
+    (:data:`DONE`) or the worker."""
+
+    failure = "the rollout stream failed"
+
+    def __init__(self, split: Any, read: Sequence[str] = ()) -> None:
+        super().__init__(read)
+        self.split = split
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def _shards(self) -> Iterator[tuple[list[str], list[dict[str, Any]]]]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        for table in self.split.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
+            names, rows = [], []
+            for name, data in zip(table.column("shard").to_pylist(), table.column("data").to_pylist(), strict=True):
+                if name not in self._seen and name not in names:
+                    names.append(name)
+                    rows += pq.read_table(pa.BufferReader(data)).to_pylist()
+            if names:
+                yield names, rows
+
+
+class RolloutFeed(ShardFeed):
+    """The lead worker's pyarrow reads of new rollout shards (``ppo.rollout_reader: arrow``), each
+    whole from the storage's filesystem (local or S3), a few milliseconds a shard; the lead hands
+    each iteration's episodes to the other workers. (A ``ray.data.read_parquet`` a shard, tried
+    before, cost about 1.2 s of wall time and 2 CPU-seconds however small, with Ray 2.60:
+    :func:`rollout_stream` is one long read for the whole run instead.)
+
+        feed = RolloutFeed(phase.child("rollouts"), read=state["read"]).start()
+        for names, rows in feed.take(timeout=0.5):   # every shard read since the last take
+            ...                                      # rows: the shards' rows as dicts
+        feed.stop()
+
+    A shard is listed once it is whole (:func:`chessrl.rl.ppo_types.list_rollout_shards`).
+    """
+
+    def __init__(self, storage: Storage, read: Sequence[str] = (), poll_s: float = 0.5) -> None:
+        super().__init__(read)
+        self.storage = storage
+        self.poll_s = poll_s
+
+    def _shards(self) -> Iterator[tuple[list[str], list[dict[str, Any]]]]:
+        import pyarrow.parquet as pq
+
+        from chessrl.rl.ppo_types import list_rollout_shards
+
+        while not self._stopping.is_set():
+            new = [rel for rel in list_rollout_shards(self.storage) if rel not in self._seen]
+            if not new:
+                self._stopping.wait(self.poll_s)  # a listing per poll: cheap locally, a request on S3
+                continue
+            fs = self.storage.fs
+            yield new, [row for rel in new for row in pq.read_table(self.storage.path(rel), filesystem=fs).to_pylist()]
