@@ -46,8 +46,9 @@ demo: venv stockfish ## the whole rlaif graph on the embedded local Ray (configs
 	$(PY) -m pipelines.rlaif --config demo $(DEMO_ARGS)
 	@echo "Browse the MLflow runs: $(VENV)/bin/mlflow ui --backend-store-uri $(if $(findstring --storage,$(DEMO_ARGS)),<the sqlite URI on the 'mlflow:' lines above>,sqlite:///$(CURDIR)/runs/mlflow.db)"
 
-lint: venv ## ruff
+lint: venv ## ruff: the lint rules, and the formatter's layout (no opt-outs: `ruff format .` fixes it)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 test: venv stockfish lint ## lint, then every test (unit, integration, system; what CI runs)
 	$(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS)

@@ -29,8 +29,12 @@ class CollectorStatus:
     def _write_status(self, **fields: Any) -> None:
         """Write the status file: who this collector is, its starts and next shard, and ``fields``."""
         record = {
-            "index": self.index, "pid": os.getpid(), "invocation": self.spec.invocation,
-            "starts": self.starts, "lifetime_starts": self.lifetime_starts, "next_shard": self.next_shard,
-        }  # fmt: skip
+            "index": self.index,
+            "pid": os.getpid(),
+            "invocation": self.spec.invocation,
+            "starts": self.starts,
+            "lifetime_starts": self.lifetime_starts,
+            "next_shard": self.next_shard,
+        }
         record.update(fields)
         self.status.write_text(f"collector-{self.index:02d}.json", json.dumps(record))

@@ -232,9 +232,12 @@ class EnginePool:
         cap = read_capacity()
         if cap.autoscales:
             plan = engine_split(
-                engines, cap.engine_nodes(engines, num_cpus_per_engine), num_cpus_per_engine, key=key,
+                engines,
+                cap.engine_nodes(engines, num_cpus_per_engine),
+                num_cpus_per_engine,
+                key=key,
                 nodes=cap.describe(),
-            )  # fmt: skip
+            )
             bundles = [{"CPU": count * num_cpus_per_engine} for count in plan if count]
             ensure(bundles, what=f"{key} {engines}", log=log, capacity=cap)
         nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
@@ -268,9 +271,14 @@ class EnginePool:
 
     # -- batched calls --------------------------------------------------------------------------
     def analyse(
-        self, positions: Sequence[str | chess.Board], limit: SearchLimit | Sequence[SearchLimit],
-        *, multipv: int = 1, fresh: bool = False, chunk_size: int | None = None,
-    ) -> list[Analysis]:  # fmt: skip
+        self,
+        positions: Sequence[str | chess.Board],
+        limit: SearchLimit | Sequence[SearchLimit],
+        *,
+        multipv: int = 1,
+        fresh: bool = False,
+        chunk_size: int | None = None,
+    ) -> list[Analysis]:
         """Analyse positions (FENs or boards) over every actor
         (:meth:`chessrl.engine.group.EngineGroup.analyse`); answers in input order (one limit, or
         one each); ``chunk_size`` positions a request (default: the batch spread over twice the
@@ -278,11 +286,12 @@ class EnginePool:
         fens = [p.fen() if isinstance(p, chess.Board) else board_from(p).fen() for p in positions]
         limits = per_position(limit, len(fens))
         return self._spread(
-            fens, lambda actor, start, chunk: actor.analyse.remote(
+            fens,
+            lambda actor, start, chunk: actor.analyse.remote(
                 chunk, limits[start : start + len(chunk)], multipv=multipv, fresh=fresh
             ),
             chunk_size,
-        )  # fmt: skip
+        )
 
     def annotate(
         self, fens: Sequence[str], nodes_per_move: int, *, chunk_size: int | None = None
@@ -388,9 +397,13 @@ class EnginePool:
 
 
 def engine_split(
-    engines: int, node_cpus: Sequence[float], cpus_per_engine: float = 1.0, *, key: str = "engines",
+    engines: int,
+    node_cpus: Sequence[float],
+    cpus_per_engine: float = 1.0,
+    *,
+    key: str = "engines",
     nodes: str | None = None,
-) -> list[int]:  # fmt: skip
+) -> list[int]:
     """Engines per node: ``engines`` spread over nodes of ``node_cpus`` CPUs, each node holding
     at most ``floor(cpus / cpus_per_engine)`` of them, filled in proportion to what each holds
     (one at a time to the node with the most room left, ties to the first). ``nodes`` says, in
@@ -414,8 +427,9 @@ def engine_split(
     if engines > sum(room):
         where = (
             f"the cluster's nodes hold {sum(room)} engines ({len(room)} node(s), the largest {max(node_cpus, default=0):g} CPUs)"
-            if nodes is None else f"the cluster can hold {sum(room)} engines at most ({nodes})"
-        )  # fmt: skip
+            if nodes is None
+            else f"the cluster can hold {sum(room)} engines at most ({nodes})"
+        )
         raise ConfigError(
             f"{key} {engines} needs {engines * cpus_per_engine:g} CPUs at {cpus_per_engine:g} each; {where}: "
             f"ask for at most {sum(room)}"

@@ -42,9 +42,13 @@ class RewardServer:
     """One replica: the model, the queue and the batching loop."""
 
     def __init__(
-        self, model_path: str, name: str = "reward-server", max_batch: int = 64, max_wait_ms: float = 5.0,
+        self,
+        model_path: str,
+        name: str = "reward-server",
+        max_batch: int = 64,
+        max_wait_ms: float = 5.0,
         threads: int | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         import torch
 
         from actors.device import actor_device
@@ -66,7 +70,9 @@ class RewardServer:
         self.queue: asyncio.Queue[tuple[list[int], asyncio.Future[float], float]] | None = None
         self.batches, self.forward_s, self.prepare_s = 0, 0.0, 0.0
         self.positions = PositionCache()  # a collector's games, step after step: only new moves replayed
-        self._preparer = ThreadPoolExecutor(1, thread_name_prefix="prepare")  # one thread: the cache is not shared
+        self._preparer = ThreadPoolExecutor(
+            1, thread_name_prefix="prepare"
+        )  # one thread: the cache is not shared
         # forward passes one at a time, in a thread of their own (the event loop keeps taking calls)
         self._forward = ThreadPoolExecutor(1, thread_name_prefix="forward")
         tags = ("server",)
@@ -77,8 +83,11 @@ class RewardServer:
         )
         self._depth = metrics.Gauge("chessrl_reward_queue_depth", "Requests waiting", tag_keys=tags)
         self._latency = metrics.Histogram(
-            "chessrl_reward_latency_s", "Seconds from request to answer", [0.001, 0.01, 0.05, 0.2, 1, 5], tag_keys=tags
-        )  # fmt: skip
+            "chessrl_reward_latency_s",
+            "Seconds from request to answer",
+            [0.001, 0.01, 0.05, 0.2, 1, 5],
+            tag_keys=tags,
+        )
 
     def _queue(self) -> asyncio.Queue[tuple[list[int], asyncio.Future[float], float]]:
         if self.queue is None:  # made in the actor's own event loop, with the loop that serves it
@@ -94,7 +103,9 @@ class RewardServer:
             raise out
         return out
 
-    def _prepare(self, queries: Sequence[dict[str, Any] | RewardQuery]) -> list[list[int] | InvalidQueryError]:
+    def _prepare(
+        self, queries: Sequence[dict[str, Any] | RewardQuery]
+    ) -> list[list[int] | InvalidQueryError]:
         from chessrl.rl.reward import prepare_queries
 
         return prepare_queries(self.tokenizer, self.text_format, self.positions, queries)
@@ -119,14 +130,20 @@ class RewardServer:
         pass is left to the server. A row that is not this model's ids gets its own error."""
         config = self.model.config
         vocab = config.vocab_size
-        longest = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None) or 1 << 20
+        longest = (
+            getattr(config, "n_positions", None)
+            or getattr(config, "max_position_embeddings", None)
+            or 1 << 20
+        )
         prepared: list[list[int] | InvalidQueryError] = []
         for i, row in enumerate(rows):
             ids = list(row)
             if not ids or len(ids) > longest or min(ids) < 0 or max(ids) >= vocab:
-                prepared.append(InvalidQueryError(
-                    f"row {i}: not token ids of this reward model (1 to {longest} ids in [0, {vocab}); got {len(ids)})"
-                ))  # fmt: skip
+                prepared.append(
+                    InvalidQueryError(
+                        f"row {i}: not token ids of this reward model (1 to {longest} ids in [0, {vocab}); got {len(ids)})"
+                    )
+                )
             else:
                 prepared.append(ids)
         return await self._scored(prepared, normalized)
@@ -225,15 +242,23 @@ class RewardClient:
 
     @classmethod
     def create(
-        cls, model_path: str, replicas: int = 1, *, run: str = "chess-rl", max_batch: int = 64,
-        max_wait_ms: float = 5.0, num_cpus: float = 1.0, threads: int | None = None, num_gpus: float = 0.0,
-    ) -> RewardClient:  # fmt: skip
+        cls,
+        model_path: str,
+        replicas: int = 1,
+        *,
+        run: str = "chess-rl",
+        max_batch: int = 64,
+        max_wait_ms: float = 5.0,
+        num_cpus: float = 1.0,
+        threads: int | None = None,
+        num_gpus: float = 0.0,
+    ) -> RewardClient:
         """Start ``replicas`` named servers (``<run>/reward-server-<i>``, ``num_gpus`` each: their
         forward passes on that GPU) and wait until they are up."""
         actors = [
-            RewardServer.options(name=f"{run}/reward-server-{i}", num_cpus=num_cpus, num_gpus=num_gpus).remote(
-                model_path, f"{run}/reward-server-{i}", max_batch, max_wait_ms, threads
-            )
+            RewardServer.options(
+                name=f"{run}/reward-server-{i}", num_cpus=num_cpus, num_gpus=num_gpus
+            ).remote(model_path, f"{run}/reward-server-{i}", max_batch, max_wait_ms, threads)
             for i in range(replicas)
         ]
         ray.get([a.stats.remote() for a in actors])

@@ -144,9 +144,13 @@ class RolloutCollector(CollectorStatus):
             elif spec.kind == "self":
                 out.append(
                     policy_opponent(
-                        policy, tokenizer, moves_table, self.spec.settings.temperature, generator,
+                        policy,
+                        tokenizer,
+                        moves_table,
+                        self.spec.settings.temperature,
+                        generator,
                         self.spec.settings.text_format,
-                    )  # fmt: skip
+                    )
                 )
             else:
                 out.append(self._stockfish(spec.player, seed))
@@ -205,9 +209,13 @@ class RolloutCollector(CollectorStatus):
             actions_written += n_actions
         self._write_status(state="stopped", seconds=self._split(spent))
         return {
-            "collector": self.index, "rounds": rounds, "episodes": episodes, "actions": actions_written,
-            "seconds": time.perf_counter() - started, "starts": self.starts,
-        }  # fmt: skip
+            "collector": self.index,
+            "rounds": rounds,
+            "episodes": episodes,
+            "actions": actions_written,
+            "seconds": time.perf_counter() - started,
+            "starts": self.starts,
+        }
 
     def _setup(self, server: Any) -> _Rounds:
         """The policy (loaded through :func:`chessrl.arena.saved_models.load_saved_model`), its
@@ -226,7 +234,9 @@ class RolloutCollector(CollectorStatus):
         # a step's moves checked and tokenised here (this collector's CPU, its games cached), so the
         # shared server does only forward passes
         reward = (
-            RewardClient([ray.get_actor(n, namespace=spec.namespace) for n in spec.reward_servers], prepare_here=True)
+            RewardClient(
+                [ray.get_actor(n, namespace=spec.namespace) for n in spec.reward_servers], prepare_here=True
+            )
             if spec.reward == "model"
             else None
         )
@@ -251,12 +261,24 @@ class RolloutCollector(CollectorStatus):
             return [a.score for a in spec.engine_pool.analyse(fens, limit)]
 
         return _Rounds(
-            policy, tokenizer, moves_table, [_timed(spent, "opponents", o) for o in opponents], generator,
-            _timed(spent, "score", score), _timed(spent, "weights", weights.refresh), weights, spent,
-            [{"moves": " ".join(m)} for m in starts], seed,
-            [{"moves": " ".join(m)} for m in json.loads(Storage.from_uri(spec.phase_uri).read_text("table.json"))]
-            if spec.table_share > 0 else [],
-        )  # fmt: skip
+            policy,
+            tokenizer,
+            moves_table,
+            [_timed(spent, "opponents", o) for o in opponents],
+            generator,
+            _timed(spent, "score", score),
+            _timed(spent, "weights", weights.refresh),
+            weights,
+            spent,
+            [{"moves": " ".join(m)} for m in starts],
+            seed,
+            [
+                {"moves": " ".join(m)}
+                for m in json.loads(Storage.from_uri(spec.phase_uri).read_text("table.json"))
+            ]
+            if spec.table_share > 0
+            else [],
+        )
 
     def _round(self, play: _Rounds) -> tuple[int, int]:
         """One round of ``concurrent_games`` episodes with the current weights, written as the
@@ -267,17 +289,32 @@ class RolloutCollector(CollectorStatus):
         spec, spent, n = self.spec, play.spent, self.next_shard
         table = table_count(spec.concurrent_games, spec.table_share, n) if play.table_games else 0
         starts = start_positions(
-            play.start_games, spec.concurrent_games - table, seed=play.seed * 100_003 + n, max_ply=10**6,
+            play.start_games,
+            spec.concurrent_games - table,
+            seed=play.seed * 100_003 + n,
+            max_ply=10**6,
             prefix=f"c{self.index}-{n:06d}",
         ) + start_positions(  # one graded move at a position anywhere in a training game
-            play.table_games, table, seed=play.seed * 100_019 + n, max_ply=10**6, prefix=f"c{self.index}-{n:06d}t",
-        )  # fmt: skip
+            play.table_games,
+            table,
+            seed=play.seed * 100_019 + n,
+            max_ply=10**6,
+            prefix=f"c{self.index}-{n:06d}t",
+        )
         began = time.perf_counter()
         actions = play_episodes(
-            play.policy, play.tokenizer, play.moves_table, starts, play.opponents, spec.settings,
-            [spec.max_actions] * (len(starts) - table) + [1] * table, play.weights.version, play.generator,
-            play.score, refresh=play.refresh,
-        )  # fmt: skip
+            play.policy,
+            play.tokenizer,
+            play.moves_table,
+            starts,
+            play.opponents,
+            spec.settings,
+            [spec.max_actions] * (len(starts) - table) + [1] * table,
+            play.weights.version,
+            play.generator,
+            play.score,
+            refresh=play.refresh,
+        )
         spent["round"] += time.perf_counter() - began
         began = time.perf_counter()
         table = rollout_table(actions)
@@ -287,7 +324,9 @@ class RolloutCollector(CollectorStatus):
         self._episodes.inc(len(starts))
         self._actions.inc(table.num_rows)
         self._legal.set(sum(a.legal for a in actions) / max(1, len(actions)))
-        self._write_status(state="running", last_shard=rollout_shard_name(self.index, n), seconds=self._split(spent))
+        self._write_status(
+            state="running", last_shard=rollout_shard_name(self.index, n), seconds=self._split(spent)
+        )
         return len(starts), table.num_rows
 
 
@@ -299,7 +338,9 @@ def table_count(games: int, share: float, round_index: int) -> int:
     >>> [table_count(4, 0.1, n) for n in range(5)], sum(table_count(80, 0.8, n) for n in range(10))
     ([0, 0, 1, 0, 1], 640)
     """
-    return math.floor((round_index + 1) * games * share + 1e-9) - math.floor(round_index * games * share + 1e-9)
+    return math.floor((round_index + 1) * games * share + 1e-9) - math.floor(
+        round_index * games * share + 1e-9
+    )
 
 
 class _Weights:

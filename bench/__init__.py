@@ -1,7 +1,7 @@
 """The benchmarks, run as scripts (``.venv/bin/python bench/<name>.py``). A script imports its
-helpers (``record``, ``machine_load``, ``rl_common``) by their own names, as it finds them beside
-it; imported as a package (``import bench.rl_step``), this folder goes on the end of ``sys.path``
-so that those imports find them the same way."""
+helpers (``record``, ``machine_load``, ``rl_common``, ``ppo_baseline``, ``grpo_baseline``) by their
+own names, as it finds them beside it; imported as a package (``import bench.rl_step``), this
+folder goes on the end of ``sys.path`` so that those imports find them the same way."""
 
 from __future__ import annotations
 

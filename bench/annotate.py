@@ -165,9 +165,12 @@ def print_run(label: str, r: dict[str, Any]) -> None:
 
 
 def alternate_runs(
-    raw: list[chess.engine.SimpleEngine], pool: Any, slices: list[list[dict[str, Any]]], warm: list[dict[str, Any]],
+    raw: list[chess.engine.SimpleEngine],
+    pool: Any,
+    slices: list[list[dict[str, Any]]],
+    warm: list[dict[str, Any]],
     nodes: int,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:  # fmt: skip
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """A warm-up of both sides (untimed), then baseline and measured in turn, repeat ``i`` on slice ``i``."""
     baseline_run(raw, warm, nodes)
     measured_run(pool, warm, nodes)
@@ -232,9 +235,13 @@ def measure(
         ceiling = ceiling_runs(pool, slices, args.nodes, args.repeats)
         restarts = int(pool.stats().get("restarts", 0))
     return {
-        "baseline": baseline, "measured": measured, "ceiling": ceiling, "ray_init_seconds": ray_init_s,
-        "pool_startup_seconds": startup_s, "engine_restarts": restarts,
-    }  # fmt: skip
+        "baseline": baseline,
+        "measured": measured,
+        "ceiling": ceiling,
+        "ray_init_seconds": ray_init_s,
+        "pool_startup_seconds": startup_s,
+        "engine_restarts": restarts,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,16 +326,31 @@ def report(args: argparse.Namespace, stockfish: str, runs: dict[str, Any], load:
         "ceiling_definition": (
             "annotate_rows positions/s with every answer from the actors' cache; nodes' worth = ceiling / measured"
         ),
-        "pgn": args.pgn, "seed": args.seed, "nodes_per_move": args.nodes, "positions": args.positions,
-        "repeats": args.repeats, "engines": args.engines, "hash_mb": HASH_MB, "stockfish": stockfish,
+        "pgn": args.pgn,
+        "seed": args.seed,
+        "nodes_per_move": args.nodes,
+        "positions": args.positions,
+        "repeats": args.repeats,
+        "engines": args.engines,
+        "hash_mb": HASH_MB,
+        "stockfish": stockfish,
         "runs": {k: runs[k] for k in ("baseline", "measured", "ceiling")},
-        "medians": {"baseline_positions_per_s": base, "measured_positions_per_s": meas,
-                    "ceiling_positions_per_s": ceiling, "ceiling_driver_cpu_ms_per_position": driver_cpu_ms},
-        "ceiling_nodes_worth": nodes_worth, "ceiling_target_nodes": CEILING_TARGET_NODES,
-        "ray_init_seconds": runs["ray_init_seconds"], "pool_startup_seconds": runs["pool_startup_seconds"],
-        "engine_restarts": runs["engine_restarts"], "ratio": ratio, "target": TARGET, "passed": ratio >= TARGET,
+        "medians": {
+            "baseline_positions_per_s": base,
+            "measured_positions_per_s": meas,
+            "ceiling_positions_per_s": ceiling,
+            "ceiling_driver_cpu_ms_per_position": driver_cpu_ms,
+        },
+        "ceiling_nodes_worth": nodes_worth,
+        "ceiling_target_nodes": CEILING_TARGET_NODES,
+        "ray_init_seconds": runs["ray_init_seconds"],
+        "pool_startup_seconds": runs["pool_startup_seconds"],
+        "engine_restarts": runs["engine_restarts"],
+        "ratio": ratio,
+        "target": TARGET,
+        "passed": ratio >= TARGET,
         "load_average_before": list(load),
-    }  # fmt: skip
+    }
     write_record(args.json, record)
     print(f"annotate ratio: {ratio:.2f} (target >= {TARGET})")
 

@@ -240,9 +240,15 @@ def measure(
 
 
 def report(
-    args: argparse.Namespace, stockfish: str, baseline: list[dict[str, Any]], measured: list[dict[str, Any]],
-    cache: dict[str, Any] | None, ray_init_s: float, startup_s: float, load: tuple[float, float],
-) -> None:  # fmt: skip
+    args: argparse.Namespace,
+    stockfish: str,
+    baseline: list[dict[str, Any]],
+    measured: list[dict[str, Any]],
+    cache: dict[str, Any] | None,
+    ray_init_s: float,
+    startup_s: float,
+    load: tuple[float, float],
+) -> None:
     """The medians, the warnings, the cache line, the JSON record and the ratio line."""
     load1, load5 = load
     base_med = statistics.median(r["positions_per_s"] for r in baseline)

@@ -51,9 +51,7 @@ def prompt(board: chess.Board, layout: str) -> str:
         moves.sort(key=lambda m: -facts_score(move_facts(board, m)))
         if layout == "ordered-last":
             moves.reverse()
-        listed = "".join(
-            f" [{f}] {m.uci()}" if (f := move_facts(board, m)) else f" {m.uci()}" for m in moves
-        )
+        listed = "".join(f" [{f}] {m.uci()}" if (f := move_facts(board, m)) else f" {m.uci()}" for m in moves)
         return f"{text[:64]} {control(board)}{text[64:]}{listed} M:"
     if layout != "grouped":
         return get_format(layout).policy_prompt(board)
@@ -130,14 +128,18 @@ class Probe:
             ids[i, width - len(e[0]) :], mask[i, width - len(e[0]) :] = torch.tensor(e[0]), 1
         with torch.autocast("cpu", dtype=torch.bfloat16):
             out = self.model(
-                input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0),
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=(mask.cumsum(1) - 1).clamp(min=0),
                 output_hidden_states=True,
-            )  # fmt: skip
+            )
             hidden = out.hidden_states[-2]
             scores = [
-                self.head(hidden[i, torch.tensor([width - len(e[0]) + p for p in e[3]], dtype=torch.long)]).float().squeeze(-1)
+                self.head(hidden[i, torch.tensor([width - len(e[0]) + p for p in e[3]], dtype=torch.long)])
+                .float()
+                .squeeze(-1)
                 for i, e in enumerate(batch)
-            ]  # fmt: skip
+            ]
         return out.logits[:, -1].float(), scores
 
     def step(self, batch: list[Example], lr: float) -> float:
@@ -177,8 +179,13 @@ class Probe:
                     head_regret += float(values.max() - values[h])
         self.model.train()
         n = max(1, len(examples))
-        return {"legal": legal_rate / n, "top1": top1 / n, "regret": regret / n, "head_top1": head_top1 / n,
-                "head_regret": head_regret / n}  # fmt: skip
+        return {
+            "legal": legal_rate / n,
+            "top1": top1 / n,
+            "regret": regret / n,
+            "head_top1": head_top1 / n,
+            "head_regret": head_regret / n,
+        }
 
     def against_random(self, games: int = 16) -> float:
         """The masked argmax's score against a random mover (material adjudication at 200 plies)."""
@@ -220,7 +227,9 @@ def main() -> None:
     ap.add_argument(
         "--annotate", required=True, help="annotate's output folder (train/ and heldout/ Parquet)"
     )
-    ap.add_argument("--layout", choices=["facts", "grouped", "ordered", "ordered-last", "board"], default="facts")
+    ap.add_argument(
+        "--layout", choices=["facts", "grouped", "ordered", "ordered-last", "board"], default="facts"
+    )
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--batch", type=int, default=32)

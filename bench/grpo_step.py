@@ -59,25 +59,31 @@ import statistics
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import rl_common
+from grpo_baseline import baseline_run
 from record import ROOT, write_record
 
 TARGET = 1.0
-STOCKFISH = "/usr/games/stockfish"
-#: The phase's engine options (``chessrl.engine.client.UCIEngine``: one thread, 16 MB hash, WDL scores).
-ENGINE_OPTIONS = {"Threads": 1, "Hash": 16, "UCI_ShowWDL": True}
 #: Config fields a flag of this bench overrides (``--group-size`` -> ``group_size``), passed on
 #: to the phase as the same flags.
 OVERRIDES: tuple[tuple[str, type], ...] = (
-    ("prompts_per_iteration", int), ("group_size", int), ("policy_share", float), ("stockfish_nodes", int),
-    ("max_new_tokens_environment", int), ("max_new_tokens_policy", int), ("beta", float), ("clip", float),
-    ("temperature", float), ("learning_rate", float), ("batch_size", int), ("loss_type", str),
-)  # fmt: skip
+    ("prompts_per_iteration", int),
+    ("group_size", int),
+    ("policy_share", float),
+    ("stockfish_nodes", int),
+    ("max_new_tokens_environment", int),
+    ("max_new_tokens_policy", int),
+    ("beta", float),
+    ("clip", float),
+    ("temperature", float),
+    ("learning_rate", float),
+    ("batch_size", int),
+    ("loss_type", str),
+)
 
 
 def tiny_policy(folder: Path) -> str:
@@ -109,10 +115,15 @@ def sample_games(folder: Path) -> str:
     path = folder / "games"
     path.mkdir(parents=True, exist_ok=True)
     pq.write_table(
-        pa.table({"game_id": [r.game_id for r in records], "moves": [r.moves for r in records],
-                  "result": [r.result for r in records]}),
+        pa.table(
+            {
+                "game_id": [r.game_id for r in records],
+                "moves": [r.moves for r in records],
+                "result": [r.result for r in records],
+            }
+        ),
         path / "part-0.parquet",
-    )  # fmt: skip
+    )
     return str(path)
 
 
@@ -134,297 +145,62 @@ def task_limits(cfg: Any, policy: str) -> dict[str, int]:
     return max_new_tokens(cfg, move_tokens(load_tokenizer(policy)))
 
 
-def expected_scorer(engine: Any, nodes: int) -> Any:
-    """``expected(board)``: the side to move's expected score (win + draw / 2) from ``engine`` at
-    ``nodes``, as the phase's EnginePool answers (a finished game: 0 mated, 0.5 drawn)."""
-    import chess.engine
-
-    from chessrl.engine.client import Score
-
-    limit = chess.engine.Limit(nodes=nodes)
-
-    def expected(board: Any) -> float:
-        outcome = board.outcome(claim_draw=False)
-        if outcome is not None:
-            return 0.0 if outcome.winner is not None else 0.5
-        info = engine.analyse(board, limit)
-        return Score.from_pov(info["score"], info.get("wdl"), board.turn).expected
-
-    return expected
-
-
-def reward_function(engine: Any, cfg: Any, stats: dict[str, float]) -> Any:
-    """A TRL reward function (``prompts``, ``completions``, the dataset's columns as lists):
-    the phase's rewards (:func:`chessrl.rl.grpo.score_samples`), Stockfish through ``engine``."""
-    import chess
-
-    from chessrl.rl.grpo import env_reward, parse_policy_completion, policy_reward
-    from pipelines.grpo import grpo_settings
-
-    settings = grpo_settings(cfg)
-    expected = expected_scorer(engine, cfg.stockfish_nodes)
-
-    def chess_reward(
-        prompts: list[str], completions: list[str], task: list[str], fen: list[str], target: list[str],
-        completion_ids: list[list[int]] | None = None, **_: Any,
-    ) -> list[float]:  # fmt: skip
-        started = time.perf_counter()
-        seen: dict[str, float] = {}  # one analysis per position a call (the phase's batch dedups too)
-
-        def value(board: Any) -> float:
-            key = board.fen()
-            if key not in seen:
-                seen[key] = expected(board)
-            return seen[key]
-
-        out = []
-        for text, kind, position, answer in zip(completions, task, fen, target, strict=True):
-            if kind == "environment":
-                out.append(env_reward(text, answer, settings.env_weights).reward)
-                continue
-            status, move = parse_policy_completion(position, text)
-            if move is None:
-                out.append(policy_reward(status, best=None, move=None, settings=settings))
-                continue
-            board = chess.Board(position)
-            best = value(board)
-            board.push_uci(move)
-            out.append(policy_reward(status, best=best, move=1.0 - value(board), settings=settings))
-            stats["legal"] += 1
-        stats["score_s"] += time.perf_counter() - started
-        stats["analysed"] += len(seen)
-        stats["completions"] += len(completions)
-        stats["policy"] += sum(k == "policy" for k in task)
-        if completion_ids is not None:
-            stats["tokens"] += sum(len(c) for c in completion_ids)
-        return out
-
-    return chess_reward
-
-
-def trl_args(
-    cfg: Any, limits: dict[str, int], iterations: int, seed: int, output: Path, tasks: set[str] | None = None
-) -> Any:
-    """TRL's GRPOConfig for one optimizer step per ``prompts_per_iteration × group_size``
-    completions. In TRL ``per_device_train_batch_size`` counts completions (not prompts), and the
-    generation batch defaults to ``per_device_train_batch_size × gradient_accumulation_steps``
-    completions: one generation (and one reward call) per optimizer step. Its one completion limit
-    is the longest of the ``tasks`` the prompts ask (default: every task's)."""
-    from trl import GRPOConfig as TRLGRPOConfig
-
-    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")  # checkpointing renamed
-    per_step = cfg.prompts_per_iteration * cfg.group_size
-    micro = min(per_step, cfg.batch_size if isinstance(cfg.batch_size, int) else 64)
-    while per_step % micro:  # the largest micro-batch <= batch_size that divides the step
-        micro -= 1
-    loss, scale, high = {
-        "grpo": ("grpo", "group", None),
-        "dr_grpo": ("dr_grpo", "none", None),
-        "dapo": ("dapo", "group", cfg.clip_high),  # TRL's dapo has no dynamic sampling
-    }[cfg.loss_type]
-    return TRLGRPOConfig(
-        output_dir=str(output),
-        max_steps=iterations + 1,
-        per_device_train_batch_size=micro,
-        gradient_accumulation_steps=per_step // micro,
-        num_generations=cfg.group_size,
-        max_completion_length=max(limits[t] for t in (tasks or limits)),
-        temperature=cfg.temperature,
-        top_p=1.0,
-        top_k=0,
-        beta=cfg.beta,
-        epsilon=cfg.clip,
-        epsilon_high=high,
-        loss_type=loss,
-        scale_rewards=scale,
-        num_iterations=1,
-        learning_rate=cfg.learning_rate,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        weight_decay=0.0,
-        max_grad_norm=1.0,
-        optim="adamw_torch",
-        # TRL's defaults that differ from the phase: gradient checkpointing and bf16 on, the
-        # dataset shuffled; the phase trains in fp32 without checkpointing, prompts in plan order.
-        gradient_checkpointing=False,
-        bf16=False,
-        fp16=False,
-        use_cpu=True,
-        shuffle_dataset=False,
-        disable_dropout=True,
-        use_vllm=False,
-        remove_unused_columns=False,
-        report_to="none",
-        logging_strategy="no",
-        save_strategy="no",
-        log_completions=False,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        seed=seed,
-    )
-
-
-def load_trl_policy(policy_path: str, prompts: list[dict[str, Any]], cfg: Any) -> tuple[Any, Any]:
-    """The policy and tokenizer as TRL's side loads them (``AutoModelForCausalLM`` in fp32,
-    ``AutoTokenizer``), after checking that TRL encodes the first step's prompts as the phase does."""
-    import torch
-    import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from chessrl.lm.models import prompt_ids
-
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
-    model = AutoModelForCausalLM.from_pretrained(policy_path, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(policy_path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    # TRL encodes a prompt with ``tokenizer(text)`` and pads it itself (on the left for generate,
-    # whatever the tokenizer's padding side). A saved chess tokenizer puts the start token (BOS)
-    # first and drops trailing whitespace by itself (chessrl.lm.tokenizer.add_prompt_start), so TRL's
-    # prompt ids are the phase's (chessrl.lm.models.prompt_ids): checked here, not assumed.
-    for p in prompts[: cfg.prompts_per_iteration]:
-        if tokenizer(p["text"])["input_ids"] != prompt_ids(tokenizer, p["text"]):
-            raise SystemExit(
-                f"rl_step --algo grpo: {policy_path}'s tokenizer encodes {p['text']!r} without the start "
-                "token the phase puts first; TRL would see other prompts than the phase"
-            )
-    return model, tokenizer
-
-
-def step_timer(threads: int, stats: dict[str, float]) -> Any:
-    """A TrainerCallback with the timestamps of each optimizer step's start and end (generation,
-    rewards, loss, step) and ``stats``' scoring and generation seconds at each end; it gives
-    torch ``threads`` threads when training begins."""
-    import torch
-    from transformers import TrainerCallback
-
-    class StepTimer(TrainerCallback):
-        """Timestamps of each optimizer step's start and end (generation, rewards, loss, step)."""
-
-        def __init__(self) -> None:
-            self.begin: list[float] = []
-            self.end: list[float] = []
-            self.score_at_end: list[float] = []
-            self.generate_at_end: list[float] = []
-
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            torch.set_num_threads(threads)  # whatever accelerate set up, the baseline gets `threads`
-
-        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.begin.append(time.perf_counter())
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.end.append(time.perf_counter())
-            self.score_at_end.append(stats["score_s"])
-            self.generate_at_end.append(stats["generate_s"])
-
-    return StepTimer()
-
-
-def time_generation(trainer: Any, stats: dict[str, float]) -> None:
-    """Adds the seconds of TRL's generation to ``stats["generate_s"]``: its private
-    ``_generate_single_turn`` wrapped when it is there, for the breakdown only."""
-    generate = getattr(trainer, "_generate_single_turn", None)
-    if generate is None:
-        return
-
-    def timed_generate(*args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return generate(*args, **kwargs)
-        finally:
-            stats["generate_s"] += time.perf_counter() - t0
-
-    trainer._generate_single_turn = timed_generate
-
-
-def baseline_run(
-    policy_path: str, cfg: Any, prompts: list[dict[str, Any]], limits: dict[str, int], iterations: int, seed: int,
-    threads: int, work: Path,
-) -> dict[str, Any]:  # fmt: skip
-    """``iterations`` + 1 steps of TRL's GRPOTrainer in this process; samples/s of all but the first."""
-    import chess.engine
-    import torch
-    from datasets import Dataset
-    from transformers import PrinterCallback
-    from trl import GRPOTrainer
-
-    torch.set_num_threads(threads)
-    model, tokenizer = load_trl_policy(policy_path, prompts, cfg)
-    rows = prompts[: (iterations + 1) * cfg.prompts_per_iteration]
-    dataset = Dataset.from_list(
-        [{"prompt": p["text"], "task": p["task"], "fen": p["fen"], "target": p["target"] or ""} for p in rows]
-    )
-    stats: dict[str, float] = dict.fromkeys(
-        ("score_s", "generate_s", "analysed", "completions", "policy", "legal", "tokens"), 0.0
-    )
-    timer = step_timer(threads, stats)
-    engine = chess.engine.SimpleEngine.popen_uci(STOCKFISH)
-    try:
-        engine.configure({k: v for k, v in ENGINE_OPTIONS.items() if k in engine.options})
-        trainer = GRPOTrainer(
-            model=model, reward_funcs=reward_function(engine, cfg, stats),
-            args=trl_args(cfg, limits, iterations, seed, work / "trl", {p["task"] for p in rows}),
-            train_dataset=dataset,
-            processing_class=tokenizer, callbacks=[timer],
-        )  # fmt: skip
-        trainer.remove_callback(PrinterCallback)  # the end-of-training metrics dict, printed
-        if getattr(trainer.model, "is_gradient_checkpointing", False):
-            raise SystemExit("rl_step --algo grpo: TRL turned gradient checkpointing on; the phase has none")
-        time_generation(trainer, stats)
-        trainer.train()
-    finally:
-        engine.quit()
-    steps = len(timer.end) - 1
-    if steps < 1:
-        raise SystemExit(
-            f"rl_step --algo grpo: TRL ran {len(timer.end)} step(s); {iterations + 1} were asked"
-        )
-    samples = steps * cfg.prompts_per_iteration * cfg.group_size
-    seconds = timer.end[-1] - timer.end[0]
-    score_s = timer.score_at_end[-1] - timer.score_at_end[0]
-    generate_s = timer.generate_at_end[-1] - timer.generate_at_end[0]
-    return {
-        "samples_per_s": samples / seconds, "samples": samples, "steps": steps, "seconds": seconds,
-        "step_s": sum(e - b for b, e in zip(timer.begin[1:], timer.end[1:], strict=True)),
-        "generate_s": generate_s, "score_s": score_s, "learn_s": seconds - generate_s - score_s,
-        "completions_scored": int(stats["completions"]), "positions_analysed": int(stats["analysed"]),
-        "legal_rate": stats["legal"] / max(1.0, stats["policy"]),
-        "completion_tokens_mean": stats["tokens"] / max(1.0, stats["completions"]),
-        "per_device_train_batch_size": trainer.args.per_device_train_batch_size,
-        "gradient_accumulation_steps": trainer.args.gradient_accumulation_steps,
-        "generation_batch_size": trainer.args.generation_batch_size,
-    }  # fmt: skip
-
-
 def phase_run(
-    policy_path: str, cfg: Any, games: str, iterations: int, config: str, work: Path, index: int, seed: int,
+    policy_path: str,
+    cfg: Any,
+    games: str,
+    iterations: int,
+    config: str,
+    work: Path,
+    index: int,
+    seed: int,
     timeout_s: float,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """``python -m pipelines.grpo`` on a fresh embedded Ray of 2 CPUs; samples/s from its metrics."""
     overrides = []
     for name, _ in OVERRIDES:
         value = getattr(cfg, name)
         if value is not None:
             overrides += [f"--{name.replace('_', '-')}", str(value)]
-    argv = rl_common.phase_argv("grpo", config, work, index, seed, timeout_s, [
-        "--policy", policy_path, "--games", games, "--iterations", str(iterations + 1),
-        "--heldout-positions", "0", *overrides,
-    ])  # fmt: skip
+    argv = rl_common.phase_argv(
+        "grpo",
+        config,
+        work,
+        index,
+        seed,
+        timeout_s,
+        [
+            "--policy",
+            policy_path,
+            "--games",
+            games,
+            "--iterations",
+            str(iterations + 1),
+            "--heldout-positions",
+            "0",
+            *overrides,
+        ],
+    )
     rows, phase, code, wall = rl_common.run_phase("grpo", argv, work, index, timeout_s, "rl_step --algo grpo")
     planned = json.loads((phase / "prompts.json").read_text())["prompts"]
     timed = rows[1:]
     samples = int(sum(r["samples"] for r in timed))
     seconds = rows[-1]["elapsed_s"] - rows[0]["elapsed_s"]
     return {
-        "samples_per_s": samples / seconds, "samples": samples, "seconds": seconds, "iterations": len(timed),
-        "generate_s": sum(r["generate_s"] for r in timed), "score_s": sum(r["score_s"] for r in timed),
+        "samples_per_s": samples / seconds,
+        "samples": samples,
+        "seconds": seconds,
+        "iterations": len(timed),
+        "generate_s": sum(r["generate_s"] for r in timed),
+        "score_s": sum(r["score_s"] for r in timed),
         "learn_s": sum(r["learn_s"] for r in timed),
         "legal_rate": statistics.fmean(r["legal_rate"] for r in timed),
         "completion_tokens_mean": statistics.fmean(r["completion_tokens_mean"] for r in timed),
-        "phase_seconds": wall, "first_iteration_s": rows[0]["elapsed_s"], "exit": code, "prompts": planned,
-    }  # fmt: skip
+        "phase_seconds": wall,
+        "first_iteration_s": rows[0]["elapsed_s"],
+        "exit": code,
+        "prompts": planned,
+    }
 
 
 def parse_args(
@@ -438,16 +214,19 @@ def parse_args(
         "--policy", default=None, help="a rookworld policy folder [default: an untrained tiny one]"
     )
     parser.add_argument(
-        "--games", default=None,
+        "--games",
+        default=None,
         help="a games table (Parquet: game_id, moves) [default: the Lichess sample of tests/data/pgn]",
-    )  # fmt: skip
+    )
     rl_common.add_run_flags(parser, "grpo", "steps", 4, "TRL's side")
     for name, kind in OVERRIDES:
         parser.add_argument(
-            f"--{name.replace('_', '-')}", type=kind, default=None,
+            f"--{name.replace('_', '-')}",
+            type=kind,
+            default=None,
             choices=("grpo", "dr_grpo", "dapo") if name == "loss_type" else None,
             help=f"grpo.{name} on both sides [default: the config's]",
-        )  # fmt: skip
+        )
     rl_common.add_phase_flags(parser, "rl_step_grpo.json")
     args = parser.parse_args(argv)
     rl_common.check_run_flags(parser, args)
@@ -489,9 +268,16 @@ def print_setup(
 
 
 def run_pairs(
-    args: argparse.Namespace, config: Any, cfg: Any, run_cfg: Any, policy: str, games: str, work: Path,
-    prompts: list[dict[str, Any]], limits: dict[str, int],
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:  # fmt: skip
+    args: argparse.Namespace,
+    config: Any,
+    cfg: Any,
+    run_cfg: Any,
+    policy: str,
+    games: str,
+    work: Path,
+    prompts: list[dict[str, Any]],
+    limits: dict[str, int],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``--repeats`` runs of each side, alternating TRL and the phase, run ``i`` with the prompts
     of seed ``config.run.seed + i`` on both; each run's line printed as it ends."""
     baseline: list[dict[str, Any]] = []
@@ -500,9 +286,17 @@ def run_pairs(
         seed = config.run.seed + i  # the phase gets --seed seed: the same prompts on both sides
         planned = prompts if i == 0 else plan(config, run_cfg, games, seed)[0]
         b = rl_common.measured(
-            args.wait_quiet, baseline_run, policy, cfg, planned, limits, args.iterations, seed,
-            args.baseline_threads, work / f"trl-{i}",
-        )  # fmt: skip
+            args.wait_quiet,
+            baseline_run,
+            policy,
+            cfg,
+            planned,
+            limits,
+            args.iterations,
+            seed,
+            args.baseline_threads,
+            work / f"trl-{i}",
+        )
         baseline.append(b)
         print(
             f"  run {i + 1} TRL      {b['samples_per_s']:8.1f} samples/s ({b['samples']} completions, "
@@ -512,9 +306,18 @@ def run_pairs(
             flush=True,
         )
         p = rl_common.measured(
-            args.wait_quiet, phase_run, policy, run_cfg, games, args.iterations, args.config, work, i, seed,
+            args.wait_quiet,
+            phase_run,
+            policy,
+            run_cfg,
+            games,
+            args.iterations,
+            args.config,
+            work,
+            i,
+            seed,
             args.phase_timeout,
-        )  # fmt: skip
+        )
         used = planned[: (args.iterations + 1) * cfg.prompts_per_iteration]
         p["same_prompts"] = p.pop("prompts")[: len(used)] == used
         if not p["same_prompts"]:
@@ -528,33 +331,49 @@ def run_pairs(
             f"Stockfish {p['score_s']:.1f}, learn {p['learn_s']:.1f}; legal {p['legal_rate']:.0%}; warm-up "
             f"{p['first_iteration_s']:.0f} s, {p['phase_seconds']:.0f} s end to end; other load "
             f"{rl_common.fmt_load(p['other_load_cores'])})"
-            + ("" if p["iterations"] == args.iterations else f" - {p['iterations']} iterations, stopped ({p['exit']})"),
+            + (
+                ""
+                if p["iterations"] == args.iterations
+                else f" - {p['iterations']} iterations, stopped ({p['exit']})"
+            ),
             flush=True,
-        )  # fmt: skip
+        )
     return baseline, phase
 
 
 def report(
-    args: argparse.Namespace, cfg: Any, models: str, limits: dict[str, int], baseline: list[dict[str, Any]],
-    phase: list[dict[str, Any]], began: float,
-) -> None:  # fmt: skip
+    args: argparse.Namespace,
+    cfg: Any,
+    models: str,
+    limits: dict[str, int],
+    baseline: list[dict[str, Any]],
+    phase: list[dict[str, Any]],
+    began: float,
+) -> None:
     """The medians, the JSON record and the ratio line."""
     import trl
 
     wall = time.perf_counter() - began
     base_med, phase_med, ratio, busy = rl_common.medians(baseline, phase)
     print(f"median TRL {base_med:.1f} samples/s; median phase {phase_med:.1f} samples/s; bench {wall:.0f} s")
-    write_record(args.json, {
-        "bench": "rl_step", "algo": "grpo",
-        "ratio_definition": "median GRPO samples/s (completions trained on / s) of the grpo phase (Ray Train "
-        "learner + EnginePool, embedded Ray of 2 CPUs) / median samples/s of TRL's GRPOTrainer in one process "
-        "(same policy, prompts, group size, completion length and reward, one python-chess SimpleEngine)",
-        **rl_common.run_record(args, models, ratio, TARGET, busy, baseline, phase, wall),
-        "settings": cfg.model_dump(exclude={"policy", "games"}), "max_new_tokens": limits,
-        "trl": trl.__version__,
-    })  # fmt: skip
-    print(f"rl_step ratio (grpo phase samples/s / TRL GRPOTrainer samples/s, median of {args.repeats}): "
-          f"{ratio:.2f} (target >= {TARGET:.1f})")  # fmt: skip
+    write_record(
+        args.json,
+        {
+            "bench": "rl_step",
+            "algo": "grpo",
+            "ratio_definition": "median GRPO samples/s (completions trained on / s) of the grpo phase (Ray Train "
+            "learner + EnginePool, embedded Ray of 2 CPUs) / median samples/s of TRL's GRPOTrainer in one process "
+            "(same policy, prompts, group size, completion length and reward, one python-chess SimpleEngine)",
+            **rl_common.run_record(args, models, ratio, TARGET, busy, baseline, phase, wall),
+            "settings": cfg.model_dump(exclude={"policy", "games"}),
+            "max_new_tokens": limits,
+            "trl": trl.__version__,
+        },
+    )
+    print(
+        f"rl_step ratio (grpo phase samples/s / TRL GRPOTrainer samples/s, median of {args.repeats}): "
+        f"{ratio:.2f} (target >= {TARGET:.1f})"
+    )
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:

@@ -118,6 +118,85 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _prepare_argv(work: Path) -> list[str]:
+    """The ``prepare`` run that writes the bench's games table (the Firouzja sample) under ``work``."""
+    return [
+        "--config",
+        "tiny",
+        "--storage",
+        str(work),
+        "--run-name",
+        "g",
+        "--no-tracking",
+        "--generate",
+        "0",
+        "--inputs",
+        str(ROOT / "tests/data/pgn/masters/Firouzja.pgn.zst"),
+    ]
+
+
+def _phase_argv(args: argparse.Namespace, storage: Path, games: Path, policy: str) -> list[str]:
+    """The ``preferences`` run on ``games`` with the plain loop's settings and pair rule."""
+    return [
+        "--config",
+        "tiny",
+        "--storage",
+        str(storage),
+        "--run-name",
+        "b",
+        "--no-tracking",
+        "--games",
+        str(games),
+        "--policy",
+        policy,
+        "--positions",
+        str(args.positions),
+        "--heldout-positions",
+        "0",
+        "--k",
+        str(args.k),
+        "--temperature",
+        str(args.temperature),
+        "--nodes",
+        str(args.nodes),
+        # the plain loop's pair rule: Stockfish's move against the proposals only
+        "--no-ranked-pairs",
+        "--random-moves",
+        "0",
+        "--shard-positions",
+        "128",
+    ]
+
+
+def _report(
+    args: argparse.Namespace, phase_rates: list[float], plain_rates: list[float], positions: int, policy: str
+) -> int:
+    """The JSON record and the ratio line of the medians; 1 (no ratio) when the plain loop made no pairs."""
+    phase, plain = statistics.median(phase_rates), statistics.median(plain_rates)
+    if plain == 0:
+        print("the plain loop made no pairs, so there is no ratio: raise --positions or --k", file=sys.stderr)
+        return 1
+    ratio = phase / plain
+    write_record(
+        args.json,
+        {
+            "bench": "preferences",
+            "ratio": ratio,
+            "phase_pairs_per_s": phase_rates,
+            "plain_pairs_per_s": plain_rates,
+            "positions": positions,
+            "k": args.k,
+            "nodes": args.nodes,
+            "policy": policy,
+            "target": 1.5,
+        },
+    )
+    print(
+        f"preferences ratio (phase pairs/s / plain loop pairs/s, median of {args.runs}): {ratio:.2f} (target >= 1.5)"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -132,11 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.config import ChessRLConfig
     from pipelines.preferences import plan_positions
 
-    with tempfile.TemporaryDirectory(prefix="bench-preferences-") as tmp, ray_session(RaySection(object_store_gb=1)):
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-preferences-") as tmp,
+        ray_session(RaySection(object_store_gb=1)),
+    ):
         work = Path(tmp)
-        games_run = ["--config", "tiny", "--storage", str(work), "--run-name", "g", "--no-tracking", "--generate", "0",
-                     "--inputs", str(ROOT / "tests/data/pgn/masters/Firouzja.pgn.zst")]  # fmt: skip
-        if prepare.main(games_run) != 0:
+        if prepare.main(_prepare_argv(work)) != 0:
             return 1
         games = work / "g" / "prepare" / "games"
         policy = pick_policy(args.policy, games, work / "policy")
@@ -166,13 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             plain_rates.append(made / seconds)
             storage = work / f"phase-{run}"
-            code = preferences.main(
-                ["--config", "tiny", "--storage", str(storage), "--run-name", "b", "--no-tracking", "--games", str(games),
-                 "--policy", policy, "--positions", str(args.positions), "--heldout-positions", "0", "--k", str(args.k),
-                 "--temperature", str(args.temperature), "--nodes", str(args.nodes),
-                 # the plain loop's pair rule: Stockfish's move against the proposals only
-                 "--no-ranked-pairs", "--random-moves", "0", "--shard-positions", "128"]
-            )  # fmt: skip
+            code = preferences.main(_phase_argv(args, storage, games, policy))
             if code != 0:
                 return code
             summary = json.loads((storage / "b" / "preferences" / "summary.json").read_text())
@@ -180,18 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"run {run + 1}: phase {phase_rates[-1]:.1f} pairs/s ({summary['made_now']} pairs), plain loop {plain_rates[-1]:.1f} pairs/s ({made} pairs)"
             )
-    phase, plain = statistics.median(phase_rates), statistics.median(plain_rates)
-    if plain == 0:
-        print("the plain loop made no pairs, so there is no ratio: raise --positions or --k", file=sys.stderr)
-        return 1
-    ratio = phase / plain
-    write_record(args.json, {"bench": "preferences", "ratio": ratio, "phase_pairs_per_s": phase_rates,
-                             "plain_pairs_per_s": plain_rates, "positions": len(train), "k": args.k,
-                             "nodes": args.nodes, "policy": policy, "target": 1.5})  # fmt: skip
-    print(
-        f"preferences ratio (phase pairs/s / plain loop pairs/s, median of {args.runs}): {ratio:.2f} (target >= 1.5)"
-    )
-    return 0
+    return _report(args, phase_rates, plain_rates, len(train), policy)
 
 
 def pick_policy(given: str | None, games: Path, folder: Path) -> str:

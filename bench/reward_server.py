@@ -125,10 +125,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--callers-as", choices=["async", "threads"], default="async")
     parser.add_argument(
-        "--prepare", choices=["caller", "server"], default="caller",
+        "--prepare",
+        choices=["caller", "server"],
+        default="caller",
         help="where a step's moves are checked and tokenised: the caller, as rollout collectors do "
         "(score_ids_many), or the server (score_many) [default: caller]",
-    )  # fmt: skip
+    )
     parser.add_argument("--json", default=str(RESULTS / "reward_server.json"))
     args = parser.parse_args(argv)
     if min(args.requests, args.callers, args.per_call, args.runs, args.max_batch) < 1:
@@ -229,9 +231,23 @@ def measure(args: argparse.Namespace, path: str) -> int:
     )
     plain, served = runs(args, path, model, tok, parts, cpus)
     ratio = statistics.median(served) / statistics.median(plain)
-    write_record(args.json, {"bench": "reward_server", "ratio": ratio, "server_moves_per_s": served,
-                             "plain_moves_per_s": plain, "callers": args.callers, "per_call": args.per_call, "shape": shape, "requests": args.requests,
-                             "max_batch": args.max_batch, "callers_as": args.callers_as, "prepare": args.prepare, "target": 5.0})  # fmt: skip
+    write_record(
+        args.json,
+        {
+            "bench": "reward_server",
+            "ratio": ratio,
+            "server_moves_per_s": served,
+            "plain_moves_per_s": plain,
+            "callers": args.callers,
+            "per_call": args.per_call,
+            "shape": shape,
+            "requests": args.requests,
+            "max_batch": args.max_batch,
+            "callers_as": args.callers_as,
+            "prepare": args.prepare,
+            "target": 5.0,
+        },
+    )
     print(
         f"reward_server ratio (server moves/s, {shape} / one request per forward pass, median of {args.runs}): {ratio:.2f} (target >= 5)"
     )

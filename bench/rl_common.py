@@ -45,8 +45,12 @@ def cpu_description() -> str:
             elif key.strip() == "flags":
                 flags = set(value.split())
                 break
-    for flag, label in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX512"),
-                        ("avx2", "AVX2")):  # fmt: skip
+    for flag, label in (
+        ("amx_bf16", "AMX"),
+        ("avx512_bf16", "AVX512-BF16"),
+        ("avx512f", "AVX512"),
+        ("avx2", "AVX2"),
+    ):
         if flag in flags:
             return f"{name}, {label}"
     return name
@@ -139,9 +143,11 @@ def add_run_flags(
         "--config", default="tiny", help=f"preset or YAML file whose {section} section both sides use"
     )
     parser.add_argument(
-        "--iterations", type=int, default=iterations,
+        "--iterations",
+        type=int,
+        default=iterations,
         help=f"timed {unit} per run, after one warm-up [default: {iterations}]",
-    )  # fmt: skip
+    )
     parser.add_argument("--repeats", type=int, default=3, help="runs of each side [default: 3]")
     parser.add_argument(
         "--baseline-threads", type=int, default=NUM_CPUS, help=f"torch threads of {threads_of} [default: 2]"
@@ -151,14 +157,18 @@ def add_run_flags(
 def add_phase_flags(parser: argparse.ArgumentParser, record: str) -> None:
     """``--phase-timeout``, ``--wait-quiet`` and ``--json`` (``bench/results/<record>`` by default)."""
     parser.add_argument(
-        "--phase-timeout", type=float, default=600.0,
+        "--phase-timeout",
+        type=float,
+        default=600.0,
         help="seconds a phase run may take; its learner stops 150 s before, after the iteration in progress "
         "[default: 600]",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--wait-quiet", type=float, default=120.0,
+        "--wait-quiet",
+        type=float,
+        default=120.0,
         help="before each run, wait up to this many seconds for other processes to leave the CPUs [default: 120]",
-    )  # fmt: skip
+    )
     parser.add_argument("--json", default=str(RESULTS / record))
 
 
@@ -185,11 +195,25 @@ def phase_argv(
     ``work/phase-<index>``, run name ``bench``, no tracking, with ``flags``, stopping itself in time."""
     storage = work / f"phase-{index}"
     return [
-        sys.executable, "-m", f"pipelines.{phase}", "--config", config, "--storage", str(storage),
-        "--run-name", "bench", "--seed", str(seed), "--no-tracking", "--num-cpus", str(NUM_CPUS), *flags,
+        sys.executable,
+        "-m",
+        f"pipelines.{phase}",
+        "--config",
+        config,
+        "--storage",
+        str(storage),
+        "--run-name",
+        "bench",
+        "--seed",
+        str(seed),
+        "--no-tracking",
+        "--num-cpus",
+        str(NUM_CPUS),
+        *flags,
         # the learner stops itself in time for the export and Ray's shutdown
-        "--time-limit-minutes", f"{max(1.0, (timeout_s - 150) / 60):.2f}",
-    ]  # fmt: skip
+        "--time-limit-minutes",
+        f"{max(1.0, (timeout_s - 150) / 60):.2f}",
+    ]
 
 
 def run_phase(
@@ -205,8 +229,9 @@ def run_phase(
     started = time.perf_counter()
     with open(log_path, "w") as log:
         # a session of its own: on a timeout the phase and the Ray processes it started go together
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             code: int | str = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -254,24 +279,41 @@ def medians(
     ratio = phase_med / base_med if base_med else 0.0
     busy = [r["other_load_cores"] for r in baseline + phase if (r["other_load_cores"] or 0) > BUSY_CORES]
     if busy:
-        print(f"warning: other processes kept up to {max(busy):.2f} cores busy during {len(busy)} run(s): "
-              "the numbers are not this machine's; re-run when it is quiet")  # fmt: skip
+        print(
+            f"warning: other processes kept up to {max(busy):.2f} cores busy during {len(busy)} run(s): "
+            "the numbers are not this machine's; re-run when it is quiet"
+        )
     return base_med, phase_med, ratio, busy
 
 
 def run_record(
-    args: argparse.Namespace, models: str, ratio: float, target: float, busy: list[float],
-    baseline: list[dict[str, Any]], phase: list[dict[str, Any]], wall: float,
-) -> dict[str, Any]:  # fmt: skip
+    args: argparse.Namespace,
+    models: str,
+    ratio: float,
+    target: float,
+    busy: list[float],
+    baseline: list[dict[str, Any]],
+    phase: list[dict[str, Any]],
+    wall: float,
+) -> dict[str, Any]:
     """The JSON record's fields both benches write: the ratio and its verdict, every run, the flags."""
     import torch
 
     return {
-        "ratio": ratio, "target": target, "passed": ratio >= target, "contaminated_runs": len(busy),
+        "ratio": ratio,
+        "target": target,
+        "passed": ratio >= target,
+        "contaminated_runs": len(busy),
         "phase_samples_per_s": [r["samples_per_s"] for r in phase],
         "baseline_samples_per_s": [r["samples_per_s"] for r in baseline],
         "runs": {"baseline": baseline, "phase": phase},
-        "models": models, "games": args.games, "config": args.config, "iterations": args.iterations,
-        "baseline_threads": args.baseline_threads, "num_cpus": NUM_CPUS, "cpu": cpu_description(),
-        "torch": torch.__version__, "bench_seconds": round(wall, 1),
-    }  # fmt: skip
+        "models": models,
+        "games": args.games,
+        "config": args.config,
+        "iterations": args.iterations,
+        "baseline_threads": args.baseline_threads,
+        "num_cpus": NUM_CPUS,
+        "cpu": cpu_description(),
+        "torch": torch.__version__,
+        "bench_seconds": round(wall, 1),
+    }

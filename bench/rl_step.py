@@ -51,18 +51,16 @@ quiet CPUs; with the demo's trained models about 5 minutes a repeat at ``--itera
 from __future__ import annotations
 
 import argparse
-import copy
 import json
-import math
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import rl_common
+from ppo_baseline import baseline_run, episode_pool
 from record import write_record
 
 TARGET = 1.2
@@ -87,194 +85,124 @@ def tiny_models(folder: Path) -> tuple[str, str]:
 #: The ppo this bench measures: against a reward model, one move a state, the policy's own games
 #: (the tiny preset's ppo section until it moved to the board sft graded by Stockfish).
 REWARD_MODEL_PPO: dict[str, Any] = {
-    "reward": "model", "text_format": "moves", "samples_per_state": 1, "table_positions": 0.0,
-    "episodes_per_iteration": 64, "concurrent_games": 32, "max_actions": 16, "max_staleness": 1,
-    "minibatch": 64, "legal_coef": 1.0, "learning_rate": 1e-5,
-}  # fmt: skip
+    "reward": "model",
+    "text_format": "moves",
+    "samples_per_state": 1,
+    "table_positions": 0.0,
+    "episodes_per_iteration": 64,
+    "concurrent_games": 32,
+    "max_actions": 16,
+    "max_staleness": 1,
+    "minibatch": 64,
+    "legal_coef": 1.0,
+    "learning_rate": 1e-5,
+}
 
 
-def episode_pool(games: str | None, cfg: Any, seed: int, heldout_fraction: float = 0.05) -> list[tuple[str, ...]]:
-    """The phase's start pool (:func:`pipelines.ppo.start_pool`): cut training games (sft's split at
-    ``heldout_fraction``, the presets' 0.05), or the start position."""
-    from pipelines.ppo import start_pool
-
-    if not games:
-        return [()]
-    context = SimpleNamespace(
-        config=SimpleNamespace(run=SimpleNamespace(seed=seed), sft=SimpleNamespace(heldout_fraction=heldout_fraction))
-    )
-    return start_pool(context, cfg.model_copy(update={"games": games}))  # type: ignore[arg-type]
-
-
-class InProcessScorer:
-    """The reward model scoring each step's legal moves in this process (``score_ids`` on
-    ``query_ids`` rows, normalised as the RewardServer does); ``seconds`` adds up its time."""
-
-    def __init__(self, reward_path: str) -> None:
-        from chessrl.rl.reward import Normalizer, load_reward_model
-
-        self.model, self.tokenizer = load_reward_model(reward_path)
-        self.normalizer = Normalizer.from_config(self.model.config)
-        self.pad = self.tokenizer.pad_token_id
-        if self.pad is None:
-            self.pad = self.tokenizer.eos_token_id
-        self.seconds = 0.0
-
-    def __call__(self, queries: list[tuple[list[str], str]]) -> list[float]:
-        from chessrl.rl.reward import RewardQuery, query_ids, reward_format, score_ids
-
-        began = time.perf_counter()
-        reads = reward_format(self.model.config)  # as the RewardServer asks it
-        rows = [query_ids(self.tokenizer, RewardQuery(tuple(moves), move), reads) for moves, move in queries]
-        out = [self.normalizer.apply(s) for s in score_ids(self.model, rows, self.pad)]
-        self.seconds += time.perf_counter() - began
-        return out
-
-
-def baseline_models(
-    policy_path: str, reward_path: str, cfg: Any, settings: Any, seed: int
-) -> SimpleNamespace:
-    """What the phase's learner and collectors hold, in this process: the policy, its frozen
-    reference, the critic (a copy of the reward model), the in-process scorer, both optimisers,
-    the move table, the seeded generator and the opponent pool (``self`` and ``random`` only)."""
-    import torch
-
-    from chessrl.lm.checkpoints import load_pretrained
-    from chessrl.lm.legality import MoveTokens
-    from chessrl.rl.ppo import policy_opponent, random_opponent
-    from chessrl.rl.reward import load_reward_model
-
-    policy, tokenizer = load_pretrained(policy_path)
-    policy.eval()
-    reference = copy.deepcopy(policy).eval()
-    for p in reference.parameters():
-        p.requires_grad_(False)
-    critic, _ = load_reward_model(reward_path)
-    scorer = InProcessScorer(reward_path)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    policy_opt = torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
-    critic_opt = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_learning_rate, weight_decay=0.0)
-    moves_table = MoveTokens(tokenizer)
-    generator = torch.Generator().manual_seed(seed)
-    opponents = []
-    for k, name in enumerate(cfg.opponents):
-        if name == "self":
-            opponents.append(policy_opponent(policy, tokenizer, moves_table, settings.temperature, generator))
-        elif name == "random":
-            opponents.append(random_opponent(seed * 7919 + k))
-        else:
-            raise SystemExit(f"rl_step: opponent {name!r} is not benched (self and random are)")
-    return SimpleNamespace(
-        policy=policy, tokenizer=tokenizer, reference=reference, critic=critic, scorer=scorer, pad=pad,
-        policy_opt=policy_opt, critic_opt=critic_opt, moves_table=moves_table, generator=generator,
-        opponents=opponents,
-    )  # fmt: skip
+def _phase_flags(policy_path: str, reward_path: str, cfg: Any, iterations: int) -> list[str]:
+    """The ``pipelines.ppo`` flags that give the phase the baseline's models and settings."""
+    return [
+        "--policy",
+        policy_path,
+        "--reward-model",
+        reward_path,
+        "--iterations",
+        str(iterations + 1),
+        "--critic-warmup",
+        "0",
+        "--episodes-per-iteration",
+        str(cfg.episodes_per_iteration),
+        "--concurrent-games",
+        str(cfg.concurrent_games),
+        "--max-actions",
+        str(cfg.max_actions),
+        "--max-start-ply",
+        str(cfg.max_start_ply),
+        "--opponents",
+        *cfg.opponents,
+        "--reward",
+        cfg.reward,
+        "--text-format",
+        cfg.text_format,
+        "--samples-per-state",
+        str(cfg.samples_per_state),
+        "--table-positions",
+        str(cfg.table_positions),
+        "--max-staleness",
+        str(cfg.max_staleness),
+        "--minibatch",
+        str(cfg.minibatch),
+        "--legal-coef",
+        str(cfg.legal_coef),
+        "--learning-rate",
+        str(cfg.learning_rate),
+        "--heldout-positions",
+        "0",  # no held-out evaluation after the timed iterations
+    ]
 
 
-def baseline_iteration(
-    m: SimpleNamespace, starts: list[Any], cfg: Any, settings: Any, it: int
-) -> tuple[dict[str, Any], float, float]:
-    """One PPO iteration of the baseline on ``starts`` (a list of rounds): its result and its
-    play and learn seconds. One round is :func:`chessrl.rl.ppo.ppo_iteration`; more are its steps,
-    the episodes played in rounds as a collector plays them."""
-    from chessrl.rl.ppo import make_batch, play_episodes, ppo_iteration, ppo_update
-
-    if len(starts) == 1:
-        got = ppo_iteration(
-            m.policy, m.reference, m.critic, m.policy_opt, m.critic_opt, m.tokenizer, m.moves_table, starts[0],
-            m.opponents, settings, cfg.max_actions, it, m.generator, m.scorer,
-        )  # fmt: skip
-        return got, got["play_s"], got["learn_s"]
-    t0 = time.perf_counter()
-    m.policy.eval()
-    played = []
-    for part in starts:
-        played += play_episodes(
-            m.policy, m.tokenizer, m.moves_table, part, m.opponents, settings, cfg.max_actions, it,
-            m.generator, m.scorer,
-        )  # fmt: skip
-    t1 = time.perf_counter()
-    m.critic.eval()  # both models in eval mode throughout, as in ppo_iteration and the learner
-    batch = make_batch(played, m.reference, m.critic, m.pad, settings, moves_table=m.moves_table)
-    got = ppo_update(m.policy, m.critic, m.policy_opt, m.critic_opt, batch, m.pad, settings, m.generator)
-    return got, t1 - t0, time.perf_counter() - t1
-
-
-def baseline_run(
-    policy_path: str, reward_path: str, cfg: Any, games: str | None, iterations: int, seed: int, threads: int
-) -> dict[str, Any]:
-    """``iterations`` + 1 PPO iterations in this process, starting from :func:`episode_pool`
-    (``games``, ``seed``); samples/s of all but the first."""
-    import torch
-
-    from chessrl.rl.ppo import start_positions
-    from pipelines.ppo import ppo_settings
-
-    pool = episode_pool(games, cfg, seed)
-    torch.set_num_threads(threads)
-    settings = ppo_settings(cfg)
-    m = baseline_models(policy_path, reward_path, cfg, settings, seed)
-    rows = [{"moves": " ".join(moves)} for moves in pool]
-    rounds = math.ceil(cfg.episodes_per_iteration / cfg.concurrent_games)
-    actions = episodes = 0
-    started = time.perf_counter()
-    play_s = learn_s = 0.0
-    for it in range(iterations + 1):
-        if it == 1:  # the warm-up iteration is over
-            started, actions, episodes, play_s, learn_s = time.perf_counter(), 0, 0, 0.0, 0.0
-            m.scorer.seconds = 0.0
-        starts = [
-            start_positions(rows, cfg.concurrent_games, seed=seed * 100_003 + it * 1000 + r, max_ply=10**6,
-                            prefix=f"b{it}-{r}")
-            for r in range(rounds)
-        ]  # fmt: skip
-        got, played_s, learned_s = baseline_iteration(m, starts, cfg, settings, it)
-        play_s, learn_s = play_s + played_s, learn_s + learned_s
-        actions += int(got["actions"])
-        episodes += rounds * cfg.concurrent_games
-    seconds = time.perf_counter() - started
-    return {
-        "samples_per_s": actions / seconds, "actions": actions, "episodes": episodes, "seconds": seconds,
-        "play_s": play_s, "learn_s": learn_s, "episode_length": actions / max(1, episodes),
-        "score_s": m.scorer.seconds, "sample_s": play_s - m.scorer.seconds,
-    }  # fmt: skip
+def _collector_seconds(folder: Path) -> dict[str, float]:
+    """Each kind of collector seconds (``sample``, ``score``, ...) summed over the phase's
+    collectors' status files, cumulative over the whole run, warm-up included."""
+    spent: dict[str, float] = {}
+    for path in sorted((folder / "collectors").glob("collector-*.json")):
+        for key, value in json.loads(path.read_text()).get("seconds", {}).items():
+            spent[key] = spent.get(key, 0.0) + value
+    return spent
 
 
 def phase_run(
-    policy_path: str, reward_path: str, cfg: Any, games: str | None, iterations: int, config: str,
-    work: Path, index: int, seed: int, timeout_s: float, reader: str | None = None,
-) -> dict[str, Any]:  # fmt: skip
+    policy_path: str,
+    reward_path: str,
+    cfg: Any,
+    games: str | None,
+    iterations: int,
+    config: str,
+    work: Path,
+    index: int,
+    seed: int,
+    timeout_s: float,
+    reader: str | None = None,
+) -> dict[str, Any]:
     """``python -m pipelines.ppo`` on a fresh embedded Ray of 2 CPUs; samples/s from its metrics.
     ``reader``: the learner's ``--rollout-reader`` (default: the preset's)."""
-    argv = rl_common.phase_argv("ppo", config, work, index, seed, timeout_s, [
-        "--policy", policy_path, "--reward-model", reward_path, "--iterations", str(iterations + 1),
-        "--critic-warmup", "0", "--episodes-per-iteration", str(cfg.episodes_per_iteration),
-        "--concurrent-games", str(cfg.concurrent_games), "--max-actions", str(cfg.max_actions),
-        "--max-start-ply", str(cfg.max_start_ply), "--opponents", *cfg.opponents,
-        "--reward", cfg.reward, "--text-format", cfg.text_format, "--samples-per-state", str(cfg.samples_per_state),
-        "--table-positions", str(cfg.table_positions), "--max-staleness", str(cfg.max_staleness),
-        "--minibatch", str(cfg.minibatch), "--legal-coef", str(cfg.legal_coef), "--learning-rate", str(cfg.learning_rate),
-        "--heldout-positions", "0",  # no held-out evaluation after the timed iterations
-    ]) + (["--games", games] if games else []) + (["--rollout-reader", reader] if reader else [])  # fmt: skip
+    argv = (
+        rl_common.phase_argv(
+            "ppo",
+            config,
+            work,
+            index,
+            seed,
+            timeout_s,
+            _phase_flags(policy_path, reward_path, cfg, iterations),
+        )
+        + (["--games", games] if games else [])
+        + (["--rollout-reader", reader] if reader else [])
+    )
     rows, folder, code, wall = rl_common.run_phase("ppo", argv, work, index, timeout_s, "rl_step")
     timed = rows[1:]
-    collectors = sorted((folder / "collectors").glob("collector-*.json"))
-    spent: dict[str, float] = {}
-    for path in collectors:  # cumulative over the whole run, warm-up included
-        for key, value in json.loads(path.read_text()).get("seconds", {}).items():
-            spent[key] = spent.get(key, 0.0) + value
+    spent = _collector_seconds(folder)
     actions = int(sum(r["actions"] for r in timed))
     episodes = int(sum(r["episodes"] for r in timed))
     seconds = rows[-1]["elapsed_s"] - rows[0]["elapsed_s"]
     return {
-        "samples_per_s": actions / seconds, "actions": actions, "episodes": episodes, "seconds": seconds,
-        "iterations": len(timed), "learn_s": sum(r["learner_step_s"] for r in timed),
-        "wait_s": sum(r["wait_s"] for r in timed), "stale_dropped": int(rows[-1].get("stale_dropped", 0)),
-        "publish_s": sum(r.get("publish_s", 0.0) for r in timed), "checkpoint_s": sum(r.get("report_s", 0.0) for r in timed),
-        "log_s": sum(r.get("log_s", 0.0) for r in timed), "collectors_s": spent,
-        "episode_length": actions / max(1, episodes), "phase_seconds": wall, "startup_s": rows[0]["elapsed_s"],
+        "samples_per_s": actions / seconds,
+        "actions": actions,
+        "episodes": episodes,
+        "seconds": seconds,
+        "iterations": len(timed),
+        "learn_s": sum(r["learner_step_s"] for r in timed),
+        "wait_s": sum(r["wait_s"] for r in timed),
+        "stale_dropped": int(rows[-1].get("stale_dropped", 0)),
+        "publish_s": sum(r.get("publish_s", 0.0) for r in timed),
+        "checkpoint_s": sum(r.get("report_s", 0.0) for r in timed),
+        "log_s": sum(r.get("log_s", 0.0) for r in timed),
+        "collectors_s": spent,
+        "episode_length": actions / max(1, episodes),
+        "phase_seconds": wall,
+        "startup_s": rows[0]["elapsed_s"],
         "exit": code,
-    }  # fmt: skip
+    }
 
 
 def print_time_table(baseline: list[dict[str, Any]], phase: list[dict[str, Any]]) -> None:
@@ -286,8 +214,10 @@ def print_time_table(baseline: list[dict[str, Any]], phase: list[dict[str, Any]]
         return statistics.median(values) if values else float("nan")
 
     print("where the time goes (s, median of runs):")
-    print(f"  baseline: {med(baseline, 'seconds'):.1f} = sample {med(baseline, 'sample_s'):.1f} + "
-          f"score {med(baseline, 'score_s'):.1f} + learn {med(baseline, 'learn_s'):.1f}")  # fmt: skip
+    print(
+        f"  baseline: {med(baseline, 'seconds'):.1f} = sample {med(baseline, 'sample_s'):.1f} + "
+        f"score {med(baseline, 'score_s'):.1f} + learn {med(baseline, 'learn_s'):.1f}"
+    )
     other = med(phase, "seconds") - sum(
         med(phase, k) for k in ("learn_s", "wait_s", "publish_s", "checkpoint_s", "log_s")
     )
@@ -297,8 +227,10 @@ def print_time_table(baseline: list[dict[str, Any]], phase: list[dict[str, Any]]
         f"{med(phase, 'checkpoint_s'):.1f} + logging {med(phase, 'log_s'):.1f} + other {other:.1f}"
     )
     kinds = ("sample", "score", "opponents", "weights", "write", "idle")
-    print("  phase collectors (whole run, warm-up included): "
-          + ", ".join(f"{k} {med(phase, 'collectors_s', k):.1f}" for k in kinds))  # fmt: skip
+    print(
+        "  phase collectors (whole run, warm-up included): "
+        + ", ".join(f"{k} {med(phase, 'collectors_s', k):.1f}" for k in kinds)
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -307,10 +239,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--algo", choices=("ppo", "grpo"), default="ppo",
+        "--algo",
+        choices=("ppo", "grpo"),
+        default="ppo",
         help="ppo: this bench; grpo: the grpo phase against TRL's GRPOTrainer (bench/grpo_step.py; its flags: "
         "--algo grpo --help) [default: ppo]",
-    )  # fmt: skip
+    )
     parser.add_argument("--policy", default=None, help="a saved policy [default: an untrained tiny one]")
     parser.add_argument(
         "--reward-model", default=None, help="its reward model [default: an untrained tiny one]"
@@ -319,10 +253,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--games", default=None, help="a games table to start episodes from [default: the start position]"
     )
     parser.add_argument(
-        "--readers", action="store_true",
+        "--readers",
+        action="store_true",
         help="compare the phase's two rollout readers instead (ppo.rollout_reader stream / arrow, the Ray "
         "Data replay stream against the lead's pyarrow reads): the ratio of their samples/s",
-    )  # fmt: skip
+    )
     rl_common.add_run_flags(parser, "ppo", "iterations", 6, "the baseline")
     rl_common.add_phase_flags(parser, "rl_step.json")
     args = parser.parse_args(argv)
@@ -336,8 +271,10 @@ def print_setup(
     args: argparse.Namespace, cfg: Any, models: str, vocab: Any, pool: list[tuple[str, ...]]
 ) -> None:
     """The models, the episode starts, both sides' settings and the machine."""
-    print(f"models: {models} (vocab {vocab}); starts: "
-          + (f"{len(pool)} cut games of {args.games}" if args.games else "the start position"))  # fmt: skip
+    print(
+        f"models: {models} (vocab {vocab}); starts: "
+        + (f"{len(pool)} cut games of {args.games}" if args.games else "the start position")
+    )
     print(
         f"ppo ({args.config}): {args.iterations} timed iterations (+1 warm-up) of {cfg.episodes_per_iteration} "
         f"episodes, {cfg.concurrent_games} games at once, T={cfg.max_actions}, opponents {', '.join(cfg.opponents)}, "
@@ -357,9 +294,16 @@ def run_pairs(
     phase: list[dict[str, Any]] = []
     for i in range(args.repeats):
         b = rl_common.measured(
-            args.wait_quiet, baseline_run, policy, reward, cfg, args.games, args.iterations, seed + i,
+            args.wait_quiet,
+            baseline_run,
+            policy,
+            reward,
+            cfg,
+            args.games,
+            args.iterations,
+            seed + i,
             args.baseline_threads,
-        )  # fmt: skip
+        )
         baseline.append(b)
         print(
             f"  run {i + 1} baseline {b['samples_per_s']:8.1f} samples/s ({b['actions']} actions, "
@@ -368,9 +312,19 @@ def run_pairs(
             flush=True,
         )
         p = rl_common.measured(
-            args.wait_quiet, phase_run, policy, reward, cfg, args.games, args.iterations, args.config, work, i,
-            seed + i, args.phase_timeout,
-        )  # fmt: skip
+            args.wait_quiet,
+            phase_run,
+            policy,
+            reward,
+            cfg,
+            args.games,
+            args.iterations,
+            args.config,
+            work,
+            i,
+            seed + i,
+            args.phase_timeout,
+        )
         phase.append(p)
         print(
             f"  run {i + 1} phase    {p['samples_per_s']:8.1f} samples/s ({p['actions']} actions, "
@@ -396,9 +350,20 @@ def run_readers(
     for i in range(args.repeats):
         for reader, got in runs.items():
             p = rl_common.measured(
-                args.wait_quiet, phase_run, policy, reward, cfg, args.games, args.iterations, args.config, work,
-                2 * i + (reader == "stream"), seed + i, args.phase_timeout, reader,
-            )  # fmt: skip
+                args.wait_quiet,
+                phase_run,
+                policy,
+                reward,
+                cfg,
+                args.games,
+                args.iterations,
+                args.config,
+                work,
+                2 * i + (reader == "stream"),
+                seed + i,
+                args.phase_timeout,
+                reader,
+            )
             got.append(p)
             print(
                 f"  run {i + 1} {reader:6s} {p['samples_per_s']:8.1f} samples/s ({p['actions']} actions, "
@@ -409,25 +374,45 @@ def run_readers(
     return runs["arrow"], runs["stream"]
 
 
-def report_readers(args: argparse.Namespace, arrow: list[dict[str, Any]], stream: list[dict[str, Any]], began: float) -> None:
+def report_readers(
+    args: argparse.Namespace, arrow: list[dict[str, Any]], stream: list[dict[str, Any]], began: float
+) -> None:
     """``--readers``: the medians, the JSON record and the ratio line (stream / arrow)."""
     arrow_med, stream_med, ratio, busy = rl_common.medians(arrow, stream)
-    start = statistics.median(r["startup_s"] for r in stream) - statistics.median(r["startup_s"] for r in arrow)
-    print(f"median arrow {arrow_med:.1f} samples/s; median stream {stream_med:.1f} samples/s; "
-          f"the stream's start-up {start:+.0f} s; bench {time.perf_counter() - began:.0f} s")  # fmt: skip
-    write_record(args.json.replace(".json", "_readers.json"), {
-        "bench": "rl_step_readers", "ratio_definition": "median PPO samples/s of the ppo phase with "
-        "rollout_reader stream (Ray Data replay stream) / with rollout_reader arrow (the lead's pyarrow reads)",
-        "ratio": ratio, "arrow": arrow, "stream": stream, "busy": busy, "repeats": args.repeats,
-    })  # fmt: skip
-    print(f"rl_step readers ratio (stream samples/s / arrow samples/s, median of {args.repeats}): {ratio:.2f} "
-          f"(the faster is the default; the stream is kept at >= 0.90)")  # fmt: skip
+    start = statistics.median(r["startup_s"] for r in stream) - statistics.median(
+        r["startup_s"] for r in arrow
+    )
+    print(
+        f"median arrow {arrow_med:.1f} samples/s; median stream {stream_med:.1f} samples/s; "
+        f"the stream's start-up {start:+.0f} s; bench {time.perf_counter() - began:.0f} s"
+    )
+    write_record(
+        args.json.replace(".json", "_readers.json"),
+        {
+            "bench": "rl_step_readers",
+            "ratio_definition": "median PPO samples/s of the ppo phase with "
+            "rollout_reader stream (Ray Data replay stream) / with rollout_reader arrow (the lead's pyarrow reads)",
+            "ratio": ratio,
+            "arrow": arrow,
+            "stream": stream,
+            "busy": busy,
+            "repeats": args.repeats,
+        },
+    )
+    print(
+        f"rl_step readers ratio (stream samples/s / arrow samples/s, median of {args.repeats}): {ratio:.2f} "
+        f"(the faster is the default; the stream is kept at >= 0.90)"
+    )
 
 
 def report(
-    args: argparse.Namespace, cfg: Any, models: str, baseline: list[dict[str, Any]], phase: list[dict[str, Any]],
+    args: argparse.Namespace,
+    cfg: Any,
+    models: str,
+    baseline: list[dict[str, Any]],
+    phase: list[dict[str, Any]],
     began: float,
-) -> None:  # fmt: skip
+) -> None:
     """Where the time went, the medians, the JSON record and the ratio line."""
     print_time_table(baseline, phase)
     wall = time.perf_counter() - began
@@ -435,17 +420,24 @@ def report(
     print(
         f"median baseline {base_med:.1f} samples/s; median phase {phase_med:.1f} samples/s; bench {wall:.0f} s"
     )
-    write_record(args.json, {
-        "bench": "rl_step",
-        "ratio_definition": "median PPO samples/s (actions trained on / s) of the ppo phase (collector + "
-        "RewardServer + Ray Train learner, embedded Ray of 2 CPUs) / median samples/s of the same iterations "
-        "in one process without Ray",
-        **rl_common.run_record(args, models, ratio, TARGET, busy, baseline, phase, wall),
-        "episodes_per_iteration": cfg.episodes_per_iteration, "concurrent_games": cfg.concurrent_games,
-        "max_actions": cfg.max_actions, "opponents": list(cfg.opponents),
-    })  # fmt: skip
-    print(f"rl_step ratio (phase samples/s / one-process samples/s, median of {args.repeats}): "
-          f"{ratio:.2f} (target >= {TARGET:g})")  # fmt: skip
+    write_record(
+        args.json,
+        {
+            "bench": "rl_step",
+            "ratio_definition": "median PPO samples/s (actions trained on / s) of the ppo phase (collector + "
+            "RewardServer + Ray Train learner, embedded Ray of 2 CPUs) / median samples/s of the same iterations "
+            "in one process without Ray",
+            **rl_common.run_record(args, models, ratio, TARGET, busy, baseline, phase, wall),
+            "episodes_per_iteration": cfg.episodes_per_iteration,
+            "concurrent_games": cfg.concurrent_games,
+            "max_actions": cfg.max_actions,
+            "opponents": list(cfg.opponents),
+        },
+    )
+    print(
+        f"rl_step ratio (phase samples/s / one-process samples/s, median of {args.repeats}): "
+        f"{ratio:.2f} (target >= {TARGET:g})"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -475,7 +467,13 @@ def main(argv: list[str] | None = None) -> int:
             policy, reward = args.policy, args.reward_model
             models = f"policy {policy}, reward model {reward}"
         facts = check_models(policy, reward, cfg.max_start_ply + 2 * cfg.max_actions + 2)
-        print_setup(args, cfg, models, facts["vocab"], episode_pool(args.games, cfg, config.run.seed, config.sft.heldout_fraction))
+        print_setup(
+            args,
+            cfg,
+            models,
+            facts["vocab"],
+            episode_pool(args.games, cfg, config.run.seed, config.sft.heldout_fraction),
+        )
         if args.readers:
             arrow, stream = run_readers(args, cfg, config.run.seed, policy, reward, work)
         else:

@@ -59,9 +59,20 @@ def prepare_games(workdir: Path) -> Path:
     from pipelines import prepare
 
     code = prepare.main(
-        ["--config", "tiny", "--storage", str(workdir), "--run-name", "bench", "--no-tracking",
-         "--generate", "0", "--inputs", str(PGN)]
-    )  # fmt: skip
+        [
+            "--config",
+            "tiny",
+            "--storage",
+            str(workdir),
+            "--run-name",
+            "bench",
+            "--no-tracking",
+            "--generate",
+            "0",
+            "--inputs",
+            str(PGN),
+        ]
+    )
     if code != 0:
         raise SystemExit(f"prepare failed with exit code {code}")
     return workdir / "bench" / "prepare" / "games"
@@ -146,13 +157,39 @@ def measured_run(
     run = f"bench-sft-{i}"
     started = time.perf_counter()
     code = sft.main(
-        ["--config", "tiny", "--storage", str(workdir), "--run-name", run, "--no-tracking",
-         "--games", str(workdir / "bench" / "prepare" / "games"), "--model", preset,
-         "--max-steps", str(steps), "--eval-every", str(steps), "--batch-size", str(batch),
-         "--max-length", str(length), "--learning-rate", str(lr), "--num-workers", "1",
-         "--precision", precision, "--legal-loss-weight", str(legal_weight), "--set", "sft.heldout_positions=1"]
+        [
+            "--config",
+            "tiny",
+            "--storage",
+            str(workdir),
+            "--run-name",
+            run,
+            "--no-tracking",
+            "--games",
+            str(workdir / "bench" / "prepare" / "games"),
+            "--model",
+            preset,
+            "--max-steps",
+            str(steps),
+            "--eval-every",
+            str(steps),
+            "--batch-size",
+            str(batch),
+            "--max-length",
+            str(length),
+            "--learning-rate",
+            str(lr),
+            "--num-workers",
+            "1",
+            "--precision",
+            precision,
+            "--legal-loss-weight",
+            str(legal_weight),
+            "--set",
+            "sft.heldout_positions=1",
+        ]
         + (["--torch-compile", "always"] if compile_model else ["--torch-compile", "never"])
-    )  # fmt: skip
+    )
     wall = time.perf_counter() - started
     if code != 0:
         raise SystemExit(f"sft failed with exit code {code}")
@@ -185,18 +222,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--learning-rate", type=float, default=3e-3)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
-        "--precision", default="auto", choices=["auto", "fp32", "bf16"],
+        "--precision",
+        default="auto",
+        choices=["auto", "fp32", "bf16"],
         help="both sides: auto is the phase's default (bf16 on a CPU with AMX or AVX512-BF16)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--torch-compile", action="store_true",
+        "--torch-compile",
+        action="store_true",
         help="both sides: torch.compile the model (the phase's --torch-compile); step 1 compiles, untimed",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--legal-loss-weight", type=float, default=1.0,
+        "--legal-loss-weight",
+        type=float,
+        default=1.0,
         help="both sides: cross-entropy + this x the legal-move loss (the phase's default for the chess "
         "tokenizer is 1.0; 0: cross-entropy only)",
-    )  # fmt: skip
+    )
     parser.add_argument("--json", default=str(RESULTS / "sft.json"))
     args = parser.parse_args(argv)
     if args.steps < 2:
@@ -233,9 +275,17 @@ def run_pairs(args: argparse.Namespace, bf16: bool) -> tuple[list[dict[str, Any]
         )
         for i in range(args.runs):
             b = timed(
-                baseline_run, args.model, blocks, args.steps, args.batch_size, args.learning_rate, i, bf16,
-                args.torch_compile, args.legal_loss_weight,
-            )  # fmt: skip
+                baseline_run,
+                args.model,
+                blocks,
+                args.steps,
+                args.batch_size,
+                args.learning_rate,
+                i,
+                bf16,
+                args.torch_compile,
+                args.legal_loss_weight,
+            )
             baseline.append(b)
             print(
                 f"  run {i + 1} baseline  {b['tokens_per_s']:9,.0f} tokens/s  (loss {b['loss']:.3f}; "
@@ -243,9 +293,19 @@ def run_pairs(args: argparse.Namespace, bf16: bool) -> tuple[list[dict[str, Any]
             )
             # no "other load" here: the Train worker's CPU time leaves with its process, so it
             # would be counted as other processes' load
-            m = timed(measured_run, args.model, workdir, args.steps, args.batch_size, args.max_length,
-                      args.learning_rate, i, "bf16" if bf16 else "fp32", args.torch_compile,
-                      args.legal_loss_weight)  # fmt: skip
+            m = timed(
+                measured_run,
+                args.model,
+                workdir,
+                args.steps,
+                args.batch_size,
+                args.max_length,
+                args.learning_rate,
+                i,
+                "bf16" if bf16 else "fp32",
+                args.torch_compile,
+                args.legal_loss_weight,
+            )
             measured.append(m)
             print(
                 f"  run {i + 1} sft       {m['tokens_per_s']:9,.0f} tokens/s  (loss {m['loss']:.3f}; "

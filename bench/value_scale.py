@@ -45,7 +45,9 @@ def greedy_move(board: chess.Board, engines: EngineGroup, limit: SearchLimit, sc
     return moves[max(range(len(moves)), key=lambda i: (values[i], -i))].uci()
 
 
-def play(scale: str, engines: EngineGroup, limit: SearchLimit, white: bool, seed: int, max_plies: int) -> tuple[float, str]:
+def play(
+    scale: str, engines: EngineGroup, limit: SearchLimit, white: bool, seed: int, max_plies: int
+) -> tuple[float, str]:
     """One game of the greedy player (``white`` or not) against a random mover: its score, how it ended."""
     rng = random.Random(seed)
     board = chess.Board()
@@ -59,7 +61,9 @@ def play(scale: str, engines: EngineGroup, limit: SearchLimit, white: bool, seed
         return 0.5, "ply cap"
     if outcome.winner is None:
         return 0.5, outcome.termination.name.lower()
-    return (1.0 if outcome.winner == (chess.WHITE if white else chess.BLACK) else 0.0), outcome.termination.name.lower()
+    return (
+        1.0 if outcome.winner == (chess.WHITE if white else chess.BLACK) else 0.0
+    ), outcome.termination.name.lower()
 
 
 def main() -> None:
@@ -72,20 +76,33 @@ def main() -> None:
     parser.add_argument("--json", default=str(RESULTS / "value_scale.json"))
     args = parser.parse_args()
     limit = SearchLimit(nodes=args.nodes)
-    record: dict[str, Any] = {"games": args.games, "nodes": args.nodes, "max_plies": args.max_plies, "scales": {}}
+    record: dict[str, Any] = {
+        "games": args.games,
+        "nodes": args.nodes,
+        "max_plies": args.max_plies,
+        "scales": {},
+    }
     with EngineGroup(args.engines, path=find_stockfish(), cache_size=0) as engines:
         for scale in VALUE_SCALES:
             started = time.perf_counter()
             results = [
-                play(scale, engines, limit, g % 2 == 0, args.seed + g, args.max_plies) for g in range(args.games)
+                play(scale, engines, limit, g % 2 == 0, args.seed + g, args.max_plies)
+                for g in range(args.games)
             ]
             scores = [s for s, _ in results]
             endings = Counter(e for _, e in results)
             mean = statistics.fmean(scores)
-            record["scales"][scale] = {"score": mean, "endings": dict(endings), "seconds": time.perf_counter() - started}
+            record["scales"][scale] = {
+                "score": mean,
+                "endings": dict(endings),
+                "seconds": time.perf_counter() - started,
+            }
             wins = sum(s == 1.0 for s in scores)
-            print(f"{scale:>8}: {mean:.1%} (+{wins} ={sum(s == 0.5 for s in scores)} -{sum(s == 0.0 for s in scores)}); "
-                  f"endings {dict(endings)}; {record['scales'][scale]['seconds']:.0f} s", flush=True)  # fmt: skip
+            print(
+                f"{scale:>8}: {mean:.1%} (+{wins} ={sum(s == 0.5 for s in scores)} -{sum(s == 0.0 for s in scores)}); "
+                f"endings {dict(endings)}; {record['scales'][scale]['seconds']:.0f} s",
+                flush=True,
+            )
     write_record(args.json, record)
     m, e = record["scales"]["margin"]["score"], record["scales"]["expected"]["score"]
     print(f"value_scale: margin {m:.1%} vs expected {e:.1%} against a random mover ({args.games} games each)")

@@ -116,10 +116,14 @@ def parse_autoscaling_config(config: Mapping) -> tuple[tuple[NodeType, ...], int
         if name == head or not isinstance(spec, Mapping):
             continue
         most = spec.get("max_workers", cap if cap is not None else 0)
-        types.append(NodeType(
-            name=str(name), resources=shape(spec.get("resources") or {}),
-            min_workers=int(spec.get("min_workers", 0) or 0), max_workers=int(most or 0),
-        ))  # fmt: skip
+        types.append(
+            NodeType(
+                name=str(name),
+                resources=shape(spec.get("resources") or {}),
+                min_workers=int(spec.get("min_workers", 0) or 0),
+                max_workers=int(most or 0),
+            )
+        )
     return tuple(types), cap
 
 
@@ -410,7 +414,9 @@ def _node_types(gcs_address: str, head: str | None) -> tuple[tuple[NodeType, ...
         task = ray.remote(num_cpus=0, max_retries=0)(node_types_here)
         try:
             found = ray.get(
-                task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False)).remote(gcs_address),
+                task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False)).remote(
+                    gcs_address
+                ),
                 timeout=120,
             )
         except Exception:  # the head unreachable: the alive nodes are all we know
@@ -426,7 +432,9 @@ def read_capacity() -> Capacity:
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     context = ray.get_runtime_context()
     head = next((n["NodeID"] for n in nodes if "node:__internal_head__" in n.get("Resources", {})), None)
-    types, cap, source = _node_types(context.gcs_address, None if head in (None, context.get_node_id()) else head)
+    types, cap, source = _node_types(
+        context.gcs_address, None if head in (None, context.get_node_id()) else head
+    )
     return Capacity(
         alive=tuple(dict(n.get("Resources", {})) for n in nodes), types=types, max_workers=cap, source=source
     )
@@ -487,9 +495,13 @@ def ensure(
 
 
 def _wait_for_nodes(
-    bundles: Sequence[Resources], what: str, log: Callable[[str], None], timeout_s: float, every_s: float,
+    bundles: Sequence[Resources],
+    what: str,
+    log: Callable[[str], None],
+    timeout_s: float,
+    every_s: float,
     cap: Capacity,
-) -> None:  # fmt: skip
+) -> None:
     """:func:`ensure`'s placement group that waits, and its progress lines."""
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
@@ -514,7 +526,11 @@ def _wait_for_nodes(
                     "command again once the nodes are up"
                 )
             starting = _starting_nodes()
-            log(f"{what}: waiting for nodes, {clock(waited)}: " + (f"starting {starting}; " if starting else "") + alive)
+            log(
+                f"{what}: waiting for nodes, {clock(waited)}: "
+                + (f"starting {starting}; " if starting else "")
+                + alive
+            )
         alive = Capacity(alive=tuple(n["Resources"] for n in ray.nodes() if n.get("Alive"))).describe()
         log(f"{what}: room after {clock(time.monotonic() - started)}: {alive}")
     finally:

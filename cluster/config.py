@@ -260,10 +260,7 @@ def _config_error(
     for err in exc.errors():
         loc = tuple(str(p) for p in err["loc"])
         key = ".".join(loc)
-        origin = next(
-            (o for k, o in origins.items() if loc[: len(k)] == k or k[: len(loc)] == loc),
-            None,
-        )
+        origin = next((o for k, o in origins.items() if loc[: len(k)] == k or k[: len(loc)] == loc), None)
         where = f"command line ({origin})" if origin is not None else source
         if err["type"] == "extra_forbidden":
             allowed = _allowed_keys(model, loc[:-1])
@@ -290,9 +287,13 @@ def _config_error(
 
 
 def _rule_problem(
-    loc: tuple[str, ...], msg: str, where: str | None, source: str | None,
-    origins: Mapping[tuple[str, ...], str], raw: Mapping[str, Any] | None,
-) -> tuple[str | None, str]:  # fmt: skip
+    loc: tuple[str, ...],
+    msg: str,
+    where: str | None,
+    source: str | None,
+    origins: Mapping[tuple[str, ...], str],
+    raw: Mapping[str, Any] | None,
+) -> tuple[str | None, str]:
     """Where a broken rule among a section's keys came from, and its text. A message that names
     the keys (``ppo.num_workers``) is not prefixed with the section again, and comes from the flags
     that gave those keys (``command line (--num-workers)``), the file where it set the others."""

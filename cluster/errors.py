@@ -41,9 +41,12 @@ class LostWorkersError(Exception):
 
 
 _PEER_GONE = (
-    "Connection closed by peer", "Connection reset by peer", "remote worker crashing",
-    "NCCL communicator was aborted", "remote process exited or there was a network error",
-)  # fmt: skip
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "remote worker crashing",
+    "NCCL communicator was aborted",
+    "remote process exited or there was a network error",
+)
 """What gloo's and NCCL's collectives say when a process of the group has died."""
 
 
@@ -62,14 +65,21 @@ def lost_processes(exc: BaseException) -> list[str] | None:
     except ImportError:  # pragma: no cover - a Ray without them
         return None
     died = (
-        rex.ActorDiedError, rex.ActorUnavailableError, rex.NodeDiedError, rex.WorkerCrashedError,
-        rex.OwnerDiedError, WorkerHealthCheckFailedError, WorkerHealthCheckTimeoutError,
-    )  # fmt: skip
+        rex.ActorDiedError,
+        rex.ActorUnavailableError,
+        rex.NodeDiedError,
+        rex.WorkerCrashedError,
+        rex.OwnerDiedError,
+        WorkerHealthCheckFailedError,
+        WorkerHealthCheckTimeoutError,
+    )
 
     def kind(error: BaseException | None) -> str | None:
         seen = 0
         while error is not None and seen < 8:
-            if getattr(error, "actor_init_failed", False):  # its __init__ raised: a bug or bad input, not a lost node
+            if getattr(
+                error, "actor_init_failed", False
+            ):  # its __init__ raised: a bug or bad input, not a lost node
                 return None
             if isinstance(error, died):
                 return type(error).__name__
@@ -77,7 +87,9 @@ def lost_processes(exc: BaseException) -> list[str] | None:
                 return "a learner peer's connection closed"  # gloo / NCCL: the peer process died
             if isinstance(error, rex.RayTaskError):
                 error = error.cause if isinstance(error.cause, BaseException) else error.__cause__
-            elif isinstance(getattr(error, "_base_exc", None), BaseException):  # Ray Train's user-code wrapper
+            elif isinstance(
+                getattr(error, "_base_exc", None), BaseException
+            ):  # Ray Train's user-code wrapper
                 error = error._base_exc  # type: ignore[attr-defined]
             else:
                 error = error.__cause__ or error.__context__

@@ -137,8 +137,15 @@ class Graph:
 
     def mermaid(self, states: Mapping[str, str]) -> str:
         """The graph as mermaid text, each node labelled with its state and styled by it."""
-        colours = {"done": "#b7e1a1", "skipped": "#d9ead3", "running": "#ffe599", "failed": "#f4a6a6",
-                   "blocked": "#e6e6e6", "pending": "#ffffff", "not selected": "#f3f3f3"}  # fmt: skip
+        colours = {
+            "done": "#b7e1a1",
+            "skipped": "#d9ead3",
+            "running": "#ffe599",
+            "failed": "#f4a6a6",
+            "blocked": "#e6e6e6",
+            "pending": "#ffffff",
+            "not selected": "#f3f3f3",
+        }
         lines = ["graph LR"]
         for name in self._order:
             lines.append(f'  {name}["{name}<br/>{states.get(name, "pending")}"]')
@@ -215,10 +222,15 @@ def state_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """
     header = ("phase", "state", "time", "key", "note")
     body = [
-        (str(r["node"]), str(r["state"]), f"{r['seconds']:.0f} s" if r.get("seconds") is not None else "-",
-         str(r.get("key", "")), str(r.get("note", "")))
+        (
+            str(r["node"]),
+            str(r["state"]),
+            f"{r['seconds']:.0f} s" if r.get("seconds") is not None else "-",
+            str(r.get("key", "")),
+            str(r.get("note", "")),
+        )
         for r in rows
-    ]  # fmt: skip
+    ]
     widths = [max(len(x[i]) for x in [header, *body]) for i in range(len(header))]
     widths[2] = max(widths[2], 7)
     return [

@@ -51,9 +51,15 @@ def clock(seconds: float) -> str:
 
 
 def progress_line(
-    unit: str, done: int, total: int, *, elapsed_s: float, start: int, figures: str,
+    unit: str,
+    done: int,
+    total: int,
+    *,
+    elapsed_s: float,
+    start: int,
+    figures: str,
     since: tuple[float, int] | None = None,
-) -> str:  # fmt: skip
+) -> str:
     """``unit done/total (pct), elapsed, ~left: figures``. The time left is the rate of this
     invocation (``done - start`` units in ``elapsed_s``; ``start`` > 0 for a resumed run) applied
     to what remains; with ``since = (elapsed_s, done)`` of an earlier report, the rate since that
@@ -141,9 +147,14 @@ class ProgressBoard:
 
     def _print(self, item: dict[str, Any]) -> None:
         line = progress_line(
-            self.unit, item["done"], self.total, elapsed_s=time.perf_counter() - self.started,
-            start=item["start"], figures=item["figures"], since=self.first,
-        )  # fmt: skip
+            self.unit,
+            item["done"],
+            self.total,
+            elapsed_s=time.perf_counter() - self.started,
+            start=item["start"],
+            figures=item["figures"],
+            since=self.first,
+        )
         self.log(line)
         self.lines += 1
         self.last_printed = time.perf_counter()

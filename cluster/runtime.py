@@ -79,7 +79,9 @@ def quiet_embedded_workers() -> None:
     # is named after the module's file, so the run's LoggingConfig level does not reach it
     import ray
 
-    context = os.path.join(os.path.dirname(ray.__file__), "train", "v2", "_internal", "execution", "context.py")
+    context = os.path.join(
+        os.path.dirname(ray.__file__), "train", "v2", "_internal", "execution", "context.py"
+    )
     logging.getLogger(context).setLevel(logging.WARNING)
     # Ray Data's own use of its deprecated option (Ray 2.60, in Ray Train's DatasetManager)
     warnings.filterwarnings("ignore", message=r".*ExecutionOptions\.exclude_resources")
@@ -205,7 +207,10 @@ def ray_session(
                 configure_logging=True,
                 # a copy: Ray writes the hook's key into env_vars, and a second embedded session in
                 # this process would then find it there and send the function itself (a TypeError)
-                runtime_env={"worker_process_setup_hook": quiet_embedded_workers, "env_vars": dict(EMBEDDED_WORKER_ENV)},
+                runtime_env={
+                    "worker_process_setup_hook": quiet_embedded_workers,
+                    "env_vars": dict(EMBEDDED_WORKER_ENV),
+                },
             )
             mode = "embedded"
     except ConnectionError as exc:
@@ -256,7 +261,9 @@ def _node_sees(path: str) -> bool:
 
 
 def paths_other_nodes_cannot_read(
-    paths: dict[str, str], written: Collection[str] = ("run.storage",), log: Callable[[str], None] | None = None
+    paths: dict[str, str],
+    written: Collection[str] = ("run.storage",),
+    log: Callable[[str], None] | None = None,
 ) -> list[str]:
     """For each local path (``{config key: path}``) that some alive node of this cluster cannot
     read, one line naming the key, the path and the node; [] on a one-node cluster. A path the run

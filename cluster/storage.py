@@ -66,7 +66,7 @@ def s3_filesystem(bucket: str | None = None) -> pafs.S3FileSystem:
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     named = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     kwargs: dict[str, object] = {
-        "region": named or ("us-east-1" if endpoint or bucket is None else bucket_region(bucket)),
+        "region": named or ("us-east-1" if endpoint or bucket is None else bucket_region(bucket))
     }
     if endpoint:
         parsed = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")

@@ -87,7 +87,10 @@ class StoreCopy:
             if not self.db.exists() and self.storage.exists(STORE_COPY):
                 self.db.write_bytes(self.storage.read_bytes(STORE_COPY))
         except Exception as exc:  # noqa: BLE001 - tracking must never stop a run
-            print(f"[tracking] cannot read the MLflow store's copy {self.where}: {_first_line(exc)}", file=sys.stderr)
+            print(
+                f"[tracking] cannot read the MLflow store's copy {self.where}: {_first_line(exc)}",
+                file=sys.stderr,
+            )
 
     def publish(self) -> None:
         """A snapshot of this machine's store to the copy."""
@@ -96,11 +99,17 @@ class StoreCopy:
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 snapshot = Path(tmp) / STORE_COPY
-                with contextlib.closing(sqlite3.connect(self.db)) as src, contextlib.closing(sqlite3.connect(snapshot)) as dst:
+                with (
+                    contextlib.closing(sqlite3.connect(self.db)) as src,
+                    contextlib.closing(sqlite3.connect(snapshot)) as dst,
+                ):
                     src.backup(dst)
                 self.storage.upload_file(snapshot, STORE_COPY)
         except Exception as exc:  # noqa: BLE001 - tracking must never stop a run
-            print(f"[tracking] cannot copy the MLflow store to {self.where}: {_first_line(exc)}", file=sys.stderr)
+            print(
+                f"[tracking] cannot copy the MLflow store to {self.where}: {_first_line(exc)}",
+                file=sys.stderr,
+            )
 
 
 class PhaseRun:
@@ -184,7 +193,7 @@ class Tracker:
             print(
                 f"mlflow: no tracking server set (MLFLOW_TRACKING_URI, tracking.uri): runs go to {self.copy.db} on "
                 f"{socket.gethostname()}, copied to {self.copy.where} after each phase; learner workers on other "
-                "nodes track no per-step metrics there (docs/cluster.md, \"MLflow on a cluster\")",
+                'nodes track no per-step metrics there (docs/cluster.md, "MLflow on a cluster")',
                 flush=True,
             )
         mlflow.set_tracking_uri(self.uri)

@@ -42,26 +42,15 @@ import json
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
-from chessrl.data.positions import (
-    PositionSampler,
-    lopsided_game_moves,
-    lopsided_game_positions,
-    phase_of,
-    random_game_moves,
-    random_game_positions,
-)
 from chessrl.engine.annotation import ANNOTATION_SCHEMA
-from chessrl.engine.engine_games import Analyse, random_opponent_positions
-from chessrl.lm.lm_data import split_games
 from chessrl.rl.preferences import PREFERENCE_SCHEMA, annotation_pairs, board_key
 from cluster.capacity import sizing_cpus
 from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
-from pipelines.artifacts import games_table, read_games
+from pipelines.annotate_sources import AnnotateInputs, PolicyTasks, PositionSource, ShardPlan
+from pipelines.artifacts import games_table
 from pipelines.cli import one_line
 from pipelines.config import AnnotateConfig, ChessRLConfig
 from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, readable_model
@@ -74,28 +63,6 @@ DESCRIPTION = (
     "  chess-rl annotate --sources policy --policy runs/demo/sft-board/model --policy-opponents random self"
 )
 
-#: Live games per policy task (one batched forward pass a ply for all of them).
-POLICY_LIVE_GAMES = 32
-
-
-@dataclass(frozen=True)
-class ShardPlan:
-    """One shard to write: its file, source, number (its seed) and position count."""
-
-    name: str
-    source: str
-    index: int
-    count: int
-
-
-@dataclass(frozen=True)
-class AnnotateInputs:
-    """What ``annotate`` reads: the games table (when a source or the held-out set needs it) and
-    the policy (for the ``policy`` source)."""
-
-    games: Storage | None
-    policy: str | None
-
 
 def check_annotate(config: ChessRLConfig, inputs: Inputs) -> AnnotateInputs:
     """Every input of ``annotate``, before Ray starts: Stockfish, the games table (``game_id`` and ``moves``,
@@ -106,7 +73,9 @@ def check_annotate(config: ChessRLConfig, inputs: Inputs) -> AnnotateInputs:
     cfg = config.annotate
     find_stockfish()  # a missing engine is one clear line before any work
     if cfg.whole_games and "engine" in cfg.sources:
-        raise ConfigError("annotate.sources: engine gives drawn positions only; with whole_games use games, random or lopsided")
+        raise ConfigError(
+            "annotate.sources: engine gives drawn positions only; with whole_games use games, random or lopsided"
+        )
     games = None
     if {"games", "policy"} & set(cfg.sources) or cfg.heldout_positions:
         games = Storage.from_uri(cfg.games or inputs.folder("prepare").uri_of("games"))
@@ -115,9 +84,12 @@ def check_annotate(config: ChessRLConfig, inputs: Inputs) -> AnnotateInputs:
     policy = None
     if "policy" in cfg.sources:
         policy = model_location(
-            cfg.policy, inputs.folder("sft-board").child("model"), "annotate.policy (--policy)",
-            "sft --text-format board", produced=inputs.will_write("sft-board"),
-        )  # fmt: skip
+            cfg.policy,
+            inputs.folder("sft-board").child("model"),
+            "annotate.policy (--policy)",
+            "sft --text-format board",
+            produced=inputs.will_write("sft-board"),
+        )
         if cfg.policy or not inputs.will_write("sft-board"):
             readable_model(policy, "annotate.policy (--policy)")
     return AnnotateInputs(games, policy)
@@ -153,176 +125,22 @@ def settings_key(
 ) -> dict[str, Any]:
     """What decides a shard's contents: a re-run must match it to keep the shards written."""
     return {
-        "seed": seed, "heldout_fraction": heldout_fraction, "nodes": cfg.nodes, "sources": list(cfg.sources), "positions": cfg.positions,
-        "heldout_positions": cfg.heldout_positions, "shard_positions": cfg.shard_positions,
-        "games": found.games.uri if found.games else None, "policy": found.policy,
-        "policy_opponents": list(cfg.policy_opponents), "policy_temperature": cfg.policy_temperature,
-        "max_plies": cfg.max_plies, "pairs": cfg.pairs, "pair_margin_cp": cfg.pair_margin_cp,
+        "seed": seed,
+        "heldout_fraction": heldout_fraction,
+        "nodes": cfg.nodes,
+        "sources": list(cfg.sources),
+        "positions": cfg.positions,
+        "heldout_positions": cfg.heldout_positions,
+        "shard_positions": cfg.shard_positions,
+        "games": found.games.uri if found.games else None,
+        "policy": found.policy,
+        "policy_opponents": list(cfg.policy_opponents),
+        "policy_temperature": cfg.policy_temperature,
+        "max_plies": cfg.max_plies,
+        "pairs": cfg.pairs,
+        "pair_margin_cp": cfg.pair_margin_cp,
         **({"whole_games": True} if cfg.whole_games else {}),  # absent when off: older manifests still match
-    }  # fmt: skip
-
-
-class PositionSource:
-    """Every source's positions for a shard, seeded by the shard: the training and held-out games
-    indexed once, random games made here, the policy's games in Ray tasks (started ahead)."""
-
-    def __init__(
-        self, cfg: AnnotateConfig, found: AnnotateInputs, heldout_fraction: float, seed: int
-    ) -> None:
-        self.cfg, self.found, self.seed = cfg, found, seed
-        train_rows: list[dict[str, Any]] = []
-        held_rows: list[dict[str, Any]] = []
-        if found.games is not None:
-            train_rows, held_rows, _ = split_games(read_games(found.games), heldout_fraction)
-        self.train_games = train_rows
-        # each split's games replayed once; every shard draws from them with its own seed
-        self.samplers = {
-            split: PositionSampler(rows, seed=seed)
-            for split, rows in (("games", train_rows), ("heldout", held_rows))
-            if rows
-        }
-        self.rows = {"games": train_rows, "heldout": held_rows}
-        self.analyse: Analyse | None = None  # the engine source's Stockfish (set once the pool starts)
-
-    def starts(self, index: int, n: int) -> list[tuple[str, ...]]:
-        """Start positions for the policy's games: training games' positions (the start position
-        without games)."""
-        if "games" not in self.samplers:
-            return [()]
-        return [p.history for p in self.samplers["games"].sample(n, seed=self.seed * 1009 + index)]
-
-    def local(self, plan: ShardPlan, split: str, exclude: set[str] = frozenset()) -> list[dict[str, Any]]:  # type: ignore[assignment]
-        """A games or random shard's positions: ``fen``, ``game_id``, ``ply``, ``phase``. With
-        ``exclude`` (board keys: a held-out shard gets the training shards' boards), distinct
-        positions none of which is excluded (the start position and common openings are in
-        training and held-out games alike), as many as four draws find."""
-        seed = self.seed * 7919 + plan.index + (500_009 if split == "heldout" else 0)
-        if self.cfg.whole_games and split == "train":
-            return self.whole_games(plan, seed)
-        if plan.source in ("random", "lopsided", "engine"):
-            made = {"random": random_game_positions, "lopsided": lopsided_game_positions,
-                    "engine": partial(random_opponent_positions, analyse=self.analyse)}[plan.source]  # fmt: skip
-            picks = made(plan.count, seed=seed, max_plies=self.cfg.max_plies)
-            return [
-                {
-                    "fen": p.fen,
-                    "game_id": f"{plan.source}-{plan.index}-{p.game}",
-                    "ply": len(p.history),
-                    "phase": p.phase,
-                    "history": " ".join(p.history),
-                }
-                for p in picks
-            ]
-        name = "heldout" if split == "heldout" else "games"
-        rows = self.rows[name]
-        if name not in self.samplers:
-            raise StorageError(
-                f"{self.found.games.uri if self.found.games else 'the games table'} has no "
-                f"{'held-out' if split == 'heldout' else 'training'} games to draw positions from"
-            )
-        picks = self.samplers[name].sample(plan.count, seed=seed)
-        if exclude:
-            kept: dict[str, Any] = {}
-            for attempt in range(4):
-                for pick in (
-                    picks if attempt == 0 else self.samplers[name].sample(plan.count, seed=seed + attempt)
-                ):
-                    key = board_key(pick.fen)
-                    if key not in exclude and key not in kept and len(kept) < plan.count:
-                        kept[key] = pick
-            picks = list(kept.values())
-        return [
-            {
-                "fen": p.fen,
-                "game_id": str(rows[p.game].get("game_id")),
-                "ply": len(p.history),
-                "phase": p.phase,
-                "history": " ".join(p.history),
-            }
-            for p in picks
-        ]
-
-    def whole_games(self, plan: ShardPlan, seed: int) -> list[dict[str, Any]]:
-        """``plan.count`` positions, every ply of one game after another (up to ``max_plies``; a
-        shard's last game may stop early): training games drawn with ``seed``, or random-mover
-        (or lopsided) games made with it. Each game is one sequence of soft targets for sft in the moves format."""
-        import random
-
-        import chess
-
-        rng = random.Random(seed)
-        out: list[dict[str, Any]] = []
-        game = 0
-        while len(out) < plan.count:
-            if plan.source in ("random", "lopsided"):
-                play = random_game_moves if plan.source == "random" else lopsided_game_moves
-                moves = play(rng, self.cfg.max_plies)
-                game_id = f"{plan.source}-{plan.index}-{game}"
-            else:
-                if not self.train_games:
-                    raise StorageError("the games table has no training games to annotate whole")
-                row = self.train_games[rng.randrange(len(self.train_games))]
-                moves, game_id = str(row.get("moves") or "").split()[: self.cfg.max_plies], str(row.get("game_id"))
-            board = chess.Board()
-            for ply in range(len(moves) + 1):
-                if len(out) >= plan.count or board.is_game_over():
-                    break
-                out.append(
-                    {"fen": board.fen(), "game_id": game_id, "ply": ply, "phase": phase_of(board, ply),
-                     "history": " ".join(moves[:ply])}  # fmt: skip
-                )
-                if ply < len(moves):
-                    board.push_uci(moves[ply])
-            game += 1
-        return out
-
-
-def policy_game_positions(
-    policy: str, starts: list[tuple[str, ...]], n: int, opponents: list[str], temperature: float, max_plies: int,
-    seed: int,
-) -> list[dict[str, Any]]:  # fmt: skip
-    """``n`` positions (the policy to move) of games the policy plays, masked, against each of
-    ``opponents`` in turn (``start`` is its own masked argmax), continued from ``starts``. Runs
-    in a Ray task."""
-    import chess
-    import torch
-
-    from chessrl.arena.saved_models import load_saved_model
-    from chessrl.lm.checkpoints import checkpoint_config
-    from chessrl.rl.own_games import OwnGames
-
-    torch.manual_seed(seed)
-    model, tokenizer = load_saved_model(policy, "policy")
-    text_format = checkpoint_config(policy).get("chessrl_text_format") or "moves"
-    per = [n // len(opponents) + (1 if i < n % len(opponents) else 0) for i in range(len(opponents))]
-    out: list[dict[str, Any]] = []
-    for k, (opponent, count) in enumerate(zip(opponents, per, strict=True)):
-        games = OwnGames(
-            starts, live=min(POLICY_LIVE_GAMES, max(1, count)), text_format=text_format, max_plies=max_plies,
-            opponent=opponent, seed=seed * 31 + k,
-        )  # fmt: skip
-        got = 0
-        while got < count:
-            for prompt, history in zip(
-                games.prompts(model, tokenizer, temperature, start=model), games.games, strict=True
-            ):
-                if got >= count:
-                    break
-                board = chess.Board(prompt.fen)
-                if not any(True for _ in board.legal_moves):
-                    continue
-                ply = len(history)
-                out.append(
-                    {
-                        "fen": prompt.fen,
-                        "game_id": f"policy-{opponent}-{seed}",
-                        "ply": ply,
-                        "phase": phase_of(board, ply),
-                        "history": " ".join(history),
-                    }
-                )
-                got += 1
-    return out
+    }
 
 
 def engine_count(cfg: AnnotateConfig, cpus: int, policy_games: bool, most: int | None = None) -> int:
@@ -370,7 +188,9 @@ def annotate_rows(
     scored."""
     records = pool.annotate([p["fen"] for p in positions], nodes)
     rows = [
-        record.row(source=source, game_id=p["game_id"], ply=p["ply"], phase=p["phase"], history=p.get("history"))
+        record.row(
+            source=source, game_id=p["game_id"], ply=p["ply"], phase=p["phase"], history=p.get("history")
+        )
         for p, record in zip(positions, records, strict=True)
     ]
     return rows, sum(len(r.moves) for r in records)
@@ -410,9 +230,14 @@ def read_manifest(out: Storage, key: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_shard(
-    out: Storage, plan: ShardPlan, rows: list[dict[str, Any]], moves: int, cfg: AnnotateConfig, seed: int,
+    out: Storage,
+    plan: ShardPlan,
+    rows: list[dict[str, Any]],
+    moves: int,
+    cfg: AnnotateConfig,
+    seed: int,
     manifest: dict[str, Any],
-) -> None:  # fmt: skip
+) -> None:
     """A shard written whole, its judge's pairs beside it (seeded by the shard), then the manifest."""
     split = plan.name.split("/")[0]
     out.write_bytes(plan.name, parquet_bytes(rows))
@@ -462,7 +287,9 @@ def run_annotate(context: PhaseContext) -> PhaseResult:
     made = scored = 0
     if pending:
         policy = PolicyTasks(cfg, found, source, pending, seed)
-        pool = EnginePool.spread(engines, run=f"{context.config.run.name}-annotate", key="annotate.engines", log=context.log)
+        pool = EnginePool.spread(
+            engines, run=f"{context.config.run.name}-annotate", key="annotate.engines", log=context.log
+        )
         source.analyse = lambda fens, limits, multipv: pool.analyse(fens, limits, multipv=multipv, fresh=True)
         try:
             held_out_of: set[str] | None = None  # the training shards' boards, read once
@@ -508,47 +335,16 @@ def run_annotate(context: PhaseContext) -> PhaseResult:
     return PhaseResult(summary=summary, lines=summary_lines(summary, out), ok=True)
 
 
-class PolicyTasks:
-    """The policy source's pending shards as Ray tasks, ``policy_workers`` of them ahead of the
-    engines (each takes one CPU from them), the first ones started before any engine work."""
-
-    def __init__(
-        self,
-        cfg: AnnotateConfig,
-        found: AnnotateInputs,
-        source: PositionSource,
-        pending: list[ShardPlan],
-        seed: int,
-    ) -> None:
-        import ray
-
-        self.cfg, self.found, self.source, self.seed = cfg, found, source, seed
-        self.order = [p for p in pending if p.source == "policy" and p.name.startswith("train/")]
-        self.task = ray.remote(num_cpus=1, max_retries=1)(policy_game_positions)
-        self.refs: dict[str, Any] = {}
-        self._top_up()
-
-    def _top_up(self) -> None:
-        while len(self.refs) < self.cfg.policy_workers and self.order:
-            plan = self.order.pop(0)
-            self.refs[plan.name] = self.task.remote(
-                self.found.policy, self.source.starts(plan.index, 64), plan.count, list(self.cfg.policy_opponents),
-                self.cfg.policy_temperature, self.cfg.max_plies, self.seed * 1_000_003 + plan.index,
-            )  # fmt: skip
-
-    def positions(self, plan: ShardPlan) -> list[dict[str, Any]]:
-        """The shard's positions (waits for its task), the next task started in its place."""
-        import ray
-
-        positions: list[dict[str, Any]] = ray.get(self.refs.pop(plan.name))
-        self._top_up()
-        return positions
-
-
 def summarise(
-    out: Storage, manifest: dict[str, Any], plans: list[ShardPlan], made: int, scored: int, seconds: float,
-    restarts: int, cfg: AnnotateConfig,
-) -> dict[str, Any]:  # fmt: skip
+    out: Storage,
+    manifest: dict[str, Any],
+    plans: list[ShardPlan],
+    made: int,
+    scored: int,
+    seconds: float,
+    restarts: int,
+    cfg: AnnotateConfig,
+) -> dict[str, Any]:
     """Counts over every shard (by source and phase, from the tables), this run's speed."""
     import pyarrow.parquet as pq
 
@@ -561,15 +357,29 @@ def summarise(
         by_phase.update(table.column("phase").to_pylist())
         moves += sum(len(m) for m in table.column("moves").to_pylist())
     return {
-        "phase": "annotate", "settings": manifest["settings"], "shards": len(plans),
-        "positions": dict(by_source), "phases": dict(by_phase), "positions_total": sum(by_source.values()),
-        "moves_total": moves, "made_now": made, "moves_scored_now": scored, "seconds": round(seconds, 1),
+        "phase": "annotate",
+        "settings": manifest["settings"],
+        "shards": len(plans),
+        "positions": dict(by_source),
+        "phases": dict(by_phase),
+        "positions_total": sum(by_source.values()),
+        "moves_total": moves,
+        "made_now": made,
+        "moves_scored_now": scored,
+        "seconds": round(seconds, 1),
         "positions_per_s": round(made / seconds, 2) if made and seconds > 0 else 0.0,
-        "engine_restarts": restarts, "nodes_per_move": cfg.nodes,
-        **({"pairs_total": sum(
-            pq.read_metadata(io.BytesIO(out.read_bytes(f"pairs/{p.name}"))).num_rows for p in plans
-        )} if cfg.pairs else {}),
-    }  # fmt: skip
+        "engine_restarts": restarts,
+        "nodes_per_move": cfg.nodes,
+        **(
+            {
+                "pairs_total": sum(
+                    pq.read_metadata(io.BytesIO(out.read_bytes(f"pairs/{p.name}"))).num_rows for p in plans
+                )
+            }
+            if cfg.pairs
+            else {}
+        ),
+    }
 
 
 def summary_lines(summary: dict[str, Any], out: Storage) -> list[str]:
@@ -592,8 +402,15 @@ def summary_lines(summary: dict[str, Any], out: Storage) -> list[str]:
     ]
 
 
-PHASE = Phase(name="annotate", section="annotate", section_model=AnnotateConfig, run=run_annotate,
-              check=check_annotate, summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+PHASE = Phase(
+    name="annotate",
+    section="annotate",
+    section_model=AnnotateConfig,
+    run=run_annotate,
+    check=check_annotate,
+    summary=SUMMARY,
+    description=DESCRIPTION,
+)
 main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

@@ -90,7 +90,9 @@ def auto_batch_size(
             f"batch size auto: {cached['batch_size']} (cached in {path} for {model_ref}, {here}, {length} tokens)"
         )
         return int(cached["batch_size"])
-    task = ray.remote(max_calls=1, max_retries=0)(_probe_in_fresh_process).options(**probe_resources(use_gpu, cpus))
+    task = ray.remote(max_calls=1, max_retries=0)(_probe_in_fresh_process).options(
+        **probe_resources(use_gpu, cpus)
+    )
     table: list[ProbeResult] = []
     memory = 0.0
     for size in sizes:
@@ -110,7 +112,17 @@ def auto_batch_size(
             f"--batch-size auto: {model_ref} needs more than {share:.0%} of the device's memory for one sequence of "
             f"{length} tokens; give a smaller --max-length or a device with more memory"
         )
-    write_cache(path, key, {"batch_size": chosen, "model": model_ref, "device": here, "length": length,
-                            "share": share, "table": table_to_json(table)})  # fmt: skip
+    write_cache(
+        path,
+        key,
+        {
+            "batch_size": chosen,
+            "model": model_ref,
+            "device": here,
+            "length": length,
+            "share": share,
+            "table": table_to_json(table),
+        },
+    )
     log(f"batch size auto: {chosen} (cached in {path})")
     return chosen

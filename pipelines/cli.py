@@ -15,20 +15,56 @@ from collections.abc import Sequence
 #: The one registry of phases and commands: name -> (module, the one line that ``chess-rl --help``,
 #: each phase's own ``--help`` and the README's table of phases show).
 PHASES: dict[str, tuple[str, str]] = {
-    "prepare": ("pipelines.prepare", "PGN files (local or s3://) and/or Stockfish-generated games -> a filtered games table (Parquet)"),
-    "annotate": ("pipelines.annotate", "Stockfish's value of every legal move of many positions (training games, the policy's own, random games)"),
-    "sft": ("pipelines.sft", "a GPT-2-style policy fine-tuned on games (Ray Train + TRL), or distilled from annotate's values"),
-    "evaluate": ("pipelines.evaluate", "arenas of players as Ray tasks: Elo on a ladder anchored to Stockfish, SPRT A/B matches, suites, PGN, a report"),
-    "preferences": ("pipelines.preferences", "the sft policy proposes moves, Stockfish judges them -> preference pairs (Parquet)"),
-    "reward": ("pipelines.reward", "a reward model trained on the pairs (Ray Train + TRL), served to the RL phases by the RewardServer actor"),
-    "ppo": ("pipelines.ppo", "masked PPO of an sft policy, graded by Stockfish (the tiny preset's) or the reward model: rollout collectors, RewardServer or engines, Ray Train learner"),
-    "grpo": ("pipelines.grpo", "masked GRPO of an sft policy, each move's reward verified by Stockfish (EnginePool) and python-chess"),
+    "prepare": (
+        "pipelines.prepare",
+        "PGN files (local or s3://) and/or Stockfish-generated games -> a filtered games table (Parquet)",
+    ),
+    "annotate": (
+        "pipelines.annotate",
+        "Stockfish's value of every legal move of many positions (training games, the policy's own, random games)",
+    ),
+    "sft": (
+        "pipelines.sft",
+        "a GPT-2-style policy fine-tuned on games (Ray Train + TRL), or distilled from annotate's values",
+    ),
+    "evaluate": (
+        "pipelines.evaluate",
+        "arenas of players as Ray tasks: Elo on a ladder anchored to Stockfish, SPRT A/B matches, suites, PGN, a report",
+    ),
+    "preferences": (
+        "pipelines.preferences",
+        "the sft policy proposes moves, Stockfish judges them -> preference pairs (Parquet)",
+    ),
+    "reward": (
+        "pipelines.reward",
+        "a reward model trained on the pairs (Ray Train + TRL), served to the RL phases by the RewardServer actor",
+    ),
+    "ppo": (
+        "pipelines.ppo",
+        "masked PPO of an sft policy, graded by Stockfish (the tiny preset's) or the reward model: rollout collectors, RewardServer or engines, Ray Train learner",
+    ),
+    "grpo": (
+        "pipelines.grpo",
+        "masked GRPO of an sft policy, each move's reward verified by Stockfish (EnginePool) and python-chess",
+    ),
     "dpo": ("pipelines.dpo", "TRL's DPOTrainer on the preference pairs, in the policy's own text format"),
-    "selfplay": ("pipelines.selfplay", "AlphaZero-style training by self-play with batched MCTS and arena gating"),
-    "rlaif": ("pipelines.rlaif", "every RLAIF phase as one resumable graph on one Ray session: what make demo runs"),
-    "tune": ("pipelines.tune", "Ray Tune sweeps (grid or random, ASHA) of a phase's section, trials nested in MLflow"),
+    "selfplay": (
+        "pipelines.selfplay",
+        "AlphaZero-style training by self-play with batched MCTS and arena gating",
+    ),
+    "rlaif": (
+        "pipelines.rlaif",
+        "every RLAIF phase as one resumable graph on one Ray session: what make demo runs",
+    ),
+    "tune": (
+        "pipelines.tune",
+        "Ray Tune sweeps (grid or random, ASHA) of a phase's section, trials nested in MLflow",
+    ),
     # commands rather than phases (no Ray)
-    "config": ("pipelines.config.reference", "every configuration key with its flag, type, default and meaning (--markdown: docs/config.md)"),
+    "config": (
+        "pipelines.config.reference",
+        "every configuration key with its flag, type, default and meaning (--markdown: docs/config.md)",
+    ),
     "uci": ("pipelines.uci", "a trained model as a UCI engine for chess GUIs and lichess-bot"),
 }
 

@@ -109,7 +109,10 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     rows = trl_learner.ShardRows(ray.train.get_dataset_shard("train"), cfg.seed, ID_COLUMNS, probe=probe)
     losses = [cfg.loss_type] + (["sft"] if cfg.sft_weight > 0 else [])
     args = trl_learner.training_arguments(
-        TrlDPOConfig, cfg, "dpo", setup,
+        TrlDPOConfig,
+        cfg,
+        "dpo",
+        setup,
         weight_decay=cfg.weight_decay,
         beta=cfg.beta,
         loss_type=losses,
@@ -118,11 +121,14 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         max_length=None,  # too-long pairs were dropped (and counted) before the split
         logging_steps=trl_learner.logging_divisor(cfg.eval_every),  # a loss logged at each evaluation's step
         activation_checkpointing=False,
-    )  # fmt: skip
+    )
     trainer = ShardDPOTrainer(
-        model=model, ref_model=reference, args=args, train_dataset=trl_learner.stream_dataset(rows, ID_COLUMNS),
+        model=model,
+        ref_model=reference,
+        args=args,
+        train_dataset=trl_learner.stream_dataset(rows, ID_COLUMNS),
         processing_class=tokenizer,
-    )  # fmt: skip
+    )
     rows.start()
     note = f", loss {'+'.join(losses)}, beta {cfg.beta:g}"
     evaluation = DPOEval(cfg, setup, reference, tokenizer.pad_token_id)
@@ -206,7 +212,10 @@ def model_facts(path: str, key: str) -> dict[str, Any]:
     """A saved causal LM's config (GPT-2-style, as every policy here); anything else is one
     clear error naming ``key``."""
     return gpt2_config(
-        path, key, "GPT2LMHeadModel", "dpo trains a GPT-2-style policy (GPT2LMHeadModel), e.g. this run's sft model"
+        path,
+        key,
+        "GPT2LMHeadModel",
+        "dpo trains a GPT-2-style policy (GPT2LMHeadModel), e.g. this run's sft model",
     )
 
 
@@ -369,9 +378,12 @@ class DPOData:
 
 
 def dpo_data(
-    context: PhaseContext, preferences: tuple[Storage, list[str], list[str], set[str]], tokenizer: Any,
-    text_format: str, max_length: int,
-) -> DPOData:  # fmt: skip
+    context: PhaseContext,
+    preferences: tuple[Storage, list[str], list[str], set[str]],
+    tokenizer: Any,
+    text_format: str,
+    max_length: int,
+) -> DPOData:
     """The preference pairs tokenized in Ray Data in the policy's ``text_format``: those of the
     kinds asked for that fit the policy's context for training, and the held-out ones (the table's
     held-out files, else its held-out boards)."""
@@ -380,10 +392,15 @@ def dpo_data(
     trl_learner.configure_ray_data()
     split_by_board = not held_files
     stage = {
-        "tokenizer": tokenizer, "text_format": text_format, "kinds": list(cfg.kinds),
-        "max_length": max_length, "holdout": split_by_board,
-    }  # fmt: skip
-    columns, total, kept = trl_learner.tokenized_pairs(source, train_files, present, tokenize_pairs, stage, "keep")
+        "tokenizer": tokenizer,
+        "text_format": text_format,
+        "kinds": list(cfg.kinds),
+        "max_length": max_length,
+        "holdout": split_by_board,
+    }
+    columns, total, kept = trl_learner.tokenized_pairs(
+        source, train_files, present, tokenize_pairs, stage, "keep"
+    )
     if split_by_board:
         train, held_rows = trl_learner.board_split(kept, cfg.heldout_pairs, ID_COLUMNS)
     else:
@@ -414,11 +431,12 @@ def summary_lines(summary: dict[str, Any], quality_nodes: int) -> list[str]:
         f"{summary['heldout_pairs']:,} held out"
         + (f" ({summary['left_out_pairs']:,} left out)" if summary["left_out_pairs"] else ""),
         trl_learner.steps_line(
-            summary, summary["seconds"],
+            summary,
+            summary["seconds"],
             f"{summary['loss_type']}, beta {summary['beta']:g}; "
             f"loss {float(summary['loss'] if summary['loss'] is not None else 'nan'):.3f}, "
             f"training reward accuracy {pct('train_reward_accuracy')}",
-        ),  # fmt: skip
+        ),
         f"  held-out      Stockfish's move the likelier on {pct('heldout_choice_accuracy')} of pairs "
         f"({'start' if summary['reference'] == summary['policy'] else 'reference'}: "
         f"{pct('reference_heldout_choice_accuracy')}); implicit reward accuracy {pct('heldout_reward_accuracy')}",
@@ -440,12 +458,20 @@ def loop_config(context: PhaseContext, policy: str, reference: str, data: DPODat
     of ``data``."""
     cfg = context.config.dpo
     return DPOLoopConfig.from_section(
-        context, cfg, policy=policy, reference=reference,
+        context,
+        cfg,
+        policy=policy,
+        reference=reference,
         reference_name="start" if reference == policy else "reference",
-        weight_decay=cfg.weight_decay, beta=cfg.beta, loss_type=cfg.loss_type, sft_weight=cfg.sft_weight,
-        label_smoothing=cfg.label_smoothing, world_size=cfg.num_workers, heldout=data.held_rows,
+        weight_decay=cfg.weight_decay,
+        beta=cfg.beta,
+        loss_type=cfg.loss_type,
+        sft_weight=cfg.sft_weight,
+        label_smoothing=cfg.label_smoothing,
+        world_size=cfg.num_workers,
+        heldout=data.held_rows,
         probe=data.probe,
-    )  # fmt: skip
+    )
 
 
 def run_dpo(context: PhaseContext) -> PhaseResult:
@@ -487,14 +513,27 @@ def run_dpo(context: PhaseContext) -> PhaseResult:
         )
         models = {"start": policy, "final": location(model_out)}
         quality = heldout_quality(
-            context, models, text_format, games=cfg.games, positions=cfg.heldout_positions, nodes=cfg.quality_nodes
+            context,
+            models,
+            text_format,
+            games=cfg.games,
+            positions=cfg.heldout_positions,
+            nodes=cfg.quality_nodes,
         )
     summary = trl_learner.learner_summary(
         {
-            "phase": "dpo", "policy": policy, "reference": reference, "text_format": text_format,
-            "preferences": data.source.uri, "kinds": list(cfg.kinds), "train_pairs": data.train_pairs,
-            "heldout_pairs": len(data.held_rows), "left_out_pairs": data.left_out,
-            "loss_type": cfg.loss_type, "beta": cfg.beta, "sft_weight": cfg.sft_weight,
+            "phase": "dpo",
+            "policy": policy,
+            "reference": reference,
+            "text_format": text_format,
+            "preferences": data.source.uri,
+            "kinds": list(cfg.kinds),
+            "train_pairs": data.train_pairs,
+            "heldout_pairs": len(data.held_rows),
+            "left_out_pairs": data.left_out,
+            "loss_type": cfg.loss_type,
+            "beta": cfg.beta,
+            "sft_weight": cfg.sft_weight,
         },
         metrics,
         {
@@ -505,14 +544,23 @@ def run_dpo(context: PhaseContext) -> PhaseResult:
             "train_pairs_per_s": metrics.get("train_pairs_per_s"),
             "quality": quality,
         },
-        model_out, seconds,
-    )  # fmt: skip
+        model_out,
+        seconds,
+    )
     trl_learner.write_summary(context, "dpo", summary)
     return PhaseResult(summary=summary, lines=summary_lines(summary, cfg.quality_nodes), ok=True)
 
 
-PHASE = Phase(name="dpo", section="dpo", section_model=DPOConfig, run=run_dpo, check=check_dpo,
-              folder="dpo", summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+PHASE = Phase(
+    name="dpo",
+    section="dpo",
+    section_model=DPOConfig,
+    run=run_dpo,
+    check=check_dpo,
+    folder="dpo",
+    summary=SUMMARY,
+    description=DESCRIPTION,
+)
 main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

@@ -54,20 +54,9 @@ from chessrl.arena.eval_report import (
     summary_lines,
 )
 from chessrl.arena.game import ArenaGame, Opening, game_pgn
-from chessrl.arena.ladder import (
-    LadderSettings,
-    ladder_record,
-    stockfish_build,
-)
-from chessrl.arena.players import (
-    PlayerSpec,
-    parse_player_spec,
-)
-from chessrl.arena.rating import (
-    match_elo,
-    pentanomial_elo,
-    rate_players,
-)
+from chessrl.arena.ladder import LadderSettings, ladder_record, stockfish_build
+from chessrl.arena.players import PlayerSpec, parse_player_spec
+from chessrl.arena.rating import match_elo, pentanomial_elo, rate_players
 from chessrl.arena.sprt import pair_counts, pentanomial_llr, sprt_pentanomial
 from chessrl.arena.suites import move_quality, score_cp
 from chessrl.engine.client import SearchLimit, find_stockfish
@@ -146,9 +135,17 @@ def run_evaluate(context: PhaseContext) -> PhaseResult:
         trained = trained_against(specs, found.sft_model, cfg.mode == "sprt", context.log)
         record = {"openings": opened, **trained}
     settings = Settings(
-        found.sft_model, found.selfplay_best, cfg.lm_temperature, cfg.lm_retries, cfg.on_illegal,
-        cfg.stockfish_nodes, cfg.max_plies, cfg.resign_cp, cfg.resign_plies, cfg.adjudicate_cp,
-    )  # fmt: skip
+        found.sft_model,
+        found.selfplay_best,
+        cfg.lm_temperature,
+        cfg.lm_retries,
+        cfg.on_illegal,
+        cfg.stockfish_nodes,
+        cfg.max_plies,
+        cfg.resign_cp,
+        cfg.resign_plies,
+        cfg.adjudicate_cp,
+    )
     engine_players = [s for s in (*specs, *rung_specs) if s.kind == "stockfish"]
     pool = start_pool(context, bool(engine_players))
     try:
@@ -158,9 +155,12 @@ def run_evaluate(context: PhaseContext) -> PhaseResult:
             check_engine_players(pool, engine_players, specs)
         limit = cfg.max_parallel or sizing_cpus()[0]  # games at once: a CPU's each (cluster.capacity)
         arena = Arena(
-            settings, pool.actors if pool is not None else None, pool.engine_counts if pool is not None else 1,
-            limit, context.log,
-        )  # fmt: skip
+            settings,
+            pool.actors if pool is not None else None,
+            pool.engine_counts if pool is not None else 1,
+            limit,
+            context.log,
+        )
         if cfg.mode == "sprt":
             return run_sprt(arena, cfg, specs, openings, out, seed, context, record)
         played = play_arena(arena, found, openings, out, ls, pool, context)
@@ -207,9 +207,16 @@ def check_engine_players(pool: Any, engine_players: list[PlayerSpec], specs: lis
 
 
 def play_arena(
-    arena: Arena, found: EvaluateInputs, openings: list[Opening], out: Storage, ls: LadderSettings | None,
-    pool: Any, context: PhaseContext,
-) -> tuple[list[ArenaGame], list[dict[str, Any]], dict[str, float] | None, list[ArenaGame], dict[str, Any] | None]:  # fmt: skip
+    arena: Arena,
+    found: EvaluateInputs,
+    openings: list[Opening],
+    out: Storage,
+    ls: LadderSettings | None,
+    pool: Any,
+    context: PhaseContext,
+) -> tuple[
+    list[ArenaGame], list[dict[str, Any]], dict[str, float] | None, list[ArenaGame], dict[str, Any] | None
+]:
     """The gauntlet or round robin, then the ladder, the suites and the candidate's move quality:
     ``(games, suite results, quality, ladder games, ladder record)``."""
     import ray
@@ -229,9 +236,11 @@ def play_arena(
         earlier = [g for g in games if {g.white, g.black} - {specs[0].label} <= ladder.ratings.keys()]
         ladder_games, info = place_on_ladder(arena, cfg, specs[0], ls, ladder, earlier, out, seed)
         ladder_info = {
-            **ladder_record(ladder), **info, "calibration_played": calibration_played,
+            **ladder_record(ladder),
+            **info,
+            "calibration_played": calibration_played,
             "candidate_games": len(ladder_games) + len(earlier),
-        }  # fmt: skip
+        }
     suite_results: list[dict[str, Any]] = []
     if found.suites:
         remote_suites = ray.remote(num_cpus=1)(suite_task)
@@ -267,19 +276,39 @@ def sprt_state(
     n = len(pair_scores)
     est = pentanomial_elo(counts) if n else None
     return {
-        "elo0": cfg.elo0, "elo1": cfg.elo1, "alpha": cfg.alpha, "beta": cfg.beta, "max_games": len(tasks),
-        "pairs": n, "games": 2 * n, "pentanomial": list(counts), "llr": result.llr, "lower": result.lower,
-        "upper": result.upper, "decision": result.decision, "trajectory": trajectory,
-        "wins": wdl["wins"], "draws": wdl["draws"], "losses": wdl["losses"],
-        "score": est.score if est else 0.5, "elo": est.elo if est else 0.0,
-        "elo_low": est.low if est else -math.inf, "elo_high": est.high if est else math.inf,
-    }  # fmt: skip
+        "elo0": cfg.elo0,
+        "elo1": cfg.elo1,
+        "alpha": cfg.alpha,
+        "beta": cfg.beta,
+        "max_games": len(tasks),
+        "pairs": n,
+        "games": 2 * n,
+        "pentanomial": list(counts),
+        "llr": result.llr,
+        "lower": result.lower,
+        "upper": result.upper,
+        "decision": result.decision,
+        "trajectory": trajectory,
+        "wins": wdl["wins"],
+        "draws": wdl["draws"],
+        "losses": wdl["losses"],
+        "score": est.score if est else 0.5,
+        "elo": est.elo if est else 0.0,
+        "elo_low": est.low if est else -math.inf,
+        "elo_high": est.high if est else math.inf,
+    }
 
 
 def run_sprt(
-    arena: Arena, cfg: EvaluateConfig, specs: list[PlayerSpec], openings: list[Opening], out: Storage, seed: int,
-    context: PhaseContext, record: dict[str, Any] | None = None,
-) -> PhaseResult:  # fmt: skip
+    arena: Arena,
+    cfg: EvaluateConfig,
+    specs: list[PlayerSpec],
+    openings: list[Opening],
+    out: Storage,
+    seed: int,
+    context: PhaseContext,
+    record: dict[str, Any] | None = None,
+) -> PhaseResult:
     """Game pairs until the SPRT accepts H0 or H1, or ``cfg.games`` games; resumable. ``record``
     (the openings, the players' training opponents) goes into results.json and the report."""
     tasks = sprt_tasks(specs, openings, cfg.games, seed)
@@ -302,8 +331,14 @@ def run_sprt(
     finished = arena.play(tasks, out.child("games"), "sprt games", stop=decided)
     state = sprt_state(cfg, specs, tasks, finished)
     games = [finished[t.key] for t in tasks if t.key in finished]
-    results = {"mode": "sprt", "players": [s.label for s in specs], "sprt": state, "games": len(games),
-               "results": dict(Counter(g.result for g in games)), **(record or {})}  # fmt: skip
+    results = {
+        "mode": "sprt",
+        "players": [s.label for s in specs],
+        "sprt": state,
+        "games": len(games),
+        "results": dict(Counter(g.result for g in games)),
+        **(record or {}),
+    }
     publish(out, games, f"chess-rl sprt {cfg.name}", results, sprt_markdown(results), sprt_plot, context)
     metrics = {"sprt_llr": state["llr"], "sprt_pairs": float(state["pairs"]), "sprt_score": state["score"]}
     if math.isfinite(state["elo"]):
@@ -347,9 +382,16 @@ def run_paired(context: PhaseContext, found: EvaluateInputs, pool: Any, out: Sto
 
     runs = {s.label: m for s, m in zip(specs[1:], loaded[1:], strict=True)}
     quality = runs_move_quality(loaded[0], runs, positions, expected)
-    results = {"mode": "paired", "players": [s.label for s in specs], "start": specs[0].label,
-               "nodes": cfg.quality_nodes, "positions_from": source.uri, "seed": config.run.seed + 1,
-               "per_game": PER_GAME, **quality}  # fmt: skip
+    results = {
+        "mode": "paired",
+        "players": [s.label for s in specs],
+        "start": specs[0].label,
+        "nodes": cfg.quality_nodes,
+        "positions_from": source.uri,
+        "seed": config.run.seed + 1,
+        "per_game": PER_GAME,
+        **quality,
+    }
     out.write_text("results.json", json.dumps(json_safe(results), indent=2, sort_keys=True))
     out.write_text("report.md", paired_markdown(results))
     with tempfile.TemporaryDirectory() as tmp:
@@ -532,8 +574,14 @@ def write_outputs(
 
 
 PHASE = Phase(
-    name="evaluate", section="evaluate", section_model=EvaluateConfig, run=run_evaluate, check=check_evaluate,
-    summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+    name="evaluate",
+    section="evaluate",
+    section_model=EvaluateConfig,
+    run=run_evaluate,
+    check=check_evaluate,
+    summary=SUMMARY,
+    description=DESCRIPTION,
+)
 main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

@@ -285,8 +285,13 @@ def arena_openings(
         if source is not None:
             train, held, _ = split_games(read_games(source), config.sft.heldout_fraction)
             openings = heldout_openings(held, n, seed, cfg.opening_plies)
-            record = {"source": "heldout", "seed": seed, "plies": list(cfg.opening_plies), "from": source.uri,
-                      "count": len(openings)}  # fmt: skip
+            record = {
+                "source": "heldout",
+                "seed": seed,
+                "plies": list(cfg.opening_plies),
+                "from": source.uri,
+                "count": len(openings),
+            }
             if openings:
                 log(f"openings: {openings_text(record)}")
                 return openings, record

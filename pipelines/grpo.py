@@ -55,12 +55,7 @@ from cluster.storage import Storage
 from pipelines.artifacts import grpo_folder, sft_folder
 from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, GRPOConfig
-from pipelines.learner import (
-    check_gpus,
-    cpus_that_fit,
-    final_metrics,
-    torch_trainer,
-)
+from pipelines.learner import check_gpus, cpus_that_fit, final_metrics, torch_trainer
 from pipelines.learner.grpo import GRPOLoopConfig, engine_scores, train_loop_per_worker
 from pipelines.learner.loop import curve, read_metrics
 from pipelines.learner.quality import heldout_quality
@@ -88,12 +83,24 @@ def output_name(context: PhaseContext) -> str:
 def grpo_settings(cfg: GRPOConfig) -> GRPOSettings:
     """The algorithm's settings from the config section."""
     return GRPOSettings(
-        group_size=cfg.group_size, loss_type=cfg.loss_type, beta=cfg.beta, clip=cfg.clip,
-        clip_high=cfg.clip_high, temperature=cfg.temperature, illegal_reward=cfg.illegal_reward,
-        max_loss=cfg.max_loss, masked=cfg.masked, legal_weight=cfg.legal_weight, dead_zone=cfg.dead_zone,
-        std_floor=cfg.std_floor, drop_flat=cfg.drop_flat, pair_margin=cfg.pair_margin, rpo_alpha=cfg.rpo_alpha,
-        dpo_beta=cfg.dpo_beta, grade_scale=cfg.grade_scale,
-    )  # fmt: skip
+        group_size=cfg.group_size,
+        loss_type=cfg.loss_type,
+        beta=cfg.beta,
+        clip=cfg.clip,
+        clip_high=cfg.clip_high,
+        temperature=cfg.temperature,
+        illegal_reward=cfg.illegal_reward,
+        max_loss=cfg.max_loss,
+        masked=cfg.masked,
+        legal_weight=cfg.legal_weight,
+        dead_zone=cfg.dead_zone,
+        std_floor=cfg.std_floor,
+        drop_flat=cfg.drop_flat,
+        pair_margin=cfg.pair_margin,
+        rpo_alpha=cfg.rpo_alpha,
+        dpo_beta=cfg.dpo_beta,
+        grade_scale=cfg.grade_scale,
+    )
 
 
 def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bool = False) -> dict[str, Any]:
@@ -106,7 +113,10 @@ def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bo
     from pipelines.artifacts import TEXT_FORMAT_KEY, check_asked_format
 
     config = gpt2_config(
-        path, "grpo.policy (--policy)", "GPT2LMHeadModel", "grpo needs a GPT-2-style language model (GPT2LMHeadModel)"
+        path,
+        "grpo.policy (--policy)",
+        "GPT2LMHeadModel",
+        "grpo needs a GPT-2-style language model (GPT2LMHeadModel)",
     )
     tokenizer = load_tokenizer(path)
     if masked:
@@ -130,8 +140,12 @@ def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bo
             f"warning: the policy {path} was trained on the {trained or 'unknown'} format; --text-format {text_format} "
             "asks it in another, which it may answer poorly"
         )
-    return {"context": int(config.get("n_positions", 1024)), "vocab": len(tokenizer),
-            "move_tokens": move_tokens(tokenizer), "text_format": trained}  # fmt: skip
+    return {
+        "context": int(config.get("n_positions", 1024)),
+        "vocab": len(tokenizer),
+        "move_tokens": move_tokens(tokenizer),
+        "text_format": trained,
+    }
 
 
 def check_prompt_settings(cfg: GRPOConfig) -> dict[str, float]:
@@ -170,10 +184,12 @@ def check_grpo(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: No
         raise ConfigError(f"grpo: {exc}") from None
     producer = sft_folder(cfg.text_format)
     policy_path = model_location(
-        cfg.policy, inputs.folder(producer).child("model"), "grpo.policy (--policy)",
+        cfg.policy,
+        inputs.folder(producer).child("model"),
+        "grpo.policy (--policy)",
         f"sft --text-format {cfg.text_format}" if cfg.text_format != "moves" else "sft",
         produced=inputs.will_write(producer),
-    )  # fmt: skip
+    )
     facts = None
     if cfg.policy or not inputs.will_write(producer):
         facts = check_policy(policy_path, log, cfg.text_format, cfg.masked)
@@ -223,10 +239,15 @@ def plan_prompts(
         ]
     tasks = Counter(p.task for p in prompts)
     drawn = {
-        "games": len(rows), "train_games": len(train), "heldout_games": len(held),
-        "phases": phase_counts(positions), "tasks": dict(tasks),
-        "policy_share": tasks["policy"] / max(1, len(prompts)), "own_per_iteration": own, "starts": starts,
-    }  # fmt: skip
+        "games": len(rows),
+        "train_games": len(train),
+        "heldout_games": len(held),
+        "phases": phase_counts(positions),
+        "tasks": dict(tasks),
+        "policy_share": tasks["policy"] / max(1, len(prompts)),
+        "own_per_iteration": own,
+        "starts": starts,
+    }
     return [p.__dict__ for p in prompts], [p.__dict__ for p in heldout], drawn
 
 
@@ -296,7 +317,11 @@ def grpo_cpus(cap: Capacity, engines: int, workers: int, use_gpu: bool) -> tuple
 
 
 def learner_resources(
-    context: PhaseContext, cfg: GRPOConfig, policy_path: str, prompts: list[dict[str, Any]], limits: dict[str, int]
+    context: PhaseContext,
+    cfg: GRPOConfig,
+    policy_path: str,
+    prompts: list[dict[str, Any]],
+    limits: dict[str, int],
 ) -> tuple[float, float, int]:
     """CPUs of each engine and of the learner (:func:`grpo_cpus`; the section's
     ``cpus_per_worker`` wins), and the learner's minibatch (``auto``: measured for the longest
@@ -315,9 +340,13 @@ def learner_resources(
         longest = max(len(prompt_ids(tokenizer, p["text"])) for p in prompts)
         # probed on the device the learner trains on: with use_gpu a GPU, and its free memory
         batch_size = auto_batch_size(
-            policy_path, longest + max(limits.values()), log=context.log, use_gpu=cfg.use_gpu,
-            share=cfg.auto_batch_memory_share, cpus=learner_cpus,
-        )  # fmt: skip
+            policy_path,
+            longest + max(limits.values()),
+            log=context.log,
+            use_gpu=cfg.use_gpu,
+            share=cfg.auto_batch_memory_share,
+            cpus=learner_cpus,
+        )
     return engine_cpus, learner_cpus, batch_size
 
 
@@ -335,27 +364,44 @@ def log_plan(context: PhaseContext, found: GRPOInputs, drawn: dict[str, Any], le
         f"{cfg.iterations} iterations of {cfg.prompts_per_iteration} {cfg.text_format} prompts x {cfg.group_size} completions, "
         f"loss {cfg.loss_type}, beta {cfg.beta:g}, clip {cfg.clip:g}, temperature {cfg.temperature:g}; "
         f"Stockfish {cfg.stockfish_nodes} nodes on {cfg.engines} engine(s); learner {cfg.num_workers} worker(s) x "
-        f"{learner_cpus:g} CPU" + (" + 1 GPU" if cfg.use_gpu else "")
+        f"{learner_cpus:g} CPU"
+        + (" + 1 GPU" if cfg.use_gpu else "")
         + (f", at most {cfg.time_limit_minutes:g} min" if cfg.time_limit_minutes else "")
     )
 
 
 def loop_config(
-    context: PhaseContext, found: GRPOInputs, limits: dict[str, int], batch_size: int, pool: Any, learner_cpus: float
+    context: PhaseContext,
+    found: GRPOInputs,
+    limits: dict[str, int],
+    batch_size: int,
+    pool: Any,
+    learner_cpus: float,
 ) -> GRPOLoopConfig:
     """The learner loop's config (:func:`pipelines.learner.grpo.train_loop_per_worker` reads it as
     attributes)."""
     cfg, run = context.config.grpo, context.config.run
     return GRPOLoopConfig(
-        phase_uri=context.phase_storage(output_name(context)).uri, policy_path=found.policy,
-        settings=found.settings, text_format=cfg.text_format, own_opponent=cfg.own_opponent,
-        seed=run.seed, iterations=cfg.iterations, prompts_per_iteration=cfg.prompts_per_iteration,
-        learning_rate=cfg.learning_rate, minibatch=batch_size, max_new_tokens=limits,
-        stockfish_nodes=cfg.stockfish_nodes, engine_pool=pool, checkpoint_interval=cfg.checkpoint_interval,
+        phase_uri=context.phase_storage(output_name(context)).uri,
+        policy_path=found.policy,
+        settings=found.settings,
+        text_format=cfg.text_format,
+        own_opponent=cfg.own_opponent,
+        seed=run.seed,
+        iterations=cfg.iterations,
+        prompts_per_iteration=cfg.prompts_per_iteration,
+        learning_rate=cfg.learning_rate,
+        minibatch=batch_size,
+        max_new_tokens=limits,
+        stockfish_nodes=cfg.stockfish_nodes,
+        engine_pool=pool,
+        checkpoint_interval=cfg.checkpoint_interval,
         time_limit_s=cfg.time_limit_minutes * 60 if cfg.time_limit_minutes else None,
-        threads=max(1, round(learner_cpus)), use_gpu=cfg.use_gpu,
-        tracking_uri=context.tracking.uri, tracking_run_id=context.tracking.run_id,
-    )  # fmt: skip
+        threads=max(1, round(learner_cpus)),
+        use_gpu=cfg.use_gpu,
+        tracking_uri=context.tracking.uri,
+        tracking_run_id=context.tracking.run_id,
+    )
 
 
 def run_grpo(context: PhaseContext) -> PhaseResult:
@@ -380,13 +426,20 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
     log_plan(context, found, drawn, learner_cpus)
     for i in range(cfg.engines):
         release_actor_name(f"{context.config.run.name}/engine-pool-{i}", None)
-    pool = EnginePool.spread(cfg.engines, run=context.config.run.name, num_cpus_per_engine=engine_cpus, key="grpo.engines")
+    pool = EnginePool.spread(
+        cfg.engines, run=context.config.run.name, num_cpus_per_engine=engine_cpus, key="grpo.engines"
+    )
     trainer = torch_trainer(
-        context, "grpo", train_loop_per_worker,
+        context,
+        "grpo",
+        train_loop_per_worker,
         loop_config(context, found, limits, batch_size, pool, learner_cpus).train_loop_config(),
-        num_workers=cfg.num_workers, cpus_per_worker=learner_cpus, use_gpu=cfg.use_gpu, folder=output_name(context),
+        num_workers=cfg.num_workers,
+        cpus_per_worker=learner_cpus,
+        use_gpu=cfg.use_gpu,
+        folder=output_name(context),
         progress=(board := ProgressBoard(context.log, "iteration", cfg.iterations)),
-    )  # fmt: skip
+    )
     started = time.perf_counter()
     try:
         with board:
@@ -399,7 +452,11 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
 
 
 def heldout_results(
-    context: PhaseContext, found: GRPOInputs, heldout: list[dict[str, Any]], limits: dict[str, int], pool: Any,
+    context: PhaseContext,
+    found: GRPOInputs,
+    heldout: list[dict[str, Any]],
+    limits: dict[str, int],
+    pool: Any,
     seconds: float,
 ) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
     """The start and final policies on the held-out prompts (:func:`heldout_scores`) and their
@@ -413,19 +470,31 @@ def heldout_results(
     if not phase.exists("model/config.json"):
         return {}, {}
     final_path = model_location(None, phase.child("model"), output_name(context), "grpo")
-    context.log(f"trained in {seconds:.0f} s; the start and final policies on {len(heldout)} held-out prompts")
+    context.log(
+        f"trained in {seconds:.0f} s; the start and final policies on {len(heldout)} held-out prompts"
+    )
     engine = partial(engine_scores, pool, SearchLimit(nodes=cfg.stockfish_nodes), fresh=True)
     models = {"start": found.policy, "final": final_path}
     scores = heldout_scores(heldout, models, limits, engine, found.settings)
     quality = heldout_quality(
-        context, models, cfg.text_format, games=cfg.games, positions=cfg.heldout_positions, nodes=cfg.stockfish_nodes
+        context,
+        models,
+        cfg.text_format,
+        games=cfg.games,
+        positions=cfg.heldout_positions,
+        nodes=cfg.stockfish_nodes,
     )
     return scores, quality
 
 
 def summarise(
-    context: PhaseContext, policy_path: str, result: Any, seconds: float, drawn: dict[str, Any],
-    scores: dict[str, dict[str, float]], quality: dict[str, Any],
+    context: PhaseContext,
+    policy_path: str,
+    result: Any,
+    seconds: float,
+    drawn: dict[str, Any],
+    scores: dict[str, dict[str, float]],
+    quality: dict[str, Any],
 ) -> PhaseResult:
     """``summary.json`` and the summary lines."""
     cfg = context.config.grpo
@@ -434,12 +503,19 @@ def summarise(
     rows = read_metrics(phase.child("logs"))
     first, last = (rows[0], rows[-1]) if rows else ({}, {})
     summary = {
-        "phase": grpo_folder(cfg.loss_type), "iterations": int(final.get("iteration", 0)), "samples": int(final.get("samples_total", 0)),
-        "seconds": round(seconds, 1), "drawn": drawn, "first": first, "last": last, "heldout": scores,
+        "phase": grpo_folder(cfg.loss_type),
+        "iterations": int(final.get("iteration", 0)),
+        "samples": int(final.get("samples_total", 0)),
+        "seconds": round(seconds, 1),
+        "drawn": drawn,
+        "first": first,
+        "last": last,
+        "heldout": scores,
         "quality": quality,
-        "samples_per_s": sum(r["samples"] for r in rows) / max(1e-9, sum(r["generate_s"] + r["score_s"] + r["learn_s"] for r in rows)),
+        "samples_per_s": sum(r["samples"] for r in rows)
+        / max(1e-9, sum(r["generate_s"] + r["score_s"] + r["learn_s"] for r in rows)),
         "model": phase.uri_of("model"),
-    }  # fmt: skip
+    }
     phase.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))
     lines = summary_lines(summary, scores, cfg.stockfish_nodes, policy_path, seed=context.config.run.seed)
     if quality:
@@ -453,8 +529,12 @@ def summarise(
 
 
 def summary_lines(
-    summary: dict[str, Any], scores: dict[str, dict[str, float]], stockfish_nodes: int, policy_path: str,
-    *, seed: int = 7,
+    summary: dict[str, Any],
+    scores: dict[str, dict[str, float]],
+    stockfish_nodes: int,
+    policy_path: str,
+    *,
+    seed: int = 7,
 ) -> list[str]:
     """The ``grpo summary`` the driver prints: learner, mix, reward and legal-rate curves (first
     -> last iteration), the held-out start -> final scores and the next command."""
@@ -496,8 +576,16 @@ def summary_lines(
     ]
 
 
-PHASE = Phase(name="grpo", section="grpo", section_model=GRPOConfig, run=run_grpo, check=check_grpo,
-              folder=lambda c: grpo_folder(c.grpo.loss_type), summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+PHASE = Phase(
+    name="grpo",
+    section="grpo",
+    section_model=GRPOConfig,
+    run=run_grpo,
+    check=check_grpo,
+    folder=lambda c: grpo_folder(c.grpo.loss_type),
+    summary=SUMMARY,
+    description=DESCRIPTION,
+)
 main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

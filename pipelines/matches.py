@@ -97,10 +97,15 @@ def build_player(spec: PlayerSpec, settings: Settings, pool: Any) -> Player:
             _MODELS[path] = load_saved_model(path, "policy")
         model, tokenizer = _MODELS[path]
         return LMPlayer(
-            model, tokenizer, name=spec.label, temperature=settings.lm_temperature, retries=settings.lm_retries,
+            model,
+            tokenizer,
+            name=spec.label,
+            temperature=settings.lm_temperature,
+            retries=settings.lm_retries,
             on_illegal=settings.on_illegal,  # type: ignore[arg-type]
-            text_format=getattr(model.config, "chessrl_text_format", None) or "moves", masked=spec.masked,
-        )  # fmt: skip
+            text_format=getattr(model.config, "chessrl_text_format", None) or "moves",
+            masked=spec.masked,
+        )
     if spec.kind == "mcts":
         path = spec.path or settings.selfplay_best
         assert path is not None
@@ -142,10 +147,16 @@ def play_one(
 
     try:
         game = play_game(
-            white, black, opening=task.opening, max_plies=settings.max_plies, seed=task.seed,
-            evaluator=evaluator, resign_cp=settings.resign_cp, resign_plies=settings.resign_plies,
+            white,
+            black,
+            opening=task.opening,
+            max_plies=settings.max_plies,
+            seed=task.seed,
+            evaluator=evaluator,
+            resign_cp=settings.resign_cp,
+            resign_plies=settings.resign_plies,
             adjudicate_cp=settings.adjudicate_cp,
-        )  # fmt: skip
+        )
     finally:
         white.close()
         black.close()
@@ -275,8 +286,17 @@ class Arena:
                     queue.clear()
                 now = time.perf_counter()
                 if now - shown >= PROGRESS_EVERY_S or not (queue or inflight):
-                    self.log(f"{what}: " + progress_line("game", played, total, elapsed_s=now - started, start=0,
-                                                         figures=match_figures(finished.values())))  # fmt: skip
+                    self.log(
+                        f"{what}: "
+                        + progress_line(
+                            "game",
+                            played,
+                            total,
+                            elapsed_s=now - started,
+                            start=0,
+                            figures=match_figures(finished.values()),
+                        )
+                    )
                     shown = now
         return finished
 
@@ -320,9 +340,15 @@ def ensure_ladder(arena: Arena, ls: LadderSettings, root: Storage, build: str) -
 
 
 def place_on_ladder(
-    arena: Arena, cfg: EvaluateConfig, candidate: PlayerSpec, ls: LadderSettings, ladder: Ladder,
-    earlier: list[ArenaGame], out: Storage, seed: int,
-) -> tuple[list[ArenaGame], dict[str, Any]]:  # fmt: skip
+    arena: Arena,
+    cfg: EvaluateConfig,
+    candidate: PlayerSpec,
+    ls: LadderSettings,
+    ladder: Ladder,
+    earlier: list[ArenaGame],
+    out: Storage,
+    seed: int,
+) -> tuple[list[ArenaGame], dict[str, Any]]:
     """The candidate's games against the rungs: a placement match against every rung, then more
     games against the rungs where its estimated score is informative."""
     specs = {s.label: s for s in (parse_player_spec(r) for r in ls.rungs)}
@@ -331,9 +357,12 @@ def place_on_ladder(
     )
     folder = out.child("ladder-games")
     placement = arena.play(
-        schedule_pairs([(candidate, specs[r]) for r in ladder.ratings], cfg.placement_games, openings, seed + 1, "place-"),
-        folder, "ladder placement",
-    )  # fmt: skip
+        schedule_pairs(
+            [(candidate, specs[r]) for r in ladder.ratings], cfg.placement_games, openings, seed + 1, "place-"
+        ),
+        folder,
+        "ladder placement",
+    )
     fixed = {label: ladder.elo(label) for label in ladder.ratings}
     rated = [*earlier, *placement.values()]
     informative = informative_rungs(ladder, estimate(candidate.label, triples(rated), fixed))

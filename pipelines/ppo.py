@@ -40,23 +40,28 @@ import sys
 import tempfile
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chessrl.rl.ppo_types import PPOSettings
 from cluster.capacity import Capacity, read_capacity
-from cluster.errors import ConfigError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
-from pipelines.artifacts import fit_games, sft_folder
+from pipelines.artifacts import fit_games
 from pipelines.cli import one_line
-from pipelines.config import ChessRLConfig, PPOConfig
+from pipelines.config import PPOConfig
 from pipelines.learner import check_gpus, final_metrics, torch_trainer
 from pipelines.learner.loop import fit_then_stop, read_metrics, stop_collectors
 from pipelines.learner.ppo import PPOLoopConfig, train_loop_per_worker
 from pipelines.learner.quality import heldout_quality
 from pipelines.learner.replay import stream_datasets
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, gpt2_config, model_location
+from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location
+from pipelines.ppo_inputs import PPOInputs as PPOInputs
+from pipelines.ppo_inputs import check_models as check_models
+from pipelines.ppo_inputs import check_ppo as check_ppo
 from pipelines.ppo_report import plot_curves, summary_lines
+
+if TYPE_CHECKING:
+    from actors.rollout import RolloutSpec
 
 SUMMARY = one_line("ppo")
 DESCRIPTION = (
@@ -74,12 +79,23 @@ def ppo_settings(cfg: PPOConfig, text_format: str | None = None) -> PPOSettings:
     0.1
     """
     return PPOSettings(
-        kl_coef=cfg.kl_coef, clip=cfg.clip, value_clip=cfg.value_clip, gamma=cfg.gamma, lam=cfg.lam,
-        ppo_epochs=cfg.ppo_epochs, minibatch=cfg.minibatch, temperature=cfg.temperature,
-        illegal_penalty=cfg.illegal_penalty, result_weight=cfg.result_weight, entropy_coef=cfg.entropy_coef,
-        legal_coef=cfg.legal_coef, masked=cfg.masked, text_format=text_format or cfg.text_format or "moves",
-        samples_per_state=cfg.samples_per_state, anchor_coef=cfg.anchor_coef,
-    )  # fmt: skip
+        kl_coef=cfg.kl_coef,
+        clip=cfg.clip,
+        value_clip=cfg.value_clip,
+        gamma=cfg.gamma,
+        lam=cfg.lam,
+        ppo_epochs=cfg.ppo_epochs,
+        minibatch=cfg.minibatch,
+        temperature=cfg.temperature,
+        illegal_penalty=cfg.illegal_penalty,
+        result_weight=cfg.result_weight,
+        entropy_coef=cfg.entropy_coef,
+        legal_coef=cfg.legal_coef,
+        masked=cfg.masked,
+        text_format=text_format or cfg.text_format or "moves",
+        samples_per_state=cfg.samples_per_state,
+        anchor_coef=cfg.anchor_coef,
+    )
 
 
 def rounds_per_version(cfg: PPOConfig) -> int:
@@ -121,158 +137,6 @@ def learner_threads(cpus: float, reserved: float) -> int:
     10
     """
     return max(1, round(cpus - reserved))
-
-
-def check_models(
-    policy_path: str, reward_path: str | None, max_tokens: int, text_format: str = "moves"
-) -> dict[str, Any]:
-    """Load-free checks of the policy and the reward model (None: Stockfish scores the moves):
-    both GPT-2-style, one tokenizer, a token per move, a context long enough for an episode
-    (``max_tokens`` in the moves format; a position format's longest prompt and a move).
-    Returns facts for the log, and ``moves_context``: the shortest context of a model that reads
-    the game's moves (None when none does)."""
-    from chessrl.lm.checkpoints import load_tokenizer
-    from chessrl.lm.legality import MoveTokens
-    from chessrl.lm.models import prompt_ids
-
-    configs = {
-        "ppo.policy (--policy)": gpt2_config(
-            policy_path, "ppo.policy (--policy)", "GPT2LMHeadModel",
-            "ppo needs a GPT-2-style language model (GPT2LMHeadModel), e.g. this run's sft model",
-        ),
-    }  # fmt: skip
-    if reward_path is not None:
-        configs["ppo.reward_model (--reward-model)"] = gpt2_config(
-            reward_path, "ppo.reward_model (--reward-model)", "GPT2ForSequenceClassification",
-            "ppo needs a reward model (GPT2ForSequenceClassification): train one with `chess-rl reward`, "
-            "or score the moves with Stockfish (--reward stockfish)",
-        )  # fmt: skip
-    policy_tok = load_tokenizer(policy_path)
-    reward_tok = load_tokenizer(reward_path) if reward_path is not None else policy_tok
-    if policy_tok.get_vocab() != reward_tok.get_vocab():
-        raise ConfigError(
-            f"ppo.reward_model (--reward-model): its tokenizer ({len(reward_tok)} tokens) is not the policy's "
-            f"({len(policy_tok)} tokens, {policy_path}): the reward model must be trained on the policy's tokenizer"
-        )
-    try:
-        MoveTokens(policy_tok)
-    except ValueError as exc:
-        raise ConfigError(f"ppo.policy (--policy): {exc}") from None
-    context = int(configs["ppo.policy (--policy)"].get("n_positions", 1024))
-    readers = [context] if text_format == "moves" else []  # the contexts that read the game's moves
-    if reward_path is not None:
-        from chessrl.rl.reward import reward_format
-
-        judge = configs["ppo.reward_model (--reward-model)"]
-        judge_context = int(judge.get("n_positions", 1024))
-        # the judge reads the game's moves in its own format, and as the critic the policy's prompts
-        readers += [judge_context] if "moves" in (reward_format(judge).name, text_format) else []
-        if reward_format(judge).name == "moves" and max_tokens > judge_context:
-            raise ConfigError(
-                f"ppo.max_start_ply + 2 x ppo.max_actions needs {max_tokens} tokens, more than the reward model's "
-                f"context ({judge_context}; it reads the game's moves): lower --max-start-ply or --max-actions"
-            )
-    if text_format != "moves":
-        import chess
-
-        from chessrl.lm.formats import get_format
-
-        longest = chess.Board("r3k2r/8/8/8/4Pp2/8/8/R3K2R b KQkq e3 0 1")  # every castling right, en passant
-        needed = len(prompt_ids(policy_tok, get_format(text_format).prompt_for(longest, []))) + 2
-        if needed > context:
-            raise ConfigError(
-                f"ppo.text_format (--text-format) {text_format}: a position's prompt needs {needed} tokens, more than "
-                f"the policy's context ({context})"
-            )
-    elif max_tokens > context:
-        raise ConfigError(
-            f"ppo.max_start_ply + 2 x ppo.max_actions needs {max_tokens} tokens, more than the policy's context "
-            f"({context}): lower --max-start-ply or --max-actions"
-        )
-    return {"context": context, "vocab": len(policy_tok), "moves_context": min(readers, default=None)}
-
-
-@dataclass(frozen=True)
-class PPOInputs:
-    """What ``ppo`` reads, checked: its opponents, the policy and the reward model ("" when
-    Stockfish scores the moves), and what :func:`check_models` found (None while an earlier phase
-    of the graph run still has to write one of the models)."""
-
-    opponents: list[Any]
-    policy: str
-    reward: str
-    facts: dict[str, Any] | None
-    text_format: str = "moves"
-    """What the policy reads: the section's ``text_format``, else the policy's own."""
-
-
-def asked_text_format(cfg: PPOConfig, policy_path: str) -> str:
-    """The format ppo asks a saved policy in: ``ppo.text_format``, else the one it was trained on
-    (``chessrl_text_format``), else moves; a format ppo does not play, or another of sft's own
-    formats than the policy's, is one ConfigError."""
-    from pipelines.artifacts import check_asked_format, recorded_text_format
-
-    trained = recorded_text_format(policy_path)
-    text_format = cfg.text_format or trained or "moves"
-    if text_format not in ("moves", "board", "facts"):
-        raise ConfigError(
-            f"ppo.policy (--policy): {policy_path} was trained on the {text_format} format; ppo plays the moves, "
-            "board and facts formats: pass --text-format moves, board or facts to ask it in one of them"
-        )
-    check_asked_format("ppo.text_format (--text-format)", text_format, policy_path, trained)
-    return text_format
-
-
-def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
-    """Every input of ``ppo``, before Ray starts: the opponents, the policy and the reward model
-    (saved folders; then :func:`check_models` on both) and the games table the episodes start
-    from (when given, or when one is there), each unless an earlier phase of the same graph run
-    writes it."""
-    from chessrl.rl.ppo import parse_opponent
-    from pipelines.artifacts import games_table
-
-    cfg = config.ppo
-    opponents = [parse_opponent(o) for o in cfg.opponents]  # the section's own rules are its validators
-    producer = sft_folder(cfg.text_format or "moves")  # a board ppo starts from the board sft
-    policy_path = model_location(
-        cfg.policy, inputs.folder(producer).child("model"), "ppo.policy (--policy)",
-        f"sft --text-format {cfg.text_format}" if producer != "sft" else "sft", produced=inputs.will_write(producer),
-    )  # fmt: skip
-    stockfish = cfg.reward == "stockfish"
-    if stockfish:
-        from chessrl.engine.client import find_stockfish
-
-        find_stockfish()  # the engines that grade the moves
-        reward_path = ""
-    else:
-        reward_path = model_location(
-            cfg.reward_model, inputs.folder("reward").child("model"), "ppo.reward_model (--reward-model)", "reward",
-            produced=inputs.will_write("reward"),
-        )  # fmt: skip
-    facts = None
-    text_format = cfg.text_format or "moves"
-    if cfg.policy or not inputs.will_write(producer):  # the policy is there: its recorded format decides
-        text_format = asked_text_format(cfg, policy_path)
-    if (cfg.policy or not inputs.will_write(producer)) and (
-        stockfish or cfg.reward_model or not inputs.will_write("reward")
-    ):
-        facts = check_models(
-            policy_path, reward_path or None, cfg.max_start_ply + 2 * cfg.max_actions + 2, text_format
-        )
-    source = Storage.from_uri(cfg.games or inputs.folder("prepare").uri_of("games"))
-    if cfg.games or (not inputs.will_write("prepare") and source.exists()):
-        games_table(source)
-    elif cfg.table_positions > 0 and not inputs.will_write("prepare"):
-        raise ConfigError(
-            f"ppo.table_positions (--table-positions) is {cfg.table_positions:g}, but there is no games table at "
-            f"{source.uri} to take the positions from: run `chess-rl prepare` first, pass --games DIR|s3://..., "
-            "or set it to 0"
-        )
-    if cfg.quality_nodes > 0 and cfg.heldout_positions > 0:
-        from chessrl.engine.client import find_stockfish
-
-        find_stockfish()  # the paired move quality at the end needs it: said before any work
-    return PPOInputs(opponents, policy_path, reward_path, facts, text_format)
 
 
 def training_games(context: PhaseContext, cfg: PPOConfig, seed: int) -> list[list[str]] | None:
@@ -330,7 +194,9 @@ def heldout_legal_rates(
     out = {}
     for name, path in models.items():
         model, tokenizer = load_saved_model(path, "policy")
-        out[name] = evaluate_moves(model, tokenizer, positions, text_format=text_format) | {"positions": len(positions)}
+        out[name] = evaluate_moves(model, tokenizer, positions, text_format=text_format) | {
+            "positions": len(positions)
+        }
     return out
 
 
@@ -382,30 +248,61 @@ def ppo_cpus(
     largest = float(share) if share is not None else cap.largest("CPU") or 1.0
     if share is not None and cap.autoscales:  # the collectors go to CPU nodes, each worker to a GPU's
         return collector_cpus, server_cpus, largest, share
-    threads = max(1, min(
-        learner_threads(cpus, collectors * collector_cpus + reward_servers * server_cpus) // workers, int(largest)
-    ))  # fmt: skip
+    threads = max(
+        1,
+        min(
+            learner_threads(cpus, collectors * collector_cpus + reward_servers * server_cpus) // workers,
+            int(largest),
+        ),
+    )
     return collector_cpus, server_cpus, min(learner_cpus / workers, largest), threads
 
 
-def start_actors(context: PhaseContext, found: PPOInputs, collector_cpus: float, server_cpus: float) -> PPOActors:
+def start_actors(
+    context: PhaseContext, found: PPOInputs, collector_cpus: float, server_cpus: float
+) -> PPOActors:
     """The parameter server, the reward servers, an EnginePool when an opponent is Stockfish, and
     the rollout collectors, each collector running (names from an earlier run released first)."""
     import ray
 
     from actors.parameter_server import ParameterServer
-    from actors.reward_server import RewardClient
-    from actors.rollout import RolloutCollector, RolloutSpec
+    from actors.rollout import RolloutCollector
     from cluster.runtime import release_actor_name
 
-    cfg, run, phase = context.config.ppo, context.config.run, context.phase_storage("ppo")
+    cfg, run = context.config.ppo, context.config.run
     namespace = ray.get_runtime_context().namespace
     server_name = f"{run.name}/parameter-server"
-    names = [server_name, *(f"{run.name}/rollout-collector-{i}" for i in range(cfg.collectors)),
-             *(f"{run.name}/reward-server-{i}" for i in range(cfg.reward_servers))]  # fmt: skip
+    names = [
+        server_name,
+        *(f"{run.name}/rollout-collector-{i}" for i in range(cfg.collectors)),
+        *(f"{run.name}/reward-server-{i}" for i in range(cfg.reward_servers)),
+    ]
     for name in names:
         release_actor_name(name, namespace)
     server = ParameterServer.options(name=server_name, namespace=namespace).remote()
+    reward, engine_pool = _start_graders(context, found, server_cpus, namespace)
+    spec = _rollout_spec(context, found, server_name, namespace, reward, engine_pool)
+    collectors = [
+        RolloutCollector.options(name=f"{run.name}/rollout-collector-{i}", num_cpus=collector_cpus).remote(
+            spec, i
+        )
+        for i in range(cfg.collectors)
+    ]
+    runs = [c.run.remote() for c in collectors]
+    return PPOActors(server_name, namespace, server, reward, engine_pool, collectors, runs)
+
+
+def _start_graders(
+    context: PhaseContext, found: PPOInputs, server_cpus: float, namespace: str
+) -> tuple[Any, Any]:
+    """What grades the moves: the reward servers' client, or (``ppo.reward: stockfish``) an
+    EnginePool of ``ppo.reward_servers`` engines, which also plays a Stockfish opponent; else an
+    EnginePool of one engine when an opponent is Stockfish. ``(reward client, engine pool)``,
+    either None."""
+    from actors.reward_server import RewardClient
+    from cluster.runtime import release_actor_name
+
+    cfg, run = context.config.ppo, context.config.run
     reward, engine_pool = None, None
     if cfg.reward == "stockfish":  # the engines grade the moves (and play a Stockfish opponent)
         from actors.engine_pool import EnginePool
@@ -417,46 +314,84 @@ def start_actors(context: PhaseContext, found: PPOInputs, collector_cpus: float,
         )
     else:
         reward = RewardClient.create(
-            found.reward, cfg.reward_servers, run=run.name, num_cpus=server_cpus, threads=1, max_wait_ms=2.0,
+            found.reward,
+            cfg.reward_servers,
+            run=run.name,
+            num_cpus=server_cpus,
+            threads=1,
+            max_wait_ms=2.0,
             num_gpus=cfg.reward_server_gpus,
-        )  # fmt: skip
+        )
     if engine_pool is None and any(o.kind == "stockfish" for o in found.opponents):
         from actors.engine_pool import EnginePool
 
         engine_pool = EnginePool.create(1, 1, run=run.name, num_cpus_per_engine=0.25)
-    spec = RolloutSpec(
-        run=run.name, rollout_uri=phase.uri_of("rollouts"), status_uri=phase.uri_of("collectors"),
-        policy_path=found.policy, settings=ppo_settings(cfg, found.text_format), opponents=tuple(cfg.opponents),
-        phase_uri=phase.uri, concurrent_games=cfg.concurrent_games, max_actions=cfg.max_actions,
-        rounds_per_version=rounds_per_version(cfg), seed=run.seed, server_name=server_name,
+    return reward, engine_pool
+
+
+def _rollout_spec(
+    context: PhaseContext, found: PPOInputs, server_name: str, namespace: str, reward: Any, engine_pool: Any
+) -> RolloutSpec:
+    """The ``RolloutSpec`` every collector of this invocation plays by: the policy, the settings,
+    the opponents, where the shards go, and the parameter server, reward servers and EnginePool
+    it talks to."""
+    from actors.rollout import RolloutSpec
+
+    cfg, run, phase = context.config.ppo, context.config.run, context.phase_storage("ppo")
+    return RolloutSpec(
+        run=run.name,
+        rollout_uri=phase.uri_of("rollouts"),
+        status_uri=phase.uri_of("collectors"),
+        policy_path=found.policy,
+        settings=ppo_settings(cfg, found.text_format),
+        opponents=tuple(cfg.opponents),
+        phase_uri=phase.uri,
+        concurrent_games=cfg.concurrent_games,
+        max_actions=cfg.max_actions,
+        rounds_per_version=rounds_per_version(cfg),
+        seed=run.seed,
+        server_name=server_name,
         namespace=namespace,
-        reward_servers=tuple(f"{run.name}/reward-server-{i}" for i in range(cfg.reward_servers)) if reward else (),
-        engine_pool=engine_pool, stockfish_nodes=cfg.stockfish_nodes, invocation=uuid.uuid4().hex,
-        reward=cfg.reward, reward_nodes=cfg.reward_nodes, max_loss=cfg.max_loss, dead_zone=cfg.dead_zone,
+        reward_servers=tuple(f"{run.name}/reward-server-{i}" for i in range(cfg.reward_servers))
+        if reward
+        else (),
+        engine_pool=engine_pool,
+        stockfish_nodes=cfg.stockfish_nodes,
+        invocation=uuid.uuid4().hex,
+        reward=cfg.reward,
+        reward_nodes=cfg.reward_nodes,
+        max_loss=cfg.max_loss,
+        dead_zone=cfg.dead_zone,
         grade_scale=cfg.grade_scale,
         table_share=cfg.table_positions,
-    )  # fmt: skip
-    collectors = [
-        RolloutCollector.options(name=f"{run.name}/rollout-collector-{i}", num_cpus=collector_cpus).remote(spec, i)
-        for i in range(cfg.collectors)
-    ]
-    runs = [c.run.remote() for c in collectors]
-    return PPOActors(server_name, namespace, server, reward, engine_pool, collectors, runs)
+    )
 
 
 def loop_config(context: PhaseContext, found: PPOInputs, threads: int, actors: PPOActors) -> PPOLoopConfig:
     """The learner loop's config (:func:`train_loop_per_worker` reads it as attributes)."""
     cfg, run = context.config.ppo, context.config.run
     return PPOLoopConfig(
-        phase_uri=context.phase_storage("ppo").uri, policy_path=found.policy, reward_path=found.reward,
-        settings=ppo_settings(cfg, found.text_format), seed=run.seed, iterations=cfg.iterations,
-        episodes_per_iteration=cfg.episodes_per_iteration, max_staleness=cfg.max_staleness,
-        critic_warmup=cfg.critic_warmup, learning_rate=cfg.learning_rate,
-        critic_learning_rate=cfg.critic_learning_rate, checkpoint_interval=cfg.checkpoint_interval,
+        phase_uri=context.phase_storage("ppo").uri,
+        policy_path=found.policy,
+        reward_path=found.reward,
+        settings=ppo_settings(cfg, found.text_format),
+        seed=run.seed,
+        iterations=cfg.iterations,
+        episodes_per_iteration=cfg.episodes_per_iteration,
+        max_staleness=cfg.max_staleness,
+        critic_warmup=cfg.critic_warmup,
+        learning_rate=cfg.learning_rate,
+        critic_learning_rate=cfg.critic_learning_rate,
+        checkpoint_interval=cfg.checkpoint_interval,
         time_limit_s=cfg.time_limit_minutes * 60 if cfg.time_limit_minutes else None,
-        threads=threads, use_gpu=cfg.use_gpu, rollout_reader=cfg.rollout_reader, server_name=actors.server_name,
-        namespace=actors.namespace, tracking_uri=context.tracking.uri, tracking_run_id=context.tracking.run_id,
-    )  # fmt: skip
+        threads=threads,
+        use_gpu=cfg.use_gpu,
+        rollout_reader=cfg.rollout_reader,
+        server_name=actors.server_name,
+        namespace=actors.namespace,
+        tracking_uri=context.tracking.uri,
+        tracking_run_id=context.tracking.run_id,
+    )
 
 
 def run_ppo(context: PhaseContext) -> PhaseResult:
@@ -469,10 +404,13 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
         check_gpus("ppo", cfg.num_workers)
     if cfg.reward_server_gpus and cfg.reward == "model":  # beside the learner's whole GPUs: not shared
         learner = cfg.num_workers if cfg.use_gpu else 0
-        check_gpus("ppo", learner + math.ceil(cfg.reward_servers * cfg.reward_server_gpus - 1e-9),
-                   "ppo.reward_server_gpus",
-                   f"the {cfg.reward_servers} reward server(s) need {cfg.reward_server_gpus:g} GPU each"
-                   + (f" beside the learner's {learner}" if learner else ""))  # fmt: skip
+        check_gpus(
+            "ppo",
+            learner + math.ceil(cfg.reward_servers * cfg.reward_server_gpus - 1e-9),
+            "ppo.reward_server_gpus",
+            f"the {cfg.reward_servers} reward server(s) need {cfg.reward_server_gpus:g} GPU each"
+            + (f" beside the learner's {learner}" if learner else ""),
+        )
     facts = found.facts
     assert facts is not None  # nothing is taken as given here
     pool = start_pool(context, cfg)
@@ -487,11 +425,18 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     learner_cpus, threads = cfg.cpus_per_worker or learner_cpus, cfg.learner_threads or threads
     log(
         f"policy {found.policy}, "
-        + (f"reward model {found.reward}" if found.reward else f"moves graded by Stockfish at {cfg.reward_nodes} nodes on the {cfg.grade_scale} scale")
+        + (
+            f"reward model {found.reward}"
+            if found.reward
+            else f"moves graded by Stockfish at {cfg.reward_nodes} nodes on the {cfg.grade_scale} scale"
+        )
         + f" (vocab {facts['vocab']}, context {facts['context']}); "
         f"{len(pool)} start games; opponents {', '.join(o.text for o in found.opponents)}"
-        + (f"; {cfg.table_positions:.0%} of the episodes one move at a position of {len(table)} training games"
-           if table else "")
+        + (
+            f"; {cfg.table_positions:.0%} of the episodes one move at a position of {len(table)} training games"
+            if table
+            else ""
+        )
     )
     actors = start_actors(context, found, collector_cpus, server_cpus)
     log(
@@ -502,10 +447,16 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
         + (f", at most {cfg.time_limit_minutes:g} min" if cfg.time_limit_minutes else "")
     )
     trainer = torch_trainer(
-        context, "ppo", train_loop_per_worker, loop_config(context, found, threads, actors).train_loop_config(),
-        num_workers=cfg.num_workers, cpus_per_worker=learner_cpus, use_gpu=cfg.use_gpu,
-        progress=(board := ProgressBoard(log, "iteration", cfg.iterations)), **stream_datasets(cfg.rollout_reader, phase.child("rollouts")),
-    )  # fmt: skip
+        context,
+        "ppo",
+        train_loop_per_worker,
+        loop_config(context, found, threads, actors).train_loop_config(),
+        num_workers=cfg.num_workers,
+        cpus_per_worker=learner_cpus,
+        use_gpu=cfg.use_gpu,
+        progress=(board := ProgressBoard(log, "iteration", cfg.iterations)),
+        **stream_datasets(cfg.rollout_reader, phase.child("rollouts")),
+    )
     result, seconds, summaries = fit_then_stop(trainer, board, actors.stop)
     return summarise(context, found.policy, result, seconds, summaries, found.text_format)
 
@@ -540,30 +491,53 @@ def summarise(
         )
         heldout = heldout_legal_rates(context, cfg, {"start": policy_path, "final": final_path}, text_format)
         quality = heldout_quality(
-            context, {"start": policy_path, "final": final_path}, text_format,
-            games=cfg.games, positions=cfg.heldout_positions, nodes=cfg.quality_nodes,
-        )  # fmt: skip
+            context,
+            {"start": policy_path, "final": final_path},
+            text_format,
+            games=cfg.games,
+            positions=cfg.heldout_positions,
+            nodes=cfg.quality_nodes,
+        )
     shards = list_rollout_shards(phase.child("rollouts"))
     learner = json.loads(phase.read_text("learner_state.json")) if phase.exists("learner_state.json") else {}
     starts = [int(s.get("starts", 1)) for s in summaries if "starts" in s]
     first, last = (rows[0], rows[-1]) if rows else ({}, {})
     summary = {
-        "phase": "ppo", "iterations": int(final.get("iteration", 0)), "version": int(final.get("version", 0)),
-        "episodes": int(final.get("episodes_total", 0)), "actions": int(final.get("actions_total", 0)),
-        "stale_dropped": int(final.get("stale_dropped", 0)), "shards_written": len(shards),
+        "phase": "ppo",
+        "iterations": int(final.get("iteration", 0)),
+        "version": int(final.get("version", 0)),
+        "episodes": int(final.get("episodes_total", 0)),
+        "actions": int(final.get("actions_total", 0)),
+        "stale_dropped": int(final.get("stale_dropped", 0)),
+        "shards_written": len(shards),
         "shards_read": len(learner.get("read", [])),
-        "collectors": summaries, "collector_restarts": sum(s - 1 for s in starts),
-        "learn_seconds": round(seconds, 1), "first": first, "last": last,
-        "model": phase.uri_of("model"), "critic": phase.uri_of("critic"), "heldout": heldout,
-        "quality": quality, "start": policy_path, "text_format": text_format,
-    }  # fmt: skip
+        "collectors": summaries,
+        "collector_restarts": sum(s - 1 for s in starts),
+        "learn_seconds": round(seconds, 1),
+        "first": first,
+        "last": last,
+        "model": phase.uri_of("model"),
+        "critic": phase.uri_of("critic"),
+        "heldout": heldout,
+        "quality": quality,
+        "start": policy_path,
+        "text_format": text_format,
+    }
     phase.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))
     lines = summary_lines(summary, cfg, seconds, phase.uri_of("curves.png"), seed=context.config.run.seed)
     return PhaseResult(summary=summary, lines=lines, ok=summary["iterations"] > 0)
 
 
-PHASE = Phase(name="ppo", section="ppo", section_model=PPOConfig, run=run_ppo, check=check_ppo,
-              folder="ppo", summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+PHASE = Phase(
+    name="ppo",
+    section="ppo",
+    section_model=PPOConfig,
+    run=run_ppo,
+    check=check_ppo,
+    folder="ppo",
+    summary=SUMMARY,
+    description=DESCRIPTION,
+)
 main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

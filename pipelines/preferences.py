@@ -71,9 +71,12 @@ def games_location(config: ChessRLConfig, inputs: Inputs) -> Storage:
 def policy_location(config: ChessRLConfig, inputs: Inputs) -> str:
     """The policy's folder or URI; a missing one is one clear StorageError."""
     return model_location(
-        config.preferences.policy, inputs.folder("sft").child("model"), "preferences.policy (--policy)", "sft",
+        config.preferences.policy,
+        inputs.folder("sft").child("model"),
+        "preferences.policy (--policy)",
+        "sft",
         produced=inputs.will_write("sft"),
-    )  # fmt: skip
+    )
 
 
 def check_preferences(config: ChessRLConfig, inputs: Inputs) -> tuple[str, Storage]:
@@ -88,7 +91,6 @@ def check_preferences(config: ChessRLConfig, inputs: Inputs) -> tuple[str, Stora
     if config.preferences.games or not inputs.will_write("prepare"):
         games_table(source)
     return policy, source
-
 
 
 def plan_positions(
@@ -195,14 +197,26 @@ def run_preferences(context: PhaseContext) -> PhaseResult:
     seconds = time.perf_counter() - started
     counts, kinds, phases, gaps = shard_stats(out, [name for name, _ in shards])
     summary = {
-        "phase": "preferences", "games": source.uri, "policy": policy, "text_format": text_format,
+        "phase": "preferences",
+        "games": source.uri,
+        "policy": policy,
+        "text_format": text_format,
         "positions": {"train": len(train), "heldout": len(held)},
         "pairs": {"train": counts.get("train", 0), "heldout": counts.get("heldout", 0)},
-        "made_now": made, "shards": len(shards), "shards_made_now": len(pending), "skipped": dict(totals),
-        "kinds": dict(kinds), "phases": dict(phases), "gap_histogram_cp": gaps,
-        "pairs_per_s": made / seconds if made and seconds > 0 else 0.0, "seconds": round(seconds, 1),
-        "engine_restarts": restarts, "k": cfg.k, "margin_cp": cfg.margin_cp, "nodes": cfg.nodes,
-    }  # fmt: skip
+        "made_now": made,
+        "shards": len(shards),
+        "shards_made_now": len(pending),
+        "skipped": dict(totals),
+        "kinds": dict(kinds),
+        "phases": dict(phases),
+        "gap_histogram_cp": gaps,
+        "pairs_per_s": made / seconds if made and seconds > 0 else 0.0,
+        "seconds": round(seconds, 1),
+        "engine_restarts": restarts,
+        "k": cfg.k,
+        "margin_cp": cfg.margin_cp,
+        "nodes": cfg.nodes,
+    }
     out.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True))
     context.tracking.log_metrics(
         {
@@ -215,9 +229,15 @@ def run_preferences(context: PhaseContext) -> PhaseResult:
 
 
 def make_shards(
-    context: PhaseContext, policy: str, fmt: Any, rule: PairRule, pending: list[tuple[str, list[PrefPosition]]],
-    numbers: dict[str, int], out: Storage, started: float,
-) -> tuple[int, Counter[str], int]:  # fmt: skip
+    context: PhaseContext,
+    policy: str,
+    fmt: Any,
+    rule: PairRule,
+    pending: list[tuple[str, list[PrefPosition]]],
+    numbers: dict[str, int],
+    out: Storage,
+    started: float,
+) -> tuple[int, Counter[str], int]:
     """Start the engine pool and the policy samplers, make every pending shard, stop them.
     Returns the pairs made, the skipped proposals by reason and the engine restarts (pairs/s
     in the log lines count from ``started``)."""
@@ -235,13 +255,17 @@ def make_shards(
         engines, run=f"{run}-preferences", num_cpus_per_engine=0.5, key="preferences.engines", log=context.log
     )
     if cfg.sampler_gpus:
-        check_gpus("preferences", cfg.samplers * cfg.sampler_gpus, "preferences.sampler_gpus",
-                   f"the {cfg.samplers} sampler(s) need {cfg.sampler_gpus:g} GPU each")  # fmt: skip
+        check_gpus(
+            "preferences",
+            cfg.samplers * cfg.sampler_gpus,
+            "preferences.sampler_gpus",
+            f"the {cfg.samplers} sampler(s) need {cfg.sampler_gpus:g} GPU each",
+        )
     samplers = [
         # half a CPU reserved, every core's threads used: it runs while the engines wait for it
-        PolicySampler.options(name=f"{run}/policy-sampler-{i}", num_cpus=0.5, num_gpus=cfg.sampler_gpus).remote(
-            policy, f"{run}/policy-sampler-{i}", threads=cpus
-        )
+        PolicySampler.options(
+            name=f"{run}/policy-sampler-{i}", num_cpus=0.5, num_gpus=cfg.sampler_gpus
+        ).remote(policy, f"{run}/policy-sampler-{i}", threads=cpus)
         for i in range(cfg.samplers)
     ]
     try:
@@ -272,13 +296,18 @@ class ShardMaker:
     def ask(self, positions: list[PrefPosition], index: int) -> list[Any]:
         """The samplers' calls for one shard's positions (``batch_positions`` a call)."""
         cfg = self.cfg
-        chunks = [positions[i : i + cfg.batch_positions] for i in range(0, len(positions), cfg.batch_positions)]
+        chunks = [
+            positions[i : i + cfg.batch_positions] for i in range(0, len(positions), cfg.batch_positions)
+        ]
         return [
             self.samplers[j % len(self.samplers)].propose.remote(
-                [p.asked(self.fmt) for p in chunk], cfg.k, cfg.temperature, self.seed * 1_000_003 + index * 1009 + j
+                [p.asked(self.fmt) for p in chunk],
+                cfg.k,
+                cfg.temperature,
+                self.seed * 1_000_003 + index * 1009 + j,
             )
             for j, chunk in enumerate(chunks)
-        ]  # fmt: skip
+        ]
 
     def make(
         self, pending: list[tuple[str, list[PrefPosition]]], numbers: dict[str, int], started: float
@@ -336,11 +365,15 @@ def shard_stats(
         counts[name.split("/")[0]] = counts.get(name.split("/")[0], 0) + table.num_rows
         kinds.update(table.column("kind").to_pylist())
         phases.update(table.column("phase").to_pylist())
-        chosen, rejected = table.column("chosen_score").to_pylist(), table.column("rejected_score").to_pylist()
+        chosen, rejected = (
+            table.column("chosen_score").to_pylist(),
+            table.column("rejected_score").to_pylist(),
+        )
         for gap in (c - r for c, r in zip(chosen, rejected, strict=True)):
             gaps[next((i for i, edge in enumerate(GAP_EDGES) if gap < edge), len(GAP_EDGES) - 1)] += 1
     histogram = {
-        f"<{edge}" if edge < GAP_EDGES[-1] else f">={GAP_EDGES[-2]}": n for edge, n in zip(GAP_EDGES, gaps, strict=True)
+        f"<{edge}" if edge < GAP_EDGES[-1] else f">={GAP_EDGES[-2]}": n
+        for edge, n in zip(GAP_EDGES, gaps, strict=True)
     }
     return counts, kinds, phases, histogram
 
@@ -363,8 +396,15 @@ def summary_lines(summary: dict[str, Any], out: Storage) -> list[str]:
 
 
 PHASE = Phase(
-    name="preferences", section="preferences", section_model=PreferencesConfig, run=run_preferences, check=check_preferences,
-    folder="preferences", summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+    name="preferences",
+    section="preferences",
+    section_model=PreferencesConfig,
+    run=run_preferences,
+    check=check_preferences,
+    folder="preferences",
+    summary=SUMMARY,
+    description=DESCRIPTION,
+)
 main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

@@ -518,8 +518,14 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 
 
 PHASE = Phase(
-    name="prepare", section="prepare", section_model=PrepareConfig, run=run_prepare, check=check_prepare,
-    summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+    name="prepare",
+    section="prepare",
+    section_model=PrepareConfig,
+    run=run_prepare,
+    check=check_prepare,
+    summary=SUMMARY,
+    description=DESCRIPTION,
+)
 main = PHASE.main
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")

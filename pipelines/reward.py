@@ -102,13 +102,16 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     setup = trl_learner.worker_setup(cfg)
     rows = trl_learner.ShardRows(ray.train.get_dataset_shard("train"), cfg.seed, PAIR_COLUMNS)
     args = trl_learner.training_arguments(
-        TrlRewardConfig, cfg, "reward", setup,
+        TrlRewardConfig,
+        cfg,
+        "reward",
+        setup,
         weight_decay=cfg.weight_decay,
         center_rewards_coefficient=cfg.center_rewards_coefficient,
         max_length=None,  # too-long pairs were dropped (and counted) before the split
         logging_steps=trl_learner.logging_divisor(cfg.eval_every),  # a loss logged at each evaluation's step
         activation_checkpointing=False,  # (gradient_checkpointing: a deprecated alias that warns)
-    )  # fmt: skip
+    )
     train = trl_learner.stream_dataset(rows, PAIR_COLUMNS)
     trainer = ShardRewardTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer)
     trl_learner.train_with_trl(trainer, "reward", cfg, setup, RewardEval(cfg, setup, tokenizer.pad_token_id))
@@ -349,11 +352,15 @@ def normalizer_scores(model: Any, sample: list[dict[str, Any]], pad_id: int) -> 
     was_training = model.training
     model.eval()
     try:
-        scores = score_ids(model, [p["chosen_ids"] for p in sample] + [p["rejected_ids"] for p in sample], pad_id)
+        scores = score_ids(
+            model, [p["chosen_ids"] for p in sample] + [p["rejected_ids"] for p in sample], pad_id
+        )
     finally:
         model.train(was_training)
-    return {"reward_mean": statistics.fmean(scores),
-            "reward_std": statistics.pstdev(scores) if len(scores) > 1 else 1.0}  # fmt: skip
+    return {
+        "reward_mean": statistics.fmean(scores),
+        "reward_std": statistics.pstdev(scores) if len(scores) > 1 else 1.0,
+    }
 
 
 def normalizer_stats(checkpoint: Any, sample: list[dict[str, Any]], name: str) -> tuple[float, float]:
@@ -381,9 +388,12 @@ class RewardData:
 
 
 def reward_data(
-    context: PhaseContext, preferences: tuple[Storage, list[str], list[str], set[str]], tokenizer: Any,
-    max_length: int, text_format: str,
-) -> RewardData:  # fmt: skip
+    context: PhaseContext,
+    preferences: tuple[Storage, list[str], list[str], set[str]],
+    tokenizer: Any,
+    max_length: int,
+    text_format: str,
+) -> RewardData:
     """The preference pairs tokenized in Ray Data in the judge's ``text_format``: those that fit
     the model's context for training, the held-out ones (the table's held-out files, else its
     held-out boards), the Spearman positions and the sample for the normalisation."""
@@ -475,10 +485,16 @@ def loop_config(context: PhaseContext, base: str, data: RewardData) -> RewardLoo
     normalisation sample of ``data``."""
     cfg = context.config.reward
     return RewardLoopConfig.from_section(
-        context, cfg, base_model=base, weight_decay=cfg.weight_decay,
-        center_rewards_coefficient=cfg.center_rewards_coefficient, world_size=cfg.num_workers,
-        heldout=data.held_rows, spearman=data.spearman, normalize_sample=data.sample,
-    )  # fmt: skip
+        context,
+        cfg,
+        base_model=base,
+        weight_decay=cfg.weight_decay,
+        center_rewards_coefficient=cfg.center_rewards_coefficient,
+        world_size=cfg.num_workers,
+        heldout=data.held_rows,
+        spearman=data.spearman,
+        normalize_sample=data.sample,
+    )
 
 
 def run_reward(context: PhaseContext) -> PhaseResult:
@@ -519,9 +535,13 @@ def run_reward(context: PhaseContext) -> PhaseResult:
     if "reward_mean" in reported and "reward_std" in reported:  # measured by the learner at its last step
         mean, std = float(reported["reward_mean"]), float(reported["reward_std"])
     else:
-        context.log(f"scoring {len(data.sample):,} training pairs for the reward's mean and std (its normalisation)")
+        context.log(
+            f"scoring {len(data.sample):,} training pairs for the reward's mean and std (its normalisation)"
+        )
         name = RayTrainReportCallback.CHECKPOINT_NAME
-        mean, std = ray.get(ray.remote(num_cpus=1)(normalizer_stats).remote(result.checkpoint, data.sample, name))
+        mean, std = ray.get(
+            ray.remote(num_cpus=1)(normalizer_stats).remote(result.checkpoint, data.sample, name)
+        )
     model_out = trl_learner.export_model(
         context, "reward", result, lambda folder: add_normalizer(folder, mean, std, text_format)
     )
@@ -529,27 +549,45 @@ def run_reward(context: PhaseContext) -> PhaseResult:
     context.tracking.log_metrics({**metrics, "reward_mean": mean, "reward_std": std})
     summary = trl_learner.learner_summary(
         {
-            "phase": "reward", "preferences": data.source.uri, "base_model": base, "text_format": text_format,
-            "train_pairs": data.train_pairs, "heldout_pairs": len(data.held_rows),
-            "too_long_pairs": data.too_long, "spearman_positions": len(data.spearman),
+            "phase": "reward",
+            "preferences": data.source.uri,
+            "base_model": base,
+            "text_format": text_format,
+            "train_pairs": data.train_pairs,
+            "heldout_pairs": len(data.held_rows),
+            "too_long_pairs": data.too_long,
+            "spearman_positions": len(data.spearman),
         },
         metrics,
         {
             "train_accuracy": metrics.get("accuracy"),
-            **{k: metrics.get(k) for k in ("heldout_accuracy", "heldout_accuracy_legal", "heldout_accuracy_random")},
+            **{
+                k: metrics.get(k)
+                for k in ("heldout_accuracy", "heldout_accuracy_legal", "heldout_accuracy_random")
+            },
             "heldout_spearman": metrics.get("heldout_spearman"),
             **{k: metrics.get(k) for k in JUDGE_KEYS},
             "train_pairs_per_s": metrics.get("train_pairs_per_s"),
-            "reward_mean": mean, "reward_std": std,
+            "reward_mean": mean,
+            "reward_std": std,
         },
-        model_out, seconds,
-    )  # fmt: skip
+        model_out,
+        seconds,
+    )
     trl_learner.write_summary(context, "reward", summary)
     return PhaseResult(summary=summary, lines=summary_lines(summary, seconds), ok=True)
 
 
-PHASE = Phase(name="reward", section="reward", section_model=RewardConfig, run=run_reward, check=check_reward,
-              folder="reward", summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+PHASE = Phase(
+    name="reward",
+    section="reward",
+    section_model=RewardConfig,
+    run=run_reward,
+    check=check_reward,
+    folder="reward",
+    summary=SUMMARY,
+    description=DESCRIPTION,
+)
 main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

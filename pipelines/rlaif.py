@@ -49,12 +49,11 @@ from typing import Any
 from cluster.capacity import read_capacity
 from cluster.config import flatten
 from cluster.errors import ConfigError, UserError
-from cluster.graph import Graph, Manifest, Manifests, Node, state_table
+from cluster.graph import Graph, Manifest, Manifests, state_table
 from cluster.progress import clock
 from cluster.runtime import quiet_driver, ray_session
 from cluster.storage import Storage
 from cluster.tracking import Tracker, write_json_artifact
-from pipelines.artifacts import ONLINE_DPO
 from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, RlaifConfig
 from pipelines.phase import (
@@ -71,59 +70,19 @@ from pipelines.phase import (
     phase_logger,
     resolve_config,
 )
-
-#: The graph: each phase and the phases whose outputs it reads.
-NODES: tuple[Node, ...] = (
-    Node("prepare"),
-    Node("sft", ("prepare",)),
-    Node("preferences", ("prepare", "sft")),
-    Node("reward", ("preferences", "sft")),
-    Node("ppo", ("prepare", "sft", "reward")),
-    Node("grpo", ("prepare", "sft")),
-    Node("dpo", ("prepare", "sft", "preferences")),
-    Node("evaluate", ("sft", "ppo", "grpo", "dpo")),
+from pipelines.rlaif_graph import BOARD_SFT as BOARD_SFT
+from pipelines.rlaif_graph import FORMAT_SFT as FORMAT_SFT
+from pipelines.rlaif_graph import NODES as NODES
+from pipelines.rlaif_graph import ROOKWORLD_SFT as ROOKWORLD_SFT
+from pipelines.rlaif_graph import (
+    comparison_players,
+    graph_nodes,
+    node_config,
+    node_keys,
+    output_folder,
+    phase_module,
 )
-#: The extra node of a rookworld grpo with no policy of its own: ``sft --text-format rookworld``.
-ROOKWORLD_SFT = "sft-rookworld"
-#: ... and of a board grpo: ``sft --text-format board``.
-BOARD_SFT = "sft-board"
-#: The extra sft node each grpo text format starts from (the moves format uses the graph's sft).
-FORMAT_SFT = {"rookworld": ROOKWORLD_SFT, "board": BOARD_SFT}
-
-
-def graph_nodes(config: ChessRLConfig) -> tuple[Node, ...]:
-    """:data:`NODES`, with grpo starting from an sft of its own text format (an extra node, the
-    ``sft`` phase with ``text_format: rookworld`` or ``board``) when ``grpo.text_format`` is not
-    moves and no ``grpo.policy`` is given, or from a given policy (then it reads only the
-    games). A board grpo's start also plays in the comparison, so evaluate reads it too. With
-    ``rlaif.online_dpo``, an ``online-dpo`` node (grpo with ``loss_type: dpo``) needs what grpo
-    needs, and evaluate reads it; a ppo graded by Stockfish (``ppo.reward: stockfish``) does not
-    need the reward model, and a board ppo (``ppo.text_format: board``, no ``ppo.policy``) starts
-    from the sft-board node instead of sft. A judge nothing reads is not trained: with
-    ``ppo.reward: stockfish`` the graph has no reward node (``chess-rl reward`` trains one alone)."""
-    out: list[Node] = []
-    extra = None if config.grpo.policy else FORMAT_SFT.get(config.grpo.text_format)
-    board_ppo = ppo_board_start(config)
-    for n in NODES:
-        if n.name == "ppo" and board_ppo:  # the board sft node, before ppo (and grpo) read it
-            out.append(Node(BOARD_SFT, ("prepare",)))
-        if n.name == "grpo":
-            grpo = Node("grpo", ("prepare",) + ((extra,) if extra else () if config.grpo.policy else ("sft",)))
-            out += [Node(extra, ("prepare",))] if extra and not (board_ppo and extra == BOARD_SFT) else []
-            out.append(grpo)
-            if config.rlaif.online_dpo:
-                out.append(Node(ONLINE_DPO, grpo.needs))
-        elif n.name == "ppo":
-            needs = tuple(x for x in n.needs if x != "reward" or config.ppo.reward != "stockfish")
-            out.append(Node("ppo", tuple(BOARD_SFT if x == "sft" and board_ppo else x for x in needs)))
-        elif n.name == "evaluate":
-            needs = n.needs + ((BOARD_SFT,) if extra == BOARD_SFT or board_ppo else ())
-            out.append(Node("evaluate", needs + ((ONLINE_DPO,) if config.rlaif.online_dpo else ())))
-        else:
-            out.append(n)
-    read = {need for node in out for need in node.needs}
-    return tuple(n for n in out if n.name != "reward" or "reward" in read)
-
+from pipelines.rlaif_graph import ppo_board_start as ppo_board_start
 
 DESCRIPTION = """Runs prepare -> sft -> preferences -> reward -> ppo, preferences -> dpo and sft -> grpo, then an
 evaluate of the ppo, grpo and dpo policies against the sft start, on one Ray session. A phase whose manifest
@@ -135,92 +94,6 @@ Examples:
   chess-rl rlaif --config tiny
   chess-rl rlaif --only ppo evaluate --set ppo.kl_coef=0.1
   chess-rl rlaif --from ppo --force ppo"""
-
-
-def phase_module(name: str) -> Phase:
-    """The ``Phase`` of ``pipelines.<name>`` (``sft-rookworld``, ``sft-board``: the sft phase;
-    ``online-dpo``: the grpo phase)."""
-    import importlib
-
-    name = "sft" if name in FORMAT_SFT.values() else "grpo" if name == ONLINE_DPO else name
-    return importlib.import_module(f"pipelines.{name}").PHASE  # type: ignore[no-any-return]
-
-
-def ppo_board_start(config: ChessRLConfig) -> bool:
-    """Whether ppo starts from the graph's sft-board node: it reads the board format and is
-    given no policy of its own."""
-    return config.ppo.text_format == "board" and not config.ppo.policy
-
-
-def node_config(config: ChessRLConfig, name: str, run_storage: Storage) -> ChessRLConfig:
-    """The config a node runs with: the same config, except that ``sft-rookworld`` trains the
-    rookworld format and ``evaluate`` compares this run's ppo, grpo and dpo policies with the sft
-    start and a random mover."""
-    for text_format, node in FORMAT_SFT.items():
-        if name == node:
-            return config.model_copy(update={"sft": config.sft.model_copy(update={"text_format": text_format})})
-    if name == ONLINE_DPO:
-        return config.model_copy(update={"grpo": config.grpo.model_copy(update={"loss_type": "dpo"})})
-    if name != "evaluate":
-        return config
-    players, _, starts = comparison_players(config, run_storage)
-    index = {p: i for i, p in enumerate(players)}
-    pairs = [f"{index[rl]}-{index[start]}" for rl, start in starts.items()]
-    pairs += [f"{i}-{index['random']}" for i, p in enumerate(players) if p != "random"]
-    evaluate = config.evaluate.model_copy(
-        update={"players": players, "mode": "round_robin", "pairs": pairs, "games": config.rlaif.compare_games,
-                "adjudicate_cp": config.rlaif.compare_adjudicate_cp}
-    )  # fmt: skip
-    return config.model_copy(update={"evaluate": evaluate})
-
-
-def comparison_players(
-    config: ChessRLConfig, run_storage: Storage
-) -> tuple[list[str], dict[str, str], dict[str, str]]:
-    """The comparison's players (the ppo, grpo, online-dpo (with ``rlaif.online_dpo``) and dpo
-    policies, the sft start, a board grpo's or board ppo's sft-board start, a random mover;
-    language models masked), their printed names, and each RL policy's start. Each RL policy plays its start and the random mover, each start the random mover."""
-
-    def model(phase: str) -> str:
-        folder = run_storage.child(phase).child("model")
-        return f"lm:{folder.root if folder.is_local else folder.uri},masked"
-
-    ppo, grpo, dpo, sft = model("ppo"), model("grpo"), model("dpo"), model("sft")
-    labels = {ppo: "ppo", grpo: "grpo", dpo: "dpo", sft: "sft"}
-    starts = {ppo: sft, grpo: sft, dpo: sft}
-    players = [ppo, grpo, dpo, sft]
-    board_grpo = config.grpo.text_format == "board" and not config.grpo.policy
-    if board_grpo or ppo_board_start(config):  # the board start plays too
-        board = model(BOARD_SFT)
-        players.append(board)
-        labels[board] = BOARD_SFT
-        if board_grpo:
-            starts[grpo] = board
-        if ppo_board_start(config):
-            starts[ppo] = board
-    if config.rlaif.online_dpo:  # beside grpo, from grpo's start
-        online = model(ONLINE_DPO)
-        players.insert(players.index(grpo) + 1, online)
-        labels[online], starts[online] = ONLINE_DPO, starts[grpo]
-    return [*players, "random"], labels, starts
-
-
-def node_keys(graph: Graph, config: ChessRLConfig, run_storage: Storage) -> dict[str, str]:
-    """Each node's key from its config section, the run's seed, sft's held-out split (which
-    preferences, ppo and grpo read too) and its inputs' keys."""
-    configs = {}
-    for name in graph.order():
-        section = getattr(node_config(config, name, run_storage), phase_module(name).section)
-        configs[name] = {"section": section.model_dump(mode="json"), "seed": config.run.seed,
-                         "heldout_fraction": config.sft.heldout_fraction}  # fmt: skip
-    return graph.keys(configs)
-
-
-def output_folder(config: ChessRLConfig, name: str) -> str:
-    """The folder under the run that holds a node's outputs and its own checkpoints."""
-    if name == "evaluate":
-        return f"evaluate/{config.evaluate.name}"
-    return name
 
 
 @dataclass
@@ -291,9 +164,10 @@ class GraphRun:
                 st.seconds = found.seconds if found else None
         for name in self.selected:
             missing = [
-                n for n in self.graph.nodes[name].needs
+                n
+                for n in self.graph.nodes[name].needs
                 if n not in self.selected and not self.manifests.is_done(n, self.keys[n])
-            ]  # fmt: skip
+            ]
             st = self.states[name]
             if missing and st.state == "pending":
                 st.state = "blocked"
@@ -396,8 +270,10 @@ class GraphRun:
             self.manifests.mark_started(node, "")
         folder = output_folder(self.config, name)
         if stale and self.run_storage.exists(folder):
-            self.log(f"phase {name}: {'forced' if name in self.forced else 'its config or an input changed'}: "
-                     f"clearing {self.run_storage.uri_of(folder)}")  # fmt: skip
+            self.log(
+                f"phase {name}: {'forced' if name in self.forced else 'its config or an input changed'}: "
+                f"clearing {self.run_storage.uri_of(folder)}"
+            )
             self.run_storage.delete(folder)
         self.manifests.mark_started(name, key)
 
@@ -413,9 +289,12 @@ class GraphRun:
         self.folder.write_text("graph.json", json.dumps({"nodes": self.rows(), "keys": self.keys}, indent=1))
         self.folder.write_text(
             "graph.md",
-            "# rlaif graph\n\n```mermaid\n" + self.graph.mermaid(states) + "```\n\n"
-            + "\n".join(f"    {line}" for line in state_table(self.rows())) + "\n",
-        )  # fmt: skip
+            "# rlaif graph\n\n```mermaid\n"
+            + self.graph.mermaid(states)
+            + "```\n\n"
+            + "\n".join(f"    {line}" for line in state_table(self.rows()))
+            + "\n",
+        )
 
 
 def check_inputs(graph_run: GraphRun) -> None:
@@ -480,8 +359,11 @@ def judge_lines(config: ChessRLConfig, run_storage: Storage) -> list[str]:
     from chessrl.rl.reward import judge_line
 
     if config.ppo.reward != "model":
-        return ["", "The judge (a reward model): not trained, no phase reads it (ppo grades with Stockfish); "
-                "its bar and figures: docs/results.md, `chess-rl reward` trains one"]  # fmt: skip
+        return [
+            "",
+            "The judge (a reward model): not trained, no phase reads it (ppo grades with Stockfish); "
+            "its bar and figures: docs/results.md, `chess-rl reward` trains one",
+        ]
     folder = run_storage.child(output_folder(config, "reward"))
     if not folder.exists("summary.json"):
         return []
@@ -491,6 +373,42 @@ def judge_lines(config: ChessRLConfig, run_storage: Storage) -> list[str]:
 
 def _jsonable(summary: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(summary, default=str))
+
+
+def _log_graph(parent: Any, graph_run: GraphRun) -> None:
+    """Log the graph's nodes and keys (``rlaif_graph.json``) and, in an active MLflow run, its
+    picture (``rlaif_graph.md``) to the invocation's parent run."""
+    write_json_artifact(parent, {"nodes": graph_run.rows(), "keys": graph_run.keys}, "rlaif_graph.json")
+    if parent.active:
+        with tempfile.TemporaryDirectory() as tmp:
+            picture = os.path.join(tmp, "rlaif_graph.md")
+            with open(picture, "w") as handle:
+                handle.write(graph_run.folder.read_text("graph.md"))
+            parent.log_artifact(picture)
+
+
+def _print_outcome(config: ChessRLConfig, run_storage: Storage, graph_run: GraphRun, tracker: Any) -> None:
+    """After the graph ran: the comparison of its models (once evaluate is done or skipped, also
+    written to ``comparison.md``), one error line per selected phase that failed or was blocked,
+    where the graph's state is, and the MLflow run."""
+    if graph_run.states["evaluate"].state in ("done", "skipped"):
+        table = comparison(config, run_storage)
+        for line in table:
+            print(line, flush=True)
+        graph_run.folder.write_text("comparison.md", "\n".join(["```", *table, "```"]) + "\n")
+    failed = [
+        s
+        for s in graph_run.states.values()
+        if s.state in ("failed", "blocked") and s.node in graph_run.selected
+    ]
+    for s in failed:
+        print(f"error: rlaif: phase {s.node} {s.state}: {s.note}", file=sys.stderr, flush=True)
+    print(f"rlaif: graph state in {graph_run.folder.uri_of('graph.md')}", flush=True)
+    if tracker.enabled and tracker.uri:
+        print(
+            f"mlflow: run {tracker.parent_run_id} in experiment {config.tracking.experiment!r}",
+            flush=True,
+        )
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
@@ -533,9 +451,12 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
                     node = phase_module(name)
                     with tracker.phase(name, flatten(node_cfg)) as tracking:
                         context = PhaseContext(
-                            config=node_cfg, run_storage=run_storage, tracking=tracking, ray=ray_info,
+                            config=node_cfg,
+                            run_storage=run_storage,
+                            tracking=tracking,
+                            ray=ray_info,
                             log=phase_logger(name),
-                        )  # fmt: skip
+                        )
                         result = execute(node, context)
                     for line in result.lines:
                         print(line, flush=True)
@@ -543,33 +464,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
 
                 graph_run.run_node = run_node
                 ok = graph_run.run()
-                write_json_artifact(
-                    parent, {"nodes": graph_run.rows(), "keys": graph_run.keys}, "rlaif_graph.json"
-                )
-                if parent.active:
-                    with tempfile.TemporaryDirectory() as tmp:
-                        picture = os.path.join(tmp, "rlaif_graph.md")
-                        with open(picture, "w") as handle:
-                            handle.write(graph_run.folder.read_text("graph.md"))
-                        parent.log_artifact(picture)
-        if graph_run.states["evaluate"].state in ("done", "skipped"):
-            table = comparison(config, run_storage)
-            for line in table:
-                print(line, flush=True)
-            graph_run.folder.write_text("comparison.md", "\n".join(["```", *table, "```"]) + "\n")
-        failed = [
-            s
-            for s in graph_run.states.values()
-            if s.state in ("failed", "blocked") and s.node in graph_run.selected
-        ]
-        for s in failed:
-            print(f"error: rlaif: phase {s.node} {s.state}: {s.note}", file=sys.stderr, flush=True)
-        print(f"rlaif: graph state in {graph_run.folder.uri_of('graph.md')}", flush=True)
-        if tracker.enabled and tracker.uri:
-            print(
-                f"mlflow: run {tracker.parent_run_id} in experiment {config.tracking.experiment!r}",
-                flush=True,
-            )
+                _log_graph(parent, graph_run)
+        _print_outcome(config, run_storage, graph_run, tracker)
         return EXIT_OK if ok else EXIT_EMPTY
 
     return exit_code(body)

@@ -45,15 +45,23 @@ def play_gate(
     games = play_batched_match(
         SearchSide("new", NetworkEvaluator(candidate), search),
         SearchSide("best", NetworkEvaluator(best), search),
-        openings, max_plies=max_plies, seed=seed + iteration,
-    )  # fmt: skip
+        openings,
+        max_plies=max_plies,
+        seed=seed + iteration,
+    )
     return match_record(games, "new")
 
 
 def evaluate_chunk(
-    best_state: dict[str, Any], gen0_state: dict[str, Any], net: dict[str, Any], mcts: dict[str, Any],
-    opponent: str, openings: list[Any], max_plies: int, seed: int,
-) -> list[dict[str, Any]]:  # fmt: skip
+    best_state: dict[str, Any],
+    gen0_state: dict[str, Any],
+    net: dict[str, Any],
+    mcts: dict[str, Any],
+    opponent: str,
+    openings: list[Any],
+    max_plies: int,
+    seed: int,
+) -> list[dict[str, Any]]:
     """A Ray task: the best network (MCTS, no noise) against ``random`` or ``gen0`` from ``openings``."""
     import torch
 
@@ -79,9 +87,13 @@ def evaluate_chunk(
 
 
 def start_evaluation(
-    cfg: SelfplayConfig, seed: int, cpus: int, networks: tuple[dict[str, Any], dict[str, Any]],
-    net: dict[str, Any], mcts: dict[str, Any],
-) -> dict[str, list[Any]]:  # fmt: skip
+    cfg: SelfplayConfig,
+    seed: int,
+    cpus: int,
+    networks: tuple[dict[str, Any], dict[str, Any]],
+    net: dict[str, Any],
+    mcts: dict[str, Any],
+) -> dict[str, list[Any]]:
     """The evaluation's Ray tasks, by opponent: ``eval_games`` games against each, in up to
     ``cpus`` chunks (``networks``: the saved best and generation-0 networks)."""
     import ray
@@ -94,8 +106,16 @@ def start_evaluation(
     for opponent, opening_seed in (("random", seed + 101), ("gen0", seed + 202)):
         openings = random_openings(math.ceil(cfg.eval_games / 2), 2, seed=opening_seed)
         pending[opponent] = [
-            task.remote(networks[0]["model"], networks[1]["model"], net, mcts, opponent, openings[i::chunks],
-                        cfg.eval_max_plies, opening_seed + i)  # fmt: skip
+            task.remote(
+                networks[0]["model"],
+                networks[1]["model"],
+                net,
+                mcts,
+                opponent,
+                openings[i::chunks],
+                cfg.eval_max_plies,
+                opening_seed + i,
+            )
             for i in range(chunks)
             if openings[i::chunks]
         ]
@@ -110,17 +130,26 @@ def opponent_result(games: list[Any]) -> dict[str, Any]:
     wins, draws, losses = match_record(games, "selfplay")
     elo = match_elo(wins, draws, losses)
     return {
-        "games": len(games), "wins": wins, "draws": draws, "losses": losses,
+        "games": len(games),
+        "wins": wins,
+        "draws": draws,
+        "losses": losses,
         "score": (wins + 0.5 * draws) / max(1, len(games)),
-        "elo": elo.elo, "elo_low": elo.low, "elo_high": elo.high,
+        "elo": elo.elo,
+        "elo_low": elo.low,
+        "elo_high": elo.high,
         "terminations": dict(Counter(g.termination for g in games)),
-    }  # fmt: skip
+    }
 
 
 def final_evaluation(
-    context: PhaseContext, phase: Storage, cpus: int, networks: tuple[dict[str, Any], dict[str, Any]],
-    net: dict[str, Any], mcts: dict[str, Any],
-) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+    context: PhaseContext,
+    phase: Storage,
+    cpus: int,
+    networks: tuple[dict[str, Any], dict[str, Any]],
+    net: dict[str, Any],
+    mcts: dict[str, Any],
+) -> tuple[dict[str, Any], list[str]]:
     """The best network against a random mover and against its generation-0 self
     (``eval_games`` each, as Ray tasks; ``networks``: the saved best and generation-0 networks,
     ``net`` and ``mcts`` their config and search): the results by opponent and their summary
@@ -142,7 +171,9 @@ def final_evaluation(
     for opponent, refs in pending.items():
         games = [ArenaGame.from_dict(d) for chunk in ray.get(refs) for d in chunk]
         evaluation[opponent] = e = opponent_result(games)
-        pgn += [game_pgn(g, event=f"selfplay {run.name}: best v{best['version']} vs {opponent}") for g in games]
+        pgn += [
+            game_pgn(g, event=f"selfplay {run.name}: best v{best['version']} vs {opponent}") for g in games
+        ]
         ended = Counter(e["terminations"]).most_common()
         lines.append(
             f"  vs {opponent:<9} +{e['wins']} ={e['draws']} -{e['losses']}  score {e['score']:.1%}, "
@@ -152,9 +183,14 @@ def final_evaluation(
     phase.write_text("eval/games.pgn", "\n\n".join(pgn) + "\n")
     phase.write_text("eval/results.json", json.dumps(json_safe(evaluation), indent=2, sort_keys=True))
     context.tracking.log_metrics(
-        {f"eval_{opp}_{k}": v for opp, e in evaluation.items() if isinstance(e, dict)
-         for k, v in e.items() if isinstance(v, (int, float)) and math.isfinite(v)}
-    )  # fmt: skip
+        {
+            f"eval_{opp}_{k}": v
+            for opp, e in evaluation.items()
+            if isinstance(e, dict)
+            for k, v in e.items()
+            if isinstance(v, (int, float)) and math.isfinite(v)
+        }
+    )
     return evaluation, lines
 
 

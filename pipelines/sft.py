@@ -259,11 +259,20 @@ def loop_config(context: PhaseContext, found: SftInputs, split: SftSplit, batch_
     and soft targets of ``found``, the held-out positions of ``split``."""
     cfg = context.config.sft
     return SftLoopConfig.from_section(
-        context, cfg, model=cfg.model, base_model=cfg.base_model, batch_size=batch_size,
-        max_length=cfg.max_length, gradient_checkpointing=cfg.gradient_checkpointing,
-        torch_compile=cfg.torch_compile, dropout=cfg.dropout, legal_loss_weight=found.legal_weight,
-        soft_targets=found.annotations is not None, text_format=cfg.text_format, heldout=list(split.heldout),
-    )  # fmt: skip
+        context,
+        cfg,
+        model=cfg.model,
+        base_model=cfg.base_model,
+        batch_size=batch_size,
+        max_length=cfg.max_length,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        torch_compile=cfg.torch_compile,
+        dropout=cfg.dropout,
+        legal_loss_weight=found.legal_weight,
+        soft_targets=found.annotations is not None,
+        text_format=cfg.text_format,
+        heldout=list(split.heldout),
+    )
 
 
 def run_sft(context: PhaseContext) -> PhaseResult:
@@ -276,16 +285,22 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     if cfg.use_gpu:  # before the data pass and the batch-size probe, which would wait for one
         check_gpus("sft", cfg.num_workers)
     split = split_heldout(context, found, folder)
-    dataset, blocks, game_tokens, truncated, positions = training_data(cfg, found, split, context.config.run.seed, log)
+    dataset, blocks, game_tokens, truncated, positions = training_data(
+        cfg, found, split, context.config.run.seed, log
+    )
     cpus_per_worker = trl_learner.learner_cpus(cfg)
     batch_size = cfg.batch_size
     if batch_size == "auto":
         from pipelines.batch_size import auto_batch_size
 
         batch_size = auto_batch_size(
-            cfg.base_model or f"preset:{cfg.model}", cfg.max_length, log=log, use_gpu=cfg.use_gpu,
-            share=cfg.auto_batch_memory_share, cpus=cpus_per_worker,
-        )  # fmt: skip
+            cfg.base_model or f"preset:{cfg.model}",
+            cfg.max_length,
+            log=log,
+            use_gpu=cfg.use_gpu,
+            share=cfg.auto_batch_memory_share,
+            cpus=cpus_per_worker,
+        )
     log(
         f"{blocks:,} blocks of {cfg.max_length} tokens: {game_tokens:,} game tokens per epoch, "
         f"{1 - game_tokens / (blocks * cfg.max_length):.1%} padding"
@@ -303,10 +318,14 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     context.tracking.log_metrics(metrics)
     summary = trl_learner.learner_summary(
         {
-            "phase": "sft", "games": found.games.uri, "train_games": len(split.train_rows),
-            "heldout_games": len(split.held_rows), "duplicate_games": split.duplicates,
+            "phase": "sft",
+            "games": found.games.uri,
+            "train_games": len(split.train_rows),
+            "heldout_games": len(split.held_rows),
+            "duplicate_games": split.duplicates,
             "annotated_positions": positions if found.annotations is not None else None,
-            "heldout_positions": len(split.heldout), "batch_size": batch_size,
+            "heldout_positions": len(split.heldout),
+            "batch_size": batch_size,
         },
         metrics,
         {
@@ -317,14 +336,23 @@ def run_sft(context: PhaseContext) -> PhaseResult:
             "legal_loss_weight": found.legal_weight,
             **{k: metrics.get(k) for k in ("legal_mass", "heldout_legal_rate", "heldout_top1_agreement")},
         },
-        model_out, seconds,
-    )  # fmt: skip
+        model_out,
+        seconds,
+    )
     trl_learner.write_summary(context, folder, summary)
     return PhaseResult(summary=summary, lines=summary_lines(summary, seconds, cfg.num_workers), ok=True)
 
 
-PHASE = Phase(name="sft", section="sft", section_model=SftConfig, run=run_sft, check=check_sft,
-              folder=lambda c: sft_folder(c.sft.text_format), summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+PHASE = Phase(
+    name="sft",
+    section="sft",
+    section_model=SftConfig,
+    run=run_sft,
+    check=check_sft,
+    folder=lambda c: sft_folder(c.sft.text_format),
+    summary=SUMMARY,
+    description=DESCRIPTION,
+)
 main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

@@ -203,7 +203,9 @@ def packed_blocks(texts: list[dict[str, str]], cfg: SftConfig, found: SftInputs)
                 "tokenizer": found.tokenizer,
                 "block": cfg.max_length,
                 "legal": found.legal_moves,
-                "answer_after": answer_token(found.tokenizer) if cfg.text_format in POSITION_FORMATS else None,
+                "answer_after": answer_token(found.tokenizer)
+                if cfg.text_format in POSITION_FORMATS
+                else None,
             },
             batch_size=512,
             batch_format="numpy",
@@ -232,9 +234,16 @@ def column_sums(dataset: Any, columns: Sequence[str], largest: Sequence[str] = (
 
 
 def annotated_blocks(
-    batch: dict[str, Any], tokenizer: Any, block: int, moves: MoveTokens, temperature: float, flip: bool,
-    *, text_format: str = "board", scale: ValueScale = "margin",
-) -> dict[str, Any]:  # fmt: skip
+    batch: dict[str, Any],
+    tokenizer: Any,
+    block: int,
+    moves: MoveTokens,
+    temperature: float,
+    flip: bool,
+    *,
+    text_format: str = "board",
+    scale: ValueScale = "margin",
+) -> dict[str, Any]:
     """Ray Data stage: annotated positions -> blocks of board (or facts) examples with soft move targets.
 
     Each position (and, with ``flip``, its colour-flipped twin, its prompt computed from the
@@ -265,9 +274,13 @@ def annotated_blocks(
         if len(move_list) == 0:  # a finished game: nothing to answer
             continue
         record = Annotation(
-            str(fen), tuple(str(m) for m in move_list), tuple(int(c) for c in cp),
-            tuple(float(e) for e in expected), 0, 0.0,
-        )  # fmt: skip
+            str(fen),
+            tuple(str(m) for m in move_list),
+            tuple(int(c) for c in cp),
+            tuple(float(e) for e in expected),
+            0,
+            0.0,
+        )
         values = annotated_values(record.cp if scale == "margin" else None, record.expected, scale)
         weights = soft_targets(values, temperature)
         for a in (record, record.mirrored()) if flip else (record,):
@@ -324,9 +337,15 @@ def soft_target_blocks(
     if len(rows):
         cut[0], most[0] = truncated, max([longest, *(len(e[0]) for e in examples)])
     return {
-        "input_ids": out_ids, "length": np.asarray(lengths, dtype=np.int32), "truncated": cut, "longest": most,
-        "targets": targets, "legal_counts": counts, "legal_moves": moves_column, "legal_weights": weights_column,
-    }  # fmt: skip
+        "input_ids": out_ids,
+        "length": np.asarray(lengths, dtype=np.int32),
+        "truncated": cut,
+        "longest": most,
+        "targets": targets,
+        "legal_counts": counts,
+        "legal_moves": moves_column,
+        "legal_weights": weights_column,
+    }
 
 
 def annotated_games(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -368,9 +387,13 @@ def annotated_games(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def annotated_game_blocks(
-    batch: dict[str, Any], tokenizer: Any, block: int, moves: MoveTokens, temperature: float,
+    batch: dict[str, Any],
+    tokenizer: Any,
+    block: int,
+    moves: MoveTokens,
+    temperature: float,
     scale: ValueScale = "margin",
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Ray Data stage: annotated games (:func:`annotated_games`) -> blocks of ``<bos> <moves>``
     with a soft target over the legal moves at every annotated ply (the token before that ply's
     move; the spaced form after the first move; the softmax of their values on ``scale``) and no
@@ -389,7 +412,9 @@ def annotated_game_blocks(
     for game_moves, plies, legal_lists, expected_lists, cp_lists in zip(
         batch["moves"], batch["plies"], batch["legal"], batch["expected"], cps, strict=True
     ):
-        ids = [start] + [moves.token(chess.Move.from_uci(str(m)), spaced=i > 0) for i, m in enumerate(game_moves)]
+        ids = [start] + [
+            moves.token(chess.Move.from_uci(str(m)), spaced=i > 0) for i, m in enumerate(game_moves)
+        ]
         slots = []
         for ply, legal, expected, cp in zip(plies, legal_lists, expected_lists, cp_lists, strict=True):
             ply = int(ply)
@@ -426,10 +451,14 @@ def packed_annotations(cfg: SftConfig, found: SftInputs) -> tuple[Any, int, int,
     dataset = table.map_batches(
         annotated_blocks,
         fn_kwargs={
-            "tokenizer": found.tokenizer, "block": cfg.max_length, "moves": found.move_tokens,
-            "temperature": target_temperature(cfg), "flip": cfg.flip, "text_format": cfg.text_format,
+            "tokenizer": found.tokenizer,
+            "block": cfg.max_length,
+            "moves": found.move_tokens,
+            "temperature": target_temperature(cfg),
+            "flip": cfg.flip,
+            "text_format": cfg.text_format,
             "scale": cfg.soft_target_scale,
-        },  # fmt: skip
+        },
         batch_size=512,
         batch_format="numpy",
     ).materialize()
@@ -480,9 +509,12 @@ def packed_annotated_games(cfg: SftConfig, found: SftInputs) -> tuple[Any, int, 
         .map_batches(
             annotated_game_blocks,
             fn_kwargs={
-                "tokenizer": found.tokenizer, "block": cfg.max_length, "moves": found.move_tokens,
-                "temperature": target_temperature(cfg), "scale": cfg.soft_target_scale,
-            },  # fmt: skip
+                "tokenizer": found.tokenizer,
+                "block": cfg.max_length,
+                "moves": found.move_tokens,
+                "temperature": target_temperature(cfg),
+                "scale": cfg.soft_target_scale,
+            },
             batch_size=256,
             batch_format="numpy",
         )
@@ -510,9 +542,12 @@ def with_game_blocks(
         moves = np.empty(rows, dtype=object)
         moves[:] = [np.asarray(m, dtype=np.int16) for m in batch["legal_moves"]]
         return {
-            **batch, "targets": np.ones(batch["input_ids"].shape, dtype=np.uint8), "legal_moves": moves,
-            "legal_weights": zeros, "legal_counts": batch["legal_counts"].astype(np.uint8),
-        }  # fmt: skip
+            **batch,
+            "targets": np.ones(batch["input_ids"].shape, dtype=np.uint8),
+            "legal_moves": moves,
+            "legal_weights": zeros,
+            "legal_counts": batch["legal_counts"].astype(np.uint8),
+        }
 
     mixed = annotated.union(games_data.map_batches(as_soft_blocks, batch_format="numpy"))
     mixed = mixed.randomize_block_order(seed=seed).materialize()  # rows mix in the learner's local shuffle

@@ -143,17 +143,27 @@ def fingerprint(config: ChessRLConfig, space: dict[str, Any]) -> str:
     sweep must have the same."""
     cfg = config.tune
     data = {
-        "phase": cfg.phase, "section": getattr(config, cfg.phase).model_dump(mode="json"), "space": space,
-        "search": cfg.search, "samples": cfg.samples, "metric": metric_and_mode(cfg),
-        "scheduler": cfg.scheduler, "seed": config.run.seed,
-    }  # fmt: skip
+        "phase": cfg.phase,
+        "section": getattr(config, cfg.phase).model_dump(mode="json"),
+        "space": space,
+        "search": cfg.search,
+        "samples": cfg.samples,
+        "metric": metric_and_mode(cfg),
+        "scheduler": cfg.scheduler,
+        "seed": config.run.seed,
+    }
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def run_trial(
-    params: dict[str, Any], base: dict[str, Any], run_uri: str, sweep_uri: str, ray_info: RayInfo,
-    trial_id: str, reporter: Any,
-) -> dict[str, Any]:  # fmt: skip
+    params: dict[str, Any],
+    base: dict[str, Any],
+    run_uri: str,
+    sweep_uri: str,
+    ray_info: RayInfo,
+    trial_id: str,
+    reporter: Any,
+) -> dict[str, Any]:
     """One trial (a Ray task outside the trial's placement group, so that the phase's actors and
     learner get the cluster's CPUs): the phase's ``run`` with the trial's values, its outputs in
     the trial's folder; returns the phase's summary (also written as ``summary.json`` there)."""
@@ -165,9 +175,14 @@ def run_trial(
     phase = phase_module(config.tune.phase)
     folder = Storage.from_uri(sweep_uri).child("trials").child(trial_id)
     context = PhaseContext(
-        config=config, run_storage=Storage.from_uri(run_uri), tracking=PhaseRun(active=False), ray=ray_info,
-        log=phase_logger(f"{phase.name} {trial_id}"), outputs={phase.name: folder}, train_callbacks=[reporter],
-    )  # fmt: skip
+        config=config,
+        run_storage=Storage.from_uri(run_uri),
+        tracking=PhaseRun(active=False),
+        ray=ray_info,
+        log=phase_logger(f"{phase.name} {trial_id}"),
+        outputs={phase.name: folder},
+        train_callbacks=[reporter],
+    )
     result = execute(phase, context)
     summary = json.loads(json.dumps({**result.summary, "ok": result.ok}, default=str))
     folder.write_text("summary.json", json.dumps(summary, indent=1))
@@ -204,8 +219,10 @@ def _progress_callback(log: Any, metric: str, total: int) -> Any:
         ) -> None:
             value = result.get(metric)
             shown = f"{value:.4g}" if isinstance(value, (int, float)) else "-"
-            log(f"trial {trial.trial_id} ({_params_text(trial.config)}): iteration {result.get('iteration', '?')}, "
-                f"{metric} {shown}")  # fmt: skip
+            log(
+                f"trial {trial.trial_id} ({_params_text(trial.config)}): iteration {result.get('iteration', '?')}, "
+                f"{metric} {shown}"
+            )
 
         def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **_: Any) -> None:
             self.ended += 1
@@ -249,8 +266,10 @@ def run_tune(context: PhaseContext) -> PhaseResult:
                 f"give this one another --name (or delete that folder)"
             )
     sweep.write_text("sweep.json", json.dumps({"key": key, "space": space, "phase": cfg.phase}, indent=1))
-    log(f"sweep {cfg.name!r} of {cfg.phase} over {json.dumps(space)} ({cfg.search}, {cfg.scheduler}), "
-        f"{metric} ({mode}) -> {sweep.uri}")  # fmt: skip
+    log(
+        f"sweep {cfg.name!r} of {cfg.phase} over {json.dumps(space)} ({cfg.search}, {cfg.scheduler}), "
+        f"{metric} ({mode}) -> {sweep.uri}"
+    )
 
     base = config.model_dump(mode="json")
     trainable = _trainable(base, context.run_storage.uri, sweep.uri, context.ray)
@@ -261,10 +280,13 @@ def run_tune(context: PhaseContext) -> PhaseResult:
     if tune.Tuner.can_restore(experiment, storage_filesystem=filesystem):
         log(f"resuming the sweep in {tune_root.uri_of(cfg.name)}")
         tuner = tune.Tuner.restore(
-            experiment, trainable, resume_unfinished=True, resume_errored=True,
+            experiment,
+            trainable,
+            resume_unfinished=True,
+            resume_errored=True,
             param_space=tune_param_space(space, cfg.search),
             storage_filesystem=filesystem,
-        )  # fmt: skip
+        )
     else:
         tuner = new_tuner(context, trainable, space, (storage_path, filesystem), metric, mode)
     results = tuner.fit()
@@ -293,9 +315,16 @@ def run_tune(context: PhaseContext) -> PhaseResult:
     sweep.write_text("best.yaml", text)
     context.tracking.log_params({f"best.{k}": v for k, v in best["params"].items()})
     context.tracking.log_metrics({f"best_{metric}": best["metric"]})
-    summary = {"phase": cfg.phase, "trials": len(rows), "metric": metric, "mode": mode,
-               "best_trial": best["trial"], "best_params": best["params"], f"best_{metric}": best["metric"],
-               "best_config": sweep.uri_of("best.yaml")}  # fmt: skip
+    summary = {
+        "phase": cfg.phase,
+        "trials": len(rows),
+        "metric": metric,
+        "mode": mode,
+        "best_trial": best["trial"],
+        "best_params": best["params"],
+        f"best_{metric}": best["metric"],
+        "best_config": sweep.uri_of("best.yaml"),
+    }
     return PhaseResult(summary, lines=summary_lines(rows, best, metric, cfg.phase, sweep))
 
 
@@ -311,8 +340,13 @@ def phase_iterations(config: ChessRLConfig, phase: str) -> int:
 
 
 def new_tuner(
-    context: PhaseContext, trainable: Any, space: dict[str, Any], storage: tuple[str, Any], metric: str, mode: str,
-) -> Any:  # fmt: skip
+    context: PhaseContext,
+    trainable: Any,
+    space: dict[str, Any],
+    storage: tuple[str, Any],
+    metric: str,
+    mode: str,
+) -> Any:
     """A fresh sweep: ASHA on the learner's ``iteration`` (or FIFO), the driver's progress lines,
     and an MLflow run per trial nested under the sweep's run (``mlflow.parentRunId``)."""
     from ray import tune
@@ -322,16 +356,21 @@ def new_tuner(
     scheduler = None
     if cfg.scheduler == "asha":
         scheduler = ASHAScheduler(
-            time_attr="iteration", max_t=max(phase_iterations(config, cfg.phase), 1),
-            grace_period=cfg.grace_period, reduction_factor=cfg.reduction_factor,
-        )  # fmt: skip
+            time_attr="iteration",
+            max_t=max(phase_iterations(config, cfg.phase), 1),
+            grace_period=cfg.grace_period,
+            reduction_factor=cfg.reduction_factor,
+        )
     total = cfg.samples * (math.prod(len(v) for v in space.values()) if cfg.search == "grid" else 1)
     callbacks: list[Any] = [_progress_callback(context.log, metric, total)]
     if context.tracking.active and context.tracking.uri:
         from ray.air.integrations.mlflow import MLflowLoggerCallback
 
-        tags = {"mlflow.parentRunId": context.tracking.run_id or "", "chess_rl.run": config.run.name,
-                "chess_rl.sweep": cfg.name}  # fmt: skip
+        tags = {
+            "mlflow.parentRunId": context.tracking.run_id or "",
+            "chess_rl.run": config.run.name,
+            "chess_rl.sweep": cfg.name,
+        }
         callbacks.append(
             MLflowLoggerCallback(
                 tracking_uri=context.tracking.uri, experiment_name=config.tracking.experiment, tags=tags
@@ -341,13 +380,20 @@ def new_tuner(
         trainable,
         param_space=tune_param_space(space, cfg.search),
         tune_config=tune.TuneConfig(
-            metric=metric, mode=mode, scheduler=scheduler, num_samples=cfg.samples,
+            metric=metric,
+            mode=mode,
+            scheduler=scheduler,
+            num_samples=cfg.samples,
             max_concurrent_trials=cfg.max_concurrent,
         ),
         run_config=tune.RunConfig(
-            name=cfg.name, storage_path=storage[0], storage_filesystem=storage[1], callbacks=callbacks, verbose=0
+            name=cfg.name,
+            storage_path=storage[0],
+            storage_filesystem=storage[1],
+            callbacks=callbacks,
+            verbose=0,
         ),
-    )  # fmt: skip
+    )
 
 
 def best_row(scored: list[dict[str, Any]], mode: str) -> dict[str, Any]:
@@ -372,16 +418,21 @@ def trial_rows(results: Any, metric: str, iterations: int) -> list[dict[str, Any
         reported = result.metrics or {}
         trial_id = str(reported.get("trial_id") or (result.path or "?").rstrip("/").rsplit("/", 1)[-1])
         value = reported.get(metric)
-        rows.append({
-            "trial": trial_id,
-            "params": {k: v for k, v in (result.config or {}).items()},
-            "status": "failed" if result.error else (
-                "finished" if (reported.get("iteration") or 0) >= iterations else "stopped early"),
-            "iteration": reported.get("iteration"),
-            "metric": float(value) if isinstance(value, (int, float)) else None,
-            "error": _error_line(result.error) if result.error else "",
-            "reported": sorted(k for k in reported if not k.startswith(("config", "time_", "timestamp")))[:12],
-        })  # fmt: skip
+        rows.append(
+            {
+                "trial": trial_id,
+                "params": {k: v for k, v in (result.config or {}).items()},
+                "status": "failed"
+                if result.error
+                else ("finished" if (reported.get("iteration") or 0) >= iterations else "stopped early"),
+                "iteration": reported.get("iteration"),
+                "metric": float(value) if isinstance(value, (int, float)) else None,
+                "error": _error_line(result.error) if result.error else "",
+                "reported": sorted(k for k in reported if not k.startswith(("config", "time_", "timestamp")))[
+                    :12
+                ],
+            }
+        )
     return sorted(rows, key=lambda r: r["trial"])
 
 
@@ -403,20 +454,32 @@ def summary_lines(
     lines = ["tune summary", f"  {'trial':<12} {'values':<{width}}  {'ended':<14} {'iteration':>9}  {metric}"]
     for r in rows:
         shown = f"{r['metric']:.4g}" if r["metric"] is not None else "-"
-        lines.append(f"  {r['trial']:<12} {_params_text(r['params']):<{width}}  {r['status']:<14} "
-                     f"{r['iteration'] if r['iteration'] is not None else '-':>9}  {shown}")  # fmt: skip
+        lines.append(
+            f"  {r['trial']:<12} {_params_text(r['params']):<{width}}  {r['status']:<14} "
+            f"{r['iteration'] if r['iteration'] is not None else '-':>9}  {shown}"
+        )
     location = sweep.root + "/best.yaml" if sweep.is_local else sweep.uri_of("best.yaml")
     lines += [
         f"  best: {best['trial']} ({_params_text(best['params'])}), {metric} {best['metric']:.4g}",
         f"  best config: {location}",
-        f"  run it: chess-rl {phase} --config {location}" if sweep.is_local else
-        f"  run it: copy it here, then chess-rl {phase} --config best.yaml",
-    ]  # fmt: skip
+        f"  run it: chess-rl {phase} --config {location}"
+        if sweep.is_local
+        else f"  run it: copy it here, then chess-rl {phase} --config best.yaml",
+    ]
     return lines
 
 
-PHASE = Phase(name="tune", section="tune", section_model=TuneConfig, run=run_tune, check=check_tune,
-              summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+PHASE = Phase(
+    name="tune",
+    section="tune",
+    section_model=TuneConfig,
+    run=run_tune,
+    check=check_tune,
+    summary=SUMMARY,
+    description=DESCRIPTION,
+)
+
+
 def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     """``chess-rl tune``. An embedded Ray starts with its dashboard here: ASHA stops a trial by
     killing it, and only through the dashboard's state API does Ray Train's PlacementGroupCleaner

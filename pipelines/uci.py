@@ -107,14 +107,26 @@ class LMPolicy:
             from chessrl.lm.masked import masked_move
 
             choice = masked_move(
-                self.model, self.tokenizer, board, moves, self.fmt, temperature=request.temperature,
-                rng=self.rng, avoid_draw_claims=True,
-            )  # fmt: skip
+                self.model,
+                self.tokenizer,
+                board,
+                moves,
+                self.fmt,
+                temperature=request.temperature,
+                rng=self.rng,
+                avoid_draw_claims=True,
+            )
             return choice.moves[0]
         move, fell_back = lm_move(
-            self.model, self.tokenizer, board, moves, fmt=self.fmt, temperature=request.temperature,
-            retries=self.retries, rng=self.rng,
-        )  # fmt: skip
+            self.model,
+            self.tokenizer,
+            board,
+            moves,
+            fmt=self.fmt,
+            temperature=request.temperature,
+            retries=self.retries,
+            rng=self.rng,
+        )
         if fell_back:
             self.info(
                 f"the model proposed no legal move in {1 + self.retries} tries; playing {move} at random"

@@ -41,7 +41,9 @@ for _var, _value in TEST_RAY_ENV.items():
 #: a folder of its own, removed when the session ends, so that a run leaves nothing behind and a
 #: test can see what a phase left (:func:`_nothing_left_in_the_temporary_folder`). pytest's own
 #: folders (``tmp_path``) and Ray's session folder stay where they were.
-SYSTEM_TMP = os.environ.setdefault("CHESS_RL_TESTS_SYSTEM_TMP", tempfile.gettempdir())  # xdist's workers: the controller's
+SYSTEM_TMP = os.environ.setdefault(
+    "CHESS_RL_TESTS_SYSTEM_TMP", tempfile.gettempdir()
+)  # xdist's workers: the controller's
 os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", SYSTEM_TMP)
 os.environ.setdefault("RAY_TMPDIR", SYSTEM_TMP)
 TEST_TMP = Path(tempfile.mkdtemp(prefix="chess-rl-tests-", dir=SYSTEM_TMP))

@@ -10,6 +10,7 @@
 - :mod:`~chessrl.arena.suites`: EPD test suites, centipawn loss, accuracy.
 - :mod:`~chessrl.arena.move_quality`: two policies' moves on the same positions, scored by Stockfish.
 - :mod:`~chessrl.arena.eval_report`: the evaluate phase's report, plots and summary lines.
+- :mod:`~chessrl.arena.paired_report`: the report and summary lines of ``evaluate --mode paired``.
 
 Imports: :mod:`chessrl.data`, :mod:`chessrl.engine`, :mod:`chessrl.lm`, :mod:`chessrl.search`.
 """

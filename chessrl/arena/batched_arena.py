@@ -56,12 +56,7 @@ class _Game:
 
 
 def play_batched_match(
-    a: SearchSide,
-    b: SearchSide,
-    openings: Sequence[Opening],
-    *,
-    max_plies: int = 300,
-    seed: int = 0,
+    a: SearchSide, b: SearchSide, openings: Sequence[Opening], *, max_plies: int = 300, seed: int = 0
 ) -> list[ArenaGame]:
     """Two games per opening (``a`` with white, then with black), all played at once."""
     if a.name == b.name:

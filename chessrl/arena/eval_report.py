@@ -27,6 +27,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chessrl.arena.paired_report import paired_markdown as paired_markdown
+from chessrl.arena.paired_report import paired_summary_lines as paired_summary_lines
 from chessrl.arena.rating import match_elo, rate_players, score_interval
 
 if TYPE_CHECKING:
@@ -130,56 +132,101 @@ def report_markdown(
 ) -> str:
     """The arena report: scores per opponent, Elo, the ladder, the candidate's moves, suites."""
     c = results["candidate"]
-    lines = [f"# Evaluation of `{c}`", "", f"{results['games']} games, {mode}; max {max_plies} plies.", "",
-             f"Openings: {openings_text(openings)}.", *training_lines(results), "",
-             "## Score against each opponent", "", "| opponent | games | W | D | L | score | Elo difference (95% interval) |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"# Evaluation of `{c}`",
+        "",
+        f"{results['games']} games, {mode}; max {max_plies} plies.",
+        "",
+        f"Openings: {openings_text(openings)}.",
+        *training_lines(results),
+        "",
+        "## Score against each opponent",
+        "",
+        "| opponent | games | W | D | L | score | Elo difference (95% interval) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for opp, p in results["pairings"].items():
         lines.append(
             f"| {opp} | {p['games']} | {p['wins']} | {p['draws']} | {p['losses']} | {p['score']:.1%} | "
             f"{fmt_estimate(p['elo_diff'], p['elo_low'], p['elo_high'])} |"
         )
+    lines += _ratings_section(results)
+    if results.get("ladder"):
+        lines += _ladder_section(results["ladder"])
+    lines += _moves_section(results)
+    lines += ["", "![score](score.png)", "", "![elo](elo.png)", ""]
+    return "\n".join(lines)
+
+
+def _ratings_section(results: dict[str, Any]) -> list[str]:
+    """:func:`report_markdown`'s Elo table, or why there is none."""
     ratings = results["ratings"]
     if ratings and "error" not in ratings:
         anchors = ", ".join(results["anchors"]) or "none"
-        lines += ["", f"## Elo (maximum likelihood over all games; fixed: {anchors})", "",
-                  "| player | Elo (95% interval) | games | score | fixed |", "|---|---|---|---|---|"]  # fmt: skip
+        lines = [
+            "",
+            f"## Elo (maximum likelihood over all games; fixed: {anchors})",
+            "",
+            "| player | Elo (95% interval) | games | score | fixed |",
+            "|---|---|---|---|---|",
+        ]
         for name, r in ratings.items():
             lines.append(
                 f"| {name} | {_rating(r)} | {r['games']} | {r['score']:.1%} | {'yes' if r['anchored'] else ''} |"
             )
-    elif ratings:
-        lines += ["", f"Elo: not estimated ({ratings['error']})."]
-    else:
-        lines += ["", "Elo: no anchored player was played (add stockfish:elo=1350, or keep --ladder on)."]
-    if results.get("ladder"):
-        lad = results["ladder"]
-        lines += ["", "## The low Elo ladder", "",
-                  f"Rungs rated once with {lad['stockfish']} from {lad['games']} games between neighbours "
-                  f"and reused (ratings fixed here); {lad['candidate_games']} of the candidate's games were "
-                  f"against rungs ({lad['placement_games']} placement, {lad['match_games']} more against "
-                  f"{', '.join(lad['informative']) or 'none'}).", "",
-                  "| rung | Elo (95% interval) |", "|---|---|"]  # fmt: skip
-        for label, (elo, low, high) in sorted(lad["ratings"].items(), key=lambda kv: kv[1][0]):
-            lines.append(f"| {label} | {_rung(label, elo, low, high)} |")
+        return lines
+    if ratings:
+        return ["", f"Elo: not estimated ({ratings['error']})."]
+    return ["", "Elo: no anchored player was played (add stockfish:elo=1350, or keep --ladder on)."]
+
+
+def _ladder_section(lad: dict[str, Any]) -> list[str]:
+    """:func:`report_markdown`'s low Elo ladder: how its rungs were rated, and their ratings."""
+    lines = [
+        "",
+        "## The low Elo ladder",
+        "",
+        f"Rungs rated once with {lad['stockfish']} from {lad['games']} games between neighbours "
+        f"and reused (ratings fixed here); {lad['candidate_games']} of the candidate's games were "
+        f"against rungs ({lad['placement_games']} placement, {lad['match_games']} more against "
+        f"{', '.join(lad['informative']) or 'none'}).",
+        "",
+        "| rung | Elo (95% interval) |",
+        "|---|---|",
+    ]
+    for label, (elo, low, high) in sorted(lad["ratings"].items(), key=lambda kv: kv[1][0]):
+        lines.append(f"| {label} | {_rung(label, elo, low, high)} |")
+    return lines
+
+
+def _moves_section(results: dict[str, Any]) -> list[str]:
+    """:func:`report_markdown`'s candidate's moves (legality, fallbacks, quality) and test suites."""
     m = results["candidate_moves"]
-    lines += ["", "## The candidate's moves", "",
-              f"- moves: {m['moves']}; legal at the first attempt: {m['legal_rate']:.1%} (unmasked)",
-              f"- illegal or unparseable attempts: {m['illegal_attempts']}; random fallbacks: {m['fallbacks']}"]  # fmt: skip
+    lines = [
+        "",
+        "## The candidate's moves",
+        "",
+        f"- moves: {m['moves']}; legal at the first attempt: {m['legal_rate']:.1%} (unmasked)",
+        f"- illegal or unparseable attempts: {m['illegal_attempts']}; random fallbacks: {m['fallbacks']}",
+    ]
     if results["quality"]:
         q = results["quality"]
         lines.append(
             f"- average centipawn loss {q['acpl']:.0f}, accuracy {q['accuracy']:.1f}% over {q['moves']} moves ({q.get('nodes')} nodes)"
         )
     if results["suites"]:
-        lines += ["", "## Test suites (bm/am, one move from the FEN)", "",
-                  "| suite | positions | solved | accuracy | legal |", "|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            "## Test suites (bm/am, one move from the FEN)",
+            "",
+            "| suite | positions | solved | accuracy | legal |",
+            "|---|---|---|---|---|",
+        ]
         for s in results["suites"]:
             lines.append(
                 f"| {s['name']} | {s['positions']} | {s['solved']} | {s['accuracy']:.1%} | {s['legal_first_attempt'] / max(1, s['positions']):.1%} |"
             )
-    lines += ["", "![score](score.png)", "", "![elo](elo.png)", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def plot(results: dict[str, Any], folder: Path) -> list[Path]:
@@ -278,20 +325,29 @@ def sprt_markdown(results: dict[str, Any]) -> str:
     """The SPRT report: the hypotheses, the decision, the pentanomial counts, the Elo difference."""
     s = results["sprt"]
     a, b = results["players"]
-    verdict = {"H1": f"H1 accepted: `{a}` is stronger by about {s['elo1']:+g} Elo or more",
-               "H0": f"H0 accepted: `{a}` is not stronger than `{b}` by {s['elo1']:+g} Elo",
-               "continue": f"no decision after {s['games']} games (the --games limit)"}[s["decision"]]  # fmt: skip
-    lines = [f"# SPRT: `{a}` against `{b}`", "",
-             f"H0: Elo difference {s['elo0']:+g}; H1: {s['elo1']:+g}; alpha {s['alpha']:g}, beta {s['beta']:g}; "
-             f"game pairs from one opening with colours swapped, at most {s['max_games']} games.", "",
-             *([f"Openings: {openings_text(results['openings'])}.", ""] if results.get("openings") else []),
-             *(training_lines(results)[1:] + [""] if training_lines(results) else []),
-             f"**{verdict}.**", "",
-             f"- LLR {s['llr']:.2f} (bounds {s['lower']:.2f} .. {s['upper']:.2f}) after {s['pairs']} pairs ({s['games']} games)",
-             f"- pentanomial (pairs scoring 0, 0.5, 1, 1.5, 2 for `{a}`): {tuple(s['pentanomial'])}",
-             f"- games from `{a}`'s side: +{s['wins']} ={s['draws']} -{s['losses']}, score {s['score']:.1%}",
-             f"- Elo difference {fmt_estimate(s['elo'], s['elo_low'], s['elo_high'])} (95%, from the pairs' variance)",
-             "", "![LLR](llr.png)", ""]  # fmt: skip
+    verdict = {
+        "H1": f"H1 accepted: `{a}` is stronger by about {s['elo1']:+g} Elo or more",
+        "H0": f"H0 accepted: `{a}` is not stronger than `{b}` by {s['elo1']:+g} Elo",
+        "continue": f"no decision after {s['games']} games (the --games limit)",
+    }[s["decision"]]
+    lines = [
+        f"# SPRT: `{a}` against `{b}`",
+        "",
+        f"H0: Elo difference {s['elo0']:+g}; H1: {s['elo1']:+g}; alpha {s['alpha']:g}, beta {s['beta']:g}; "
+        f"game pairs from one opening with colours swapped, at most {s['max_games']} games.",
+        "",
+        *([f"Openings: {openings_text(results['openings'])}.", ""] if results.get("openings") else []),
+        *(training_lines(results)[1:] + [""] if training_lines(results) else []),
+        f"**{verdict}.**",
+        "",
+        f"- LLR {s['llr']:.2f} (bounds {s['lower']:.2f} .. {s['upper']:.2f}) after {s['pairs']} pairs ({s['games']} games)",
+        f"- pentanomial (pairs scoring 0, 0.5, 1, 1.5, 2 for `{a}`): {tuple(s['pentanomial'])}",
+        f"- games from `{a}`'s side: +{s['wins']} ={s['draws']} -{s['losses']}, score {s['score']:.1%}",
+        f"- Elo difference {fmt_estimate(s['elo'], s['elo_low'], s['elo_high'])} (95%, from the pairs' variance)",
+        "",
+        "![LLR](llr.png)",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -332,63 +388,6 @@ def sprt_summary_lines(results: dict[str, Any], report_uri: str) -> list[str]:
         f"  Elo diff      {fmt_estimate(s['elo'], s['elo_low'], s['elo_high'])}",
         f"  report        {report_uri}",
     ]
-
-
-# ---------------------------------------------------------------------------------------------
-# paired move quality of several runs against their start (``--mode paired``)
-
-
-def _gain(q: dict[str, Any]) -> str:
-    return f"{q['gain']:+.4f} [{q['low']:+.4f}, {q['high']:+.4f}]"
-
-
-def _same_move(q: dict[str, Any]) -> str:
-    return "-" if q.get("same_move") is None else f"{q['same_move'] / max(1, q['positions']):.0%}"
-
-
-def paired_markdown(results: dict[str, Any]) -> str:
-    """The paired report: each run's gain over the start on the same positions, and the mean
-    over runs with its interval (runs' spread and positions' both, clustered by game)."""
-    start, runs, over = results["start"], results["runs"], results["over_runs"]
-    lines = [f"# Paired move quality against `{start}`", "",
-             f"{results['positions']} positions of {results['games']} held-out games ({results['positions_from']}; "
-             f"drawn with seed {results['seed']}, without replacement, at most {results['per_game']} a game, no start "
-             f"position); each player's legal-masked argmax move, Stockfish at {results['nodes']} nodes from an empty "
-             "hash per position: the loss is the best move's expected score minus the move's. Gain = the start's "
-             "loss minus the run's (positive: better); intervals are clustered by game (a game's positions count "
-             "as one draw).", "",
-             "| player | loss (start -> player) | paired gain [95%] | same move | unmasked greedy legal |",
-             "|---|---|---|---|---|"]  # fmt: skip
-    for name, q in runs.items():
-        lines.append(
-            f"| `{name}` | {q['start']:.4f} -> {q['final']:.4f} | {_gain(q)} | "
-            f"{_same_move(q)} | {results['start_unmasked_legal']:.1%} -> {q['final_unmasked_legal']:.1%} |"
-        )
-    lines.append("")
-    if over:
-        lines += [f"**Over the {int(over['runs'])} runs: {_gain(over)}** (95%; the runs' gains' sd "
-                  f"{over['run_sd']:.4f}, {over['df']:.1f} degrees of freedom). Each run's own interval counts "
-                  "the positions' noise only; this one adds the spread between runs, which is what "
-                  "another seed of the same configuration would bring.", ""]  # fmt: skip
-    else:
-        lines += ["One run: the spread between runs is not measured (give the same learner's runs of "
-                  "other seeds as more players).", ""]  # fmt: skip
-    return "\n".join(lines)
-
-
-def paired_summary_lines(results: dict[str, Any], report_uri: str) -> list[str]:
-    """The driver's summary of ``--mode paired``."""
-    over = results["over_runs"]
-    lines = ["evaluate summary (paired)",
-             f"  start         {results['start']} ({results['positions']} held-out positions of "
-             f"{results['games']} games, Stockfish {results['nodes']} nodes)"]  # fmt: skip
-    width = max(len(n) for n in results["runs"])
-    for name, q in results["runs"].items():
-        lines.append(f"  {name:<{width}}  gain {_gain(q)} (by game), same move {_same_move(q)}")
-    if over:
-        lines.append(f"  over {int(over['runs'])} runs   gain {_gain(over)} (the runs' sd {over['run_sd']:.4f})")
-    lines.append(f"  report        {report_uri}")
-    return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -515,8 +514,11 @@ def rl_story_lines(
         rows.append((name(player), name(start), moved, record(player, start), record(player, anchor)))
     for start in dict.fromkeys(starts.values()):
         rows.append((name(start), "-", "", "-", record(start, anchor)))
-    decided = [f"{name(a)} {'above' if e.low > 0 else 'below'} {name(b)} in games"
-               for (a, b), e in matches.items() if e.low > 0 or e.high < 0]  # fmt: skip
+    decided = [
+        f"{name(a)} {'above' if e.low > 0 else 'below'} {name(b)} in games"
+        for (a, b), e in matches.items()
+        if e.low > 0 or e.high < 0
+    ]
     significant += decided
     if not decided:
         sizes = sorted({e.games for e in matches.values()})
@@ -532,7 +534,7 @@ def rl_story_lines(
         f"vs {name(anchor)}",
         *(f"  {a:<{w0}}  {b:<{w1}}  {c:<{w2}} {d:<{w3}} {e}" for a, b, c, d, e in rows),
     ]
-    said = (f"significant: {', '.join(significant)}." if significant else "significant: nothing at this size.")
+    said = f"significant: {', '.join(significant)}." if significant else "significant: nothing at this size."
     if not_significant:
         said += f" Not significant: {', '.join(not_significant)}."
     lines.append(f"  {said}")

@@ -172,9 +172,16 @@ def game_pgn(
     if game.opening.fen:
         pgn.setup(board)
     pgn.headers.update(
-        {"Event": event, "Round": round_, "White": game.white, "Black": game.black, "Result": game.result,
-         "Termination": game.termination, **(extra or {})}
-    )  # fmt: skip
+        {
+            "Event": event,
+            "Round": round_,
+            "White": game.white,
+            "Black": game.black,
+            "Result": game.result,
+            "Termination": game.termination,
+            **(extra or {}),
+        }
+    )
     if game.opening.name:
         pgn.headers["Opening"] = game.opening.name
     node: chess.pgn.GameNode = pgn

@@ -146,7 +146,11 @@ class PairedQuality:
 
     def line(self) -> str:
         """``expected-score loss 0.1500 (start) -> 0.0625 (final) on 4 positions of 4 games: ...``"""
-        same = f", same move in {self.same_move / max(1, self.positions):.0%}" if self.same_move is not None else ""
+        same = (
+            f", same move in {self.same_move / max(1, self.positions):.0%}"
+            if self.same_move is not None
+            else ""
+        )
         return (
             f"expected-score loss {self.start:.4f} (start) -> {self.final:.4f} (final) on {self.positions} positions "
             f"of {self.games} games: gain {self.gain:+.4f} [{self.low:+.4f}, {self.high:+.4f}] (95%, by game){same}"
@@ -173,9 +177,16 @@ def paired_interval(
     half = t_quantile(df) * math.sqrt(variance) if df > 0 else float("inf")
     same_move = sum(a == b for a, b in zip(*moves, strict=True)) if moves is not None else None
     return PairedQuality(
-        n, len(set(games)) if games is not None else n, sum(start) / max(1, n), sum(final) / max(1, n),
-        mean, mean - half, mean + half, sum(a == b for a, b in zip(start, final, strict=True)), same_move,
-    )  # fmt: skip
+        n,
+        len(set(games)) if games is not None else n,
+        sum(start) / max(1, n),
+        sum(final) / max(1, n),
+        mean,
+        mean - half,
+        mean + half,
+        sum(a == b for a, b in zip(start, final, strict=True)),
+        same_move,
+    )
 
 
 @dataclass(frozen=True)
@@ -349,7 +360,9 @@ def runs_move_quality(
         "games": len(set(games)),
         "start_unmasked_legal": legal[""],
         "runs": {
-            name: paired_interval(losses[""], losses[name], games=games, moves=(picks[""], picks[name])).to_dict()
+            name: paired_interval(
+                losses[""], losses[name], games=games, moves=(picks[""], picks[name])
+            ).to_dict()
             | {"final_unmasked_legal": legal[name]}
             for name in runs
         },
@@ -378,9 +391,16 @@ def quality_line(q: dict[str, Any]) -> str:
     """The summary line of :func:`paired_move_quality`'s figures."""
     same = q.get("same_move")
     pq = PairedQuality(
-        int(q["positions"]), int(q["games"]), q["start"], q["final"], q["gain"], q["low"], q["high"],
-        int(q["equal_loss"]), None if same is None else int(same),
-    )  # fmt: skip
+        int(q["positions"]),
+        int(q["games"]),
+        q["start"],
+        q["final"],
+        q["gain"],
+        q["low"],
+        q["high"],
+        int(q["equal_loss"]),
+        None if same is None else int(same),
+    )
     return (
         pq.line()
         + f"; unmasked greedy legal {q['start_unmasked_legal']:.1%} -> {q['final_unmasked_legal']:.1%}"
@@ -397,7 +417,9 @@ def stockfish_expected(nodes: int, path: str | None = None) -> Iterator[Expected
     from chessrl.engine.group import EngineGroup
 
     with EngineGroup(1, path=find_stockfish(path)) as engines:
-        yield lambda fens: [a.score.expected for a in engines.analyse(fens, SearchLimit(nodes=nodes), fresh=True)]
+        yield lambda fens: [
+            a.score.expected for a in engines.analyse(fens, SearchLimit(nodes=nodes), fresh=True)
+        ]
 
 
 def heldout_positions(games: Sequence[Any], n: int, seed: int) -> list[PairedPosition]:

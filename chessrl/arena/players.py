@@ -327,18 +327,29 @@ class LMPlayer:
             from chessrl.lm.masked import masked_move
 
             choice = masked_move(
-                self.model, self.tokenizer, board, [m.uci() for m in board.move_stack],
-                get_format(self.text_format), temperature=self.temperature, rng=self.rng,
+                self.model,
+                self.tokenizer,
+                board,
+                [m.uci() for m in board.move_stack],
+                get_format(self.text_format),
+                temperature=self.temperature,
+                rng=self.rng,
                 avoid_draw_claims=True,
-            )  # fmt: skip
+            )
             return MoveChoice(choice.moves[0], first_attempt_legal=choice.unmasked_legal)
 
         before = self.counts.total
         move, fell_back = lm_move(
-            self.model, self.tokenizer, board, [m.uci() for m in board.move_stack],
-            fmt=get_format(self.text_format), temperature=self.temperature, retries=self.retries,
-            counts=self.counts, rng=self.rng,
-        )  # fmt: skip
+            self.model,
+            self.tokenizer,
+            board,
+            [m.uci() for m in board.move_stack],
+            fmt=get_format(self.text_format),
+            temperature=self.temperature,
+            retries=self.retries,
+            counts=self.counts,
+            rng=self.rng,
+        )
         illegal = self.counts.total - before - (0 if fell_back else 1)
         if not fell_back:
             return MoveChoice(move, illegal_attempts=illegal, first_attempt_legal=illegal == 0)

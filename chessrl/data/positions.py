@@ -269,7 +269,14 @@ def random_game_positions(n: int, *, seed: int, max_plies: int = 200, per_game: 
 
 
 #: Piece values a greedy mover grabs by (pawn 1 ... queen 9).
-PIECE_VALUES: dict[int, int] = {chess.PAWN: 1, chess.KNIGHT: 3, chess.BISHOP: 3, chess.ROOK: 5, chess.QUEEN: 9, chess.KING: 0}
+PIECE_VALUES: dict[int, int] = {
+    chess.PAWN: 1,
+    chess.KNIGHT: 3,
+    chess.BISHOP: 3,
+    chess.ROOK: 5,
+    chess.QUEEN: 9,
+    chess.KING: 0,
+}
 
 
 def greedy_move(board: chess.Board, rng: random.Random) -> str:

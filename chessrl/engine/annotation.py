@@ -100,21 +100,38 @@ class Annotation:
     def row(self, **fields: Any) -> dict[str, Any]:
         """One row of :data:`ANNOTATION_SCHEMA`; ``fields`` fills source, game_id, ply, phase, history."""
         return {
-            "fen": self.fen, "moves": list(self.moves), "cp": list(self.cp), "expected": list(self.expected),
-            "best_move": self.best_move, "value_cp": self.value_cp, "value_expected": self.value_expected,
-            "terminal": self.terminal, "nodes": self.nodes, "unscored": self.unscored,
-            "source": None, "game_id": None, "ply": None, "phase": None, "history": None, **fields,
-        }  # fmt: skip
+            "fen": self.fen,
+            "moves": list(self.moves),
+            "cp": list(self.cp),
+            "expected": list(self.expected),
+            "best_move": self.best_move,
+            "value_cp": self.value_cp,
+            "value_expected": self.value_expected,
+            "terminal": self.terminal,
+            "nodes": self.nodes,
+            "unscored": self.unscored,
+            "source": None,
+            "game_id": None,
+            "ply": None,
+            "phase": None,
+            "history": None,
+            **fields,
+        }
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Annotation:
         """The record of one table row (the inverse of :meth:`row`)."""
         return cls(
-            fen=row["fen"], moves=tuple(row["moves"]), cp=tuple(int(c) for c in row["cp"]),
-            expected=tuple(float(e) for e in row["expected"]), value_cp=int(row["value_cp"]),
-            value_expected=float(row["value_expected"]), terminal=row.get("terminal"),
-            nodes=int(row.get("nodes") or 0), unscored=int(row.get("unscored") or 0),
-        )  # fmt: skip
+            fen=row["fen"],
+            moves=tuple(row["moves"]),
+            cp=tuple(int(c) for c in row["cp"]),
+            expected=tuple(float(e) for e in row["expected"]),
+            value_cp=int(row["value_cp"]),
+            value_expected=float(row["value_expected"]),
+            terminal=row.get("terminal"),
+            nodes=int(row.get("nodes") or 0),
+            unscored=int(row.get("unscored") or 0),
+        )
 
 
 def _mirror_move(uci: str) -> str:
@@ -168,6 +185,12 @@ def mirror_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for row in rows:
         flipped = Annotation.from_row(row).mirrored()
-        out.append({**row, **flipped.row(), **{k: row.get(k) for k in ("game_id", "ply", "phase")},
-                    "source": f"{row.get('source')}+flip"})  # fmt: skip
+        out.append(
+            {
+                **row,
+                **flipped.row(),
+                **{k: row.get(k) for k in ("game_id", "ply", "phase")},
+                "source": f"{row.get('source')}+flip",
+            }
+        )
     return out

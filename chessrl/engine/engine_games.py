@@ -273,9 +273,15 @@ RANDOM_OPPONENT_NODES: tuple[int, ...] = (1, 10, 100)
 
 
 def random_opponent_games(
-    games: int, seed: int, analyse: Analyse, *, nodes_levels: Sequence[int] = RANDOM_OPPONENT_NODES,
-    noise: float = 0.1, max_plies: int = 200, concurrent_games: int = 64,
-) -> list[list[str]]:  # fmt: skip
+    games: int,
+    seed: int,
+    analyse: Analyse,
+    *,
+    nodes_levels: Sequence[int] = RANDOM_OPPONENT_NODES,
+    noise: float = 0.1,
+    max_plies: int = 200,
+    concurrent_games: int = 64,
+) -> list[list[str]]:
     """The UCI moves of ``games`` games between Stockfish and a random mover: what a policy that
     plays a random opponent meets, with the engine's own way of winning (hung pieces taken, mates
     played). Each game draws Stockfish's colour and node budget from ``nodes_levels``; a random
@@ -299,9 +305,7 @@ def random_opponent_games(
         moves: list[list[str]] = [[] for _ in rngs]
         active = list(range(len(rngs)))
         while active:
-            asked = [
-                g for g in active if boards[g].turn == engine_side[g] and rngs[g].random() >= noise
-            ]
+            asked = [g for g in active if boards[g].turn == engine_side[g] and rngs[g].random() >= noise]
             found = analyse([boards[g].fen() for g in asked], [limits[g] for g in asked], 1) if asked else []
             answers = dict(zip(asked, found, strict=True))
             for g in active:

@@ -208,9 +208,15 @@ def masked_move(
         generator = torch.Generator().manual_seed((rng or random.Random(0)).getrandbits(63))
     exclude = [draw_claim_moves(board)] if avoid_draw_claims else None
     [choice] = masked_moves(
-        model, tokenizer, [board], [prompt_ids(tokenizer, fmt.prompt_for(board, list(history)))],
-        [answer_spaced(fmt, history)], temperature=temperature, generator=generator, exclude=exclude,
-    )  # fmt: skip
+        model,
+        tokenizer,
+        [board],
+        [prompt_ids(tokenizer, fmt.prompt_for(board, list(history)))],
+        [answer_spaced(fmt, history)],
+        temperature=temperature,
+        generator=generator,
+        exclude=exclude,
+    )
     return choice
 
 

@@ -23,11 +23,7 @@ from typing import Any
 
 import chess
 import torch
-from transformers import (
-    GPT2Config,
-    GPT2LMHeadModel,
-    PreTrainedTokenizerBase,
-)
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerBase
 
 from chessrl.lm.checkpoints import checkpoint_config
 from chessrl.lm.formats import MoveCounts, MovesFormat, ParsedMove, RookWorldFormat
@@ -78,9 +74,17 @@ def build_model(
 
 #: Config keys that hold a dropout probability, across the architectures transformers ships.
 _DROPOUT_KEYS = (
-    "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout", "dropout", "attention_dropout",
-    "activation_dropout", "hidden_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob",
-)  # fmt: skip
+    "resid_pdrop",
+    "embd_pdrop",
+    "attn_pdrop",
+    "summary_first_dropout",
+    "dropout",
+    "attention_dropout",
+    "activation_dropout",
+    "hidden_dropout",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+)
 
 
 def set_dropout(model: torch.nn.Module, p: float) -> int:
@@ -272,9 +276,14 @@ def prompt_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
 
 @torch.no_grad()
 def propose_moves(
-    model: Any, tokenizer: PreTrainedTokenizerBase, prompt: str, *, n: int = 1, temperature: float = 0.0,
+    model: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: str,
+    *,
+    n: int = 1,
+    temperature: float = 0.0,
     max_new_tokens: int | None = None,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """``n`` completions of ``prompt`` (greedy when temperature is 0), each long enough for a
     move: 2 tokens with the chess tokenizer (a move is one token), 8 with another tokenizer."""
     if max_new_tokens is None:
@@ -304,9 +313,14 @@ def move_tokens(tokenizer: PreTrainedTokenizerBase) -> int:
 
 @torch.no_grad()
 def propose_moves_batch(
-    model: Any, tokenizer: PreTrainedTokenizerBase, prompts: list[str], *, n: int = 1, temperature: float = 1.0,
+    model: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[str],
+    *,
+    n: int = 1,
+    temperature: float = 1.0,
     max_new_tokens: int | None = None,
-) -> list[list[str]]:  # fmt: skip
+) -> list[list[str]]:
     """``n`` completions for every prompt, batched: one forward pass over all the (left-padded)
     prompts, ``n`` first tokens drawn from each prompt's last logits, then the cache repeated ``n``
     times for the few tokens after (a move is one token with the chess tokenizer). Greedy when
@@ -344,7 +358,12 @@ def propose_moves_batch(
 
 @torch.no_grad()
 def complete_ids(
-    model: Any, tokenizer: PreTrainedTokenizerBase, rows: list[list[int]], n: int, temperature: float, steps: int
+    model: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    rows: list[list[int]],
+    n: int,
+    temperature: float,
+    steps: int,
 ) -> torch.Tensor:
     """``n`` completions of at most ``steps`` tokens for each tokenised prompt of ``rows``, as
     token ids ``(len(rows) * n, <= steps)``, prompt-major (the ``n`` of the first prompt first).
@@ -374,9 +393,12 @@ def complete_ids(
         for step in range(1, steps):
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
             result = model(
-                input_ids=tokens[-1][:, None], attention_mask=mask, position_ids=last + step,
-                past_key_values=cache, use_cache=True,
-            )  # fmt: skip
+                input_ids=tokens[-1][:, None],
+                attention_mask=mask,
+                position_ids=last + step,
+                past_key_values=cache,
+                use_cache=True,
+            )
             cache = result.past_key_values
             tokens.append(pick(result.logits[:, -1, :], 1).reshape(-1))
             if eos is not None:

@@ -6,9 +6,11 @@
 - :mod:`~chessrl.rl.policy_gradient`: advantages, KL estimators, clipped losses.
 - :mod:`~chessrl.rl.ppo_types`: PPO's settings and a recorded action.
 - :mod:`~chessrl.rl.ppo`: PPO episodes, opponents and the rollout shards.
+- :mod:`~chessrl.rl.ppo_forward`: PPO's forward passes: action log-probs, entropies, values.
 - :mod:`~chessrl.rl.ppo_learner`: PPO's learner: per-action rewards, GAE batches and the update.
 - :mod:`~chessrl.rl.grpo_types`: GRPO's settings, prompts and samples.
-- :mod:`~chessrl.rl.grpo`: GRPO's verified rewards, prompts, sampled groups and the update.
+- :mod:`~chessrl.rl.grpo`: GRPO's verified rewards, prompts and sampled groups.
+- :mod:`~chessrl.rl.grpo_learner`: GRPO's update: the group loss or online DPO, legality, the step.
 - :mod:`~chessrl.rl.grpo_loss`: GRPO's group advantages, loss types and completion log-probabilities.
 - :mod:`~chessrl.rl.own_games`: GRPO prompts from the policy's own games.
 - :mod:`~chessrl.rl.data_parallel`: gradients averaged over the learner's workers (grpo, ppo).

@@ -147,5 +147,7 @@ def metrics_over_workers(
             out[key] = max(v for v, _ in values)
         else:
             total = sum(w for _, w in values)
-            out[key] = sum(v * w for v, w in values) / total if total else sum(v for v, _ in values) / len(values)
+            out[key] = (
+                sum(v * w for v, w in values) / total if total else sum(v for v, _ in values) / len(values)
+            )
     return out

@@ -22,7 +22,8 @@ Tasks (:class:`chessrl.lm.formats.RookWorldFormat`):
 1.0
 
 Group advantages, the loss types and the completion log-probabilities are
-:mod:`chessrl.rl.grpo_loss`; prompts from the policy's own games, :mod:`chessrl.rl.own_games`.
+:mod:`chessrl.rl.grpo_loss`; the update on the scored groups (:func:`grpo_update`, online DPO),
+:mod:`chessrl.rl.grpo_learner`; prompts from the policy's own games, :mod:`chessrl.rl.own_games`.
 """
 
 from __future__ import annotations
@@ -39,14 +40,12 @@ from chessrl.engine.client import Score
 from chessrl.engine.move_value import move_value, position_value
 from chessrl.lm.formats import BoardFormat, MovesFormat, RookWorldFormat, get_format, parse_move
 from chessrl.lm.lm_data import ENV_HISTORY
-from chessrl.rl.grpo_loss import (
-    completion_logprobs,
-    group_advantages,
-    group_pairs,
-    grpo_loss,
-    masked_completion_logprobs,
-    online_dpo_loss,
-)
+from chessrl.rl.grpo_learner import grpo_update as grpo_update  # re-exported: the update
+from chessrl.rl.grpo_learner import online_dpo_update as online_dpo_update
+from chessrl.rl.grpo_loss import completion_logprobs as completion_logprobs  # re-exported: callers
+from chessrl.rl.grpo_loss import group_advantages as group_advantages
+from chessrl.rl.grpo_loss import grpo_loss as grpo_loss
+from chessrl.rl.grpo_loss import masked_completion_logprobs as masked_completion_logprobs
 from chessrl.rl.grpo_types import (  # noqa: F401 - re-exported: the settings, prompts and samples of GRPO
     ENV_FIELDS,
     ENV_WEIGHTS,
@@ -57,7 +56,6 @@ from chessrl.rl.grpo_types import (  # noqa: F401 - re-exported: the settings, p
     Prompt,
     Sample,
 )
-from chessrl.rl.policy_gradient import kl_penalty, masked_mean
 
 
 def policy_reward(
@@ -116,10 +114,14 @@ def moves_prompt(history: Sequence[str], phase: str = "") -> Prompt:
     board = chess.Board()
     for move in history:
         board.push_uci(move)
-    return Prompt("policy", MovesFormat().prompt(list(history)), board.fen(), phase=phase, history=" ".join(history))
+    return Prompt(
+        "policy", MovesFormat().prompt(list(history)), board.fen(), phase=phase, history=" ".join(history)
+    )
 
 
-def board_prompt(fen: str, phase: str = "", history: Sequence[str] = (), text_format: str = "board") -> Prompt:
+def board_prompt(
+    fen: str, phase: str = "", history: Sequence[str] = (), text_format: str = "board"
+) -> Prompt:
     """A position format's policy task (``board``: the position, one character a square, then
     ``M:``; ``facts``: the same with what the rules say of it). ``history``, the moves that led
     there where known, is kept for the grade, not shown.
@@ -146,7 +148,7 @@ def parse_policy_completion(fen: str, completion: str) -> tuple[str, str | None]
     return parsed.status, parsed.move
 
 
-# -- experience: sampled completions, their rewards, and the update -------------------------------
+# -- experience: sampled completions and their rewards ---------------------------------------------
 
 
 def completion_length(ids: Sequence[int], eos: int | None) -> int:
@@ -272,179 +274,6 @@ def _board_after(fen: str, history: str, move: str) -> chess.Board:
     return board
 
 
-def grpo_update(
-    policy: torch.nn.Module,
-    reference: torch.nn.Module | None,
-    optimizer: torch.optim.Optimizer,
-    samples: Sequence[Sample],
-    pad: int,
-    settings: GRPOSettings,
-    *,
-    minibatch: int = 64,
-    norm_length: int | None = None,
-    max_grad_norm: float = 1.0,
-    reduce: Callable[[torch.nn.Module, float], float] | None = None,
-) -> dict[str, float]:
-    """One optimizer step on a batch of groups (on-policy: the old log-probs are the current
-    ones, detached, so the ratio is 1 and the clip guards only against a step that goes far);
-    gradients accumulated over minibatches, weighted by their share of the loss's normaliser.
-
-    ``reduce`` (several data-parallel workers, :func:`chessrl.rl.data_parallel.average_gradients`)
-    averages the gradients over the workers before the step and returns what all of them
-    trained on; every worker calls it each update, one whose groups were all flat included, so
-    all take the same step (none when no worker had anything to learn).
-
-    ``loss_type`` ``dpo``: :func:`online_dpo_update` instead."""
-    if settings.loss_type == "dpo":
-        return online_dpo_update(
-            policy, reference, optimizer, samples, pad, settings,
-            minibatch=minibatch, max_grad_norm=max_grad_norm, reduce=reduce,
-        )  # fmt: skip
-    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
-    groups = [s.group for s in samples]
-    advantages, keep = group_advantages(
-        rewards, groups, settings.loss_type, settings.std_floor, settings.drop_flat
-    )
-    used = [i for i in range(len(samples)) if bool(keep[i]) and samples[i].completion_ids]
-    metrics: dict[str, float] = {"pg_loss": 0.0, "kl": 0.0, "clipfrac": 0.0, "approx_kl": 0.0}
-    masked = [i for i in range(len(samples)) if samples[i].legal_ids is not None]
-    if settings.legal_weight > 0 and masked:
-        metrics["legal_nll"] = 0.0
-    legality = settings.legal_weight > 0 and bool(masked)
-    if not used and not legality and reduce is None:
-        return {**metrics, "trained_samples": 0.0, "grad_norm": 0.0}
-    # minibatches of similar lengths: a 2-token policy answer padded to a 128-token environment
-    # answer's width would pay for it in every forward and backward pass
-    used.sort(key=lambda i: len(samples[i].prompt_ids) + len(samples[i].completion_ids))
-    tokens = sum(len(samples[i].completion_ids) for i in used)
-    policy.train(False)  # dropout off: the ratio compares the same function
-    optimizer.zero_grad(set_to_none=True)
-    for start in range(0, len(used), minibatch):
-        part = used[start : start + minibatch]
-        batch = [samples[i] for i in part]
-        score = masked_completion_logprobs if batch[0].legal_ids is not None else completion_logprobs
-        logprobs, mask, *_ = score(policy, batch, pad, settings.temperature)
-        ref = None
-        if reference is not None and settings.beta > 0:
-            with torch.no_grad():
-                ref, *_ = score(reference, batch, pad, settings.temperature)
-        loss, m = grpo_loss(
-            logprobs, logprobs.detach(), ref, advantages[part].to(logprobs.device), mask, settings, norm_length
-        )
-        share = (
-            float(mask.sum()) / tokens if settings.loss_type == "dapo" else len(part) / len(used)
-        )  # token-mean weighs by tokens, the per-sequence modes by sequences
-        (loss * share).backward()
-        for key in ("pg_loss", "kl", "clipfrac", "approx_kl"):
-            metrics[key] += m[key] * share
-    if legality:
-        metrics["legal_nll"] = legality_backward(policy, samples, masked, pad, settings, minibatch)
-    # the loss is a mean over sequences (dapo: tokens); with nothing to learn but legality, over its prompts
-    work = float(tokens if settings.loss_type == "dapo" else len(used)) if used else float(legality and len(masked))
-    return step_with(policy, optimizer, work, reduce, max_grad_norm, metrics, trained=float(len(used)))
-
-
-def step_with(
-    policy: torch.nn.Module, optimizer: torch.optim.Optimizer, work: float,
-    reduce: Callable[[torch.nn.Module, float], float] | None, max_grad_norm: float,
-    metrics: dict[str, float], *, trained: float,
-) -> dict[str, float]:  # fmt: skip
-    """The end of an update whose gradients are accumulated: averaged over the workers by
-    ``reduce`` (no step anywhere when no worker had ``work``), clipped, one optimizer step; the
-    metrics with ``trained_samples`` and ``grad_norm``."""
-    if reduce is not None and reduce(policy, work) == 0:
-        return {**metrics, "trained_samples": 0.0, "grad_norm": 0.0}
-    grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
-    optimizer.step()
-    return {**metrics, "trained_samples": trained, "grad_norm": float(grad_norm)}
-
-
-def legality_backward(
-    policy: torch.nn.Module, samples: Sequence[Sample], masked: Sequence[int], pad: int,
-    settings: GRPOSettings, minibatch: int,
-) -> float:  # fmt: skip
-    """The legality term's gradient (``legal_weight`` times ``-log P(legal)``), once per distinct
-    masked prompt (flat groups included: legality is learnt wherever the policy was asked), and
-    its mean."""
-    firsts = list({tuple(samples[i].prompt_ids): i for i in masked}.values())
-    total = 0.0
-    for start in range(0, len(firsts), minibatch):
-        batch = [samples[i] for i in firsts[start : start + minibatch]]
-        _, _, nll = masked_completion_logprobs(policy, batch, pad, settings.temperature)
-        (settings.legal_weight * nll.sum() / len(firsts)).backward()
-        total += float(nll.detach().sum()) / len(firsts)
-    return total
-
-
-def online_dpo_update(
-    policy: torch.nn.Module,
-    reference: torch.nn.Module | None,
-    optimizer: torch.optim.Optimizer,
-    samples: Sequence[Sample],
-    pad: int,
-    settings: GRPOSettings,
-    *,
-    minibatch: int = 64,
-    max_grad_norm: float = 1.0,
-    reduce: Callable[[torch.nn.Module, float], float] | None = None,
-) -> dict[str, float]:
-    """One online DPO step (``loss_type`` ``dpo``) on a batch of groups of the current policy's
-    samples: each group's best and worst, ``pair_margin`` apart (:func:`group_pairs`), a
-    chosen/rejected pair; DPO's loss (``dpo_beta``) against the frozen ``reference`` plus the RPO anchor
-    (:func:`chessrl.rl.grpo_loss.online_dpo_loss`), the mean over the pairs, gradients
-    accumulated over minibatches of pairs; the legality term as :func:`grpo_update`'s. Log-probs
-    are the sampler's (masked samples: under the legal moves alone). ``reduce`` as in
-    :func:`grpo_update` (the work is the pairs)."""
-    if reference is None:
-        raise ValueError("online DPO needs the frozen reference")
-    pairs = group_pairs(
-        [s.reward for s in samples], [s.group for s in samples], [s.completion_ids for s in samples],
-        settings.pair_margin,
-    )  # fmt: skip
-    masked = [i for i in range(len(samples)) if samples[i].legal_ids is not None]
-    legality = settings.legal_weight > 0 and bool(masked)
-    metrics: dict[str, float] = {
-        "pg_loss": 0.0, "kl": 0.0, "clipfrac": 0.0, "approx_kl": 0.0,
-        "dpo_loss": 0.0, "nll": 0.0, "pair_accuracy": 0.0, "reward_margin": 0.0, "pairs": float(len(pairs)),
-    }  # fmt: skip
-    if legality:
-        metrics["legal_nll"] = 0.0
-    if not pairs and not legality and reduce is None:
-        return {**metrics, "trained_samples": 0.0, "grad_norm": 0.0}
-    policy.train(False)
-    optimizer.zero_grad(set_to_none=True)
-    half = max(1, minibatch // 2)
-    # masked (policy) and unmasked (environment) pairs are scored differently: never in one minibatch
-    kinds = [[p for p in pairs if (samples[p[0]].legal_ids is not None) == masked_kind] for masked_kind in (True, False)]
-    chunks = [kind[start : start + half] for kind in kinds for start in range(0, len(kind), half)]
-    for part in chunks:
-        batch = [samples[c] for c, _ in part] + [samples[r] for _, r in part]
-        score = masked_completion_logprobs if batch[0].legal_ids is not None else completion_logprobs
-        logprobs, mask, *_ = score(policy, batch, pad, settings.temperature)
-        with torch.no_grad():
-            ref, *_ = score(reference, batch, pad, settings.temperature)
-        seq, ref_seq = (logprobs * mask).sum(-1), (ref * mask).sum(-1)
-        n = len(part)
-        loss, m = online_dpo_loss(
-            seq[:n], seq[n:], ref_seq[:n], ref_seq[n:], mask[:n].sum(-1), settings.dpo_beta, settings.rpo_alpha
-        )
-        share = n / len(pairs)
-        (loss * share).backward()
-        with torch.no_grad():
-            kl = kl_penalty(logprobs, ref, settings.kl_estimator)
-        metrics["kl"] += float(masked_mean(kl, mask)) * share
-        for key in ("dpo_loss", "nll", "pair_accuracy", "reward_margin"):
-            metrics[key] += m[key] * share
-    metrics["pg_loss"] = metrics["dpo_loss"]
-    if legality:
-        metrics["legal_nll"] = legality_backward(policy, samples, masked, pad, settings, minibatch)
-    # the loss is a mean over pairs (about one a group); with nothing to learn but legality, over
-    # its distinct prompts (one a group), so such a worker does not outweigh the others
-    prompts = len({tuple(samples[i].prompt_ids) for i in masked})
-    work = float(len(pairs)) if pairs else float(legality and prompts)
-    return step_with(policy, optimizer, work, reduce, max_grad_norm, metrics, trained=float(2 * len(pairs)))
-
-
 def batch_metrics(samples: Sequence[Sample]) -> dict[str, float]:
     """Reward by task, the policy task's legal rate, the environment task's exact and per-field
     accuracy, the share of zero-variance groups, and the task mix of the batch."""
@@ -515,9 +344,12 @@ def evaluate_tasks(
     m = batch_metrics(samples)
     policy = sum(s.prompt.task == "policy" for s in samples)
     out = {
-        "legal_rate": m["legal_rate"], "env_exact": m["env_exact"], "env_fen_accuracy": m["env_fen_accuracy"],
-        "policy_positions": float(policy), "env_positions": float(len(samples) - policy),
-    }  # fmt: skip
+        "legal_rate": m["legal_rate"],
+        "env_exact": m["env_exact"],
+        "env_fen_accuracy": m["env_fen_accuracy"],
+        "policy_positions": float(policy),
+        "env_positions": float(len(samples) - policy),
+    }
     if scores is not None:
         out["policy_reward"] = m["reward_policy"]
     return out

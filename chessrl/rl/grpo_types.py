@@ -78,7 +78,9 @@ class GRPOSettings:
         if self.std_floor < 0 or self.legal_weight < 0:
             raise ValueError("std_floor and legal_weight must be >= 0")
         if self.dpo_beta <= 0:
-            raise ValueError(f"dpo_beta must be > 0 (DPO's beta, the reference's pull), got {self.dpo_beta:g}")
+            raise ValueError(
+                f"dpo_beta must be > 0 (DPO's beta, the reference's pull), got {self.dpo_beta:g}"
+            )
         if self.pair_margin < 0 or self.rpo_alpha < 0:
             raise ValueError("pair_margin and rpo_alpha must be >= 0")
 

@@ -40,9 +40,16 @@ class OwnGames:
     """
 
     def __init__(
-        self, starts: Sequence[Sequence[str]], *, live: int, text_format: str = "moves", stride: int = 2,
-        max_plies: int = 160, opponent: str = "self", seed: int = 0,
-    ) -> None:  # fmt: skip
+        self,
+        starts: Sequence[Sequence[str]],
+        *,
+        live: int,
+        text_format: str = "moves",
+        stride: int = 2,
+        max_plies: int = 160,
+        opponent: str = "self",
+        seed: int = 0,
+    ) -> None:
         if not starts:
             raise ValueError("OwnGames needs at least one start position")
         if opponent not in OWN_OPPONENTS:

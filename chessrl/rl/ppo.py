@@ -254,9 +254,19 @@ def _record_moves(
         legal = move is not None and move in e.board.legal_moves
         uci = move.uci() if move is not None else tokenizer.decode([token]).strip()
         action = Action(
-            e.name, len(e.actions), row, token, uci, legal, logprob, version, opponent=e.opponent,
-            legal_ids=list(ids), alt_ids=list(drawn[1:]), alt_logprobs=list(lps[1:]),
-        )  # fmt: skip
+            e.name,
+            len(e.actions),
+            row,
+            token,
+            uci,
+            legal,
+            logprob,
+            version,
+            opponent=e.opponent,
+            legal_ids=list(ids),
+            alt_ids=list(drawn[1:]),
+            alt_logprobs=list(lps[1:]),
+        )
         e.actions.append(action)
         if legal:
             for j, other in enumerate([token, *drawn[1:]]):
@@ -273,14 +283,19 @@ def _record_moves(
             action.alt_scores.append(value)
 
 
-def _opponents_reply(live: Sequence[Episode], opponents: Sequence[Opponent], final_reply: bool = True) -> None:
+def _opponents_reply(
+    live: Sequence[Episode], opponents: Sequence[Opponent], final_reply: bool = True
+) -> None:
     """The opponents answer, batched per opponent; then a game that is over, or has had its
     ``max_actions`` policy moves, is done. ``final_reply`` False: no reply after an episode's
     last allowed move (it only matters to the game's result, which then has no weight)."""
     waiting = [
-        e for e in live
-        if not e.done and not e.board.is_game_over(claim_draw=True) and (final_reply or len(e.actions) < e.max_actions)
-    ]  # fmt: skip
+        e
+        for e in live
+        if not e.done
+        and not e.board.is_game_over(claim_draw=True)
+        and (final_reply or len(e.actions) < e.max_actions)
+    ]
     for k, opponent in enumerate(opponents):
         mine = [e for e in waiting if e.opponent == k]
         if mine:
@@ -444,7 +459,9 @@ def actions_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Action]:
     for r in rows:
         values = {k: r.get(k) if k in newer else r[k] for k in names}
         for k in lists:  # Ray Data hands lists as arrays; a shard written before a column has None
-            values[k] = [x.item() if hasattr(x, "item") else x for x in (values[k] if values[k] is not None else [])]
+            values[k] = [
+                x.item() if hasattr(x, "item") else x for x in (values[k] if values[k] is not None else [])
+            ]
         out.append(Action(**values))
     return out
 

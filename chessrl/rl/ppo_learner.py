@@ -12,7 +12,8 @@ critic's value to each action, then (OpenRLHF's ``compute_reward``, veRL's GAE):
 
 and takes ``ppo_epochs`` passes of clipped-surrogate and clipped-value minibatch steps
 (:mod:`chessrl.rl.policy_gradient`), the policy's loss plus ``anchor_coef`` times the NLL of
-each position's best-graded drawn move (k moves a position: RPO's anchor).
+each position's best-graded drawn move (k moves a position: RPO's anchor). The forward passes
+that give the log-probabilities, entropies and values are :mod:`chessrl.rl.ppo_forward`.
 
 >>> from chessrl.rl.ppo import PPOSettings
 >>> s = PPOSettings(kl_coef=0.1)
@@ -29,7 +30,6 @@ from typing import Any
 import torch
 
 from chessrl.lm.legality import MoveTokens
-from chessrl.lm.models import right_padded
 from chessrl.rl.policy_gradient import (
     compute_gae_advantage_return,
     compute_policy_loss,
@@ -37,95 +37,11 @@ from chessrl.rl.policy_gradient import (
     explained_variance,
     masked_mean,
 )
+from chessrl.rl.ppo_forward import action_logprobs as action_logprobs  # re-exported: callers
+from chessrl.rl.ppo_forward import action_terms, reference_logprobs, state_values, unique_rows
+from chessrl.rl.ppo_forward import last_token_logits as last_token_logits
 from chessrl.rl.ppo_types import Action, PPOSettings
 from chessrl.rl.reward import score_ids
-
-
-def unique_rows(rows: Sequence[Sequence[int]]) -> tuple[list[Sequence[int]], list[int]]:
-    """The distinct rows (first appearance order) and each row's index among them: the ``k``
-    moves drawn in one position share its prompt, so one forward pass serves them all.
-
-    >>> unique_rows([[1, 2], [3], [1, 2]])
-    ([[1, 2], [3]], [0, 1, 0])
-    """
-    first: dict[tuple[int, ...], int] = {}
-    unique: list[Sequence[int]] = []
-    index = []
-    for row in rows:
-        key = tuple(row)
-        if key not in first:
-            first[key] = len(unique)
-            unique.append(row)
-        index.append(first[key])
-    return unique, index
-
-
-def last_token_logits(model: Any, rows: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
-    """``(B, V)`` logits at each row's last token (right-padded batch, one forward pass over the
-    distinct rows)."""
-    unique, index = unique_rows(rows)
-    if len(unique) < len(rows):
-        logits = _last_token_logits(model, unique, pad_id)
-        return logits[torch.tensor(index, device=logits.device)]
-    return _last_token_logits(model, rows, pad_id)
-
-
-def _last_token_logits(model: Any, rows: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
-    device = next(model.parameters()).device
-    ids, mask = right_padded(rows, pad_id, device)
-    last = torch.tensor([len(r) - 1 for r in rows], device=device)
-    head = model.get_output_embeddings()
-    if head is None:  # no separate head to apply: the full logits
-        logits = model(input_ids=ids, attention_mask=mask).logits  # (B, width, V)
-        return logits[torch.arange(len(rows), device=device), last].float()
-    # the head on the last position only: (B, V) rather than (B, width, V)
-    hidden = model.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
-    return head(hidden[torch.arange(len(rows), device=device), last]).float()
-
-
-def action_logprobs(
-    model: Any, rows: Sequence[Sequence[int]], actions: torch.Tensor, pad_id: int, temperature: float = 1.0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probability ``(B,)`` of each row's action token after its prompt, and the entropy
-    ``(B,)`` of that next-token distribution; differentiable when grad is on."""
-    logprob, entropy, _ = action_terms(model, rows, actions, pad_id, temperature)
-    return logprob, entropy
-
-
-def action_terms(
-    model: Any,
-    rows: Sequence[Sequence[int]],
-    actions: torch.Tensor,
-    pad_id: int,
-    temperature: float = 1.0,
-    legal_ids: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`action_logprobs` and the raw ``(B, V)`` logits they come from (one forward pass).
-    With ``legal_ids`` (``(B, W)``, -1 padded) the log-probs and entropy are the masked policy's:
-    the softmax over the legal moves alone."""
-    raw = last_token_logits(model, rows, pad_id)
-    if legal_ids is not None:
-        from chessrl.lm.masked import masked_log_softmax
-
-        legal_ids = legal_ids.to(raw.device)
-        logp = masked_log_softmax(raw, legal_ids, temperature)
-        valid = legal_ids >= 0
-        finite = logp.masked_fill(~valid, 0.0)  # -inf padding times 0 would make the gradient NaN
-        entropy = -(finite.exp() * finite * valid).sum(-1)
-        index = (legal_ids == actions.view(-1, 1).to(raw.device)).float().argmax(-1, keepdim=True)
-        return logp.gather(-1, index).squeeze(-1), entropy, raw
-    logp = torch.log_softmax(raw / temperature, dim=-1)
-    entropy = -(logp.exp() * logp).sum(-1)
-    return logp.gather(-1, actions.view(-1, 1).to(logp.device)).squeeze(-1), entropy, raw
-
-
-def state_values(critic: Any, rows: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
-    """``(B,)`` values of the states (a one-label sequence-classification model reads each row
-    up to its last token, once per distinct row); differentiable when grad is on."""
-    unique, index = unique_rows(rows)
-    ids, mask = right_padded(unique, pad_id, next(critic.parameters()).device)
-    values = critic(input_ids=ids, attention_mask=mask).logits[:, 0].float()
-    return values if len(unique) == len(rows) else values[torch.tensor(index, device=values.device)]
 
 
 def action_rewards(
@@ -163,7 +79,9 @@ class Batch:
     legal: torch.Tensor  # (N,) bool
     legal_ids: torch.Tensor | None = None  # (N, W) legal move token ids of each position, -1 padded
     masked: bool = False  # log-probs are the masked policy's (over legal_ids)
-    score_mean: float = 0.0  # the legal moves' mean score before centring (the reward model's or Stockfish's grade)
+    score_mean: float = (
+        0.0  # the legal moves' mean score before centring (the reward model's or Stockfish's grade)
+    )
     grouped: bool = False  # several moves drawn a position (samples_per_state): minibatches keep a prompt's moves together
     best: torch.Tensor | None = None  # (N,) bool: the best-graded move drawn in its position (grouped only)
 
@@ -208,7 +126,9 @@ def make_batch(
     legal_ids = _legal_ids(flat, moves_table)
     if settings.masked and legal_ids is None:
         raise ValueError("masked PPO needs the move tokens (moves_table) to list each position's legal moves")
-    ref = reference_logprobs(policy_ref, rows, tokens, pad_id, settings, legal_ids if settings.masked else None, chunk)
+    ref = reference_logprobs(
+        policy_ref, rows, tokens, pad_id, settings, legal_ids if settings.masked else None, chunk
+    )
     unique, index = unique_rows(rows)
     values = torch.tensor(score_ids(critic, unique, pad_id, chunk))[torch.tensor(index, dtype=torch.long)]
     old = torch.tensor([a.logprob for a in flat])
@@ -218,7 +138,9 @@ def make_batch(
             rewards, vals, mask, settings.gamma, settings.lam, int(mask.sum()) >= 2
         )
     else:
-        advantages, returns = compute_gae_advantage_return(rewards, vals, mask, settings.gamma, settings.lam, False)
+        advantages, returns = compute_gae_advantage_return(
+            rewards, vals, mask, settings.gamma, settings.lam, False
+        )
         advantages = whiten_over(advantages, mask, sums)
     keep = mask.bool()
     return Batch(
@@ -290,14 +212,30 @@ def leave_one_out(actions: Sequence[Action]) -> list[Action]:
             continue
         grades = [a.score, *a.alt_scores]
         total, k = sum(grades), len(grades)
-        out.append(replace(a, score=a.score - (total - a.score) / (k - 1), alt_ids=[], alt_logprobs=[], alt_scores=[]))
-        for j, (token, logprob, grade) in enumerate(zip(a.alt_ids, a.alt_logprobs, a.alt_scores, strict=True)):
+        out.append(
+            replace(
+                a, score=a.score - (total - a.score) / (k - 1), alt_ids=[], alt_logprobs=[], alt_scores=[]
+            )
+        )
+        for j, (token, logprob, grade) in enumerate(
+            zip(a.alt_ids, a.alt_logprobs, a.alt_scores, strict=True)
+        ):
             out.append(
                 Action(
-                    f"{a.episode}/{a.t}.{j}", 0, a.prompt_ids, token, "", True, logprob, a.version,
-                    score=grade - (total - grade) / (k - 1), last=True, opponent=a.opponent, legal_ids=a.legal_ids,
+                    f"{a.episode}/{a.t}.{j}",
+                    0,
+                    a.prompt_ids,
+                    token,
+                    "",
+                    True,
+                    logprob,
+                    a.version,
+                    score=grade - (total - grade) / (k - 1),
+                    last=True,
+                    opponent=a.opponent,
+                    legal_ids=a.legal_ids,
                 )
-            )  # fmt: skip
+            )
     return out
 
 
@@ -334,29 +272,6 @@ def _legal_ids(flat: Sequence[Action], moves_table: MoveTokens | None) -> torch.
     if moves_table is None:
         return None
     return legal_move_ids([a.prompt_ids for a in flat], [a.action_id for a in flat], moves_table)
-
-
-@torch.no_grad()
-def reference_logprobs(
-    policy_ref: Any,
-    rows: Sequence[Sequence[int]],
-    tokens: torch.Tensor,
-    pad_id: int,
-    settings: PPOSettings,
-    masked: torch.Tensor | None,
-    chunk: int = 64,
-) -> torch.Tensor:
-    """The frozen reference's log-probability of each action (masked: over its legal moves),
-    ``chunk`` prompts a forward pass, on the CPU."""
-    return torch.cat(
-        [
-            action_terms(
-                policy_ref, rows[i : i + chunk], tokens[i : i + chunk], pad_id, settings.temperature,
-                masked[i : i + chunk] if masked is not None else None,
-            )[0]
-            for i in range(0, len(rows), chunk)
-        ]
-    ).cpu()  # fmt: skip
 
 
 def whiten_over(
@@ -548,7 +463,11 @@ class _Minibatch:
         opt.step()
 
     def sync_only(
-        self, policy: Any, policy_opt: torch.optim.Optimizer | None, critic: Any, critic_opt: torch.optim.Optimizer
+        self,
+        policy: Any,
+        policy_opt: torch.optim.Optimizer | None,
+        critic: Any,
+        critic_opt: torch.optim.Optimizer,
     ) -> None:
         """An empty minibatch of a data-parallel worker: no loss, zero gradients sent, the others'
         average stepped, policy then critic as the others do."""
@@ -564,15 +483,25 @@ class _Minibatch:
         # fp32 as the collectors' old log-probs are, even under the learner's bf16 autocast: the ratio is 1 at the first step
         with torch.autocast(next(policy.parameters()).device.type, enabled=False):
             logprob, entropy, raw = action_terms(
-                policy, self.rows, batch.actions[idx], self.pad_id, settings.temperature,
+                policy,
+                self.rows,
+                batch.actions[idx],
+                self.pad_id,
+                settings.temperature,
                 batch.legal_ids[idx] if batch.masked and batch.legal_ids is not None else None,
-            )  # fmt: skip
+            )
         best = batch.best[idx].to(logprob.device) if batch.best is not None else None
         legal_ids = batch.legal_ids[idx].to(raw.device) if batch.legal_ids is not None else None
         loss, metrics = ppo_policy_loss(
-            logprob, entropy, raw, batch.old_logprobs[idx].to(logprob.device),
-            batch.advantages[idx].to(logprob.device), settings, best=best, legal_ids=legal_ids,
-        )  # fmt: skip
+            logprob,
+            entropy,
+            raw,
+            batch.old_logprobs[idx].to(logprob.device),
+            batch.advantages[idx].to(logprob.device),
+            settings,
+            best=best,
+            legal_ids=legal_ids,
+        )
         policy_opt.zero_grad()
         loss.backward()
         self.step(policy, policy_opt)

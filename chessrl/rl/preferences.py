@@ -360,6 +360,6 @@ def annotation_pairs(
             "ply": row.get("ply"),
             "phase": row.get("phase"),
             "kind": kind,
-        }  # fmt: skip
+        }
         for i, j, kind in chosen_rejected
     ]

@@ -404,7 +404,9 @@ def judge_measures(groups: Sequence[tuple[Sequence[float], Sequence[float]]]) ->
         others = [i for i in range(len(cps)) if cps[i] < cps[best]]
         if not others:
             continue
-        beats = [1.0 if scores[best] > scores[i] else 0.5 if scores[best] == scores[i] else 0.0 for i in others]
+        beats = [
+            1.0 if scores[best] > scores[i] else 0.5 if scores[best] == scores[i] else 0.0 for i in others
+        ]
         if abs(cps[best]) < BALANCED_CP:
             balanced.append(sum(beats) / len(beats))
         top = Score(cp=int(cps[best]), mate=None).expected
@@ -421,8 +423,11 @@ def judge_measures(groups: Sequence[tuple[Sequence[float], Sequence[float]]]) ->
 
 #: The judge's bar (chessrl.rl.reward.judge_measures) as summary keys.
 JUDGE_KEYS = (
-    "heldout_best_over_random_balanced", "heldout_balanced_positions", "heldout_best_over_worse", "heldout_worse_pairs",
-)  # fmt: skip
+    "heldout_best_over_random_balanced",
+    "heldout_balanced_positions",
+    "heldout_best_over_worse",
+    "heldout_worse_pairs",
+)
 
 
 def judge_line(summary: dict[str, Any]) -> str:
@@ -433,18 +438,31 @@ def judge_line(summary: dict[str, Any]) -> str:
     ...             "heldout_best_over_worse": 0.7, "heldout_worse_pairs": 40.0, "heldout_spearman": 0.21})
     '  judge         best above a random legal move 62.0% of 7 balanced positions (bar 80%); above a move 0.1 worse 70.0% of 40 pairs (bar 85%); Spearman 0.210 (bar 0.5)'
     """
-    if summary.get("heldout_best_over_random_balanced") is None and summary.get("heldout_best_over_worse") is None:
+    if (
+        summary.get("heldout_best_over_random_balanced") is None
+        and summary.get("heldout_best_over_worse") is None
+    ):
         return "  judge         no held-out positions scored (reward.spearman_positions 0)"
     balanced = summary.get("heldout_best_over_random_balanced")
     worse = summary.get("heldout_best_over_worse")
     rho = summary.get("heldout_spearman")
     return (
         "  judge         best above a random legal move "
-        + (f"{balanced:.1%} of {int(summary['heldout_balanced_positions'])} balanced positions" if balanced is not None else "- (no balanced position)")
+        + (
+            f"{balanced:.1%} of {int(summary['heldout_balanced_positions'])} balanced positions"
+            if balanced is not None
+            else "- (no balanced position)"
+        )
         + " (bar 80%); above a move 0.1 worse "
-        + (f"{worse:.1%} of {int(summary['heldout_worse_pairs'])} pairs" if worse is not None else "- (no such pair)")
-        + " (bar 85%); Spearman " + (f"{rho:.3f}" if rho is not None else "-") + " (bar 0.5)"
-    )  # fmt: skip
+        + (
+            f"{worse:.1%} of {int(summary['heldout_worse_pairs'])} pairs"
+            if worse is not None
+            else "- (no such pair)"
+        )
+        + " (bar 85%); Spearman "
+        + (f"{rho:.3f}" if rho is not None else "-")
+        + " (bar 0.5)"
+    )
 
 
 def pairwise_accuracy(chosen: Sequence[float], rejected: Sequence[float]) -> float | None:

@@ -44,6 +44,10 @@ from typing import Any
 import chess
 import numpy as np
 
+from chessrl.search.move_codes import KIND_PIECE, legal_codes
+from chessrl.search.move_codes import MOVE_OF_CODE as _MOVE_OF_CODE  # mcts_tree imports it from here
+from chessrl.search.move_codes import legal_moves as legal_moves
+
 __all__ = [
     "CONSTANT_PLANES",
     "LEGAL_CACHE_SIZE",
@@ -225,20 +229,6 @@ def legal_indices(board: chess.Board, *, cache: bool = True) -> tuple[list[chess
     return list(moves), indices
 
 
-# Moves as integer codes: ``kind * 4096 + from * 64 + to``, kind 0 for an ordinary move and
-# 1..4 for a promotion to queen, rook, bishop, knight (python-chess's order of promotions).
-_PROMOTION_KIND = {None: 0, chess.QUEEN: 1, chess.ROOK: 2, chess.BISHOP: 3, chess.KNIGHT: 4}
-_KIND_PIECE = [None, chess.QUEEN, chess.ROOK, chess.BISHOP, chess.KNIGHT]
-#: One shared Move per code (python-chess never changes a Move once made).
-_MOVE_OF_CODE = [chess.Move(c % 4096 // 64, c % 64, _KIND_PIECE[c // 4096]) for c in range(5 * 4096)]
-#: A pawn's move from ``f`` to ``t`` (index ``f * 64 + t``) as codes: the four promotions, in
-#: python-chess's order, when ``t`` is on a back rank, else the one ordinary move.
-_PAWN_CODES = [
-    tuple(c + kind * 4096 for kind in (1, 2, 3, 4)) if chess.square_rank(c % 64) in (0, 7) else (c,)
-    for c in range(4096)
-]
-
-
 def _build_action_of_code() -> np.ndarray:
     """``[turn, code]`` -> action index (-1 where the code has no action), as ``move_to_index``."""
     table = np.full((2, 5 * 4096), -1, dtype=np.int64)
@@ -249,7 +239,7 @@ def _build_action_of_code() -> np.ndarray:
         plane = _PLANE_OF[src, dst].astype(np.int64)
         df = (dst & 7) - (src & 7)
         under = (kind >= 2) & (src >> 3 == 6) & (dst >> 3 == 7) & (np.abs(df) <= 1)
-        piece = np.array(_KIND_PIECE[2:])[np.clip(kind - 2, 0, 2)]  # rook, bishop, knight
+        piece = np.array(KIND_PIECE[2:])[np.clip(kind - 2, 0, 2)]  # rook, bishop, knight
         plane = np.where(
             under, _FIRST_UNDER_PLANE + (df + 1) * 3 + (piece.astype(np.int64) - chess.KNIGHT), plane
         )
@@ -261,152 +251,8 @@ def _build_action_of_code() -> np.ndarray:
 _ACTION_OF_CODE = _build_action_of_code()
 
 
-def _legal_codes(board: chess.Board) -> list[int]:
-    """The legal moves of ``board`` as codes, in python-chess's order of ``board.legal_moves``.
-
-    python-chess yields every pseudo-legal move from a generator as a new ``Move`` and asks
-    ``Board._is_safe`` about each. When the king is not in check only a king move, a move of a
-    piece pinned to the king (a "blocker") or an en passant capture can be unsafe, so only those
-    are checked here; every other move is legal as generated. In check, for chess960 and for
-    boards of other classes the moves come from python-chess's own generator.
-    """
-    turn = board.turn
-    ours = board.occupied_co[turn]
-    king_mask = board.kings & ours
-    if not king_mask or board.chess960 or type(board) is not chess.Board:
-        return [_code(m) for m in board.generate_legal_moves()]
-    king = king_mask.bit_length() - 1  # python-chess's king when a side has two: the highest
-    if board.attackers_mask(not turn, king):
-        return [_code(m) for m in board.generate_legal_moves()]  # evasions
-    blockers = board._slider_blockers(king)
-    codes = _piece_codes(board, king, blockers)
-
-    if board.castling_rights & (chess.BB_RANK_1 if turn == chess.WHITE else chess.BB_RANK_8):
-        codes += [_code(m) for m in board.generate_castling_moves()]  # checked on the way: safe
-
-    pawns = board.pawns & ours
-    if not pawns:
-        return codes
-    _add_pawn_codes(board, pawns, king, blockers, codes)
-
-    if board.ep_square:
-        codes += [_code(m) for m in board.generate_pseudo_legal_ep() if board._is_safe(king, blockers, m)]
-    return codes
-
-
-def _piece_codes(board: chess.Board, king: int, blockers: int) -> list[int]:
-    """:func:`_legal_codes`' moves of the side to move's pieces other than pawns (not castling),
-    the king on ``king`` not in check, ``blockers`` the pieces pinned to it: from the highest
-    square down, targets likewise (python-chess's order)."""
-    turn = board.turn
-    ours = board.occupied_co[turn]
-    king_bb = 1 << king
-    occupied = board.occupied
-    knights, kings = board.knights, board.kings
-    diagonal = board.bishops | board.queens
-    straight = board.rooks | board.queens
-    ray = chess.ray
-    codes: list[int] = []
-    add = codes.append
-    pieces = ours & ~board.pawns
-    while pieces:
-        f = pieces.bit_length() - 1
-        bit = 1 << f
-        pieces ^= bit
-        if bit & knights:
-            targets = chess.BB_KNIGHT_ATTACKS[f]
-        elif bit & kings:
-            targets = chess.BB_KING_ATTACKS[f]
-        else:
-            targets = 0
-            if bit & diagonal:
-                targets = chess.BB_DIAG_ATTACKS[f][chess.BB_DIAG_MASKS[f] & occupied]
-            if bit & straight:
-                targets |= (
-                    chess.BB_RANK_ATTACKS[f][chess.BB_RANK_MASKS[f] & occupied]
-                    | chess.BB_FILE_ATTACKS[f][chess.BB_FILE_MASKS[f] & occupied]
-                )
-        targets &= ~ours
-        row = f * 64
-        if f == king:
-            while targets:
-                t = targets.bit_length() - 1
-                targets ^= 1 << t
-                if not board.attackers_mask(not turn, t):
-                    add(row + t)
-        elif bit & blockers:
-            while targets:
-                t = targets.bit_length() - 1
-                targets ^= 1 << t
-                if ray(f, t) & king_bb:
-                    add(row + t)
-        else:
-            while targets:
-                t = targets.bit_length() - 1
-                targets ^= 1 << t
-                add(row + t)
-    return codes
-
-
-def _add_pawn_codes(board: chess.Board, pawns: int, king: int, blockers: int, codes: list[int]) -> None:
-    """Add to ``codes`` :func:`_legal_codes`' pawn moves but en passant (the side to move's
-    ``pawns``, its king on ``king`` not in check, ``blockers`` pinned to it), in python-chess's
-    order: captures from the highest pawn down, then single pushes and double pushes, from the
-    highest target down."""
-    turn = board.turn
-    king_bb = 1 << king
-    occupied = board.occupied
-    theirs = board.occupied_co[not turn]
-    ray = chess.ray
-    captures_from = chess.BB_PAWN_ATTACKS[turn]
-    bb = pawns
-    while bb:
-        f = bb.bit_length() - 1
-        bit = 1 << f
-        bb ^= bit
-        targets = captures_from[f] & theirs
-        pinned = bool(bit & blockers)
-        while targets:
-            t = targets.bit_length() - 1
-            targets ^= 1 << t
-            if pinned and not ray(f, t) & king_bb:
-                continue
-            codes += _PAWN_CODES[f * 64 + t]
-
-    back = 8 if turn == chess.BLACK else -8
-    if turn == chess.WHITE:
-        singles = pawns << 8 & ~occupied
-        doubles = singles << 8 & ~occupied & (chess.BB_RANK_3 | chess.BB_RANK_4)
-    else:
-        singles = pawns >> 8 & ~occupied
-        doubles = singles >> 8 & ~occupied & (chess.BB_RANK_6 | chess.BB_RANK_5)
-    for bb, step in ((singles & chess.BB_ALL, back), (doubles & chess.BB_ALL, 2 * back)):
-        while bb:
-            t = bb.bit_length() - 1
-            bb ^= 1 << t
-            f = t + step
-            if (1 << f) & blockers and not ray(f, t) & king_bb:
-                continue
-            codes += _PAWN_CODES[f * 64 + t]
-
-
-def _code(move: chess.Move) -> int:
-    return _PROMOTION_KIND[move.promotion] * 4096 + move.from_square * 64 + move.to_square
-
-
-def legal_moves(board: chess.Board) -> list[chess.Move]:
-    """``list(board.legal_moves)``, in the same order, about three times as fast when not in check
-    (see :func:`_legal_codes`).
-
-    >>> board = chess.Board("4k3/8/8/8/1b6/8/3P4/4K3 w - - 0 1")   # the d2 pawn is pinned
-    >>> legal_moves(board) == list(board.legal_moves), len(legal_moves(board))
-    (True, 4)
-    """
-    return [_MOVE_OF_CODE[c] for c in _legal_codes(board)]
-
-
 def _legal_indices(board: chess.Board) -> tuple[list[chess.Move], np.ndarray]:
-    codes = _legal_codes(board)
+    codes = legal_codes(board)
     table = _MOVE_OF_CODE
     return [table[c] for c in codes], _ACTION_OF_CODE[int(board.turn)][np.array(codes, dtype=np.int64)]
 
@@ -476,9 +322,18 @@ def _key_back(board: chess.Board, step: int, keys: dict[int, Hashable]) -> Hasha
             key = scratch._transposition_key()
         else:
             key = (
-                state.pawns, state.knights, state.bishops, state.rooks, state.queens, state.kings,
-                state.occupied_w, state.occupied_b, state.turn, state.castling_rights, None,
-            )  # fmt: skip
+                state.pawns,
+                state.knights,
+                state.bishops,
+                state.rooks,
+                state.queens,
+                state.kings,
+                state.occupied_w,
+                state.occupied_b,
+                state.turn,
+                state.castling_rights,
+                None,
+            )
     keys[step] = key
     return key
 
@@ -520,52 +375,95 @@ def encode_boards(boards: Sequence[chess.Board], history: int = 8) -> np.ndarray
     repeats = np.zeros((n, history, 2), dtype=np.float32)
     constants: list[tuple[float, ...]] = []
     for b, board in enumerate(boards):
-        us = board.turn
-        states = board._stack
-        depth = len(states)
-        steps = min(history, depth + 1)  # history steps since the game's start
-        limit = history - 1  # how far back positions are needed: history, and repetitions of it
-        for step in range(steps):
-            if step == 0:
-                pawns, knights, bishops, rooks, queens, kings = (
-                    board.pawns, board.knights, board.bishops, board.rooks, board.queens, board.kings
-                )  # fmt: skip
-                ours, theirs = board.occupied_co[us], board.occupied_co[not us]
-                clock = board.halfmove_clock
-            else:
-                state = states[depth - step]
-                pawns, knights, bishops, rooks, queens, kings, ours, theirs = _state_fields(state, us)
-                clock = state.halfmove_clock
-            words += (
-                pawns & ours, knights & ours, bishops & ours, rooks & ours, queens & ours, kings & ours,
-                pawns & theirs, knights & theirs, bishops & theirs, rooks & theirs, queens & theirs,
-                kings & theirs,
-            )  # fmt: skip
-            limit = max(limit, step + clock)
-        words += [0] * (12 * (history - steps))
-        back = min(limit, depth)
-        if back >= 2:
-            # only a position with the same occupancy (an even number of plies apart) can repeat
-            # one: full keys are made for those alone, and none when no occupancy comes twice
-            occupancy = [(board.occupied_co[chess.WHITE], board.occupied_co[chess.BLACK])]
-            occupancy += [(s.occupied_w, s.occupied_b) for s in reversed(states[depth - back :])]
-            if len(set(occupancy)) < len(occupancy):
-                keys: dict[int, Hashable] = {}
-                for i in range(min(history, len(occupancy))):
-                    same = [j for j in range(i + 2, len(occupancy), 2) if occupancy[j] == occupancy[i]]
-                    if same:
-                        key = _key_back(board, i, keys)
-                        seen = sum(_key_back(board, j, keys) == key for j in same)
-                        repeats[b, i] = (seen >= 1, seen >= 2)
-        constants.append(
-            (
-                1.0 if us == chess.WHITE else 0.0,
-                board.fullmove_number / MOVE_COUNT_SCALE,
-                *_castling_planes(board, us),
-                board.halfmove_clock / NO_PROGRESS_SCALE,
+        limit = _add_piece_words(board, history, words)
+        _mark_repetitions(board, history, limit, repeats[b])
+        constants.append(_constants(board))
+    _fill_planes(out, words, repeats, np.array(constants, dtype=np.float32), history)
+    return out
+
+
+def _add_piece_words(board: chess.Board, history: int, words: list[int]) -> int:
+    """Append ``board``'s 12 piece bitboards (ours, then theirs) for each of ``history`` steps to
+    ``words``, zeros before the game's start; returns how many plies back a repetition of those
+    positions may lie (the history, and each step's no-progress clock)."""
+    us = board.turn
+    states = board._stack
+    depth = len(states)
+    steps = min(history, depth + 1)  # history steps since the game's start
+    limit = history - 1  # how far back positions are needed: history, and repetitions of it
+    for step in range(steps):
+        if step == 0:
+            pawns, knights, bishops, rooks, queens, kings = (
+                board.pawns,
+                board.knights,
+                board.bishops,
+                board.rooks,
+                board.queens,
+                board.kings,
             )
+            ours, theirs = board.occupied_co[us], board.occupied_co[not us]
+            clock = board.halfmove_clock
+        else:
+            state = states[depth - step]
+            pawns, knights, bishops, rooks, queens, kings, ours, theirs = _state_fields(state, us)
+            clock = state.halfmove_clock
+        words += (
+            pawns & ours,
+            knights & ours,
+            bishops & ours,
+            rooks & ours,
+            queens & ours,
+            kings & ours,
+            pawns & theirs,
+            knights & theirs,
+            bishops & theirs,
+            rooks & theirs,
+            queens & theirs,
+            kings & theirs,
         )
-    constant_planes = np.array(constants, dtype=np.float32)
+        limit = max(limit, step + clock)
+    words += [0] * (12 * (history - steps))
+    return limit
+
+
+def _mark_repetitions(board: chess.Board, history: int, limit: int, repeats: np.ndarray) -> None:
+    """Set ``repeats[i]`` (``(history, 2)``) where history step ``i``'s position occurred once /
+    twice before, among the positions up to ``limit`` plies back."""
+    states = board._stack
+    depth = len(states)
+    back = min(limit, depth)
+    if back >= 2:
+        # only a position with the same occupancy (an even number of plies apart) can repeat
+        # one: full keys are made for those alone, and none when no occupancy comes twice
+        occupancy = [(board.occupied_co[chess.WHITE], board.occupied_co[chess.BLACK])]
+        occupancy += [(s.occupied_w, s.occupied_b) for s in reversed(states[depth - back :])]
+        if len(set(occupancy)) < len(occupancy):
+            keys: dict[int, Hashable] = {}
+            for i in range(min(history, len(occupancy))):
+                same = [j for j in range(i + 2, len(occupancy), 2) if occupancy[j] == occupancy[i]]
+                if same:
+                    key = _key_back(board, i, keys)
+                    seen = sum(_key_back(board, j, keys) == key for j in same)
+                    repeats[i] = (seen >= 1, seen >= 2)
+
+
+def _constants(board: chess.Board) -> tuple[float, ...]:
+    """``board``'s constant planes' values: colour, move count, castling rights, no-progress."""
+    us = board.turn
+    return (
+        1.0 if us == chess.WHITE else 0.0,
+        board.fullmove_number / MOVE_COUNT_SCALE,
+        *_castling_planes(board, us),
+        board.halfmove_clock / NO_PROGRESS_SCALE,
+    )
+
+
+def _fill_planes(
+    out: np.ndarray, words: list[int], repeats: np.ndarray, constant_planes: np.ndarray, history: int
+) -> None:
+    """Write into ``out`` the piece planes unpacked from ``words`` (flipped for black to move),
+    the repetition planes and the constant planes."""
+    n = out.shape[0]
     bits = np.unpackbits(np.array(words, dtype="<u8").view(np.uint8), bitorder="little")
     pieces = bits.reshape(n, history, 12, 8, 8)
     black = np.flatnonzero(constant_planes[:, 0] == 0.0)
@@ -575,4 +473,3 @@ def encode_boards(boards: Sequence[chess.Board], history: int = 8) -> np.ndarray
     view[:, :, :12] = pieces
     view[:, :, 12:14] = repeats[:, :, :, None, None]
     out[:, PLANES_PER_STEP * history :] = constant_planes[:, :, None, None]
-    return out

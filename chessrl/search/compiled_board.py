@@ -37,6 +37,20 @@ import chess
 import numpy as np
 
 from chessrl.search.compiled import jit
+from chessrl.search.compiled_bitboards import (
+    FULL,
+    KING_ATTACKS,
+    KNIGHT_ATTACKS,
+    ONE,
+    PAWN_ATTACKS,
+    ZERO,
+    attacked,
+    lsb,
+    occupied,
+    popcount,
+    slide,
+    square_bb,
+)
 
 __all__ = [
     "MAX_MOVES",
@@ -63,123 +77,25 @@ NO_EP = 64
 #: Room for every legal move of any position (the most known is 218).
 MAX_MOVES = 256
 
-_ONE = np.uint64(1)
-_ZERO = np.uint64(0)
-_FULL = np.uint64(0xFFFFFFFFFFFFFFFF)
 # Promotion kinds 1..4 -> piece type index (P N B R Q K = 0..5): queen, rook, bishop, knight.
 _PROMO_TYPE = np.array([0, 4, 3, 2, 1], dtype=np.int64)
 
-# Directions: N, S, E, W (rook), NE, NW, SE, SW (bishop); _STEP[d, sq] the next square or -1.
-_DIRS = ((0, 1), (0, -1), (1, 0), (-1, 0), (1, 1), (-1, 1), (1, -1), (-1, -1))
 
-
-def _tables() -> tuple[np.ndarray, ...]:
-    step = np.full((8, 64), -1, dtype=np.int64)
-    knight = np.zeros(64, dtype=np.uint64)
-    king = np.zeros(64, dtype=np.uint64)
-    pawn = np.zeros((2, 64), dtype=np.uint64)
-    for sq in range(64):
-        f, r = sq & 7, sq >> 3
-        for d, (df, dr) in enumerate(_DIRS):
-            if 0 <= f + df < 8 and 0 <= r + dr < 8:
-                step[d, sq] = (r + dr) * 8 + f + df
-                king[sq] |= np.uint64(1) << np.uint64((r + dr) * 8 + f + df)
-        for df, dr in ((1, 2), (2, 1), (2, -1), (1, -2), (-1, -2), (-2, -1), (-2, 1), (-1, 2)):
-            if 0 <= f + df < 8 and 0 <= r + dr < 8:
-                knight[sq] |= np.uint64(1) << np.uint64((r + dr) * 8 + f + df)
-        for colour, dr in ((0, 1), (1, -1)):
-            for df in (-1, 1):
-                if 0 <= f + df < 8 and 0 <= r + dr < 8:
-                    pawn[colour, sq] |= np.uint64(1) << np.uint64((r + dr) * 8 + f + df)
+def _zobrist() -> np.ndarray:
+    """The key's random numbers: per piece and square, the side to move, the castling rights, the
+    en passant file."""
     rng = np.random.default_rng(0x5EED_C4E55)
     zobrist = rng.integers(0, 2**63, size=12 * 64 + 1 + 16 + 8, dtype=np.int64).astype(np.uint64)
     zobrist ^= rng.integers(0, 2**63, size=zobrist.shape, dtype=np.int64).astype(np.uint64) << np.uint64(1)
-    return step, knight, king, pawn, zobrist
+    return zobrist
 
 
-_STEP, _KNIGHT, _KING, _PAWN_ATT, _ZOBRIST = _tables()
+_ZOBRIST = _zobrist()
 _Z_TURN = 12 * 64
 _Z_CASTLE = _Z_TURN + 1
 _Z_EP = _Z_CASTLE + 16
 _DARK = np.uint64(chess.BB_DARK_SQUARES)
 _LIGHT = np.uint64(chess.BB_LIGHT_SQUARES)
-
-
-@jit
-def _bit(sq: int) -> np.uint64:
-    return _ONE << np.uint64(sq)
-
-
-@jit
-def _lsb(b: np.uint64) -> int:
-    """The lowest set square of a non-empty bitboard."""
-    n = 0
-    if not b & np.uint64(0xFFFFFFFF):
-        b >>= np.uint64(32)
-        n += 32
-    if not b & np.uint64(0xFFFF):
-        b >>= np.uint64(16)
-        n += 16
-    if not b & np.uint64(0xFF):
-        b >>= np.uint64(8)
-        n += 8
-    if not b & np.uint64(0xF):
-        b >>= np.uint64(4)
-        n += 4
-    if not b & np.uint64(0x3):
-        b >>= np.uint64(2)
-        n += 2
-    if not b & _ONE:
-        n += 1
-    return n
-
-
-@jit
-def _popcount(b: np.uint64) -> int:
-    n = 0
-    while b:
-        b &= b - _ONE
-        n += 1
-    return n
-
-
-@jit
-def _slide(sq: int, occ: np.uint64, d0: int, d1: int) -> np.uint64:
-    """The squares a slider on ``sq`` reaches in directions ``d0 .. d1 - 1`` (blockers included)."""
-    att = _ZERO
-    for d in range(d0, d1):
-        s = _STEP[d, sq]
-        while s >= 0:
-            b = _ONE << np.uint64(s)
-            att |= b
-            if occ & b:
-                break
-            s = _STEP[d, s]
-    return att
-
-
-@jit
-def _attacked(words: np.ndarray, sq: int, by: int, occ: np.uint64, keep: np.uint64) -> bool:
-    """Whether colour ``by``'s pieces (those on ``keep``) attack ``sq`` with ``occ`` occupied."""
-    o = by * 6
-    if _KNIGHT[sq] & words[o + 1] & keep:
-        return True
-    if _KING[sq] & words[o + 5] & keep:
-        return True
-    if _PAWN_ATT[1 - by, sq] & words[o] & keep:  # a pawn of `by` attacks sq where ours on sq would attack it
-        return True
-    queens = words[o + 4]
-    diagonal = (words[o + 2] | queens) & keep
-    if diagonal and _slide(sq, occ, 4, 8) & diagonal:
-        return True
-    straight = (words[o + 3] | queens) & keep
-    return bool(straight) and bool(_slide(sq, occ, 0, 4) & straight)
-
-
-@jit
-def _occupied(words: np.ndarray, colour: int) -> np.uint64:
-    o = colour * 6
-    return words[o] | words[o + 1] | words[o + 2] | words[o + 3] | words[o + 4] | words[o + 5]
 
 
 @jit
@@ -189,8 +105,8 @@ def _legal_after(
     """Whether the move ``frm -> to`` (removing the enemy piece on ``captured``, a bitboard, when
     not empty) leaves our king (on ``ksq`` before the move) unattacked."""
     king = to if frm == ksq else ksq
-    after = (occ & ~_bit(frm) & ~captured) | _bit(to)
-    return not _attacked(words, king, 1 - us, after, ~(captured | _bit(to)))
+    after = (occ & ~square_bb(frm) & ~captured) | square_bb(to)
+    return not attacked(words, king, 1 - us, after, ~(captured | square_bb(to)))
 
 
 @jit
@@ -215,43 +131,59 @@ def _pawn_moves(
     last_rank = 7 if us == 0 else 0
     start_rank = 1 if us == 0 else 6
     while pawns:
-        frm = _lsb(pawns)
-        pawns &= pawns - _ONE
+        frm = lsb(pawns)
+        pawns &= pawns - ONE
         to = frm + up
         promote = (to >> 3) == last_rank
-        if not occ & _bit(to):
-            if _legal_after(words, us, ksq, frm, to, occ, _ZERO):
+        if not occ & square_bb(to):
+            if _legal_after(words, us, ksq, frm, to, occ, ZERO):
                 n = _add(out, n, frm, to, promote)
             two = to + up
-            if (frm >> 3) == start_rank and not occ & _bit(two) and _legal_after(words, us, ksq, frm, two, occ, _ZERO):
+            if (
+                (frm >> 3) == start_rank
+                and not occ & square_bb(two)
+                and _legal_after(words, us, ksq, frm, two, occ, ZERO)
+            ):
                 n = _add(out, n, frm, two, False)
-        caps = _PAWN_ATT[us, frm] & opp
+        caps = PAWN_ATTACKS[us, frm] & opp
         while caps:
-            to = _lsb(caps)
-            caps &= caps - _ONE
-            if _legal_after(words, us, ksq, frm, to, occ, _bit(to)):
+            to = lsb(caps)
+            caps &= caps - ONE
+            if _legal_after(words, us, ksq, frm, to, occ, square_bb(to)):
                 n = _add(out, n, frm, to, promote)
-        en_passant = ep != NO_EP and (_PAWN_ATT[us, frm] & _bit(ep)) != _ZERO and not occ & _bit(ep)
-        if en_passant and _legal_after(words, us, ksq, frm, ep, occ, _bit(ep - up)):
+        en_passant = (
+            ep != NO_EP and (PAWN_ATTACKS[us, frm] & square_bb(ep)) != ZERO and not occ & square_bb(ep)
+        )
+        if en_passant and _legal_after(words, us, ksq, frm, ep, occ, square_bb(ep - up)):
             n = _add(out, n, frm, ep, False)
     return n
 
 
 @jit
-def _castling(words: np.ndarray, rights: int, us: int, ksq: int, occ: np.uint64, out: np.ndarray, n: int) -> int:
+def _castling(
+    words: np.ndarray, rights: int, us: int, ksq: int, occ: np.uint64, out: np.ndarray, n: int
+) -> int:
     """Append the legal castling moves (standard chess: the king on e1/e8, the rooks on their
     corners, as the cleaned ``rights`` say) to ``out[n:]``; returns the new count."""
     mine = rights >> (2 * us)
     them = 1 - us
-    if not mine & 3 or _attacked(words, ksq, them, occ, _FULL):
+    if not mine & 3 or attacked(words, ksq, them, occ, FULL):
         return n
     base = 56 * us
-    short = (mine & 1) != 0 and not occ & (_bit(base + 5) | _bit(base + 6))
-    if short and not _attacked(words, base + 5, them, occ, _FULL) and not _attacked(words, base + 6, them, occ, _FULL):
+    short = (mine & 1) != 0 and not occ & (square_bb(base + 5) | square_bb(base + 6))
+    if (
+        short
+        and not attacked(words, base + 5, them, occ, FULL)
+        and not attacked(words, base + 6, them, occ, FULL)
+    ):
         out[n] = ksq * 64 + base + 6
         n += 1
-    long = (mine & 2) != 0 and not occ & (_bit(base + 1) | _bit(base + 2) | _bit(base + 3))
-    if long and not _attacked(words, base + 3, them, occ, _FULL) and not _attacked(words, base + 2, them, occ, _FULL):
+    long = (mine & 2) != 0 and not occ & (square_bb(base + 1) | square_bb(base + 2) | square_bb(base + 3))
+    if (
+        long
+        and not attacked(words, base + 3, them, occ, FULL)
+        and not attacked(words, base + 2, them, occ, FULL)
+    ):
         out[n] = ksq * 64 + base + 2
         n += 1
     return n
@@ -262,34 +194,34 @@ def _generate(words: np.ndarray, meta: np.ndarray, out: np.ndarray, stop_at_one:
     """Write the legal codes into ``out`` (unordered); returns their number (at least 1 and
     possibly fewer than all with ``stop_at_one``, when there is one)."""
     us = meta[TURN]
-    own = _occupied(words, us)
-    opp = _occupied(words, 1 - us)
+    own = occupied(words, us)
+    opp = occupied(words, 1 - us)
     occ = own | opp
     o = us * 6
-    ksq = _lsb(words[o + 5])
+    ksq = lsb(words[o + 5])
     n = _pawn_moves(words, us, ksq, occ, opp, meta[EP], out, 0)
     if stop_at_one and n:
         return n
     for t in range(1, 6):  # knights, bishops, rooks, queens, king
         pieces = words[o + t]
         while pieces:
-            frm = _lsb(pieces)
-            pieces &= pieces - _ONE
+            frm = lsb(pieces)
+            pieces &= pieces - ONE
             if t == 1:
-                targets = _KNIGHT[frm]
+                targets = KNIGHT_ATTACKS[frm]
             elif t == 2:
-                targets = _slide(frm, occ, 4, 8)
+                targets = slide(frm, occ, 4, 8)
             elif t == 3:
-                targets = _slide(frm, occ, 0, 4)
+                targets = slide(frm, occ, 0, 4)
             elif t == 4:
-                targets = _slide(frm, occ, 0, 8)
+                targets = slide(frm, occ, 0, 8)
             else:
-                targets = _KING[frm]
+                targets = KING_ATTACKS[frm]
             targets &= ~own
             while targets:
-                to = _lsb(targets)
-                targets &= targets - _ONE
-                if _legal_after(words, us, ksq, frm, to, occ, _bit(to) & opp):
+                to = lsb(targets)
+                targets &= targets - ONE
+                if _legal_after(words, us, ksq, frm, to, occ, square_bb(to) & opp):
                     out[n] = frm * 64 + to
                     n += 1
             if stop_at_one and n:
@@ -306,7 +238,7 @@ def order_key(code: int, pawns: np.uint64, king: int, in_check: bool, ep: int) -
     the side to move's pawns; ``ep``: the en passant square (any other value: none)."""
     f = (code >> 6) & 63
     t = code & 63
-    if (pawns >> np.uint64(f)) & _ONE:
+    if (pawns >> np.uint64(f)) & ONE:
         if (t & 7) != (f & 7):
             cat = 6 if t == ep else 3
         elif abs(t - f) == 16:
@@ -326,8 +258,8 @@ def _order(words: np.ndarray, meta: np.ndarray, out: np.ndarray, n: int) -> None
     us = meta[TURN]
     o = us * 6
     pawns = words[o]
-    king = _lsb(words[o + 5])
-    check = _attacked(words, king, 1 - us, _occupied(words, 0) | _occupied(words, 1), _FULL)
+    king = lsb(words[o + 5])
+    check = attacked(words, king, 1 - us, occupied(words, 0) | occupied(words, 1), FULL)
     ep = meta[EP]
     keys = np.empty(n, dtype=np.int64)
     for i in range(n):
@@ -375,7 +307,7 @@ def has_legal_move(words: np.ndarray, meta: np.ndarray) -> bool:
 def in_check(words: np.ndarray, meta: np.ndarray) -> bool:
     """Whether the side to move is in check."""
     us = meta[TURN]
-    return _attacked(words, _lsb(words[us * 6 + 5]), 1 - us, _occupied(words, 0) | _occupied(words, 1), _FULL)
+    return attacked(words, lsb(words[us * 6 + 5]), 1 - us, occupied(words, 0) | occupied(words, 1), FULL)
 
 
 @jit
@@ -386,16 +318,16 @@ def _legal_en_passant(words: np.ndarray, meta: np.ndarray) -> bool:
         return False
     us = meta[TURN]
     o = us * 6
-    occ = _occupied(words, 0) | _occupied(words, 1)
-    if occ & _bit(ep):
+    occ = occupied(words, 0) | occupied(words, 1)
+    if occ & square_bb(ep):
         return False
     up = 8 if us == 0 else -8
-    ksq = _lsb(words[o + 5])
-    attackers = _PAWN_ATT[1 - us, ep] & words[o]
+    ksq = lsb(words[o + 5])
+    attackers = PAWN_ATTACKS[1 - us, ep] & words[o]
     while attackers:
-        frm = _lsb(attackers)
-        attackers &= attackers - _ONE
-        if _legal_after(words, us, ksq, frm, ep, occ, _bit(ep - up)):
+        frm = lsb(attackers)
+        attackers &= attackers - ONE
+        if _legal_after(words, us, ksq, frm, ep, occ, square_bb(ep - up)):
             return True
     return False
 
@@ -403,12 +335,12 @@ def _legal_en_passant(words: np.ndarray, meta: np.ndarray) -> bool:
 @jit
 def repetition_key(words: np.ndarray, meta: np.ndarray) -> np.uint64:
     """The 64-bit zobrist key of the position's python-chess ``_transposition_key`` class."""
-    key = _ZERO
+    key = ZERO
     for p in range(12):
         b = words[p]
         while b:
-            sq = _lsb(b)
-            b &= b - _ONE
+            sq = lsb(b)
+            b &= b - ONE
             key ^= _ZOBRIST[p * 64 + sq]
     if meta[TURN] == 1:
         key ^= _ZOBRIST[_Z_TURN]
@@ -432,7 +364,7 @@ def make_move(
     o, t = us * 6, them * 6
     for p in range(12):
         out_words[p] = words[p]
-    fb, tb = _bit(frm), _bit(to)
+    fb, tb = square_bb(frm), square_bb(to)
     moving = o
     for p in range(o, o + 6):
         if words[p] & fb:
@@ -445,7 +377,7 @@ def make_move(
             capture = True
     pawn = moving == o
     if pawn and to == meta[EP] and (to & 7) != (frm & 7) and not capture:
-        out_words[t] &= ~_bit(to - 8 if us == 0 else to + 8)
+        out_words[t] &= ~square_bb(to - 8 if us == 0 else to + 8)
         capture = True
     out_words[moving] &= ~fb
     if kind:
@@ -456,7 +388,7 @@ def make_move(
     if moving == o + 5:
         if abs(to - frm) == 2:  # castling: the rook too
             rook_from, rook_to = (frm + 3, frm + 1) if to > frm else (frm - 4, frm - 1)
-            out_words[o + 3] = (out_words[o + 3] & ~_bit(rook_from)) | _bit(rook_to)
+            out_words[o + 3] = (out_words[o + 3] & ~square_bb(rook_from)) | square_bb(rook_to)
         rights &= ~(3 << (2 * us))
     for sq in (frm, to):
         if sq == 7:
@@ -486,10 +418,10 @@ def _insufficient_material(words: np.ndarray) -> bool:
     bishops = words[2] | words[8]
     kings = words[5] | words[11]
     for c in range(2):
-        ours = _occupied(words, c)
-        theirs = _occupied(words, 1 - c)
+        ours = occupied(words, c)
+        theirs = occupied(words, 1 - c)
         if ours & knights:
-            if _popcount(ours) > 2 or theirs & ~kings:
+            if popcount(ours) > 2 or theirs & ~kings:
                 return False
         elif ours & bishops:
             same_colour = not bishops & _DARK or not bishops & _LIGHT

@@ -104,27 +104,42 @@ def _logits(prior: np.ndarray) -> np.ndarray:
 
 
 def _completed_sigma(
-    raw_value: np.ndarray, q: np.ndarray, n: np.ndarray, prior: np.ndarray, valid: np.ndarray,
-    c_visit: float, c_scale: float,
-) -> np.ndarray:  # fmt: skip
+    raw_value: np.ndarray,
+    q: np.ndarray,
+    n: np.ndarray,
+    prior: np.ndarray,
+    valid: np.ndarray,
+    c_visit: float,
+    c_scale: float,
+) -> np.ndarray:
     """:func:`sigma` of the :func:`completed_q`: what the improved policy and the root's scores
     add to the logits."""
     return sigma(completed_q(raw_value, q, n, prior, valid), n, valid, c_visit, c_scale)
 
 
 def improved_policy(
-    raw_value: np.ndarray, q: np.ndarray, n: np.ndarray, prior: np.ndarray, valid: np.ndarray,
-    c_visit: float = 50.0, c_scale: float = 1.0,
-) -> np.ndarray:  # fmt: skip
+    raw_value: np.ndarray,
+    q: np.ndarray,
+    n: np.ndarray,
+    prior: np.ndarray,
+    valid: np.ndarray,
+    c_visit: float = 50.0,
+    c_scale: float = 1.0,
+) -> np.ndarray:
     """``softmax(logits + sigma(completed Q))`` over each node's moves (0 on padding)."""
     s = _completed_sigma(raw_value, q, n, prior, valid, c_visit, c_scale)
     return _softmax(_logits(prior) + s, valid)
 
 
 def interior_scores(
-    raw_value: np.ndarray, q: np.ndarray, n: np.ndarray, prior: np.ndarray, valid: np.ndarray,
-    c_visit: float = 50.0, c_scale: float = 1.0,
-) -> np.ndarray:  # fmt: skip
+    raw_value: np.ndarray,
+    q: np.ndarray,
+    n: np.ndarray,
+    prior: np.ndarray,
+    valid: np.ndarray,
+    c_visit: float = 50.0,
+    c_scale: float = 1.0,
+) -> np.ndarray:
     """Below the root: ``pi'(a) - N(a) / (1 + sum_b N(b))`` (-inf on padding); its argmax is
     the deterministic selection of the paper."""
     pi = improved_policy(raw_value, q, n, prior, valid, c_visit, c_scale)

@@ -353,7 +353,9 @@ class BatchedMCTS:
         child.noisy_priors = None
         root._tree.chosen[child._id] = -1
         if child._tree.native[child._id] is not None and not native_board.supported(child.board):
-            return Node(copy_board(child.board))  # past what the native board's counters hold: python-chess on
+            return Node(
+                copy_board(child.board)
+            )  # past what the native board's counters hold: python-chess on
         return child
 
     # --- the rounds ----------------------------------------------------------------------------

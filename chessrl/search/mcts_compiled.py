@@ -73,9 +73,19 @@ _Arr = np.ndarray  # the kernels' arrays: int64, float64 or bool, one-dimensiona
 
 @jit
 def _pick(
-    first: _Arr, count: _Arr, N: _Arr, W: _Arr, Q: _Arr, Psel: _Arr, visits: _Arr, value: _Arr,
-    mate: _Arr, node: int, c_puct: float, fpu: float,
-) -> int:  # fmt: skip
+    first: _Arr,
+    count: _Arr,
+    N: _Arr,
+    W: _Arr,
+    Q: _Arr,
+    Psel: _Arr,
+    visits: _Arr,
+    value: _Arr,
+    mate: _Arr,
+    node: int,
+    c_puct: float,
+    fpu: float,
+) -> int:
     """:func:`~chessrl.search.mcts_tree.puct_pick` for one node, in its float operations."""
     f = first[node]
     if mate[node] >= 0:
@@ -116,9 +126,19 @@ def _pick(
 
 @jit
 def puct_pick_nodes(
-    first: _Arr, count: _Arr, N: _Arr, W: _Arr, Q: _Arr, Psel: _Arr, visits: _Arr, value: _Arr,
-    mate: _Arr, nodes: _Arr, c_puct: float, fpu: float,
-) -> _Arr:  # fmt: skip
+    first: _Arr,
+    count: _Arr,
+    N: _Arr,
+    W: _Arr,
+    Q: _Arr,
+    Psel: _Arr,
+    visits: _Arr,
+    value: _Arr,
+    mate: _Arr,
+    nodes: _Arr,
+    c_puct: float,
+    fpu: float,
+) -> _Arr:
     """The edge each of ``nodes`` selects: :func:`~chessrl.search.mcts_tree.puct_pick` (``fpu`` NaN:
     no first-play reduction), bit for bit. Returns an int64 array aligned with ``nodes``."""
     out = np.empty(nodes.shape[0], dtype=np.int64)
@@ -129,11 +149,29 @@ def puct_pick_nodes(
 
 @jit
 def descend(
-    first: _Arr, count: _Arr, N: _Arr, W: _Arr, Q: _Arr, Psel: _Arr, visits: _Arr, value: _Arr,
-    mate: _Arr, child: _Arr, walk: _Arr, ready: _Arr,
-    cur: _Arr, path_nodes: _Arr, path_edges: _Arr, depth: _Arr, status: _Arr, walkers: _Arr,
-    c_puct: float, fpu: float, virtual: bool, loss: float,
-) -> None:  # fmt: skip
+    first: _Arr,
+    count: _Arr,
+    N: _Arr,
+    W: _Arr,
+    Q: _Arr,
+    Psel: _Arr,
+    visits: _Arr,
+    value: _Arr,
+    mate: _Arr,
+    child: _Arr,
+    walk: _Arr,
+    ready: _Arr,
+    cur: _Arr,
+    path_nodes: _Arr,
+    path_edges: _Arr,
+    depth: _Arr,
+    status: _Arr,
+    walkers: _Arr,
+    c_puct: float,
+    fpu: float,
+    virtual: bool,
+    loss: float,
+) -> None:
     """Walk each walker ``g`` of ``walkers`` from ``cur[g]`` while the node is walkable, picking
     edges as :func:`puct_pick_nodes` (a virtual loss added on each when ``virtual``), recording
     them at ``path_nodes[g, depth[g]]``, ``path_edges[g, depth[g]]`` (``depth[g]`` counts them).
@@ -178,9 +216,21 @@ _TINY = float(np.finfo(np.float64).tiny)
 
 @jit
 def _gumbel_pick(
-    first: _Arr, count: _Arr, N: _Arr, N0: _Arr, Q: _Arr, P: _Arr, value: _Arr, mate: _Arr, score: _Arr,
-    node: int, at_root: bool, considered: int, c_visit: float, c_scale: float,
-) -> int:  # fmt: skip
+    first: _Arr,
+    count: _Arr,
+    N: _Arr,
+    N0: _Arr,
+    Q: _Arr,
+    P: _Arr,
+    value: _Arr,
+    mate: _Arr,
+    score: _Arr,
+    node: int,
+    at_root: bool,
+    considered: int,
+    c_visit: float,
+    c_scale: float,
+) -> int:
     """:func:`chessrl.search.mcts_gumbel.pick` for one node: at a root the considered move
     (``considered`` visits in this search) with the best ``g + logits + sigma(completed Q)``,
     below it the deterministic selection ``pi'(a) - N(a) / (1 + sum N)``; a mate first. The
@@ -244,11 +294,33 @@ def _gumbel_pick(
 
 @jit
 def descend_gumbel(
-    first: _Arr, count: _Arr, N: _Arr, N0: _Arr, W: _Arr, Q: _Arr, P: _Arr, visits: _Arr, value: _Arr,
-    mate: _Arr, score: _Arr, child: _Arr, walk: _Arr, ready: _Arr,
-    cur: _Arr, path_nodes: _Arr, path_edges: _Arr, depth: _Arr, status: _Arr, walkers: _Arr,
-    schedule: _Arr, schedule_len: _Arr, c_visit: float, c_scale: float, virtual: bool, loss: float,
-) -> None:  # fmt: skip
+    first: _Arr,
+    count: _Arr,
+    N: _Arr,
+    N0: _Arr,
+    W: _Arr,
+    Q: _Arr,
+    P: _Arr,
+    visits: _Arr,
+    value: _Arr,
+    mate: _Arr,
+    score: _Arr,
+    child: _Arr,
+    walk: _Arr,
+    ready: _Arr,
+    cur: _Arr,
+    path_nodes: _Arr,
+    path_edges: _Arr,
+    depth: _Arr,
+    status: _Arr,
+    walkers: _Arr,
+    schedule: _Arr,
+    schedule_len: _Arr,
+    c_visit: float,
+    c_scale: float,
+    virtual: bool,
+    loss: float,
+) -> None:
     """:func:`descend` with Gumbel's selection (:func:`_gumbel_pick`): each walker starts at its
     search root (depth 0), whose sequential-halving schedule is row ``g`` of ``schedule``
     (``schedule_len[g]`` long); the same statuses, the same resumption."""
@@ -271,7 +343,9 @@ def descend_gumbel(
                 for e in range(first[node], first[node] + count[node]):
                     done += N[e] - N0[e]
                 considered = schedule[g, min(done, schedule_len[g] - 1)]
-            e = _gumbel_pick(first, count, N, N0, Q, P, value, mate, score, node, d == 0, considered, c_visit, c_scale)
+            e = _gumbel_pick(
+                first, count, N, N0, Q, P, value, mate, score, node, d == 0, considered, c_visit, c_scale
+            )
             if virtual:
                 N[e] += 1
                 W[e] -= loss
@@ -291,9 +365,20 @@ def descend_gumbel(
 
 @jit
 def backup(
-    N: _Arr, W: _Arr, Q: _Arr, visits: _Arr, value: _Arr, terminal: _Arr,
-    leaves: _Arr, path_nodes: _Arr, path_edges: _Arr, depth: _Arr, walkers: _Arr, virtual: bool, loss: float,
-) -> None:  # fmt: skip
+    N: _Arr,
+    W: _Arr,
+    Q: _Arr,
+    visits: _Arr,
+    value: _Arr,
+    terminal: _Arr,
+    leaves: _Arr,
+    path_nodes: _Arr,
+    path_edges: _Arr,
+    depth: _Arr,
+    walkers: _Arr,
+    virtual: bool,
+    loss: float,
+) -> None:
     """Back each walker's leaf value (``terminal`` if finished, else ``value``, for the side to
     move at ``leaves[g]``) up its path, flipping sides each ply, and take its virtual losses
     back (``virtual``): :meth:`chessrl.search.mcts.BatchedMCTS._backup`, bit for bit."""
@@ -353,26 +438,11 @@ def descend_tree(
     walkers = np.arange(g, dtype=np.int64)
     fpu = math.nan if fpu_reduction is None else float(fpu_reduction)
     c_puct, loss, virtual = float(c_puct), float(loss), bool(virtual)
+    walk = _Walk(cur, nodes, edges, depth, status, c_puct, fpu, virtual, loss)
     if gumbel is not None:
-        seqs = [gumbel[0].get(r, ()) for r in cur.tolist()]
-        schedule_len = np.array([len(q) for q in seqs], dtype=np.int64)
-        schedule = np.zeros((g, max(1, int(schedule_len.max(initial=0)))), dtype=np.int64)
-        for row, q in enumerate(seqs):
-            schedule[row, : len(q)] = q
-        c_visit, c_scale = float(gumbel[1]), float(gumbel[2])
+        walk.gumbel = _gumbel_schedules(cur, gumbel)
     while len(walkers):
-        t = tree  # growing replaces the arrays: read them at each call
-        if gumbel is None:
-            descend(
-                t.first, t.count, t.N, t.W, t.Q, t.Psel, t.visits, t.value, t.mate, t.child, t.walk, t.ready,
-                cur, nodes, edges, depth, status, walkers, c_puct, fpu, virtual, loss,
-            )  # fmt: skip
-        else:
-            descend_gumbel(
-                t.first, t.count, t.N, t.N0, t.W, t.Q, t.P, t.visits, t.value, t.mate, t.score, t.child,
-                t.walk, t.ready, cur, nodes, edges, depth, status, walkers, schedule, schedule_len,
-                c_visit, c_scale, virtual, loss,
-            )  # fmt: skip
+        _walk_pass(tree, walk, walkers)
         st = status[walkers]
         stopped = st != LEAF
         if not stopped.any():
@@ -382,24 +452,127 @@ def descend_tree(
         if listing.any():
             ensure_edges(tree, cur[walkers[listing]])
         if (st == NEEDS_ROOM).any():
-            more = np.empty((g, nodes.shape[1]), dtype=np.int64)
-            nodes, edges = np.concatenate((nodes, more), axis=1), np.concatenate((edges, more), axis=1)
+            more = np.empty((g, walk.nodes.shape[1]), dtype=np.int64)
+            walk.nodes = np.concatenate((walk.nodes, more), axis=1)
+            walk.edges = np.concatenate((walk.edges, more), axis=1)
         making = st == NEEDS_CHILD
         if making.any():
-            made = walkers[making]
-            parents = nodes[made, depth[made] - 1]
-            moves = edges[made, depth[made] - 1] - tree.first[parents]
-            native = tree.nat[parents]
-            if native.all():  # one compiled call for the native games' children
-                cur[made] = mcts_native.make_children(tree, parents, moves)
-            else:
-                if native.any():
-                    cur[made[native]] = mcts_native.make_children(tree, parents[native], moves[native])
-                for w, parent, i in zip(made[~native].tolist(), parents[~native].tolist(), moves[~native].tolist(), strict=True):
-                    cur[w] = make_child(tree, parent, i)
-            making[making] = tree.walk[cur[made]]  # a new child is a leaf unless walkable
+            making[making] = _make_children(tree, walk, walkers[making])
             walkers = walkers[~(st == NEEDS_CHILD) | making]
-    return Paths(cur, nodes, edges, depth)
+    return Paths(cur, walk.nodes, walk.edges, depth)
+
+
+@dataclass
+class _Walk:
+    """:func:`descend_tree`'s walkers: where each is (``cur``), its path so far (``nodes``,
+    ``edges``, ``depth``), why it stopped (``status``), and the selection's settings (PUCT's, or
+    Gumbel's: ``schedule``, ``schedule_len``, ``c_visit``, ``c_scale``)."""
+
+    cur: np.ndarray
+    nodes: np.ndarray
+    edges: np.ndarray
+    depth: np.ndarray
+    status: np.ndarray
+    c_puct: float
+    fpu: float
+    virtual: bool
+    loss: float
+    gumbel: tuple[np.ndarray, np.ndarray, float, float] | None = None
+
+
+def _gumbel_schedules(
+    cur: np.ndarray, gumbel: tuple[dict[int, tuple[int, ...]], float, float]
+) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """The roots' (``cur``) halving schedules as one zero-padded array and their lengths, with
+    ``c_visit`` and ``c_scale``: :func:`descend_gumbel`'s arguments."""
+    g = len(cur)
+    seqs = [gumbel[0].get(r, ()) for r in cur.tolist()]
+    schedule_len = np.array([len(q) for q in seqs], dtype=np.int64)
+    schedule = np.zeros((g, max(1, int(schedule_len.max(initial=0)))), dtype=np.int64)
+    for row, q in enumerate(seqs):
+        schedule[row, : len(q)] = q
+    return schedule, schedule_len, float(gumbel[1]), float(gumbel[2])
+
+
+def _walk_pass(tree: ArrayTree, walk: _Walk, walkers: np.ndarray) -> None:
+    """One compiled call walking ``walkers`` on as far as they go (:func:`descend`, or
+    :func:`descend_gumbel`)."""
+    t = tree  # growing replaces the arrays: read them at each call
+    w = walk
+    if w.gumbel is None:
+        descend(
+            t.first,
+            t.count,
+            t.N,
+            t.W,
+            t.Q,
+            t.Psel,
+            t.visits,
+            t.value,
+            t.mate,
+            t.child,
+            t.walk,
+            t.ready,
+            w.cur,
+            w.nodes,
+            w.edges,
+            w.depth,
+            w.status,
+            walkers,
+            w.c_puct,
+            w.fpu,
+            w.virtual,
+            w.loss,
+        )
+    else:
+        schedule, schedule_len, c_visit, c_scale = w.gumbel
+        descend_gumbel(
+            t.first,
+            t.count,
+            t.N,
+            t.N0,
+            t.W,
+            t.Q,
+            t.P,
+            t.visits,
+            t.value,
+            t.mate,
+            t.score,
+            t.child,
+            t.walk,
+            t.ready,
+            w.cur,
+            w.nodes,
+            w.edges,
+            w.depth,
+            w.status,
+            walkers,
+            schedule,
+            schedule_len,
+            c_visit,
+            c_scale,
+            w.virtual,
+            w.loss,
+        )
+
+
+def _make_children(tree: ArrayTree, walk: _Walk, made: np.ndarray) -> np.ndarray:
+    """Make the child at the end of each of ``made``'s paths (native games' in one compiled call),
+    move those walkers onto it; returns, per walker, whether its new child is walkable."""
+    cur, nodes, edges, depth = walk.cur, walk.nodes, walk.edges, walk.depth
+    parents = nodes[made, depth[made] - 1]
+    moves = edges[made, depth[made] - 1] - tree.first[parents]
+    native = tree.nat[parents]
+    if native.all():  # one compiled call for the native games' children
+        cur[made] = mcts_native.make_children(tree, parents, moves)
+    else:
+        if native.any():
+            cur[made[native]] = mcts_native.make_children(tree, parents[native], moves[native])
+        for w, parent, i in zip(
+            made[~native].tolist(), parents[~native].tolist(), moves[~native].tolist(), strict=True
+        ):
+            cur[w] = make_child(tree, parent, i)
+    return tree.walk[cur[made]]  # a new child is a leaf unless walkable
 
 
 def backup_tree(tree: ArrayTree, paths: Paths, virtual: bool, loss: float) -> None:
@@ -407,6 +580,17 @@ def backup_tree(tree: ArrayTree, paths: Paths, virtual: bool, loss: float) -> No
     t = tree
     walkers = np.arange(len(paths.leaves), dtype=np.int64)
     backup(
-        t.N, t.W, t.Q, t.visits, t.value, t.terminal, paths.leaves, paths.nodes, paths.edges,
-        paths.depth, walkers, bool(virtual), float(loss),
-    )  # fmt: skip
+        t.N,
+        t.W,
+        t.Q,
+        t.visits,
+        t.value,
+        t.terminal,
+        paths.leaves,
+        paths.nodes,
+        paths.edges,
+        paths.depth,
+        walkers,
+        bool(virtual),
+        float(loss),
+    )

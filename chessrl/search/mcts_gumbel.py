@@ -81,7 +81,15 @@ def choose(tree: ArrayTree, node: int, edges: slice, config: MCTSConfig) -> None
     visits = (tree.N[edges] - tree.N0[edges])[None]
     valid = np.ones_like(visits, dtype=bool)
     score = gumbel.root_scores(
-        tree.score[edges][None], visits.max(axis=1), visits, tree.value[[node]], tree.Q[edges][None],
-        tree.N[edges][None], tree.P[edges][None], valid, config.c_visit, config.c_scale,
-    )  # fmt: skip
+        tree.score[edges][None],
+        visits.max(axis=1),
+        visits,
+        tree.value[[node]],
+        tree.Q[edges][None],
+        tree.N[edges][None],
+        tree.P[edges][None],
+        valid,
+        config.c_visit,
+        config.c_scale,
+    )
     tree.chosen[node] = int(score[0].argmax())

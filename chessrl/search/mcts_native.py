@@ -113,13 +113,26 @@ def list_edges(tree: ArrayTree, nodes: np.ndarray) -> None:
     total = _list_many(tree.cwords, tree.cmeta, ids, flat, counts)
     if tree.n_edges + total > tree.edge_capacity:
         tree._grow(0, total)
-    _write_edges(tree.first, tree.count, tree.ready, tree.code, tree.action, _ACTION_OF_CODE, tree.cmeta,
-                 ids, flat, counts, tree.n_edges)  # fmt: skip
+    _write_edges(
+        tree.first,
+        tree.count,
+        tree.ready,
+        tree.code,
+        tree.action,
+        _ACTION_OF_CODE,
+        tree.cmeta,
+        ids,
+        flat,
+        counts,
+        tree.n_edges,
+    )
     tree.n_edges += total
 
 
 @jit
-def _list_many(words: np.ndarray, meta: np.ndarray, ids: np.ndarray, flat: np.ndarray, counts: np.ndarray) -> int:
+def _list_many(
+    words: np.ndarray, meta: np.ndarray, ids: np.ndarray, flat: np.ndarray, counts: np.ndarray
+) -> int:
     """Each node's legal codes, one after another in ``flat``; their counts; the total."""
     total = 0
     for k in range(ids.shape[0]):
@@ -131,9 +144,18 @@ def _list_many(words: np.ndarray, meta: np.ndarray, ids: np.ndarray, flat: np.nd
 
 @jit
 def _write_edges(
-    first: np.ndarray, count: np.ndarray, ready: np.ndarray, code: np.ndarray, action: np.ndarray,
-    action_of_code: np.ndarray, meta: np.ndarray, ids: np.ndarray, flat: np.ndarray, counts: np.ndarray, start: int,
-) -> None:  # fmt: skip
+    first: np.ndarray,
+    count: np.ndarray,
+    ready: np.ndarray,
+    code: np.ndarray,
+    action: np.ndarray,
+    action_of_code: np.ndarray,
+    meta: np.ndarray,
+    ids: np.ndarray,
+    flat: np.ndarray,
+    counts: np.ndarray,
+    start: int,
+) -> None:
     """The listed codes as the nodes' edges from edge ``start`` on (:meth:`ArrayTree.add_edges_many`)."""
     e = start
     j = 0
@@ -165,18 +187,50 @@ def make_children(tree: ArrayTree, nodes: np.ndarray, moves: np.ndarray) -> np.n
     new = tree.add_native_nodes(len(nodes))
     t = tree
     return _make_children(
-        t.cwords, t.cmeta, t.pieces, t.consts, t.parent, t.pcode, t.clock, t.rep, t.terminal, t.mate,
-        t.first, t.code, t.child, t.hfirst, t.hcount, t.hkeys, nodes, moves, new,
-    )  # fmt: skip
+        t.cwords,
+        t.cmeta,
+        t.pieces,
+        t.consts,
+        t.parent,
+        t.pcode,
+        t.clock,
+        t.rep,
+        t.terminal,
+        t.mate,
+        t.first,
+        t.code,
+        t.child,
+        t.hfirst,
+        t.hcount,
+        t.hkeys,
+        nodes,
+        moves,
+        new,
+    )
 
 
 @jit
 def _make_children(
-    words: np.ndarray, meta: np.ndarray, pieces: np.ndarray, consts: np.ndarray, parent: np.ndarray,
-    pcode: np.ndarray, clock: np.ndarray, rep: np.ndarray, terminal: np.ndarray, mate: np.ndarray,
-    first: np.ndarray, code: np.ndarray, child: np.ndarray, hfirst: np.ndarray, hcount: np.ndarray,
-    hkeys: np.ndarray, nodes: np.ndarray, moves: np.ndarray, new: np.ndarray,
-) -> np.ndarray:  # fmt: skip
+    words: np.ndarray,
+    meta: np.ndarray,
+    pieces: np.ndarray,
+    consts: np.ndarray,
+    parent: np.ndarray,
+    pcode: np.ndarray,
+    clock: np.ndarray,
+    rep: np.ndarray,
+    terminal: np.ndarray,
+    mate: np.ndarray,
+    first: np.ndarray,
+    code: np.ndarray,
+    child: np.ndarray,
+    hfirst: np.ndarray,
+    hcount: np.ndarray,
+    hkeys: np.ndarray,
+    nodes: np.ndarray,
+    moves: np.ndarray,
+    new: np.ndarray,
+) -> np.ndarray:
     """Row ``new[k]`` becomes node ``nodes[k]`` after its ``moves[k]``-th move: the position and
     its planes' parts, key, clock, repetitions (along ``parent`` links, then the top node's
     ``hkeys``), end value; the edge points to it. Returns the children."""

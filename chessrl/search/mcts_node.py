@@ -235,9 +235,14 @@ class Node:
         e = self._edges
         valid = np.ones((1, e.stop - e.start), dtype=bool)
         return gumbel.improved_policy(
-            tree.value[[self._id]], tree.Q[e][None], tree.N[e][None], tree.P[e][None], valid,
-            cfg.c_visit, cfg.c_scale,
-        )[0]  # fmt: skip
+            tree.value[[self._id]],
+            tree.Q[e][None],
+            tree.N[e][None],
+            tree.P[e][None],
+            valid,
+            cfg.c_visit,
+            cfg.c_scale,
+        )[0]
 
     def policy_target(self, config: MCTSConfig | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The replay table's sparse policy target: :meth:`sparse_visits` after a PUCT search,

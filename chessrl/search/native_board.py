@@ -101,8 +101,13 @@ _BLACK = rust_chess.BLACK
 _TO_UINT = rust_chess.Bitboard.to_uint
 _GET_UCI = rust_chess.Move.get_uci
 _RC_PIECE_TYPES = (
-    rust_chess.PAWN, rust_chess.KNIGHT, rust_chess.BISHOP, rust_chess.ROOK, rust_chess.QUEEN, rust_chess.KING,
-)  # fmt: skip
+    rust_chess.PAWN,
+    rust_chess.KNIGHT,
+    rust_chess.BISHOP,
+    rust_chess.ROOK,
+    rust_chess.QUEEN,
+    rust_chess.KING,
+)
 #: White's P N B R Q K, then black's.
 _RC_PIECES = tuple(rust_chess.Piece(t, c) for c in (True, False) for t in _RC_PIECE_TYPES)
 _RC_PAWN = {True: _RC_PIECES[0], False: _RC_PIECES[6]}
@@ -195,7 +200,9 @@ def legal_codes(rb: rust_chess.Board) -> np.ndarray:
 
 
 @jit
-def _python_chess_order(codes: np.ndarray, pawns: np.uint64, king: int, in_check: bool, ep: int) -> np.ndarray:
+def _python_chess_order(
+    codes: np.ndarray, pawns: np.uint64, king: int, in_check: bool, ep: int
+) -> np.ndarray:
     """``codes`` sorted as python-chess generates them (:func:`chessrl.search.compiled_board.order_key`)."""
     n = len(codes)
     keys = np.empty(n, dtype=np.int64)

@@ -18,6 +18,8 @@ Chess960 board goes through python-chess itself.
 
 from __future__ import annotations
 
+from typing import Any
+
 import chess
 
 from chessrl.search.board_encoding import copy_board
@@ -166,10 +168,28 @@ def child_board(board: chess.Board, move: chess.Move) -> chess.Board:
         child = copy_fast(board)
         child.push(move)
         return child
-    turn = src["turn"]
     stack = src["_stack"]
     castling = src["castling_rights"] if stack else board.clean_castling_rights()
     stack = [*stack, chess._BoardState(board)]
+    child = object.__new__(chess.Board)
+    state = child.__dict__
+    state.update(src)
+    state.update(
+        _ordinary_move_fields(src, move, from_bb, to_bb, castling),
+        move_stack=[*src["move_stack"], move],
+        _stack=stack,
+    )
+    return child
+
+
+def _ordinary_move_fields(
+    src: dict[str, Any], move: chess.Move, from_bb: int, to_bb: int, castling: int
+) -> dict[str, Any]:
+    """The board fields :func:`child_board`'s ordinary ``move`` changes (from ``from_bb`` to
+    ``to_bb``) but the move stack and saved states: the pieces, the side to move, the castling
+    rights (``castling``: the parent's cleaned ones), en passant and the clocks. ``src``: the
+    parent board's ``__dict__``."""
+    turn = src["turn"]
     pawns, knights, bishops, rooks = src["pawns"], src["knights"], src["bishops"], src["rooks"]
     queens, kings, promoted = src["queens"], src["kings"], src["promoted"]
     ours, theirs = src["occupied_co"][turn], src["occupied_co"][not turn]
@@ -201,14 +221,19 @@ def child_board(board: chess.Board, move: chess.Move) -> chess.Board:
         promoted = (promoted & ~from_bb & keep) | (to_bb if promoted & from_bb else 0)
     ours = (ours ^ from_bb) | to_bb
     theirs &= keep
-    child = object.__new__(chess.Board)
-    state = child.__dict__
-    state.update(src)
-    state.update(
-        pawns=pawns, knights=knights, bishops=bishops, rooks=rooks, queens=queens, kings=kings,
-        occupied_co=[theirs, ours] if turn else [ours, theirs], occupied=ours | theirs, promoted=promoted,
-        turn=not turn, castling_rights=castling, ep_square=ep_square, halfmove_clock=clock,
-        fullmove_number=src["fullmove_number"] + (turn == chess.BLACK),
-        move_stack=[*src["move_stack"], move], _stack=stack,
-    )  # fmt: skip
-    return child
+    return {
+        "pawns": pawns,
+        "knights": knights,
+        "bishops": bishops,
+        "rooks": rooks,
+        "queens": queens,
+        "kings": kings,
+        "occupied_co": [theirs, ours] if turn else [ours, theirs],
+        "occupied": ours | theirs,
+        "promoted": promoted,
+        "turn": not turn,
+        "castling_rights": castling,
+        "ep_square": ep_square,
+        "halfmove_clock": clock,
+        "fullmove_number": src["fullmove_number"] + (turn == chess.BLACK),
+    }

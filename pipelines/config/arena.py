@@ -108,7 +108,9 @@ class EvaluateConfig(Section):
     def _pairs(cls, pairs: list[str]) -> list[str]:
         for pair in pairs:
             if not re.fullmatch(r"\d+-\d+", pair) or len(set(pair.split("-"))) != 2:
-                raise ValueError(f"{pair!r} is not I-J: two different player indices (0 is the first), e.g. 0-2")
+                raise ValueError(
+                    f"{pair!r} is not I-J: two different player indices (0 is the first), e.g. 0-2"
+                )
         return pairs
 
     @field_validator("opening_plies")

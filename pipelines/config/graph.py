@@ -159,8 +159,12 @@ class TuneConfig(Section):
                         f"{key}: a distribution is one of {{{', '.join(f'{d}: [low, high]' for d in TUNE_DISTRIBUTIONS)}}}"
                     )
                 bounds = next(iter(spec.values()))
-                if not (isinstance(bounds, list) and len(bounds) == 2 and all(isinstance(b, (int, float)) for b in bounds)
-                        and bounds[0] < bounds[1]):  # fmt: skip
+                if not (
+                    isinstance(bounds, list)
+                    and len(bounds) == 2
+                    and all(isinstance(b, (int, float)) for b in bounds)
+                    and bounds[0] < bounds[1]
+                ):
                     raise ValueError(f"{key}: {spec}: expected [low, high] with low < high")
             else:
                 raise ValueError(f"{key}: {spec!r}: expected a list of values or {{uniform: [low, high]}}")

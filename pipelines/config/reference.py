@@ -61,8 +61,11 @@ def _type_text(annotation: Any) -> str:
     text = text or str(annotation)
     text = re.sub(r"\b(typing|pipelines\.config\.\w+|cluster\.config)\.", "", text)
     # a model path (cluster.config.ModelPath): a str, made absolute when local
-    text = re.sub(r"Optional\[Annotated\[str, AfterValidator\(func=<function absolute_local_path[^>]*>\)\]\]",
-                  "str | None (a local path is made absolute)", text)  # fmt: skip
+    text = re.sub(
+        r"Optional\[Annotated\[str, AfterValidator\(func=<function absolute_local_path[^>]*>\)\]\]",
+        "str | None (a local path is made absolute)",
+        text,
+    )
     return text.replace("NoneType", "None")
 
 
@@ -90,8 +93,9 @@ def flags_of(section: str) -> dict[str, str]:
     from pipelines.phase import build_parser
 
     owner = "prepare" if section in SHARED else section  # any phase's parser has the common flags
-    stand_in = SimpleNamespace(name=owner, section=owner, section_model=section_class(owner),
-                               summary="", description="")  # fmt: skip
+    stand_in = SimpleNamespace(
+        name=owner, section=owner, section_model=section_class(owner), summary="", description=""
+    )
     _, mapping = build_parser(stand_in)  # type: ignore[arg-type]
     flags = {key: flag for key, flag in mapping.values() if key.startswith(f"{section}.")}
     if section == "ray":  # read apart from the config (RAY_ADDRESS wins over it)
@@ -147,7 +151,14 @@ def reference_markdown() -> str:
     for section in sections():
         doc = " ".join((section_class(section).__doc__ or "").split())
         doc = doc.replace("<", "&lt;").replace(">", "&gt;")
-        out += [f"## `{section}`", "", doc, "", "| key | flag | type | default | meaning |", "|---|---|---|---|---|"]
+        out += [
+            f"## `{section}`",
+            "",
+            doc,
+            "",
+            "| key | flag | type | default | meaning |",
+            "|---|---|---|---|---|",
+        ]
         for row in key_rows(section):
             meaning = row.help.replace("<", "&lt;").replace(">", "&gt;")  # <run> is text, not a tag
             cells = [f"`{row.key}`", f"`{row.flag}`", f"`{row.type}`", f"`{row.default}`", meaning]

@@ -6,7 +6,11 @@ the rollout feed, here; the two halves of the skeleton and each phase's worker l
 - :mod:`pipelines.learner.trl`: the skeleton of the phases that train through a TRL ``Trainer``
   (sft, reward, dpo): ``TRLLoopConfig`` (the frozen config a driver hands its workers, read as
   attributes), worker setup, shard streaming, shared arguments, the callback, ``train_with_trl``;
-  on the driver ``fit_learner``, export and the summary.
+  on the driver (re-exported from :mod:`pipelines.learner.trl_driver`) ``fit_learner``, export
+  and the summary.
+- :mod:`pipelines.learner.trl_driver`: the driver's half of that skeleton: Ray Data for the
+  learner's input, the preference pairs tokenized and split, the learner's CPUs, ``fit_learner``,
+  ``export_model`` and the summary.
 - :mod:`pipelines.learner.loop`: the skeleton of hand-written loops (ppo, grpo, selfplay):
   ``LoopConfig`` (the frozen config a driver hands its workers, read as attributes),
   ``LoopLearner`` (state, resume, time limit, reports, checkpoint cadence, finish), ``fit_then_stop``.
@@ -109,9 +113,12 @@ def cpus_that_fit(free: Sequence[float], workers: int, cap: float) -> float:
 
 
 def check_gpus(
-    phase: str, num_workers: int, key: str | None = None, what: str | None = None,
+    phase: str,
+    num_workers: int,
+    key: str | None = None,
+    what: str | None = None,
     log: Callable[[str], None] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """A learner that asks for a GPU a worker must find them in the cluster, now or once its
     autoscaler has started the nodes of a GPU type (:func:`cluster.capacity.ensure` asks for them
     and waits, its progress lines in ``log``): Ray Train would otherwise wait for them forever,
@@ -142,7 +149,7 @@ def check_gpus(
         f"{asked}: {needs}, but this Ray cluster {gpus_said} ({build}): "
         + ("leave use_gpu off" if key is None else "set it to 0")
         + ", or start Ray on GPU "
-        "machines with the CUDA build of torch (docs/cluster.md, \"GPUs\")"
+        'machines with the CUDA build of torch (docs/cluster.md, "GPUs")'
     )
 
 
@@ -202,7 +209,12 @@ def torch_trainer(
     # on a cluster that autoscales, the nodes for the workers are asked for (and waited for, with
     # progress lines) here; Ray Train's own placement group would wait for them silently
     worker = {"CPU": float(cpus_per_worker), **({"GPU": 1.0} if use_gpu else {})}
-    ensure([worker] * num_workers, what=f"{phase}'s {num_workers} learner worker(s)", log=context.log, capacity=cap)
+    ensure(
+        [worker] * num_workers,
+        what=f"{phase}'s {num_workers} learner worker(s)",
+        log=context.log,
+        capacity=cap,
+    )
     folder = folder or phase
     ray_storage = context.phase_storage(folder).child("ray")
     ray_storage.makedirs()
@@ -216,7 +228,9 @@ def torch_trainer(
         loop,
         torch_config=TorchConfig(timeout_s=timeout_s) if timeout_s is not None else None,
         train_loop_config={
-            **loop_config, "progress": progress.handle if progress is not None else None, "scratch": scratch,
+            **loop_config,
+            "progress": progress.handle if progress is not None else None,
+            "scratch": scratch,
         },
         scaling_config=ScalingConfig(
             num_workers=num_workers, use_gpu=use_gpu, resources_per_worker={"CPU": cpus_per_worker}
@@ -388,7 +402,9 @@ class LearnerLog:
         from tensorboardX import SummaryWriter
 
         self.storage = storage
-        self.folder = storage.path() if storage.is_local else str(fresh_scratch(scratch_name("logs", storage)))
+        self.folder = (
+            storage.path() if storage.is_local else str(fresh_scratch(scratch_name("logs", storage)))
+        )
         os.makedirs(self.folder, exist_ok=True)
         if not storage.is_local and storage.exists("metrics.jsonl"):  # a resumed run appends
             with open(os.path.join(self.folder, "metrics.jsonl"), "wb") as handle:

@@ -76,9 +76,12 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         learner.maybe_checkpoint(metrics)
     if worker.rank == 0:
         export_pretrained(
-            worker.policy, worker.tokenizer, learner.phase.child("model"), "grpo-model-",
+            worker.policy,
+            worker.tokenizer,
+            learner.phase.child("model"),
+            "grpo-model-",
             partial(mark_text_format, text_format=cfg.text_format),
-        )  # fmt: skip
+        )
     state = learner.state
     learner.finish({**metrics, "iteration": state["iteration"], "samples_total": state["samples"]})
 
@@ -131,11 +134,16 @@ class GRPOWorker:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
         learner = LoopLearner(
-            "grpo", cfg, {"iteration": 0, "samples": 0, "seconds": 0.0}, {"policy": policy, "optimizer": optimizer},
-            extra=lambda: {"rng": torch.get_rng_state(), **({"cuda_rng": torch.cuda.get_rng_state(device)}
-                                                            if device.type == "cuda" else {})},
+            "grpo",
+            cfg,
+            {"iteration": 0, "samples": 0, "seconds": 0.0},
+            {"policy": policy, "optimizer": optimizer},
+            extra=lambda: {
+                "rng": torch.get_rng_state(),
+                **({"cuda_rng": torch.cuda.get_rng_state(device)} if device.type == "cuda" else {}),
+            },
             lead=rank == 0,
-        )  # fmt: skip
+        )
         seed_worker(learner, cfg.seed, rank, device)
         scores = partial(engine_scores, cfg.engine_pool, SearchLimit(nodes=cfg.stockfish_nodes))
         # dr_grpo's constant length: the longest answer a task in the plan may give (the moves
@@ -145,13 +153,30 @@ class GRPOWorker:
         own_games = None
         if own_here:
             own_games = OwnGames(
-                planned["starts"], live=own_here, text_format=cfg.text_format, opponent=cfg.own_opponent,
+                planned["starts"],
+                live=own_here,
+                text_format=cfg.text_format,
+                opponent=cfg.own_opponent,
                 seed=cfg.seed + 1009 * rank,
-            )  # fmt: skip
+            )
         return cls(
-            cfg, rank, world, device, policy, tokenizer, reference, start_model, pad, optimizer, learner,
-            prompts, own, own_games, scores, norm_length,
-        )  # fmt: skip
+            cfg,
+            rank,
+            world,
+            device,
+            policy,
+            tokenizer,
+            reference,
+            start_model,
+            pad,
+            optimizer,
+            learner,
+            prompts,
+            own,
+            own_games,
+            scores,
+            norm_length,
+        )
 
     def iteration(self) -> dict[str, Any]:
         """One iteration: this worker's share of the iteration's planned prompts (and of its own
@@ -178,17 +203,26 @@ class GRPOWorker:
         t2 = time.perf_counter()
         with bf16_autocast(self.device):
             got = grpo_update(
-                self.policy, self.reference, self.optimizer, samples, self.pad, settings, minibatch=cfg.minibatch,
-                norm_length=self.norm_length, reduce=average_gradients if self.world > 1 else None,
-            )  # fmt: skip
+                self.policy,
+                self.reference,
+                self.optimizer,
+                samples,
+                self.pad,
+                settings,
+                minibatch=cfg.minibatch,
+                norm_length=self.norm_length,
+                reduce=average_gradients if self.world > 1 else None,
+            )
         t3 = time.perf_counter()
         state["iteration"] += 1
         (everyone,) = sum_over_workers([len(samples)])
         state["samples"] += int(everyone)
         return metrics_over_workers(
-            iteration_metrics(state, samples, got, (t0, t1, t2, t3), self.learner.tick()), len(samples),
-            sums=("samples", "trained_samples", "samples_per_s", "pairs"), maxes=("generate_s", "score_s", "learn_s", "elapsed_s"),
-        )  # fmt: skip
+            iteration_metrics(state, samples, got, (t0, t1, t2, t3), self.learner.tick()),
+            len(samples),
+            sums=("samples", "trained_samples", "samples_per_s", "pairs"),
+            maxes=("generate_s", "score_s", "learn_s", "elapsed_s"),
+        )
 
 
 def own_share(own: int, per_iteration: int, rank: int, world: int) -> int:
@@ -252,12 +286,18 @@ def iteration_metrics(
     t0, t1, t2, t3 = times
     own_rewards = [x.reward for x in samples if x.prompt.phase == "own"]
     return {
-        "iteration": state["iteration"], **batch_metrics(samples), **got,
+        "iteration": state["iteration"],
+        **batch_metrics(samples),
+        **got,
         **({"reward_own": sum(own_rewards) / len(own_rewards)} if own_rewards else {}),
-        "samples": len(samples), "samples_total": state["samples"],
+        "samples": len(samples),
+        "samples_total": state["samples"],
         "samples_per_s": len(samples) / max(t3 - t0, 1e-9),
-        "generate_s": t1 - t0, "score_s": t2 - t1, "learn_s": t3 - t2, "elapsed_s": elapsed,
-    }  # fmt: skip
+        "generate_s": t1 - t0,
+        "score_s": t2 - t1,
+        "learn_s": t3 - t2,
+        "elapsed_s": elapsed,
+    }
 
 
 def progress_line(metrics: dict[str, Any]) -> str:

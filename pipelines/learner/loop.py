@@ -219,7 +219,9 @@ class LoopLearner:
         if not self.lead:
             ray.train.report({"done": 1} if final else metrics)
             return
-        folder = str(fresh_scratch(scratch_name(f"{self.name}-ckpt", self.phase)))  # Ray removes it once uploaded
+        folder = str(
+            fresh_scratch(scratch_name(f"{self.name}-ckpt", self.phase))
+        )  # Ray removes it once uploaded
         torch.save(self.snapshot(), os.path.join(folder, "learner.pt"))
         assert self.log is not None
         self.log.sync()

@@ -84,10 +84,20 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     parts = PPOParts.load(cfg, rank, world, device)
     policy, critic = parts.policy, parts.critic
     learner = LoopLearner(
-        "ppo", cfg,
-        {"iteration": 0, "version": 0, "read": [], "episodes": 0, "actions": 0, "stale_dropped": 0, "seconds": 0.0},
-        {"policy": policy, "critic": critic, "policy_opt": parts.policy_opt, "critic_opt": parts.critic_opt}, lead=lead,
-    )  # fmt: skip
+        "ppo",
+        cfg,
+        {
+            "iteration": 0,
+            "version": 0,
+            "read": [],
+            "episodes": 0,
+            "actions": 0,
+            "stale_dropped": 0,
+            "seconds": 0.0,
+        },
+        {"policy": policy, "critic": critic, "policy_opt": parts.policy_opt, "critic_opt": parts.critic_opt},
+        lead=lead,
+    )
     learner.resume("learner resumes at iteration {iteration} (version {version})")
     state = learner.state
     server = ray.get_actor(cfg.server_name, namespace=cfg.namespace) if lead or stream else None
@@ -102,43 +112,91 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         publish(server, policy, state)
     metrics: dict[str, Any] = {}
     while state["iteration"] < cfg.iterations and not any_worker(learner.out_of_time()):
-        wait_started = time.perf_counter()
-        actions = next_episodes(learner, feed, server, stream, world)
-        if actions is None:
+        got = _learn_iteration(learner, parts, feed, server, generator, lead=lead, stream=stream, world=world)
+        if got is None:
             break
-        wait_s = time.perf_counter() - wait_started
-        learn_started = time.perf_counter()
-        warmup = state["iteration"] < cfg.critic_warmup
-        got = parts.learn(actions, warmup, generator, shared=not stream)
-        learn_s = time.perf_counter() - learn_started
-        state["iteration"] += 1
-        figures = iteration_figures(actions, state["version"], stream)
-        state["episodes"] += figures["episodes"]
-        state["actions"] += figures.pop("actions")
-        publish_started = time.perf_counter()
-        if lead:
-            publish(server, policy, state)
-        publish_s = time.perf_counter() - publish_started
-        metrics = {
-            "iteration": state["iteration"], "version": state["version"], "critic_warmup": int(warmup),
-            **{k: float(v) for k, v in got.items()},
-            "episodes": figures["episodes"], "episodes_total": state["episodes"], **figures,
-            "stale_dropped": state["stale_dropped"],
-            "episodes_per_s": figures["episodes"] / max(wait_s + learn_s, 1e-9),
-            "learner_step_s": learn_s, "wait_s": wait_s, "publish_s": publish_s, "report_s": learner.report_s,
-            "log_s": learner.log_s, "elapsed_s": learner.tick(), "workers": world,
-        }  # fmt: skip
+        metrics = got
         learner.record(metrics, progress_line(metrics))  # its time: log_s of the next iteration
         learner.maybe_checkpoint(metrics)  # its time: report_s of the next iteration
+    _stop_reading(feed, server, rollouts, lead=lead)
+    learner.finish(
+        {
+            **metrics,
+            "iteration": state["iteration"],
+            "episodes_total": state["episodes"],
+            "actions_total": state["actions"],
+            "stale_dropped": state["stale_dropped"],
+        },
+        export=(lambda: export_models(policy, critic, parts.tokenizer, learner.phase)) if lead else None,
+    )
+
+
+def _learn_iteration(
+    learner: LoopLearner,
+    parts: PPOParts,
+    feed: RolloutFeed | StreamFeed | None,
+    server: Any,
+    generator: Any,
+    *,
+    lead: bool,
+    stream: bool,
+    world: int,
+) -> dict[str, Any] | None:
+    """One iteration on this worker: wait for its episodes (:func:`next_episodes`), learn on them,
+    count them into the state, publish the new weights (the lead); the iteration's metrics (None
+    on every worker when one is out of time)."""
+    cfg, state = learner.cfg, learner.state
+    assert isinstance(cfg, PPOLoopConfig)
+    wait_started = time.perf_counter()
+    actions = next_episodes(learner, feed, server, stream, world)
+    if actions is None:
+        return None
+    wait_s = time.perf_counter() - wait_started
+    learn_started = time.perf_counter()
+    warmup = state["iteration"] < cfg.critic_warmup
+    got = parts.learn(actions, warmup, generator, shared=not stream)
+    learn_s = time.perf_counter() - learn_started
+    state["iteration"] += 1
+    figures = iteration_figures(actions, state["version"], stream)
+    state["episodes"] += figures["episodes"]
+    state["actions"] += figures.pop("actions")
+    publish_started = time.perf_counter()
+    if lead:
+        publish(server, parts.policy, state)
+    publish_s = time.perf_counter() - publish_started
+    return {
+        "iteration": state["iteration"],
+        "version": state["version"],
+        "critic_warmup": int(warmup),
+        **{k: float(v) for k, v in got.items()},
+        "episodes": figures["episodes"],
+        "episodes_total": state["episodes"],
+        **figures,
+        "stale_dropped": state["stale_dropped"],
+        "episodes_per_s": figures["episodes"] / max(wait_s + learn_s, 1e-9),
+        "learner_step_s": learn_s,
+        "wait_s": wait_s,
+        "publish_s": publish_s,
+        "report_s": learner.report_s,
+        "log_s": learner.log_s,
+        "elapsed_s": learner.tick(),
+        "workers": world,
+    }
+
+
+def _stop_reading(
+    feed: RolloutFeed | StreamFeed | None, server: Any, rollouts: Storage, *, lead: bool
+) -> None:
+    """After the last iteration: stop this worker's feed; on the ``lead``, mark the rollouts done
+    (the stream's read task ends) and stop the parameter server."""
+    import ray
+
     if feed is not None:
         feed.stop()
     if lead:
         assert server is not None
         rollouts.write_text(DONE, "")  # the stream's read task ends
         ray.get(server.stop.remote())
-    learner.finish({**metrics, "iteration": state["iteration"], "episodes_total": state["episodes"],
-                    "actions_total": state["actions"], "stale_dropped": state["stale_dropped"]},
-                   export=(lambda: export_models(policy, critic, parts.tokenizer, learner.phase)) if lead else None)  # fmt: skip
 
 
 @dataclass
@@ -181,13 +239,23 @@ class PPOParts:
         critic.to(device)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         return cls(
-            cfg.settings, policy, tokenizer, frozen_copy(policy), critic,
+            cfg.settings,
+            policy,
+            tokenizer,
+            frozen_copy(policy),
+            critic,
             torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate, weight_decay=0.0),
             torch.optim.AdamW(critic.parameters(), lr=cfg.critic_learning_rate, weight_decay=0.0),
-            MoveTokens(tokenizer), pad, device, rank, world,
-        )  # fmt: skip
+            MoveTokens(tokenizer),
+            pad,
+            device,
+            rank,
+            world,
+        )
 
-    def learn(self, actions: list[Any], warmup: bool, generator: Any, shared: bool = True) -> dict[str, float]:
+    def learn(
+        self, actions: list[Any], warmup: bool, generator: Any, shared: bool = True
+    ) -> dict[str, float]:
         """One iteration's PPO passes on this worker's share of ``actions`` (``shared``: every
         worker has them all; else they are this worker's already), the critic only during
         ``warmup``; the metrics over all workers."""
@@ -199,15 +267,30 @@ class PPOParts:
         self.critic.eval()
         mine = my_share(actions, self.rank, self.world) if shared else actions
         # the reference's log-probs and the values in fp32, as the collectors' old log-probs are
-        batch = make_batch(mine, self.reference, self.critic, self.pad, self.settings, moves_table=self.moves_table,
-                           sums=sum_over_workers if self.world > 1 else None)  # fmt: skip
+        batch = make_batch(
+            mine,
+            self.reference,
+            self.critic,
+            self.pad,
+            self.settings,
+            moves_table=self.moves_table,
+            sums=sum_over_workers if self.world > 1 else None,
+        )
         # bf16 on a GPU for the critic; the policy's new log-probs stay fp32 (ppo_learner's policy_step)
         with bf16_autocast(self.device):
             got = ppo_update(
-                self.policy, self.critic, None if warmup else self.policy_opt, self.critic_opt, batch, self.pad,
-                self.settings, generator,
-                **data_parallel_steps(len(batch.rows), self.settings.minibatch, self.world, average_gradients),
-            )  # fmt: skip
+                self.policy,
+                self.critic,
+                None if warmup else self.policy_opt,
+                self.critic_opt,
+                batch,
+                self.pad,
+                self.settings,
+                generator,
+                **data_parallel_steps(
+                    len(batch.rows), self.settings.minibatch, self.world, average_gradients
+                ),
+            )
         return metrics_over_workers(got, len(mine), sums=("actions",))
 
 
@@ -327,12 +410,15 @@ def episode_figures(actions: list[Any], version: int) -> dict[str, Any]:
     finished = [a for a in own if a.last]
     results = Counter(a.result for a in finished if a.legal)
     return {
-        "episodes": len(episodes), "table_episodes": len(table),
+        "episodes": len(episodes),
+        "table_episodes": len(table),
         "episode_length": len(own) / max(1, len(episodes) - len(table)),
         "illegal_end_rate": sum(not a.legal for a in finished) / max(1, len(finished)),
-        "win_rate": results[1.0] / max(1, len(finished)), "loss_rate": results[-1.0] / max(1, len(finished)),
-        "version_lag_mean": sum(lags) / max(1, len(lags)), "version_lag_max": max(lags, default=0),
-    }  # fmt: skip
+        "win_rate": results[1.0] / max(1, len(finished)),
+        "loss_rate": results[-1.0] / max(1, len(finished)),
+        "version_lag_mean": sum(lags) / max(1, len(lags)),
+        "version_lag_max": max(lags, default=0),
+    }
 
 
 def progress_line(metrics: dict[str, Any]) -> str:

@@ -15,9 +15,14 @@ from pipelines.phase import PhaseContext
 
 
 def heldout_quality(
-    context: PhaseContext, models: dict[str, str], text_format: str = "moves", *,
-    games: str | None, positions: int, nodes: int,
-) -> dict[str, Any]:  # fmt: skip
+    context: PhaseContext,
+    models: dict[str, str],
+    text_format: str = "moves",
+    *,
+    games: str | None,
+    positions: int,
+    nodes: int,
+) -> dict[str, Any]:
     """The start and final policies' paired move quality on up to ``positions`` positions of the
     held-out games (of ``games``, else the run's prepare table: sft.heldout_fraction of them,
     drawn with the run's seed + 1 by :func:`chessrl.arena.move_quality.heldout_positions`),

@@ -68,7 +68,10 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     train = trl_learner.stream_dataset(lambda: enumerate(sft_blocks(shard, cfg.seed, legal_weight)))
     compiled = resolve_compile(cfg.torch_compile, cfg.max_steps)
     args = trl_learner.training_arguments(
-        SFTConfig, cfg, "sft", setup,
+        SFTConfig,
+        cfg,
+        "sft",
+        setup,
         weight_decay=0.01,
         adam_beta2=0.95,
         logging_steps=max(1, min(10, cfg.eval_every)),
@@ -76,7 +79,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         dataset_kwargs={"skip_prepare_dataset": True},
         activation_checkpointing=bool(cfg.gradient_checkpointing),
         torch_compile=compiled,
-    )  # fmt: skip
+    )
     # TRL's own loss on a GPU (its fused LM head saves memory) unless the legal-move loss needs
     # the logits; the model's own cross-entropy on a CPU (see own_loss_sft_trainer_class)
     soft = bool(cfg.soft_targets)
@@ -175,10 +178,18 @@ class SftEval(trl_learner.LearnerCallback):
             if self.rank == 0:
                 self.report(
                     state,
-                    ", ".join(filter(None, (self.figures, f"held-out legal {metrics['heldout_legal_rate']:.1%}",
-                                            f"top-1 {metrics['heldout_top1_agreement']:.1%}"))),
+                    ", ".join(
+                        filter(
+                            None,
+                            (
+                                self.figures,
+                                f"held-out legal {metrics['heldout_legal_rate']:.1%}",
+                                f"top-1 {metrics['heldout_top1_agreement']:.1%}",
+                            ),
+                        )
+                    ),
                     show=True,
-                )  # fmt: skip
+                )
             self.clock += metrics["heldout_eval_s"]  # tokens/s counts training time only
         self.mark = time.perf_counter()
 
@@ -236,7 +247,13 @@ def own_loss_sft_trainer_class(
             )
             if legal is not None and with_targets:
                 loss, outputs = loss_with_targets(
-                    self, model, inputs, (legal, weights), num_items_in_batch, move_loss, mode if logging else None
+                    self,
+                    model,
+                    inputs,
+                    (legal, weights),
+                    num_items_in_batch,
+                    move_loss,
+                    mode if logging else None,
                 )
             else:
                 loss, outputs = Trainer.compute_loss(
@@ -261,7 +278,9 @@ def move_loss_function(legal_weight: float, compile_loss: bool) -> Callable[...,
     loss_fn = torch.compile(lm_and_legal_loss, dynamic=False) if compile_loss else lm_and_legal_loss
     soft_fn = torch.compile(lm_and_soft_move_loss, dynamic=False) if compile_loss else lm_and_soft_move_loss
 
-    def move_loss(logits: Any, labels: Any, legal: Any, weights: Any, num_items: Any) -> tuple[Any, str, Any, Any]:
+    def move_loss(
+        logits: Any, labels: Any, legal: Any, weights: Any, num_items: Any
+    ) -> tuple[Any, str, Any, Any]:
         if weights is not None:
             loss, _, term, mass = soft_fn(logits, labels, legal, weights, num_items, legal_weight)
             return loss, "soft_loss", term, mass
@@ -272,9 +291,14 @@ def move_loss_function(legal_weight: float, compile_loss: bool) -> Callable[...,
 
 
 def loss_with_targets(
-    trainer: Any, model: Any, inputs: dict[str, Any], targets: tuple[Any, Any], num_items: Any,
-    move_loss: Callable[..., tuple[Any, str, Any, Any]], logged: str | None,
-) -> tuple[Any, Any]:  # fmt: skip
+    trainer: Any,
+    model: Any,
+    inputs: dict[str, Any],
+    targets: tuple[Any, Any],
+    num_items: Any,
+    move_loss: Callable[..., tuple[Any, str, Any, Any]],
+    logged: str | None,
+) -> tuple[Any, Any]:
     """``(loss, outputs)`` of a batch with legal moves (and soft weights) in ``targets``: one
     forward pass, :func:`move_loss_function`'s loss, its figures into the trainer's metrics of
     mode ``logged`` (None: not on this step)."""

@@ -104,9 +104,13 @@ class KilledRun:
     def __enter__(self) -> KilledRun:
         self._out = self.log.open("w") if self.log is not None else None
         self.proc = subprocess.Popen(
-            self.command, cwd=Path(__file__).resolve().parents[2], env=self.env, start_new_session=True,
-            stdout=self._out or subprocess.DEVNULL, stderr=subprocess.STDOUT if self._out else subprocess.DEVNULL,
-        )  # fmt: skip
+            self.command,
+            cwd=Path(__file__).resolve().parents[2],
+            env=self.env,
+            start_new_session=True,
+            stdout=self._out or subprocess.DEVNULL,
+            stderr=subprocess.STDOUT if self._out else subprocess.DEVNULL,
+        )
         self.started = time.monotonic()
         return self
 
@@ -190,7 +194,12 @@ def _random_games(folder: Path, n: int = 12, plies: int = 600) -> Path:
         board = chess.Board()
         while not board.is_game_over() and board.ply() < plies:
             board.push(rng.choice(list(board.legal_moves)))
-        rows.append({"game_id": f"{(i * 2**60 + 2**59) % 2**64:016x}", "moves": " ".join(m.uci() for m in board.move_stack)})
+        rows.append(
+            {
+                "game_id": f"{(i * 2**60 + 2**59) % 2**64:016x}",
+                "moves": " ".join(m.uci() for m in board.move_stack),
+            }
+        )
     folder.mkdir()
     pq.write_table(pa.Table.from_pylist(rows), folder / "part-0.parquet")
     return folder

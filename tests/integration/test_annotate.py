@@ -80,8 +80,19 @@ def games(tmp_path_factory) -> Path:
 
 
 def _annotate_args(root: Path, games: Path) -> list[str]:
-    return _args(root, "--games", str(games), "--positions", "12", "--heldout-positions", "4",
-                 "--shard-positions", "8", "--nodes", "20")  # fmt: skip
+    return _args(
+        root,
+        "--games",
+        str(games),
+        "--positions",
+        "12",
+        "--heldout-positions",
+        "4",
+        "--shard-positions",
+        "8",
+        "--nodes",
+        "20",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -138,9 +149,28 @@ def test_sft_distils_the_annotations_into_a_board_policy(annotated, games, capsy
     from pipelines import sft
 
     table = str(annotated / "a" / "annotate")
-    code = sft.main(_args(annotated, "--games", str(games), "--text-format", "board", "--annotations", table, table,
-                          "--max-steps", "2", "--eval-every", "2", "--batch-size", "2", "--max-length", "160",
-                          "--set", "sft.heldout_positions=4"))  # fmt: skip
+    code = sft.main(
+        _args(
+            annotated,
+            "--games",
+            str(games),
+            "--text-format",
+            "board",
+            "--annotations",
+            table,
+            table,
+            "--max-steps",
+            "2",
+            "--eval-every",
+            "2",
+            "--batch-size",
+            "2",
+            "--max-length",
+            "160",
+            "--set",
+            "sft.heldout_positions=4",
+        )
+    )
     err = capsys.readouterr().err
     assert code == EXIT_OK, err[-3000:]
     assert "distilling 72 annotated positions and their colour flips" in err, err[-3000:]
@@ -156,9 +186,25 @@ def test_whole_games_distil_into_a_moves_policy(local_ray, tmp_path, games, caps
     and sft --text-format moves distils them: one sequence a game, a soft target at every ply."""
     from pipelines import sft
 
-    args = _args(tmp_path, "--games", str(games), "--whole-games", "--sources", "games", "random",
-                 "--positions", "40", "--heldout-positions", "0", "--nodes", "10", "--max-plies", "16",
-                 "--pairs", "0")  # fmt: skip
+    args = _args(
+        tmp_path,
+        "--games",
+        str(games),
+        "--whole-games",
+        "--sources",
+        "games",
+        "random",
+        "--positions",
+        "40",
+        "--heldout-positions",
+        "0",
+        "--nodes",
+        "10",
+        "--max-plies",
+        "16",
+        "--pairs",
+        "0",
+    )
     assert annotate_phase.main(args) == EXIT_OK
     rows = _rows(tmp_path / "a" / "annotate")["train"]
     for source in ("games", "random"):
@@ -170,9 +216,27 @@ def test_whole_games_distil_into_a_moves_policy(local_ray, tmp_path, games, caps
                 board.push_uci(move)
             assert board.fen() == row["fen"]
     table = str(tmp_path / "a" / "annotate")
-    code = sft.main(_args(tmp_path, "--games", str(games), "--text-format", "moves", "--annotations", table,
-                          "--max-steps", "2", "--eval-every", "2", "--batch-size", "2", "--max-length", "64",
-                          "--set", "sft.heldout_positions=4"))  # fmt: skip
+    code = sft.main(
+        _args(
+            tmp_path,
+            "--games",
+            str(games),
+            "--text-format",
+            "moves",
+            "--annotations",
+            table,
+            "--max-steps",
+            "2",
+            "--eval-every",
+            "2",
+            "--batch-size",
+            "2",
+            "--max-length",
+            "64",
+            "--set",
+            "sft.heldout_positions=4",
+        )
+    )
     err = capsys.readouterr().err
     assert code == EXIT_OK, err[-3000:]
     assert "distilling 80 annotated positions (whole games" in err, err[-3000:]
@@ -181,17 +245,45 @@ def test_whole_games_distil_into_a_moves_policy(local_ray, tmp_path, games, caps
     assert summary["annotated_positions"] == 80 and summary["steps"] == 2
     # the board format's flip has no meaning for a game from the start; a table without histories is refused
     (tmp_path / "old" / "train").mkdir(parents=True)
-    pq.write_table(pq.read_table(tmp_path / "a" / "annotate" / "train").drop(["history"]),
-                   tmp_path / "old" / "train" / "part-0.parquet")  # fmt: skip
-    code = sft.main(_args(tmp_path, "--games", str(games), "--text-format", "moves", "--annotations",
-                          str(tmp_path / "old"), "--max-steps", "1"))  # fmt: skip
+    pq.write_table(
+        pq.read_table(tmp_path / "a" / "annotate" / "train").drop(["history"]),
+        tmp_path / "old" / "train" / "part-0.parquet",
+    )
+    code = sft.main(
+        _args(
+            tmp_path,
+            "--games",
+            str(games),
+            "--text-format",
+            "moves",
+            "--annotations",
+            str(tmp_path / "old"),
+            "--max-steps",
+            "1",
+        )
+    )
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == EXIT_USER_ERROR and "history" in line and "--whole-games" in line, line
 
 
 def test_the_policy_source_plays_the_policy_s_own_games(local_ray, tmp_path, games, tiny_lm_dir):
-    args = _args(tmp_path, "--games", str(games), "--sources", "policy", "--policy", str(tiny_lm_dir),
-                 "--positions", "10", "--heldout-positions", "0", "--nodes", "10", "--max-plies", "40")  # fmt: skip
+    args = _args(
+        tmp_path,
+        "--games",
+        str(games),
+        "--sources",
+        "policy",
+        "--policy",
+        str(tiny_lm_dir),
+        "--positions",
+        "10",
+        "--heldout-positions",
+        "0",
+        "--nodes",
+        "10",
+        "--max-plies",
+        "40",
+    )
     assert annotate_phase.main(args) == EXIT_OK
     rows = _rows(tmp_path / "a" / "annotate")["train"]
     assert len(rows) == 10 and {r["source"] for r in rows} == {"policy"}

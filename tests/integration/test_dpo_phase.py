@@ -84,10 +84,30 @@ def test_dpo_killed_after_a_checkpoint_resumes_and_saves_a_transformers_model(
     # whose working directory is its own, must still find it
     policy = os.path.relpath(tiny_lm_dir, ROOT)
     command = [
-        sys.executable, "-m", "pipelines.dpo", "--config", "tiny", "--storage", str(tmp_path), "--run-name", "r",
-        "--no-tracking", "--no-dashboard", "--preferences", str(prefs), "--policy", policy,
-        "--batch-size", "4", "--max-steps", "12", "--eval-every", "2", "--heldout-positions", "0",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pipelines.dpo",
+        "--config",
+        "tiny",
+        "--storage",
+        str(tmp_path),
+        "--run-name",
+        "r",
+        "--no-tracking",
+        "--no-dashboard",
+        "--preferences",
+        str(prefs),
+        "--policy",
+        policy,
+        "--batch-size",
+        "4",
+        "--max-steps",
+        "12",
+        "--eval-every",
+        "2",
+        "--heldout-positions",
+        "0",
+    ]
     with killed_run(command, env=env(), log=tmp_path / "first.log") as run:
         # Ray Train has recorded one (a file alone may be half-reported)
         run.wait_for(lambda: registered_checkpoints(phase), timeout=300, poll=0.1)
@@ -103,7 +123,10 @@ def test_dpo_killed_after_a_checkpoint_resumes_and_saves_a_transformers_model(
     # it resumed from a checkpoint (every 2 steps) no older than the last one Ray Train had
     # registered before the kill: nothing registered is lost
     resumed = summary["resumed_from_step"]
-    assert summary["steps"] == 12 and resumed % 2 == 0 and 2 <= registered <= resumed < 12, (resumed, registered)
+    assert summary["steps"] == 12 and resumed % 2 == 0 and 2 <= registered <= resumed < 12, (
+        resumed,
+        registered,
+    )
     assert summary["text_format"] == "moves" and summary["kinds"] == ["worse", "ranked", "random", "illegal"]
     assert summary["train_pairs"] > 24 and summary["heldout_pairs"] > 0 and summary["quality"] == {}
     assert 0.0 <= summary["heldout_choice_accuracy"] <= 1.0
@@ -112,8 +135,12 @@ def test_dpo_killed_after_a_checkpoint_resumes_and_saves_a_transformers_model(
     # transformers alone, in a process that imports nothing of this project
     done = subprocess.run(
         [sys.executable, "-c", GENERATE_WITH_TRANSFORMERS, str(phase / "model")],
-        cwd="/", capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": ""},
-    )  # fmt: skip
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     plain = json.loads(done.stdout.strip().splitlines()[-1])
     assert plain["format"] == "moves" and plain["generated"] > plain["prompt"] == 3, plain  # <bos> e2e4 e7e5

@@ -30,11 +30,28 @@ def model_dir(tiny_lm_dir) -> Path:
 
 def args(storage: Path, model_dir: Path, *extra: str, games: int = 8) -> list[str]:
     return [
-        "--config", "tiny", "--storage", str(storage), "--run-name", "e", "--no-tracking",
-        "--players", f"lm:{model_dir}", "random", "stockfish:skill=0,nodes=50",
-        "--games", str(games), "--max-plies", "40", "--quality-nodes", "200",
-        "--suites", "tests/data/epd/bratko-kopec.epd", "--no-ladder", *extra,
-    ]  # fmt: skip
+        "--config",
+        "tiny",
+        "--storage",
+        str(storage),
+        "--run-name",
+        "e",
+        "--no-tracking",
+        "--players",
+        f"lm:{model_dir}",
+        "random",
+        "stockfish:skill=0,nodes=50",
+        "--games",
+        str(games),
+        "--max-plies",
+        "40",
+        "--quality-nodes",
+        "200",
+        "--suites",
+        "tests/data/epd/bratko-kopec.epd",
+        "--no-ladder",
+        *extra,
+    ]
 
 
 def test_match_against_random_and_stockfish(tmp_path, model_dir, local_ray, capsys, monkeypatch):
@@ -77,8 +94,12 @@ def test_match_against_random_and_stockfish(tmp_path, model_dir, local_ray, caps
 
 @pytest.mark.slow
 def test_killed_evaluation_resumes_with_the_right_number_of_games(tmp_path, model_dir, killed_run):
-    command = [sys.executable, "-m", "pipelines.evaluate",
-               *args(tmp_path, model_dir, "--set", "ray.num_cpus=2", "--quality-nodes", "0", "--suites", games=6)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pipelines.evaluate",
+        *args(tmp_path, model_dir, "--set", "ray.num_cpus=2", "--quality-nodes", "0", "--suites", games=6),
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": ""}
     games = tmp_path / "e" / "evaluate" / "eval" / "games"
     with killed_run(command, env=env) as run:
@@ -116,10 +137,22 @@ def test_killed_evaluation_resumes_with_the_right_number_of_games(tmp_path, mode
         (["--players", "random", "stockfish", "--pairs", "0-2"], "there are 2 players"),
         (["--players", "random", "stockfish", "--pairs", "0-0"], "two different player indices"),
         (["--players", "random", "stockfish", "--pairs", "1-0", "0-1"], "there twice"),
-        (["--mode", "sprt", "--players", "random", "stockfish", "--pairs", "0-1"], "--mode sprt pairs its players"),
-        (["--mode", "paired", "--players", "lm:/a", "lm:/b", "--pairs", "0-1"], "--mode paired pairs its players"),
-        (["--mode", "paired", "--players", "lm:/a", "stockfish"], "compares language models' moves (lm:DIR or sft), not stockfish"),
-        (["--mode", "paired", "--players", "lm:/a", "lm:/b", "--quality-nodes", "0"], "give it more than 0 nodes"),
+        (
+            ["--mode", "sprt", "--players", "random", "stockfish", "--pairs", "0-1"],
+            "--mode sprt pairs its players",
+        ),
+        (
+            ["--mode", "paired", "--players", "lm:/a", "lm:/b", "--pairs", "0-1"],
+            "--mode paired pairs its players",
+        ),
+        (
+            ["--mode", "paired", "--players", "lm:/a", "stockfish"],
+            "compares language models' moves (lm:DIR or sft), not stockfish",
+        ),
+        (
+            ["--mode", "paired", "--players", "lm:/a", "lm:/b", "--quality-nodes", "0"],
+            "give it more than 0 nodes",
+        ),
         (["--mode", "paired", "--players", "lm:/a", "lm:/b", "--positions", "1"], "evaluate.positions"),
         (["--mode", "sprt", "--players", "random", "stockfish", "stockfish:skill=0"], "exactly two players"),
         (["--mode", "sprt", "--players", "random"], "exactly two players"),
@@ -163,10 +196,28 @@ def test_a_selfplay_network_plays_in_the_arena(tmp_path, local_ray, capsys, monk
     path = tmp_path / "best.pt"
     torch.save({"model": PolicyValueNet(net).state_dict(), "net": net.__dict__, "version": 3}, path)
     code = evaluate.main(
-        ["--config", "tiny", "--storage", str(tmp_path), "--run-name", "m", "--no-tracking",
-         "--players", f"mcts:{path},sims=4", "random", "--games", "4", "--max-plies", "30",
-         "--quality-nodes", "0", "--suites", "tests/data/epd/bratko-kopec.epd", "--no-ladder"]
-    )  # fmt: skip
+        [
+            "--config",
+            "tiny",
+            "--storage",
+            str(tmp_path),
+            "--run-name",
+            "m",
+            "--no-tracking",
+            "--players",
+            f"mcts:{path},sims=4",
+            "random",
+            "--games",
+            "4",
+            "--max-plies",
+            "30",
+            "--quality-nodes",
+            "0",
+            "--suites",
+            "tests/data/epd/bratko-kopec.epd",
+            "--no-ladder",
+        ]
+    )
     assert code == EXIT_OK, capsys.readouterr().err[-2000:]
     results = json.loads((tmp_path / "m" / "evaluate" / "eval" / "results.json").read_text())
     pairing = results["pairings"]["random"]
@@ -183,7 +234,10 @@ def test_paired_mode_gives_each_run_its_gain_over_the_start_and_their_mean(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     copy, changed = tmp_path / "copy", tmp_path / "changed"
-    model, tokenizer = AutoModelForCausalLM.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
+    model, tokenizer = (
+        AutoModelForCausalLM.from_pretrained(model_dir),
+        AutoTokenizer.from_pretrained(model_dir),
+    )
     for folder in (copy, changed):
         if folder == changed:
             torch.manual_seed(0)
@@ -193,25 +247,58 @@ def test_paired_mode_gives_each_run_its_gain_over_the_start_and_their_mean(
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
     games = random_games(tmp_path / "games")
-    common = ["--config", "tiny", "--storage", str(tmp_path), "--run-name", "p", "--no-tracking", "--mode", "paired",
-              "--players", f"lm:{model_dir}", f"lm:{copy}", f"lm:{changed}", "--quality-nodes", "50"]  # fmt: skip
+    common = [
+        "--config",
+        "tiny",
+        "--storage",
+        str(tmp_path),
+        "--run-name",
+        "p",
+        "--no-tracking",
+        "--mode",
+        "paired",
+        "--players",
+        f"lm:{model_dir}",
+        f"lm:{copy}",
+        f"lm:{changed}",
+        "--quality-nodes",
+        "50",
+    ]
     assert evaluate.main([*common, "--positions-from", str(tmp_path / "none")]) == EXIT_USER_ERROR
     err = capsys.readouterr().err
     assert "evaluate.positions_from (--positions-from): no games at" in err and "Traceback" not in err
 
-    assert evaluate.main([*common, "--positions-from", str(games), "--positions", "12",
-                          "--set", "sft.heldout_fraction=0.5"]) == EXIT_OK  # fmt: skip
+    assert (
+        evaluate.main(
+            [
+                *common,
+                "--positions-from",
+                str(games),
+                "--positions",
+                "12",
+                "--set",
+                "sft.heldout_fraction=0.5",
+            ]
+        )
+        == EXIT_OK
+    )
     out = capsys.readouterr().out
     folder = tmp_path / "p" / "evaluate" / "eval"
     results = json.loads((folder / "results.json").read_text())
-    assert results["mode"] == "paired" and results["start"] == f"lm:{model_dir}" and results["positions"] == 12
+    assert (
+        results["mode"] == "paired" and results["start"] == f"lm:{model_dir}" and results["positions"] == 12
+    )
     assert 3 <= results["games"] <= 12 and results["per_game"] == 4  # at most 4 positions a game
     same, other = results["runs"][f"lm:{copy}"], results["runs"][f"lm:{changed}"]
-    assert same["gain"] == same["low"] == same["high"] == 0.0 and same["same_move"] == same["equal_loss"] == 12
+    assert (
+        same["gain"] == same["low"] == same["high"] == 0.0 and same["same_move"] == same["equal_loss"] == 12
+    )
     assert same["start"] == same["final"] == other["start"]  # one start, scored once
     assert other["same_move"] < 12 and other["low"] <= other["gain"] <= other["high"]
     over = results["over_runs"]
     assert over["runs"] == 2 and over["gain"] == pytest.approx(other["gain"] / 2)
-    assert over["low"] < over["gain"] < over["high"] and over["run_sd"] == pytest.approx(abs(other["gain"]) / 2**0.5)
+    assert over["low"] < over["gain"] < over["high"] and over["run_sd"] == pytest.approx(
+        abs(other["gain"]) / 2**0.5
+    )
     assert "evaluate summary (paired)" in out and "over 2 runs" in out
     assert "| player | loss (start -> player) |" in (folder / "report.md").read_text()

@@ -33,11 +33,34 @@ def both(capsys) -> str:
 
 def ladder_args(storage: Path, run: str, model_dir: Path) -> list[str]:
     return [
-        "--config", "tiny", "--storage", str(storage), "--run-name", run, "--no-tracking",
-        "--players", f"lm:{model_dir}", "random", "--games", "2", "--max-plies", "40", "--lm-retries", "0",
-        "--quality-nodes", "0", "--suites", "--ladder-rungs", *RUNGS, "--ladder-games", "4",
-        "--placement-games", "2", "--ladder-match-games", "2",
-    ]  # fmt: skip
+        "--config",
+        "tiny",
+        "--storage",
+        str(storage),
+        "--run-name",
+        run,
+        "--no-tracking",
+        "--players",
+        f"lm:{model_dir}",
+        "random",
+        "--games",
+        "2",
+        "--max-plies",
+        "40",
+        "--lm-retries",
+        "0",
+        "--quality-nodes",
+        "0",
+        "--suites",
+        "--ladder-rungs",
+        *RUNGS,
+        "--ladder-games",
+        "4",
+        "--placement-games",
+        "2",
+        "--ladder-match-games",
+        "2",
+    ]
 
 
 @pytest.mark.slow
@@ -81,9 +104,25 @@ def test_the_ladder_is_rated_once_reused_and_gives_a_finite_elo(tmp_path, model_
 
 def sprt_args(storage: Path, a: str, b: str, *extra: str) -> list[str]:
     return [
-        "--config", "tiny", "--storage", str(storage), "--run-name", "s", "--no-tracking", "--mode", "sprt",
-        "--players", a, b, "--max-plies", "40", "--quality-nodes", "0", "--suites", *extra,
-    ]  # fmt: skip
+        "--config",
+        "tiny",
+        "--storage",
+        str(storage),
+        "--run-name",
+        "s",
+        "--no-tracking",
+        "--mode",
+        "sprt",
+        "--players",
+        a,
+        b,
+        "--max-plies",
+        "40",
+        "--quality-nodes",
+        "0",
+        "--suites",
+        *extra,
+    ]
 
 
 def test_sprt_accepts_h1_for_a_clearly_stronger_player_and_resumes(tmp_path, local_ray, capsys):
@@ -124,9 +163,22 @@ def test_sprt_of_two_copies_of_one_model_is_not_h1(tmp_path, model_dir, random_g
     shutil.copytree(model_dir, copy)
     games = random_games(tmp_path / "games")  # the openings: plies 6-12 of its held-out games
     args = sprt_args(
-        tmp_path, f"lm:{model_dir}", f"lm:{copy}", "--elo1", "100", "--games", "16", "--lm-retries", "0",
-        "--positions-from", str(games), "--set", "sft.heldout_fraction=0.5", "--seed", "3",
-    )  # fmt: skip
+        tmp_path,
+        f"lm:{model_dir}",
+        f"lm:{copy}",
+        "--elo1",
+        "100",
+        "--games",
+        "16",
+        "--lm-retries",
+        "0",
+        "--positions-from",
+        str(games),
+        "--set",
+        "sft.heldout_fraction=0.5",
+        "--seed",
+        "3",
+    )
     assert evaluate.main(args) == EXIT_OK
     folder = tmp_path / "s" / "evaluate" / "eval"
     results = json.loads((folder / "results.json").read_text())

@@ -75,10 +75,26 @@ def test_missing_engine_is_one_clear_line(tmp_path, repo):
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("RAY_")}
     env["STOCKFISH_PATH"] = str(tmp_path / "no-stockfish-here")
     result = subprocess.run(
-        [sys.executable, "-m", "pipelines.prepare", "--config", "tiny", "--storage", str(tmp_path), "--no-tracking",
-         "--inputs", "--generate", "2"],
-        env=env, cwd=repo, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pipelines.prepare",
+            "--config",
+            "tiny",
+            "--storage",
+            str(tmp_path),
+            "--no-tracking",
+            "--inputs",
+            "--generate",
+            "2",
+        ],
+        env=env,
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert (

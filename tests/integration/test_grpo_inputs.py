@@ -23,8 +23,22 @@ def test_grpo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys, monk
     storage = tmp_path / "runs"
 
     def run(*args: str) -> str:
-        code = grpo.main(["--config", "tiny", "--storage", str(storage), "--run-name", "bad", "--no-tracking",
-                          "--policy", str(tiny_lm_dir), "--games", str(games), *args])  # fmt: skip
+        code = grpo.main(
+            [
+                "--config",
+                "tiny",
+                "--storage",
+                str(storage),
+                "--run-name",
+                "bad",
+                "--no-tracking",
+                "--policy",
+                str(tiny_lm_dir),
+                "--games",
+                str(games),
+                *args,
+            ]
+        )
         err = capsys.readouterr().err
         assert code == EXIT_USER_ERROR, err
         assert "Traceback" not in err, err
@@ -80,12 +94,36 @@ def test_missing_default_policy_names_the_command(tmp_path, capsys):
     assert code == EXIT_USER_ERROR
     line = err.strip().splitlines()[-1]
     assert "sft-board" in line and "chess-rl sft --text-format board" in line, line  # the preset's format
-    code = grpo.main(["--config", "tiny", "--storage", str(tmp_path), "--run-name", "none", "--no-tracking",
-                      "--text-format", "rookworld"])  # fmt: skip
+    code = grpo.main(
+        [
+            "--config",
+            "tiny",
+            "--storage",
+            str(tmp_path),
+            "--run-name",
+            "none",
+            "--no-tracking",
+            "--text-format",
+            "rookworld",
+        ]
+    )
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert "sft-rookworld" in line and "chess-rl sft --text-format rookworld" in line, line
-    code = grpo.main(["--config", "tiny", "--storage", str(tmp_path), "--run-name", "none", "--no-tracking",
-                      "--text-format", "moves", "--policy-share", "1"])  # fmt: skip
+    code = grpo.main(
+        [
+            "--config",
+            "tiny",
+            "--storage",
+            str(tmp_path),
+            "--run-name",
+            "none",
+            "--no-tracking",
+            "--text-format",
+            "moves",
+            "--policy-share",
+            "1",
+        ]
+    )
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == EXIT_USER_ERROR and "none/sft" in line and "`chess-rl sft`" in line, line
 
@@ -127,7 +165,9 @@ def test_masked_with_a_tokenizer_that_splits_moves_is_one_line(tmp_path, capsys)
 
     assert uci.main(["--model", str(tmp_path / "bpe")]) == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
-    assert line.startswith(f"error: --model {tmp_path / 'bpe'}: ") and line.endswith("pass --unmasked to play its own checked proposals"), line
+    assert line.startswith(f"error: --model {tmp_path / 'bpe'}: ") and line.endswith(
+        "pass --unmasked to play its own checked proposals"
+    ), line
 
 
 def test_a_policy_asked_in_the_other_of_moves_and_board_is_an_error(tmp_path, tiny_lm_dir):
@@ -136,6 +176,8 @@ def test_a_policy_asked_in_the_other_of_moves_and_board_is_an_error(tmp_path, ti
     never saw: one line naming the flag to pass."""
     policy = shutil.copytree(tiny_lm_dir, tmp_path / "moves-policy")
     mark_text_format(policy, "moves")
-    with pytest.raises(ConfigError, match=r"grpo.text_format \(--text-format\) is board.*pass --text-format moves"):
+    with pytest.raises(
+        ConfigError, match=r"grpo.text_format \(--text-format\) is board.*pass --text-format moves"
+    ):
         grpo.check_policy(str(policy), print, "board")
     assert grpo.check_policy(str(policy), print, "moves")["text_format"] == "moves"

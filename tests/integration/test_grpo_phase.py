@@ -33,10 +33,15 @@ def games(tmp_path_factory, pgn_dir) -> Path:
     folder.mkdir()
     rows = records[:300]
     pq.write_table(
-        pa.table({"game_id": [r.game_id for r in rows], "moves": [r.moves for r in rows],
-                  "result": [r.result for r in rows]}),
+        pa.table(
+            {
+                "game_id": [r.game_id for r in rows],
+                "moves": [r.moves for r in rows],
+                "result": [r.result for r in rows],
+            }
+        ),
         folder / "part-0.parquet",
-    )  # fmt: skip
+    )
     return folder
 
 
@@ -66,12 +71,38 @@ def test_rookworld_grpo_killed_and_resumed(
 
     phase = tmp_path / "g" / "grpo"
     command = [
-        sys.executable, "-m", "pipelines.grpo", *common, "--num-cpus", "2", "--games", str(games), "--iterations", "3",
-        "--prompts-per-iteration", "10", "--group-size", "4", "--checkpoint-interval", "1",
-        "--stockfish-nodes", "200", "--max-new-tokens-environment", "64", "--heldout-positions", "10",
-        "--text-format", "rookworld", "--policy-share", "0.8", "--own-positions", "0", "--no-masked",
-        "--num-workers", "2",  # data-parallel: each worker half of every iteration's prompts
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pipelines.grpo",
+        *common,
+        "--num-cpus",
+        "2",
+        "--games",
+        str(games),
+        "--iterations",
+        "3",
+        "--prompts-per-iteration",
+        "10",
+        "--group-size",
+        "4",
+        "--checkpoint-interval",
+        "1",
+        "--stockfish-nodes",
+        "200",
+        "--max-new-tokens-environment",
+        "64",
+        "--heldout-positions",
+        "10",
+        "--text-format",
+        "rookworld",
+        "--policy-share",
+        "0.8",
+        "--own-positions",
+        "0",
+        "--no-masked",
+        "--num-workers",
+        "2",  # data-parallel: each worker half of every iteration's prompts
+    ]
     with killed_run(command, env=env(), log=tmp_path / "first.log") as run:
         # Ray Train has recorded one (a file alone may be half-reported)
         run.wait_for(lambda: registered_checkpoints(phase), timeout=300)
@@ -101,7 +132,9 @@ def test_rookworld_grpo_killed_and_resumed(
     assert sorted(set(iterations)) == [1, 2, 3] and iterations[-1] == 3
     assert all(abs(m["policy_share"] - 0.8) <= 0.05 for m in metrics)
     # both workers' samples in every iteration's figures
-    assert all(m["samples"] == 40 and m["workers"] == 2 and -1.0 <= m["reward_policy"] <= 1.0 for m in metrics)
+    assert all(
+        m["samples"] == 40 and m["workers"] == 2 and -1.0 <= m["reward_policy"] <= 1.0 for m in metrics
+    )
     assert all(0.0 <= m["zero_variance_groups"] <= 1.0 and m["kl"] >= 0.0 for m in metrics)
     summary = json.loads((phase / "summary.json").read_text())
     assert summary["iterations"] == 3
@@ -116,13 +149,34 @@ def test_rookworld_grpo_killed_and_resumed(
     from pipelines import evaluate
     from pipelines.phase import EXIT_OK
 
-    assert evaluate.main([*common, "--mode", "paired", "--players", f"lm:{start}", f"lm:{phase / 'model'}",
-                          "--positions", "10", "--quality-nodes", "200", "--positions-from", str(games)]) == EXIT_OK  # fmt: skip
+    assert (
+        evaluate.main(
+            [
+                *common,
+                "--mode",
+                "paired",
+                "--players",
+                f"lm:{start}",
+                f"lm:{phase / 'model'}",
+                "--positions",
+                "10",
+                "--quality-nodes",
+                "200",
+                "--positions-from",
+                str(games),
+            ]
+        )
+        == EXIT_OK
+    )
     capsys.readouterr()
     paired = json.loads((tmp_path / "g" / "evaluate" / "eval" / "results.json").read_text())
     figure = paired["runs"][f"lm:{phase / 'model'}"]
     assert {k: figure[k] for k in quality if k in figure} == {k: quality[k] for k in figure if k in quality}
-    assert (figure["gain"], figure["low"], figure["high"]) == (quality["gain"], quality["low"], quality["high"])
+    assert (figure["gain"], figure["low"], figure["high"]) == (
+        quality["gain"],
+        quality["low"],
+        quality["high"],
+    )
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -29,8 +29,24 @@ def test_ppo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys):
     def run(*args: str) -> str:
         code = ppo.main(
             # the reward-model path, each move a state (the tiny preset's is the board sft graded by Stockfish)
-            ["--config", "tiny", "--storage", str(tmp_path), "--run-name", "bad", "--no-tracking", "--reward", "model",
-             "--text-format", "moves", "--samples-per-state", "1", "--table-positions", "0", *args]
+            [
+                "--config",
+                "tiny",
+                "--storage",
+                str(tmp_path),
+                "--run-name",
+                "bad",
+                "--no-tracking",
+                "--reward",
+                "model",
+                "--text-format",
+                "moves",
+                "--samples-per-state",
+                "1",
+                "--table-positions",
+                "0",
+                *args,
+            ]
         )
         err = capsys.readouterr().err
         assert code == EXIT_USER_ERROR, err
@@ -46,7 +62,9 @@ def test_ppo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys):
 
     # a board ppo with no --policy starts from the run's board sft, which is not there
     line = run("--reward", "stockfish", "--text-format", "board")
-    assert "sft-board/model" in line and "chess-rl sft --text-format board" in line and "--policy" in line, line
+    assert "sft-board/model" in line and "chess-rl sft --text-format board" in line and "--policy" in line, (
+        line
+    )
     # table positions with no games table to take them from
     line = run(*policy, "--reward", "stockfish", "--table-positions", "0.5")
     assert "ppo.table_positions" in line and "no games table" in line and "--games" in line, line
@@ -117,8 +135,10 @@ def test_episodes_start_in_training_games_only(tmp_path):
     ids = [f"{i:016x}" for i in range(0, 2**64 - 1, 2**58)][:64]  # spread over the hash space
     games = tmp_path / "games"
     games.mkdir()
-    pq.write_table(pa.table({"game_id": ids, "moves": [f"e2e4 e7e5 g1f3 g{i}" for i in range(64)]}),
-                   games / "part-0.parquet")  # fmt: skip
+    pq.write_table(
+        pa.table({"game_id": ids, "moves": [f"e2e4 e7e5 g1f3 g{i}" for i in range(64)]}),
+        games / "part-0.parquet",
+    )
     config = ChessRLConfig()
     config.sft.heldout_fraction = 0.25
     pool = ppo.start_pool(SimpleNamespace(config=config), config.ppo.model_copy(update={"games": str(games)}))

@@ -17,8 +17,24 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SMALL = ["--iterations", "3", "--episodes-per-iteration", "16", "--concurrent-games", "8", "--max-actions", "4",
-         "--critic-warmup", "1", "--minibatch", "32", "--ppo-epochs", "1", "--max-start-ply", "10"]  # fmt: skip
+SMALL = [
+    "--iterations",
+    "3",
+    "--episodes-per-iteration",
+    "16",
+    "--concurrent-games",
+    "8",
+    "--max-actions",
+    "4",
+    "--critic-warmup",
+    "1",
+    "--minibatch",
+    "32",
+    "--ppo-epochs",
+    "1",
+    "--max-start-ply",
+    "10",
+]
 
 
 def shard_rows(phase: Path) -> list[dict]:
@@ -45,30 +61,60 @@ def test_collector_and_driver_killed_then_the_same_command_resumes(
     env = {**os.environ, "RAY_ADDRESS": "", "PYTHONUNBUFFERED": "1"}
     env.pop("RAY_ADDRESS")
     command = [
-        sys.executable, "-m", "pipelines.ppo", "--storage", str(tmp_path), "--run-name", "k", "--no-tracking",
-        "--num-cpus", "2", "--policy", str(tiny_lm_dir),
-        *SMALL[:1], "10", *SMALL[2:], "--checkpoint-interval", "2",
-        "--num-workers", "2",  # two data-parallel learner workers, killed and resumed with the driver
+        sys.executable,
+        "-m",
+        "pipelines.ppo",
+        "--storage",
+        str(tmp_path),
+        "--run-name",
+        "k",
+        "--no-tracking",
+        "--num-cpus",
+        "2",
+        "--policy",
+        str(tiny_lm_dir),
+        *SMALL[:1],
+        "10",
+        *SMALL[2:],
+        "--checkpoint-interval",
+        "2",
+        "--num-workers",
+        "2",  # two data-parallel learner workers, killed and resumed with the driver
         # the moves graded by Stockfish, not by the reward model (the rlaif test runs ppo on one):
         # the engines and the critic from the policy resume too
-        "--reward", "stockfish", "--reward-nodes", "200",
+        "--reward",
+        "stockfish",
+        "--reward-nodes",
+        "200",
         # half the episodes one move at a position anywhere in a training game, half its own games
-        "--games", str(games), "--table-positions", "0.5",
+        "--games",
+        str(games),
+        "--table-positions",
+        "0.5",
         # the tiny preset's board format and several moves a state (8 there), at a test's size
-        "--samples-per-state", "2", "--heldout-positions", "20", "--quality-nodes", "200",
+        "--samples-per-state",
+        "2",
+        "--heldout-positions",
+        "20",
+        "--quality-nodes",
+        "200",
         # the preset's: no version of lag. A resumed learner reads the killed run's last shards
         # and publishes while the collector is mid-round; that round must not use up the new
         # version's allowance (the learner drops its older actions), or both wait for ever
-        "--max-staleness", "0",
+        "--max-staleness",
+        "0",
         # the workers fed by the Ray Data replay stream, each its own shards (the other tests: arrow)
-        "--rollout-reader", "stream",
-    ]  # fmt: skip
+        "--rollout-reader",
+        "stream",
+    ]
     assert command[command.index("--iterations") + 1] == "10"  # iterations left to kill the driver in
     status = phase / "collectors" / "collector-00.json"
     with killed_run(command, env=env, log=tmp_path / "first.log") as run:
         # kill the collector once it has written two shards
-        run.wait_for(lambda: len(list((phase / "rollouts").glob("shard-00-*.parquet"))) >= 2 and status.exists(),
-                     timeout=300)  # fmt: skip
+        run.wait_for(
+            lambda: len(list((phase / "rollouts").glob("shard-00-*.parquet"))) >= 2 and status.exists(),
+            timeout=300,
+        )
         assert run.running, "ppo ended before the collector could be killed"
         os.kill(json.loads(status.read_text())["pid"], signal.SIGKILL)
         # then the driver, once the learner has a checkpoint past iteration 2 and Ray has

@@ -36,9 +36,20 @@ NODES = 500
 def games(tmp_path_factory, local_ray, pgn_dir) -> Path:
     root = tmp_path_factory.mktemp("pref-games")
     code = prepare.main(
-        ["--config", "tiny", "--storage", str(root), "--run-name", "g", "--no-tracking", "--generate", "0",
-         "--inputs", str(pgn_dir / "masters" / "Firouzja.pgn.zst")]
-    )  # fmt: skip
+        [
+            "--config",
+            "tiny",
+            "--storage",
+            str(root),
+            "--run-name",
+            "g",
+            "--no-tracking",
+            "--generate",
+            "0",
+            "--inputs",
+            str(pgn_dir / "masters" / "Firouzja.pgn.zst"),
+        ]
+    )
     assert code == EXIT_OK
     return root / "g" / "prepare" / "games"
 
@@ -63,10 +74,31 @@ def policy(tmp_path_factory, games) -> Path:
 
 def pref_args(storage: Path, games: Path, policy: Path, *extra: str) -> list[str]:
     return [
-        "--config", "tiny", "--storage", str(storage), "--run-name", "p", "--no-tracking",
-        "--games", str(games), "--policy", str(policy), "--positions", "40", "--heldout-positions", "10",
-        "--k", "8", "--nodes", str(NODES), "--shard-positions", "8", "--max-invalid-share", "1", *extra,
-    ]  # fmt: skip
+        "--config",
+        "tiny",
+        "--storage",
+        str(storage),
+        "--run-name",
+        "p",
+        "--no-tracking",
+        "--games",
+        str(games),
+        "--policy",
+        str(policy),
+        "--positions",
+        "40",
+        "--heldout-positions",
+        "10",
+        "--k",
+        "8",
+        "--nodes",
+        str(NODES),
+        "--shard-positions",
+        "8",
+        "--max-invalid-share",
+        "1",
+        *extra,
+    ]
 
 
 def read_pairs(folder: Path) -> dict[str, list[dict]]:
@@ -172,7 +204,9 @@ def test_pairs_are_what_they_claim_and_an_engine_killed_mid_batch_loses_nothing(
 
 
 @pytest.mark.slow
-def test_a_driver_killed_mid_run_resumes_with_no_duplicate_and_no_missing_pair(tmp_path, games, policy, killed_run):
+def test_a_driver_killed_mid_run_resumes_with_no_duplicate_and_no_missing_pair(
+    tmp_path, games, policy, killed_run
+):
     # the uninterrupted run: the reference
     assert preferences.main(pref_args(tmp_path / "clean", games, policy)) == EXIT_OK
     reference = read_pairs(tmp_path / "clean" / "p" / "preferences")

@@ -53,11 +53,29 @@ def prefs(tmp_path_factory, pgn_dir, preference_pair_rows) -> Path:
 
 def reward_args(storage: Path, prefs: Path, backbone: Path, *extra: str) -> list[str]:
     return [
-        "--config", "tiny", "--storage", str(storage), "--run-name", "r", "--no-tracking",
-        "--preferences", str(prefs), "--base-model", str(backbone), "--batch-size", "4",
-        "--spearman-positions", "3", "--spearman-nodes", "200", "--heldout-pairs", "40",
-        "--normalize-pairs", "50", *extra,
-    ]  # fmt: skip
+        "--config",
+        "tiny",
+        "--storage",
+        str(storage),
+        "--run-name",
+        "r",
+        "--no-tracking",
+        "--preferences",
+        str(prefs),
+        "--base-model",
+        str(backbone),
+        "--batch-size",
+        "4",
+        "--spearman-positions",
+        "3",
+        "--spearman-nodes",
+        "200",
+        "--heldout-pairs",
+        "40",
+        "--normalize-pairs",
+        "50",
+        *extra,
+    ]
 
 
 SCORE_WITH_TRANSFORMERS = textwrap.dedent(
@@ -87,9 +105,20 @@ def test_two_workers_finish_and_the_model_scores_the_same_through_transformers_a
     from chessrl.rl.reward import RewardQuery
 
     code = reward.main(
-        reward_args(tmp_path, prefs, tiny_lm_dir, "--num-workers", "2", "--cpus-per-worker", "1",
-                    "--max-steps", "6", "--eval-every", "3")
-    )  # fmt: skip
+        reward_args(
+            tmp_path,
+            prefs,
+            tiny_lm_dir,
+            "--num-workers",
+            "2",
+            "--cpus-per-worker",
+            "1",
+            "--max-steps",
+            "6",
+            "--eval-every",
+            "3",
+        )
+    )
     captured = capsys.readouterr()
     out = captured.out
     assert code == EXIT_OK, out[-3000:]
@@ -112,9 +141,19 @@ def test_two_workers_finish_and_the_model_scores_the_same_through_transformers_a
     ]
     # transformers alone, in a process that imports nothing of this project
     done = subprocess.run(
-        [sys.executable, "-c", SCORE_WITH_TRANSFORMERS, str(model_dir), json.dumps([q.text() for q in queries])],
-        cwd="/", capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": ""},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            SCORE_WITH_TRANSFORMERS,
+            str(model_dir),
+            json.dumps([q.text() for q in queries]),
+        ],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     plain = json.loads(done.stdout.strip().splitlines()[-1])
     assert plain["mean"] == pytest.approx(summary["reward_mean"]) and plain["std"] > 0

@@ -74,9 +74,7 @@ def test_a_thousand_concurrent_requests_are_answered_in_order(reward_dir, two_re
     refs = client.submit(
         [qs[0], RewardQuery(("e2e4",), "e2e4"), {"moves": [], "move": "e2e4", "fen": "not a fen"}, qs[1]]
     )
-    assert ray.get(refs[0]) == pytest.approx(client.score([qs[0]])[0]) and isinstance(
-        ray.get(refs[3]), float
-    )
+    assert ray.get(refs[0]) == pytest.approx(client.score([qs[0]])[0]) and isinstance(ray.get(refs[3]), float)
     for ref, message in ((refs[1], "illegal move 'e2e4'"), (refs[2], "bad FEN")):
         with pytest.raises(ray.exceptions.RayTaskError) as info:
             ray.get(ref)
@@ -155,7 +153,9 @@ def test_a_board_reading_model_is_asked_in_its_own_text(reward_dir, local_ray, t
     shutil.copytree(reward_dir, folder)
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "chessrl_text_format": "board"}))
-    client = RewardClient.create(str(folder), replicas=1, run="rs-board", max_batch=16, max_wait_ms=5, num_cpus=0.5)
+    client = RewardClient.create(
+        str(folder), replicas=1, run="rs-board", max_batch=16, max_wait_ms=5, num_cpus=0.5
+    )
     try:
         qs = example_queries(12)
         got = client.score(qs, normalized=False)

@@ -21,33 +21,93 @@ MICRO = {
     "ray": {"num_cpus": 2, "object_store_gb": 1},
     "tracking": {"enabled": False},
     "prepare": {"generate": 0, "min_plies": 10, "max_games": 400, "shard_games": 2000},
-    "sft": {"model": "tiny", "max_steps": 8, "batch_size": 8, "max_length": 128, "warmup_steps": 2,
-            "eval_every": 8, "heldout_positions": 10, "torch_compile": "never"},
-    "preferences": {"positions": 24, "heldout_positions": 8, "k": 2, "nodes": 300, "shard_positions": 8,
-                    "max_invalid_share": 1.0},
-    "reward": {"max_steps": 16, "batch_size": 4, "eval_every": 4, "heldout_pairs": 20, "spearman_positions": 3,
-               "spearman_nodes": 200},
-    "ppo": {"iterations": 2, "episodes_per_iteration": 8, "concurrent_games": 8, "max_actions": 4,
-            "critic_warmup": 1, "minibatch": 32, "ppo_epochs": 1, "max_start_ply": 10, "opponents": ["random"],
-            "heldout_positions": 8, "time_limit_minutes": None,
-            # the judge's path (the defaults, the tiny preset's, grade the board sft with Stockfish)
-            "reward": "model", "text_format": None, "masked": False, "samples_per_state": 1, "gamma": 1.0,
-            "table_positions": 0.0, "legal_coef": 1.0, "learning_rate": 1e-5, "value_clip": 0.2,
-            "max_staleness": 1},
-    "grpo": {"text_format": "moves", "policy_share": 1.0, "iterations": 2, "prompts_per_iteration": 4,
-             "group_size": 4, "stockfish_nodes": 200, "heldout_positions": 8, "time_limit_minutes": None,
-             # unmasked, on the games table's positions only (the defaults: masked, half its own games)
-             "masked": False, "own_positions": 0.0, "own_opponent": "self", "legal_weight": 0.0,
-             "dead_zone": 0.0, "std_floor": 0.0, "learning_rate": 1e-5, "checkpoint_interval": 5},
-    "dpo": {"max_steps": 2, "batch_size": 4, "warmup_steps": 0, "eval_every": 2, "heldout_pairs": 20,
-            "heldout_positions": 8, "quality_nodes": 200},
+    "sft": {
+        "model": "tiny",
+        "max_steps": 8,
+        "batch_size": 8,
+        "max_length": 128,
+        "warmup_steps": 2,
+        "eval_every": 8,
+        "heldout_positions": 10,
+        "torch_compile": "never",
+    },
+    "preferences": {
+        "positions": 24,
+        "heldout_positions": 8,
+        "k": 2,
+        "nodes": 300,
+        "shard_positions": 8,
+        "max_invalid_share": 1.0,
+    },
+    "reward": {
+        "max_steps": 16,
+        "batch_size": 4,
+        "eval_every": 4,
+        "heldout_pairs": 20,
+        "spearman_positions": 3,
+        "spearman_nodes": 200,
+    },
+    "ppo": {
+        "iterations": 2,
+        "episodes_per_iteration": 8,
+        "concurrent_games": 8,
+        "max_actions": 4,
+        "critic_warmup": 1,
+        "minibatch": 32,
+        "ppo_epochs": 1,
+        "max_start_ply": 10,
+        "opponents": ["random"],
+        "heldout_positions": 8,
+        "time_limit_minutes": None,
+        # the judge's path (the defaults, the tiny preset's, grade the board sft with Stockfish)
+        "reward": "model",
+        "text_format": None,
+        "masked": False,
+        "samples_per_state": 1,
+        "gamma": 1.0,
+        "table_positions": 0.0,
+        "legal_coef": 1.0,
+        "learning_rate": 1e-5,
+        "value_clip": 0.2,
+        "max_staleness": 1,
+    },
+    "grpo": {
+        "text_format": "moves",
+        "policy_share": 1.0,
+        "iterations": 2,
+        "prompts_per_iteration": 4,
+        "group_size": 4,
+        "stockfish_nodes": 200,
+        "heldout_positions": 8,
+        "time_limit_minutes": None,
+        # unmasked, on the games table's positions only (the defaults: masked, half its own games)
+        "masked": False,
+        "own_positions": 0.0,
+        "own_opponent": "self",
+        "legal_weight": 0.0,
+        "dead_zone": 0.0,
+        "std_floor": 0.0,
+        "learning_rate": 1e-5,
+        "checkpoint_interval": 5,
+    },
+    "dpo": {
+        "max_steps": 2,
+        "batch_size": 4,
+        "warmup_steps": 0,
+        "eval_every": 2,
+        "heldout_pairs": 20,
+        "heldout_positions": 8,
+        "quality_nodes": 200,
+    },
     "evaluate": {"ladder": False, "suites": [], "quality_nodes": 0, "max_plies": 40, "random_plies": 4},
     "rlaif": {"compare_games": 2},
-}  # fmt: skip
+}
 
 
 @pytest.mark.slow
-def test_a_grpo_sweep_nests_its_trials_in_mlflow_and_writes_a_loadable_best_config(tmp_path, tiny_lm_dir, random_games):
+def test_a_grpo_sweep_nests_its_trials_in_mlflow_and_writes_a_loadable_best_config(
+    tmp_path, tiny_lm_dir, random_games
+):
     """tune for real, grpo of an untrained tiny policy on a games table: 2 grid points of
     grpo.beta, both trials at once, ASHA (2 iterations, grace period 1: a trial may be stopped
     after its first); then the same command resumes (nothing left to run), and another space
@@ -60,16 +120,48 @@ def test_a_grpo_sweep_nests_its_trials_in_mlflow_and_writes_a_loadable_best_conf
     tmp, run = tmp_path, tmp_path / "runs" / MICRO["run"]["name"]
     (tmp / "micro.yaml").write_text(yaml.safe_dump(MICRO))
     tracking = f"sqlite:///{tmp / 'tune-mlflow.db'}"
-    command = [sys.executable, "-m", "pipelines.tune", "--config", str(tmp / "micro.yaml"),
-               "--storage", str(tmp / "runs"), "--tracking", "--tracking-uri", tracking,
-               "--phase", "grpo", "--name", "beta", "--max-concurrent", "2", "--grace-period", "1",
-               "--set", f"grpo.policy={tiny_lm_dir}", "--set", f"grpo.games={random_games(tmp / 'games')}",
-               "--set", "grpo.iterations=2", "--set", "grpo.checkpoint_interval=1", "--set", "grpo.heldout_positions=0",
-               "--set", "grpo.cpus_per_worker=0.5"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pipelines.tune",
+        "--config",
+        str(tmp / "micro.yaml"),
+        "--storage",
+        str(tmp / "runs"),
+        "--tracking",
+        "--tracking-uri",
+        tracking,
+        "--phase",
+        "grpo",
+        "--name",
+        "beta",
+        "--max-concurrent",
+        "2",
+        "--grace-period",
+        "1",
+        "--set",
+        f"grpo.policy={tiny_lm_dir}",
+        "--set",
+        f"grpo.games={random_games(tmp / 'games')}",
+        "--set",
+        "grpo.iterations=2",
+        "--set",
+        "grpo.checkpoint_interval=1",
+        "--set",
+        "grpo.heldout_positions=0",
+        "--set",
+        "grpo.cpus_per_worker=0.5",
+    ]
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
     env["PYTHONUNBUFFERED"] = "1"
-    first = subprocess.run([*command, "--space", "grpo.beta=0,0.1"], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=900)  # fmt: skip
+    first = subprocess.run(
+        [*command, "--space", "grpo.beta=0,0.1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     sweep = run / "tune" / "beta"
     rows = json.loads((sweep / "trials.json").read_text())
@@ -79,7 +171,9 @@ def test_a_grpo_sweep_nests_its_trials_in_mlflow_and_writes_a_loadable_best_conf
     assert "tune summary" in first.stdout and first.stdout.count("grpo.beta=") >= 3  # 2 rows and the best
     # each trial is a real grpo run with its outputs in its own folder
     finished = [r for r in rows if r["status"] == "finished"]
-    assert finished and all((sweep / "trials" / r["trial"] / "model" / "config.json").exists() for r in finished)
+    assert finished and all(
+        (sweep / "trials" / r["trial"] / "model" / "config.json").exists() for r in finished
+    )
 
     best = load_config(ChessRLConfig, path=resolve_preset(str(sweep / "best.yaml")))  # what --config does
     winner = max(finished, key=lambda r: r["metric"])
@@ -96,14 +190,23 @@ def test_a_grpo_sweep_nests_its_trials_in_mlflow_and_writes_a_loadable_best_conf
     assert all("reward_mean" in r.data.metrics for r in trials)
     assert float(sweep_run.data.params["best.grpo.beta"]) == winner["params"]["grpo.beta"]
 
-    again = subprocess.run([*command, "--space", "grpo.beta=0,0.1"], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    again = subprocess.run(
+        [*command, "--space", "grpo.beta=0,0.1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert again.returncode == 0 and "resuming the sweep" in again.stderr, again.stderr[-3000:]
     assert json.loads((sweep / "trials.json").read_text()) == rows
 
-    other = subprocess.run([*command, "--space", "grpo.beta=0.5"], cwd=ROOT, env=env, capture_output=True,
-                           text=True, timeout=600)  # fmt: skip
-    assert other.returncode == 2 and "another space" in other.stderr.strip().splitlines()[-1], other.stderr[-2000:]
+    other = subprocess.run(
+        [*command, "--space", "grpo.beta=0.5"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert other.returncode == 2 and "another space" in other.stderr.strip().splitlines()[-1], other.stderr[
+        -2000:
+    ]
 
 
 def test_rlaif_bad_input_is_one_line_before_any_work(tmp_path, capsys):

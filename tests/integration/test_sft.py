@@ -29,9 +29,22 @@ ROOT = Path(__file__).resolve().parents[2]
 def storage(tmp_path_factory, local_ray, pgn_dir) -> Path:
     root = tmp_path_factory.mktemp("sft")
     code = prepare.main(
-        ["--config", "tiny", "--storage", str(root), "--run-name", "s", "--no-tracking", "--generate", "0",
-         "--inputs", str(pgn_dir / "masters" / "Firouzja.pgn.zst"), "--max-games", "240"]
-    )  # fmt: skip  (240 of its 1,876 games: every sft run here packs them all, its legal-move
+        [
+            "--config",
+            "tiny",
+            "--storage",
+            str(root),
+            "--run-name",
+            "s",
+            "--no-tracking",
+            "--generate",
+            "0",
+            "--inputs",
+            str(pgn_dir / "masters" / "Firouzja.pgn.zst"),
+            "--max-games",
+            "240",
+        ]
+    )  # 240 of its 1,876 games: every sft run here packs them all, its legal-move
     # targets ~6 ms a game, and none trains past a few hundred blocks)
     assert code == EXIT_OK
     return root
@@ -39,9 +52,23 @@ def storage(tmp_path_factory, local_ray, pgn_dir) -> Path:
 
 def run_sft(storage: Path, *args: str) -> int:
     return sft.main(
-        ["--config", "tiny", "--storage", str(storage), "--run-name", "s", "--no-tracking",
-         "--batch-size", "4", "--max-length", "128", "--set", "sft.heldout_positions=24", *args]
-    )  # fmt: skip
+        [
+            "--config",
+            "tiny",
+            "--storage",
+            str(storage),
+            "--run-name",
+            "s",
+            "--no-tracking",
+            "--batch-size",
+            "4",
+            "--max-length",
+            "128",
+            "--set",
+            "sft.heldout_positions=24",
+            *args,
+        ]
+    )
 
 
 @pytest.mark.slow
@@ -113,8 +140,11 @@ def plain_hf_matches_the_phase(phase: Path, phase_rate: float) -> None:
     assert positions and {"moves_before", "next_move", "prefix"} <= set(positions[0])
     proc = subprocess.run(
         [sys.executable, "-c", PLAIN_HF, str(phase / "model"), str(phase / "heldout.json")],
-        capture_output=True, text=True, timeout=300, cwd="/",  # cwd: the project is not importable
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",  # cwd: the project is not importable
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     words = json.loads(proc.stdout.strip().splitlines()[-1])
     assert words[""] == words[" "]  # the trailing space changes nothing
@@ -182,10 +212,28 @@ def test_a_legal_move_loss_weight_for_a_tokenizer_that_splits_moves_is_one_clear
 
 def sft_command(storage: Path, games: Path, run: str, *args: str) -> list[str]:
     return [
-        sys.executable, "-m", "pipelines.sft", "--config", "tiny", "--storage", str(storage), "--run-name", run,
-        "--no-tracking", "--games", str(games), "--batch-size", "4", "--max-length", "64",
-        "--set", "sft.heldout_positions=4", "--set", "ray.num_cpus=1", *args,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pipelines.sft",
+        "--config",
+        "tiny",
+        "--storage",
+        str(storage),
+        "--run-name",
+        run,
+        "--no-tracking",
+        "--games",
+        str(games),
+        "--batch-size",
+        "4",
+        "--max-length",
+        "64",
+        "--set",
+        "sft.heldout_positions=4",
+        "--set",
+        "ray.num_cpus=1",
+        *args,
+    ]
 
 
 def registered_steps(storage: Path, run: str) -> list[int]:
@@ -195,7 +243,9 @@ def registered_steps(storage: Path, run: str) -> list[int]:
     steps = []
     for snapshot in (storage / run / "sft" / "ray").glob("*/checkpoint_manager_snapshot.json"):
         try:
-            steps += [int(r["metrics"]["step"]) for r in json.loads(snapshot.read_text())["checkpoint_results"]]
+            steps += [
+                int(r["metrics"]["step"]) for r in json.loads(snapshot.read_text())["checkpoint_results"]
+            ]
         except (OSError, ValueError, KeyError):  # being written
             continue
     return sorted(steps)
@@ -224,8 +274,9 @@ def test_killed_sft_driver_resumes_from_its_last_checkpoint(storage, tmp_path, k
     assert registered[-1] < 48 and not (tmp_path / "k" / "sft" / "summary.json").exists()
 
     # the same command with another learning rate: it resumes all the same, and says so first
-    rerun = subprocess.run([*command, "--learning-rate", "0.001"], cwd=ROOT, env=env, capture_output=True,
-                           text=True, timeout=600)  # fmt: skip
+    rerun = subprocess.run(
+        [*command, "--learning-rate", "0.001"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "was written by a run with another config (sft.learning_rate 0.003 -> 0.001)" in rerun.stderr
     summary = json.loads((tmp_path / "k" / "sft" / "summary.json").read_text())
@@ -257,17 +308,31 @@ def test_rookworld_format_from_a_rookworld_lm_style_checkpoint(storage, tmp_path
     core.train_from_iterator(
         texts * 5, trainer=trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"])
     )
-    bpe = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
-                                  pad_token="<|endoftext|>")  # fmt: skip
+    bpe = PreTrainedTokenizerFast(
+        tokenizer_object=core, eos_token="<|endoftext|>", bos_token="<|endoftext|>", pad_token="<|endoftext|>"
+    )
     model, _ = build_model("tiny", tokenizer=bpe)
     folder = tmp_path / "rookworld-lm"
     model.save_pretrained(folder)
     bpe.save_pretrained(folder)
     games = str(storage / "s" / "prepare" / "games")
     code = run_sft(
-        storage, "--run-name", "rw", "--games", games, "--base-model", str(folder), "--text-format", "rookworld",
-        "--max-steps", "1", "--eval-every", "1", "--max-length", "256",
-    )  # fmt: skip
+        storage,
+        "--run-name",
+        "rw",
+        "--games",
+        games,
+        "--base-model",
+        str(folder),
+        "--text-format",
+        "rookworld",
+        "--max-steps",
+        "1",
+        "--eval-every",
+        "1",
+        "--max-length",
+        "256",
+    )
     assert code == EXIT_OK
     assert "legal-move loss off" in capsys.readouterr().err
     out = storage / "rw" / "sft-rookworld"
@@ -277,7 +342,9 @@ def test_rookworld_format_from_a_rookworld_lm_style_checkpoint(storage, tmp_path
     assert not (storage / "rw" / "sft").exists()
 
 
-def test_facts_format_refuses_a_block_shorter_than_its_longest_prompt_then_trains(storage, capsys, driver_err):
+def test_facts_format_refuses_a_block_shorter_than_its_longest_prompt_then_trains(
+    storage, capsys, driver_err
+):
     """``--text-format facts``: a block shorter than the longest facts prompt of the games is one
     line naming the length (nothing cut silently); at that length it trains, writes ``sft-facts/``,
     marks the model's format, and plain transformers (AutoTokenizer + generate on the facts
@@ -287,7 +354,18 @@ def test_facts_format_refuses_a_block_shorter_than_its_longest_prompt_then_train
     from chessrl.lm.formats import FactsFormat
 
     games = str(storage / "s" / "prepare" / "games")
-    args = ("--run-name", "facts", "--games", games, "--text-format", "facts", "--max-steps", "2", "--eval-every", "2")
+    args = (
+        "--run-name",
+        "facts",
+        "--games",
+        games,
+        "--text-format",
+        "facts",
+        "--max-steps",
+        "2",
+        "--eval-every",
+        "2",
+    )
     # 230 holds the board and control rows of any position, not the games' longest move list
     assert run_sft(storage, *args, "--max-length", "230") == EXIT_USER_ERROR
     err = capsys.readouterr().err
@@ -320,7 +398,10 @@ def test_use_gpu_on_a_cluster_without_one_is_one_line_not_a_wait(storage, capsys
     """Ray Train would wait for a GPU forever, its controller retrying each minute: the phase
     says at once what the cluster has and which torch runs here, exit 2."""
     games = str(storage / "s" / "prepare" / "games")
-    assert run_sft(storage, "--run-name", "gpu", "--games", games, "--use-gpu", "--max-steps", "1") == EXIT_USER_ERROR
+    assert (
+        run_sft(storage, "--run-name", "gpu", "--games", games, "--use-gpu", "--max-steps", "1")
+        == EXIT_USER_ERROR
+    )
     err = capsys.readouterr().err
     assert "Traceback" not in driver_err(err)
     said = err.strip().splitlines()[-1]

@@ -131,13 +131,21 @@ def test_the_engine_plays_the_masked_argmax_and_unmasked_only_when_asked(model_d
     board = chess.Board()
     for _ in range(6):
         move = masked(board, SearchRequest())
-        expected = masked_move(model, tokenizer, board, [m.uci() for m in board.move_stack], get_format("moves"),
-                               avoid_draw_claims=True).moves[0]  # fmt: skip
+        expected = masked_move(
+            model,
+            tokenizer,
+            board,
+            [m.uci() for m in board.move_stack],
+            get_format("moves"),
+            avoid_draw_claims=True,
+        ).moves[0]
         assert move == expected and chess.Move.from_uci(move) in board.legal_moves
         assert said == []
         assert chess.Move.from_uci(unmasked(board, SearchRequest())) in board.legal_moves
         board.push_uci(move)
-    assert said == [] and fallbacks and all("at random" in line for line in fallbacks)  # untrained: it fell back
+    assert (
+        said == [] and fallbacks and all("at random" in line for line in fallbacks)
+    )  # untrained: it fell back
 
 
 def test_a_bad_model_is_one_line_on_stderr_and_exit_code_2(tmp_path: Path) -> None:

@@ -118,16 +118,23 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     env = base_env()
     env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})
     cmd = [
-        str(BIN / "ray"), "start", "--head", "--block",
+        str(BIN / "ray"),
+        "start",
+        "--head",
+        "--block",
         f"--port={free_port()}",
-        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard_port}",
         # The job agent's HTTP port is fixed (52365) by default: the integration tests' embedded Ray,
         # still alive in this pytest process, already holds it, and the job server would then
         # answer "No available agent" forever. Give this head ports of its own.
-        f"--dashboard-agent-listen-port={free_port()}", f"--metrics-export-port={free_port()}",
-        "--num-cpus=2", "--object-store-memory=1000000000",
-        "--disable-usage-stats", f"--temp-dir={ray_tmp}",
-    ]  # fmt: skip
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
+        "--num-cpus=2",
+        "--object-store-memory=1000000000",
+        "--disable-usage-stats",
+        f"--temp-dir={ray_tmp}",
+    ]
     url = f"http://127.0.0.1:{dashboard_port}"
     # `ray start --block` stops the whole head if one helper process (e.g. the Ray Client server)
     # times out while the machine is loaded; one more try is cheaper than a flaky suite.
@@ -230,11 +237,19 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     port = free_port()
     env = base_env()
     cmd = [
-        str(BIN / "mlflow"), "server",
-        "--backend-store-uri", f"sqlite:///{tmp / 'mlflow.db'}",
-        "--artifacts-destination", str(tmp / "artifacts"),
-        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-    ]  # fmt: skip
+        str(BIN / "mlflow"),
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{tmp / 'mlflow.db'}",
+        "--artifacts-destination",
+        str(tmp / "artifacts"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     process = start_group(cmd, tmp / "mlflow.log", env, cwd=tmp)
     url = f"http://127.0.0.1:{port}"
     server = Server(url=url, env=env, process=process, log=tmp / "mlflow.log")
@@ -265,7 +280,9 @@ class Cluster:
     def start_worker(self, timeout: float = 120) -> None:
         """A worker node joins (again): its `ray start`, then both nodes ALIVE."""
         log = self.tmp / f"ray-worker-{self.workers_started}.log"
-        self.worker = Server(self.url, self.env, start_group(self.worker_cmd(self.workers_started), log, self.env), log)
+        self.worker = Server(
+            self.url, self.env, start_group(self.worker_cmd(self.workers_started), log, self.env), log
+        )
         self.workers_started += 1
         self.started.append(self.worker)
         deadline = time.monotonic() + timeout
@@ -363,13 +380,20 @@ def parse_list(out: str) -> list[dict[str, Any]]:
 def ray_start(*args: str, temp_dir: Path, cpus: int = 1) -> list[str]:
     """``ray start --block`` with ports of its own: two nodes on one machine, next to other Rays."""
     return [
-        RAY, "start", "--block", *args,
-        f"--num-cpus={cpus}", "--object-store-memory=500000000",
-        f"--dashboard-agent-listen-port={free_port()}", f"--metrics-export-port={free_port()}",
+        RAY,
+        "start",
+        "--block",
+        *args,
+        f"--num-cpus={cpus}",
+        "--object-store-memory=500000000",
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
         # the default worker port range is the same for every raylet on a machine: let the OS choose
-        "--min-worker-port=0", "--max-worker-port=0",
-        "--disable-usage-stats", f"--temp-dir={temp_dir}",
-    ]  # fmt: skip
+        "--min-worker-port=0",
+        "--max-worker-port=0",
+        "--disable-usage-stats",
+        f"--temp-dir={temp_dir}",
+    ]
 
 
 @contextlib.contextmanager
@@ -395,10 +419,15 @@ def started_two_nodes(
     started: list[Server] = []
     try:
         head_cmd = ray_start(
-            "--head", f"--port={gcs_port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
-            f"--ray-client-server-port={free_port()}", '--resources={"node_head": 1}',
-            temp_dir=ray_tmp / "h", cpus=head_cpus,
-        )  # fmt: skip
+            "--head",
+            f"--port={gcs_port}",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dashboard_port}",
+            f"--ray-client-server-port={free_port()}",
+            '--resources={"node_head": 1}',
+            temp_dir=ray_tmp / "h",
+            cpus=head_cpus,
+        )
         # `ray start --block` stops the whole node if one helper process (e.g. the Ray Client
         # server) times out while the machine is loaded: one more try is cheaper than a flaky suite.
         for attempt in (1, 2):
@@ -417,18 +446,26 @@ def started_two_nodes(
 
         def worker_cmd(n: int) -> list[str]:
             command = ray_start(
-                f"--address=127.0.0.1:{gcs_port}", '--resources={"node_worker": 1}',
-                temp_dir=ray_tmp / f"w{n}", cpus=worker_cpus,
-            )  # fmt: skip
+                f"--address=127.0.0.1:{gcs_port}",
+                '--resources={"node_worker": 1}',
+                temp_dir=ray_tmp / f"w{n}",
+                cpus=worker_cpus,
+            )
             if not head_only:
                 return command
             hide = f'mount -t tmpfs none {private} && exec "$@"'
             return ["unshare", "--mount", "--propagation", "private", "sh", "-c", hide, "sh", *command]
 
         cluster = Cluster(
-            url=url, env=env, head=head, worker=head, tmp=tmp, worker_cmd=worker_cmd, started=started,
+            url=url,
+            env=env,
+            head=head,
+            worker=head,
+            tmp=tmp,
+            worker_cmd=worker_cmd,
+            started=started,
             head_only=private,
-        )  # fmt: skip
+        )
         cluster.start_worker()
         yield cluster
     finally:

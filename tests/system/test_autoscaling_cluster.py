@@ -55,23 +55,50 @@ def autoscaling_config(gcs_port: int) -> dict[str, Any]:
     that start from zero. ``gcs_address`` keeps its nodes off the fixed port 6379 (other Rays on
     this machine); the nodes go idle after 6 s (``idle_timeout_minutes: 0.1``)."""
     return {
-        "cluster_name": "fake-autoscaling", "max_workers": 3, "upscaling_speed": 1.0, "idle_timeout_minutes": 0.1,
-        "provider": {"type": "fake_multinode", "gcs_address": f"127.0.0.1:{gcs_port}", "use_node_id_as_ip": True,
-                     "disable_node_updaters": True, "disable_launch_config_check": True},
+        "cluster_name": "fake-autoscaling",
+        "max_workers": 3,
+        "upscaling_speed": 1.0,
+        "idle_timeout_minutes": 0.1,
+        "provider": {
+            "type": "fake_multinode",
+            "gcs_address": f"127.0.0.1:{gcs_port}",
+            "use_node_id_as_ip": True,
+            "disable_node_updaters": True,
+            "disable_launch_config_check": True,
+        },
         "auth": {"ssh_user": "ubuntu"},
         "head_node_type": "ray.head.default",
         "available_node_types": {
             "ray.head.default": {"resources": {"CPU": 0}, "node_config": {}, "max_workers": 0},
-            "small": {"resources": {"CPU": 1, "object_store_memory": 200_000_000}, "node_config": {},
-                      "min_workers": 0, "max_workers": 2},
-            "big": {"resources": {"CPU": 2, "accel": 1, "object_store_memory": 200_000_000}, "node_config": {},
-                    "min_workers": 0, "max_workers": 1},
+            "small": {
+                "resources": {"CPU": 1, "object_store_memory": 200_000_000},
+                "node_config": {},
+                "min_workers": 0,
+                "max_workers": 2,
+            },
+            "big": {
+                "resources": {"CPU": 2, "accel": 1, "object_store_memory": 200_000_000},
+                "node_config": {},
+                "min_workers": 0,
+                "max_workers": 1,
+            },
         },
-        **{key: [] for key in ("initialization_commands", "setup_commands", "head_setup_commands",
-                               "worker_setup_commands", "head_start_ray_commands", "worker_start_ray_commands",
-                               "cluster_synced_files")},
-        "file_mounts": {}, "file_mounts_sync_continuously": False, "docker": {},
-    }  # fmt: skip
+        **{
+            key: []
+            for key in (
+                "initialization_commands",
+                "setup_commands",
+                "head_setup_commands",
+                "worker_setup_commands",
+                "head_start_ray_commands",
+                "worker_start_ray_commands",
+                "cluster_synced_files",
+            )
+        },
+        "file_mounts": {},
+        "file_mounts_sync_continuously": False,
+        "docker": {},
+    }
 
 
 @dataclass
@@ -99,8 +126,22 @@ class FakeCluster:
     def run_job(self, repo: Path, args: list[str], deadline_s: float) -> tuple[dict[str, Any], str]:
         """``ray job submit`` of a phase, then its record once ended and its logs."""
         job_id = f"autoscale-{uuid.uuid4().hex[:8]}"
-        cmd = [RAY, "job", "submit", "--address", self.url, "--submission-id", job_id, "--no-wait",
-               "--working-dir", str(repo), "--", "python", "-m", *args]  # fmt: skip
+        cmd = [
+            RAY,
+            "job",
+            "submit",
+            "--address",
+            self.url,
+            "--submission-id",
+            job_id,
+            "--no-wait",
+            "--working-dir",
+            str(repo),
+            "--",
+            "python",
+            "-m",
+            *args,
+        ]
         stop = time.monotonic() + 90
         while True:  # retried while the head's job agent is still starting
             done = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=180)
@@ -113,8 +154,13 @@ class FakeCluster:
         while time.monotonic() < end and job.get("status") not in ("SUCCEEDED", "FAILED", "STOPPED"):
             time.sleep(1)
             job = self.api(f"/api/jobs/{job_id}")
-        logs = subprocess.run([RAY, "job", "logs", "--address", self.url, job_id], env=self.env,
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        logs = subprocess.run(
+            [RAY, "job", "logs", "--address", self.url, job_id],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         return job, logs.stdout + logs.stderr
 
 
@@ -128,22 +174,46 @@ def fake_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeClust
     gcs_port, dashboard_port = _port(), _port()
     config = tmp / "autoscaling.yaml"
     config.write_text(yaml.safe_dump(autoscaling_config(gcs_port), sort_keys=False))
-    env = {k: v for k, v in os.environ.items() if k.startswith("RAY_TRAIN_") or not k.startswith(("RAY_", "MLFLOW_"))}
-    env.update({
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", "RAY_USAGE_STATS_ENABLED": "0",
-        "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "PYTHONUNBUFFERED": "1",
-        "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1",
-    })  # fmt: skip
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith("RAY_TRAIN_") or not k.startswith(("RAY_", "MLFLOW_"))
+    }
+    env.update(
+        {
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": secrets.token_hex(32),
+            "PYTHONUNBUFFERED": "1",
+            "RAY_FAKE_CLUSTER": "1",
+            "AUTOSCALER_UPDATE_INTERVAL_S": "1",
+        }
+    )
     cmd = [
-        RAY, "start", "--head", "--block", "--num-cpus=0", f"--port={gcs_port}", f"--autoscaling-config={config}",
-        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
-        f"--dashboard-agent-listen-port={_port()}", f"--metrics-export-port={_port()}",
-        f"--ray-client-server-port={_port()}", "--min-worker-port=0", "--max-worker-port=0",
-        "--object-store-memory=200000000", "--disable-usage-stats", f"--temp-dir={ray_tmp}",
-    ]  # fmt: skip
+        RAY,
+        "start",
+        "--head",
+        "--block",
+        "--num-cpus=0",
+        f"--port={gcs_port}",
+        f"--autoscaling-config={config}",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard_port}",
+        f"--dashboard-agent-listen-port={_port()}",
+        f"--metrics-export-port={_port()}",
+        f"--ray-client-server-port={_port()}",
+        "--min-worker-port=0",
+        "--max-worker-port=0",
+        "--object-store-memory=200000000",
+        "--disable-usage-stats",
+        f"--temp-dir={ray_tmp}",
+    ]
     log = tmp / "head.log"
     with log.open("wb") as handle:
-        process = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        process = subprocess.Popen(
+            cmd, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
     cluster = FakeCluster(url=f"http://127.0.0.1:{dashboard_port}", env=env, process=process, log=log)
     try:
         deadline = time.monotonic() + 120
@@ -168,14 +238,27 @@ def fake_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeClust
         forget_dead_ray_address()
 
 
-PREPARE = ["pipelines.prepare", "--config", "tiny", "--no-tracking", "--generate", "4", "--inputs",
-           "--generate-nodes", "100", "--generate-max-plies", "40"]  # fmt: skip
+PREPARE = [
+    "pipelines.prepare",
+    "--config",
+    "tiny",
+    "--no-tracking",
+    "--generate",
+    "4",
+    "--inputs",
+    "--generate-nodes",
+    "100",
+    "--generate-max-plies",
+    "40",
+]
 
 
 def test_engines_no_set_of_nodes_can_hold_are_one_line_in_seconds(fake_cluster, repo, tmp_path, driver_err):
     started = time.monotonic()
     job, logs = fake_cluster.run_job(
-        repo, [*PREPARE, "--engines", "9", "--storage", str(tmp_path), "--run-name", "too-many"], deadline_s=120
+        repo,
+        [*PREPARE, "--engines", "9", "--storage", str(tmp_path), "--run-name", "too-many"],
+        deadline_s=120,
     )
     took = time.monotonic() - started
     assert job.get("status") == "FAILED" and "exit code 2" in job.get("message", ""), f"{job}\n{logs[-3000:]}"
@@ -208,7 +291,9 @@ def test_prepare_scales_a_node_up_from_nothing_and_places_its_engines_there(fake
     engines = [a for a in fake_cluster.rows("actors") if a["class_name"] == "EnginePoolActor"]
     assert len(engines) == 1 and engines[0]["node_id"] in launched, (engines, launched)
     node = launched[engines[0]["node_id"]]
-    assert node["resources_total"].get("CPU") == 2 and node["resources_total"].get("accel") == 1, node  # a big one
+    assert node["resources_total"].get("CPU") == 2 and node["resources_total"].get("accel") == 1, (
+        node
+    )  # a big one
 
     # once the phase is done its node is idle, and goes: nothing of the ask holds it
     deadline = time.monotonic() + 90

@@ -56,19 +56,46 @@ def test_prepare_as_a_ray_job_on_a_started_cluster(ray_head, tmp_path, repo):
     result = submit(
         ray_head,
         [
-            ray_bin, "job", "submit", "--address", ray_head.url, "--submission-id", job_id, "--no-wait",
-            "--working-dir", str(repo), "--",
-            "python", "-m", "pipelines.prepare", "--config", "tiny", "--generate", "0", "--storage", str(storage),
-            "--run-name", "job", "--no-tracking", "--inputs", "tests/data/pgn/masters", "tests/data/pgn/uci-moves.pgn",
+            ray_bin,
+            "job",
+            "submit",
+            "--address",
+            ray_head.url,
+            "--submission-id",
+            job_id,
+            "--no-wait",
+            "--working-dir",
+            str(repo),
+            "--",
+            "python",
+            "-m",
+            "pipelines.prepare",
+            "--config",
+            "tiny",
+            "--generate",
+            "0",
+            "--storage",
+            str(storage),
+            "--run-name",
+            "job",
+            "--no-tracking",
+            "--inputs",
+            "tests/data/pgn/masters",
+            "tests/data/pgn/uci-moves.pgn",
         ],
         ray_head.env,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr[-2000:] + ray_head.log_tail()
 
     # The Ray client reads its auth settings at import: ask through the CLI, as a user would.
     def job(*args: str) -> str:
-        done = subprocess.run([ray_bin, "job", *args, "--address", ray_head.url, job_id],
-                              env=ray_head.env, capture_output=True, text=True, timeout=120)  # fmt: skip
+        done = subprocess.run(
+            [ray_bin, "job", *args, "--address", ray_head.url, job_id],
+            env=ray_head.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         return done.stdout + done.stderr  # the CLI logs some of its answer to stderr
 
@@ -130,11 +157,22 @@ def test_prepare_reads_and_writes_s3(s3, moto_s3, tmp_path, repo, pgn_dir):
     s3.upload_file(str(pgn_dir / "kasparov-deep-blue-1997.pgn"), "chess-runs", "input/kasparov.pgn")
 
     result = run_cli(
-        ["--config", "tiny", "--generate", "0", "--storage", "s3://chess-runs/runs", "--run-name", "s3", "--no-tracking",
-         "--inputs", "s3://chess-runs/input/"],
+        [
+            "--config",
+            "tiny",
+            "--generate",
+            "0",
+            "--storage",
+            "s3://chess-runs/runs",
+            "--run-name",
+            "s3",
+            "--no-tracking",
+            "--inputs",
+            "s3://chess-runs/input/",
+        ],
         moto_s3.env,
         cwd=tmp_path,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "prepare summary" in result.stdout
     assert "testing-secret" not in result.stdout + result.stderr
@@ -182,11 +220,22 @@ def test_prepare_logs_to_an_mlflow_server(mlflow_server, tmp_path, pgn_dir):
 
     env = dict(mlflow_server.env, MLFLOW_TRACKING_URI=mlflow_server.url)
     result = run_cli(
-        ["--config", "tiny", "--generate", "0", "--storage", str(tmp_path / "runs"), "--run-name", "served",
-         "--inputs", str(pgn_dir / "kasparov-deep-blue-1997.pgn"), str(pgn_dir / "molinari-bordais-1979.pgn")],
+        [
+            "--config",
+            "tiny",
+            "--generate",
+            "0",
+            "--storage",
+            str(tmp_path / "runs"),
+            "--run-name",
+            "served",
+            "--inputs",
+            str(pgn_dir / "kasparov-deep-blue-1997.pgn"),
+            str(pgn_dir / "molinari-bordais-1979.pgn"),
+        ],
         env,
         cwd=tmp_path,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr[-3000:] + mlflow_server.log_tail()
     assert f"at {mlflow_server.url}" in result.stdout
 

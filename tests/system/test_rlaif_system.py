@@ -66,7 +66,9 @@ class Bucket:
 
     def keys(self, under: str = "") -> set[str]:
         found: set[str] = set()
-        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=f"{self.prefix}/{under}"):
+        for page in self.s3.get_paginator("list_objects_v2").paginate(
+            Bucket=BUCKET, Prefix=f"{self.prefix}/{under}"
+        ):
             found |= {o["Key"][len(self.prefix) + 1 :] for o in page.get("Contents", [])}
         return found
 
@@ -87,12 +89,23 @@ def graph(two_nodes: Cluster, moto_s3, s3, tmp_path_factory, repo: Path, pgn_dir
     s3.upload_file(str(pgn_dir / "masters" / "Firouzja.pgn.zst"), BUCKET, "input/Firouzja.pgn.zst")
     # The cluster config's rule: inputs and storage reachable from every node, so both on S3;
     # online DPO beside grpo, so its node runs in the graph and in the comparison.
-    config = {**MICRO, "prepare": {**MICRO["prepare"], "inputs": [f"s3://{BUCKET}/input/Firouzja.pgn.zst"]},
-              "rlaif": {**MICRO["rlaif"], "online_dpo": True}}  # fmt: skip
+    config = {
+        **MICRO,
+        "prepare": {**MICRO["prepare"], "inputs": [f"s3://{BUCKET}/input/Firouzja.pgn.zst"]},
+        "rlaif": {**MICRO["rlaif"], "online_dpo": True},
+    }
     config_path = tmp / "micro.yaml"  # read by the driver, which runs on this machine either way
     config_path.write_text(yaml.safe_dump(config))
     bucket = Bucket(s3, f"runs/{config['run']['name']}")
-    command = ["python", "-m", "pipelines.rlaif", "--config", str(config_path), "--storage", f"s3://{BUCKET}/runs"]
+    command = [
+        "python",
+        "-m",
+        "pipelines.rlaif",
+        "--config",
+        str(config_path),
+        "--storage",
+        f"s3://{BUCKET}/runs",
+    ]
 
     # 1. The embedded local Ray, killed once reward has a registered checkpoint.
     env = {**moto_s3.env, "PYTHONUNBUFFERED": "1"}
@@ -100,7 +113,9 @@ def graph(two_nodes: Cluster, moto_s3, s3, tmp_path_factory, repo: Path, pgn_dir
     with KilledRun([sys.executable, *command[1:]], env=env, log=tmp / "first.log") as first:
         first.wait_for(lambda: bucket.registered("reward"), timeout=420, poll=1.0)
         alive = first.running
-    manifests = {k for k in bucket.keys("rlaif/manifests/") if k.endswith(".json")}  # (not the folder's marker)
+    manifests = {
+        k for k in bucket.keys("rlaif/manifests/") if k.endswith(".json")
+    }  # (not the folder's marker)
     finished = {Path(k).stem: bucket.read(k) for k in manifests if not k.endswith(".started.json")}
     reward_started = "rlaif/manifests/reward.started.json" in manifests
     sft_model = bucket.read("sft/model/model.safetensors") if finished else b""
@@ -108,7 +123,9 @@ def graph(two_nodes: Cluster, moto_s3, s3, tmp_path_factory, repo: Path, pgn_dir
     # 2. The same command as a job on the two-node cluster.
     job_id = f"rlaif-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
-    result = two_nodes.submit(["--submission-id", job_id, "--no-wait", "--working-dir", str(repo), "--", *command])
+    result = two_nodes.submit(
+        ["--submission-id", job_id, "--no-wait", "--working-dir", str(repo), "--", *command]
+    )
     assert result.returncode == 0, result.stderr[-2000:] + two_nodes.logs()
     job = two_nodes.wait_job(job_id, deadline_s=JOB_DEADLINE_S)
     status = job.get("status") if job.get("status") in ("SUCCEEDED", "FAILED", "STOPPED") else None
@@ -117,14 +134,27 @@ def graph(two_nodes: Cluster, moto_s3, s3, tmp_path_factory, repo: Path, pgn_dir
     (tmp / "job.log").write_text(logs)
     if status is None:
         two_nodes.cli("job", "stop", "--address", two_nodes.url, "--no-wait", job_id)
-    print(f"\nrlaif job {job_id}: {status} after {time.monotonic() - started:.0f} s (its log: {tmp / 'job.log'})")
+    print(
+        f"\nrlaif job {job_id}: {status} after {time.monotonic() - started:.0f} s (its log: {tmp / 'job.log'})"
+    )
     print("\n".join(line for line in logs.splitlines() if line.startswith("[rlaif]")))
-    return {"bucket": bucket, "config": config, "alive": alive, "first_log": (tmp / "first.log").read_text(),
-            "finished": finished, "reward_started": reward_started, "sft_model": sft_model, "job": job,
-            "status": status, "logs": logs}  # fmt: skip
+    return {
+        "bucket": bucket,
+        "config": config,
+        "alive": alive,
+        "first_log": (tmp / "first.log").read_text(),
+        "finished": finished,
+        "reward_started": reward_started,
+        "sft_model": sft_model,
+        "job": job,
+        "status": status,
+        "logs": logs,
+    }
 
 
-def test_rlaif_killed_on_a_laptop_resumes_as_one_job_on_two_nodes_with_s3(graph: dict[str, Any], two_nodes: Cluster):
+def test_rlaif_killed_on_a_laptop_resumes_as_one_job_on_two_nodes_with_s3(
+    graph: dict[str, Any], two_nodes: Cluster
+):
     bucket, first_log, logs, job = graph["bucket"], graph["first_log"], graph["logs"], graph["job"]
     assert graph["alive"], first_log[-3000:]  # killed while it ran, not after it ended
     assert graph["reward_started"]  # reward had started: the job resumes it
@@ -148,12 +178,20 @@ def test_rlaif_killed_on_a_laptop_resumes_as_one_job_on_two_nodes_with_s3(graph:
     assert all(bucket.read(f"rlaif/manifests/{n}.json") == b for n, b in graph["finished"].items())
     assert bucket.read("sft/model/model.safetensors") == graph["sft_model"]
     # the driver says what runs, and each learner's progress; no Ray worker line repeats it
-    assert "[rlaif] plan: 6 phase(s) to run: reward, ppo, grpo, online-dpo, dpo, evaluate" in logs, logs[-3000:]
+    assert "[rlaif] plan: 6 phase(s) to run: reward, ppo, grpo, online-dpo, dpo, evaluate" in logs, logs[
+        -3000:
+    ]
     assert "[rlaif] plan: skipped (done with this config): prepare, sft, preferences" in logs
-    for last in ("[reward] step 16/16 (100%)", "[ppo] iteration 2/2 (100%)", "[grpo] iteration 2/2 (100%)",
-                 "[dpo] step 2/2 (100%)"):  # fmt: skip
+    for last in (
+        "[reward] step 16/16 (100%)",
+        "[ppo] iteration 2/2 (100%)",
+        "[grpo] iteration 2/2 (100%)",
+        "[dpo] step 2/2 (100%)",
+    ):
         assert last in logs, last
-    assert not re.findall(r"\((RayTrainWorker|TrainController) pid=\d+\).*(\] iteration \d|\] step \d|\{'loss')", logs)
+    assert not re.findall(
+        r"\((RayTrainWorker|TrainController) pid=\d+\).*(\] iteration \d|\] step \d|\{'loss')", logs
+    )
     assert "[reward] resuming from the checkpoint of step" in logs
     # reward resumed where its last registered checkpoint was and ran to its last step; the
     # Spearman positions were scored once, by the killed run
@@ -181,27 +219,47 @@ def test_rlaif_killed_on_a_laptop_resumes_as_one_job_on_two_nodes_with_s3(graph:
     games = sorted(k for k in keys if k.startswith("prepare/games/") and k.endswith(".parquet"))
     summary = json.loads(bucket.read("prepare/summary.json"))
     assert summary["inputs"] == [f"s3://{BUCKET}/input/Firouzja.pgn.zst"]
-    assert games and sum(pq.read_table(io.BytesIO(bucket.read(k))).num_rows for k in games) == summary["games_written"] > 0
+    assert (
+        games
+        and sum(pq.read_table(io.BytesIO(bucket.read(k))).num_rows for k in games)
+        == summary["games_written"]
+        > 0
+    )
     for split in ("train", "heldout"):
         shards = [k for k in keys if k.startswith(f"preferences/{split}/") and k.endswith(".parquet")]
-        assert shards and sum(pq.read_table(io.BytesIO(bucket.read(k))).num_rows for k in shards) > 0, (split, listing)
+        assert shards and sum(pq.read_table(io.BytesIO(bucket.read(k))).num_rows for k in shards) > 0, (
+            split,
+            listing,
+        )
 
     # The comparison: each RL policy masked against its start (the sft) and the random mover,
     # the start against the random mover; the story of what RL did.
     results = json.loads(bucket.read("evaluate/eval/results.json"))
     model = f"s3://{BUCKET}/{bucket.prefix}"
-    assert results["players"] == [f"lm:{model}/{name}/model,masked" for name in ("ppo", "grpo", "online-dpo", "dpo", "sft")] + ["random"]
+    assert results["players"] == [
+        f"lm:{model}/{name}/model,masked" for name in ("ppo", "grpo", "online-dpo", "dpo", "sft")
+    ] + ["random"]
     assert results["games"] == 9 * graph["config"]["rlaif"]["compare_games"]
     assert "```mermaid" in bucket.read("rlaif/graph.md").decode()
     table = bucket.read("rlaif/comparison.md").decode()
     assert "What RL did" in table and "(anchor)" in table and "row vs column" in table
     story = table.split("What RL did")[1].split("The comparison's")[0]
-    for phase in ("ppo", "grpo", "online-dpo", "dpo"):  # its paired gain over its start, its games against the start and random
+    for phase in (
+        "ppo",
+        "grpo",
+        "online-dpo",
+        "dpo",
+    ):  # its paired gain over its start, its games against the start and random
         row = next(line for line in story.splitlines() if line.strip().startswith(f"{phase} "))
-        assert re.search(r"^\s*[\w-]+\s+sft\s+[+-]\d\.\d{4} \[[+-]\d\.\d{4}, [+-]\d\.\d{4}\] (better|worse|no change)"
-                         r"\s+\d+\.\d% \(\+\d+ =\d+ -\d+\)\s+\d+\.\d% \(\+\d+ =\d+ -\d+\)$", row), row
+        assert re.search(
+            r"^\s*[\w-]+\s+sft\s+[+-]\d\.\d{4} \[[+-]\d\.\d{4}, [+-]\d\.\d{4}\] (better|worse|no change)"
+            r"\s+\d+\.\d% \(\+\d+ =\d+ -\d+\)\s+\d+\.\d% \(\+\d+ =\d+ -\d+\)$",
+            row,
+        ), row
     assert "significant:" in story and "--mode sprt" in story
-    assert "The judge (the reward model;" in story and "(bar 80%)" in story  # the judge's bar, and who reads it
+    assert (
+        "The judge (the reward model;" in story and "(bar 80%)" in story
+    )  # the judge's bar, and who reads it
 
     # The job's work ran on both nodes: where the state API says each task and actor of the job
     # ran (the job's own Ray job id, so not the job supervisor's actor).
@@ -217,7 +275,9 @@ def test_rlaif_killed_on_a_laptop_resumes_as_one_job_on_two_nodes_with_s3(graph:
             where.setdefault(actor["node_id"], Counter())[f"actor {actor['class_name']}"] += 1
     for node, ran in where.items():
         label = {head: "head", worker: "worker"}.get(node, "unknown")
-        print(f"{label} node {node[:8]}: {sum(ran.values())} tasks and actors, most: {dict(ran.most_common(10))}")
+        print(
+            f"{label} node {node[:8]}: {sum(ran.values())} tasks and actors, most: {dict(ran.most_common(10))}"
+        )
     assert set(where) == {head, worker}, where
 
 
@@ -228,11 +288,35 @@ def test_annotate_spreads_its_engines_over_both_nodes(two_nodes: Cluster, s3, re
     s3.create_bucket(Bucket="annotate-runs")
     job_id = f"annotate-{uuid.uuid4().hex[:8]}"
     result = two_nodes.submit(
-        ["--submission-id", job_id, "--no-wait", "--working-dir", str(repo), "--",
-         "python", "-m", "pipelines.annotate", "--config", "tiny", "--run-name", "ann", "--no-tracking",
-         "--storage", "s3://annotate-runs/runs", "--sources", "random", "--positions", "24",
-         "--heldout-positions", "0", "--nodes", "20", "--engines", "2"],
-    )  # fmt: skip
+        [
+            "--submission-id",
+            job_id,
+            "--no-wait",
+            "--working-dir",
+            str(repo),
+            "--",
+            "python",
+            "-m",
+            "pipelines.annotate",
+            "--config",
+            "tiny",
+            "--run-name",
+            "ann",
+            "--no-tracking",
+            "--storage",
+            "s3://annotate-runs/runs",
+            "--sources",
+            "random",
+            "--positions",
+            "24",
+            "--heldout-positions",
+            "0",
+            "--nodes",
+            "20",
+            "--engines",
+            "2",
+        ]
+    )
     assert result.returncode == 0, result.stderr[-2000:] + two_nodes.logs()
     job = two_nodes.wait_job(job_id, deadline_s=180)
     logs = two_nodes.cli("job", "logs", "--address", two_nodes.url, job_id, timeout=120).stdout

@@ -54,8 +54,13 @@ def _upload_inputs(s3, pgn_dir: Path, tmp_path: Path) -> None:
     with open(pgn_dir / "lichess-2021-10-sample.pgn", "rb") as handle:
         records, _ = read_pgn_file(handle, "lichess")
     rows = records[:200]
-    table = pa.table({"game_id": [r.game_id for r in rows], "moves": [r.moves for r in rows],
-                      "result": [r.result for r in rows]})  # fmt: skip
+    table = pa.table(
+        {
+            "game_id": [r.game_id for r in rows],
+            "moves": [r.moves for r in rows],
+            "result": [r.result for r in rows],
+        }
+    )
     sink = io.BytesIO()
     pq.write_table(table, sink)
     s3.put_object(Bucket=BUCKET, Key="games/part-0.parquet", Body=sink.getvalue())
@@ -72,16 +77,47 @@ def test_learner_on_two_uneven_nodes_survives_losing_one(
         return [int(r["metrics"].get("iteration", 0)) for r in registered_on_s3(s3, BUCKET, f"{prefix}/grpo")]
 
     entrypoint = [
-        "python", "-m", "pipelines.grpo", "--config", "tiny", "--run-name", "uneven", "--no-tracking",
-        "--storage", f"s3://{BUCKET}/runs", "--policy", f"s3://{BUCKET}/start", "--games", f"s3://{BUCKET}/games",
-        "--iterations", str(ITERATIONS), "--prompts-per-iteration", str(PROMPTS), "--group-size", str(GROUP),
-        "--own-positions", "0", "--stockfish-nodes", "100", "--heldout-positions", "0",
-        "--checkpoint-interval", "3", "--num-workers", "2", "--cpus-per-worker", "1.5", "--engines", "2",
-    ]  # fmt: skip
+        "python",
+        "-m",
+        "pipelines.grpo",
+        "--config",
+        "tiny",
+        "--run-name",
+        "uneven",
+        "--no-tracking",
+        "--storage",
+        f"s3://{BUCKET}/runs",
+        "--policy",
+        f"s3://{BUCKET}/start",
+        "--games",
+        f"s3://{BUCKET}/games",
+        "--iterations",
+        str(ITERATIONS),
+        "--prompts-per-iteration",
+        str(PROMPTS),
+        "--group-size",
+        str(GROUP),
+        "--own-positions",
+        "0",
+        "--stockfish-nodes",
+        "100",
+        "--heldout-positions",
+        "0",
+        "--checkpoint-interval",
+        "3",
+        "--num-workers",
+        "2",
+        "--cpus-per-worker",
+        "1.5",
+        "--engines",
+        "2",
+    ]
 
     def submit() -> str:
         job_id = f"uneven-{uuid.uuid4().hex[:8]}"
-        done = cluster.submit(["--submission-id", job_id, "--no-wait", "--working-dir", str(repo), "--", *entrypoint])
+        done = cluster.submit(
+            ["--submission-id", job_id, "--no-wait", "--working-dir", str(repo), "--", *entrypoint]
+        )
         assert done.returncode == 0, done.stderr[-2000:] + cluster.logs()
         return job_id
 
@@ -106,9 +142,13 @@ def test_learner_on_two_uneven_nodes_survives_losing_one(
         """The job ended with the one line of processes lost, exit 3, no traceback of the driver's."""
         job = cluster.wait_job(job_id, deadline_s=180)
         text = logs(job_id)
-        assert job.get("status") == "FAILED" and "exit code 3" in job.get("message", ""), f"{job}\n{text[-4000:]}"
+        assert job.get("status") == "FAILED" and "exit code 3" in job.get("message", ""), (
+            f"{job}\n{text[-4000:]}"
+        )
         driver = [line for line in driver_err(text).splitlines() if line.startswith("error:")]
-        assert len(driver) == 1 and "were lost" in driver[0] and "Run the same command again" in driver[0], driver
+        assert len(driver) == 1 and "were lost" in driver[0] and "Run the same command again" in driver[0], (
+            driver
+        )
         assert "Traceback" not in driver_err(text)  # the driver's own lines (Ray's forwarded ones aside)
 
     first = submit()
@@ -131,7 +171,11 @@ def test_learner_on_two_uneven_nodes_survives_losing_one(
     cluster.start_worker()
 
     def resumed_at(text: str) -> list[int]:
-        return [int(line.rsplit(" ", 1)[1]) for line in text.splitlines() if "learner resumes at iteration" in line]
+        return [
+            int(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if "learner resumes at iteration" in line
+        ]
 
     # the node back: the same job resumes; once it has registered a checkpoint of its own, a lone
     # Ray Train worker SIGKILLed, the driver alive: one line, exit 3; the same job again resumes.
@@ -139,8 +183,11 @@ def test_learner_on_two_uneven_nodes_survives_losing_one(
     second = submit()
     running_until(second, lambda steps, after=registered: max(steps) > after)
     ray_job = cluster.job_status(second)["job_id"]
-    workers = [a for a in cluster.state("actors", f"job_id={ray_job}")
-               if a["class_name"] == "RayTrainWorker" and a["state"] == "ALIVE" and a["node_id"] == head]  # fmt: skip
+    workers = [
+        a
+        for a in cluster.state("actors", f"job_id={ray_job}")
+        if a["class_name"] == "RayTrainWorker" and a["state"] == "ALIVE" and a["node_id"] == head
+    ]
     assert workers, "no learner worker alive on the head"
     os.kill(int(workers[0]["pid"]), signal.SIGKILL)
     lost_in_one_line(second)
@@ -182,16 +229,40 @@ def test_a_local_path_another_node_cannot_read_is_one_line(uneven_two_nodes, inp
     tokenizer.save_pretrained(policy)
     job_id = f"local-{uuid.uuid4().hex[:8]}"
     done = cluster.submit(
-        ["--submission-id", job_id, "--no-wait", "--working-dir", str(repo), "--",
-         "python", "-m", "pipelines.grpo", "--config", "tiny", "--run-name", "local", "--no-tracking",
-         "--storage", f"s3://{BUCKET}/runs", "--games", f"s3://{BUCKET}/games", "--policy", str(policy),
-         "--text-format", "moves", "--iterations", "1"],
-    )  # fmt: skip
+        [
+            "--submission-id",
+            job_id,
+            "--no-wait",
+            "--working-dir",
+            str(repo),
+            "--",
+            "python",
+            "-m",
+            "pipelines.grpo",
+            "--config",
+            "tiny",
+            "--run-name",
+            "local",
+            "--no-tracking",
+            "--storage",
+            f"s3://{BUCKET}/runs",
+            "--games",
+            f"s3://{BUCKET}/games",
+            "--policy",
+            str(policy),
+            "--text-format",
+            "moves",
+            "--iterations",
+            "1",
+        ]
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     job = cluster.wait_job(job_id, deadline_s=120)
     logs = cluster.cli("job", "logs", "--address", cluster.url, job_id, timeout=120).stdout
     assert job.get("status") == "FAILED" and "exit code 2" in job.get("message", ""), f"{job}\n{logs[-3000:]}"
     errors = [line for line in driver_err(logs).splitlines() if line.startswith("error:")]
     assert len(errors) == 1, logs[-3000:]
-    assert f"grpo.policy: {policy} is a local path that node" in errors[0] and "cannot read" in errors[0], errors
+    assert f"grpo.policy: {policy} is a local path that node" in errors[0] and "cannot read" in errors[0], (
+        errors
+    )
     assert "s3://" in errors[0] and "Traceback" not in driver_err(logs)

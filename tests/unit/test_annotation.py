@@ -121,7 +121,8 @@ def test_the_lopsided_source_holds_won_positions_and_near_mates() -> None:
 
     def material(board: chess.Board) -> int:
         return sum(
-            PIECE_VALUES[p.piece_type] * (1 if p.color == board.turn else -1) for p in board.piece_map().values()
+            PIECE_VALUES[p.piece_type] * (1 if p.color == board.turn else -1)
+            for p in board.piece_map().values()
         )
 
     def mate_in_one(board: chess.Board) -> bool:
@@ -131,10 +132,14 @@ def test_the_lopsided_source_holds_won_positions_and_near_mates() -> None:
         board.pop()
         return mate
 
-    cfg = AnnotateConfig(sources=["random", "lopsided"], positions=120, heldout_positions=0, shard_positions=120)
+    cfg = AnnotateConfig(
+        sources=["random", "lopsided"], positions=120, heldout_positions=0, shard_positions=120
+    )
     source = PositionSource(cfg, AnnotateInputs(games=None, policy=None), 0.05, seed=7)
     rows = {plan.source: source.local(plan, "train") for plan in plan_shards(cfg)}
-    assert {r["game_id"].split("-")[0] for r in rows["lopsided"]} == {"lopsided"} and len(rows["lopsided"]) == 120
+    assert {r["game_id"].split("-")[0] for r in rows["lopsided"]} == {"lopsided"} and len(
+        rows["lopsided"]
+    ) == 120
     for row in rows["lopsided"][:10]:  # each position is its game's board after its moves
         board = chess.Board()
         for move in row["history"].split():
@@ -161,8 +166,11 @@ def test_the_engine_source_is_stockfish_beating_a_random_mover() -> None:
     from pipelines.annotate import AnnotateInputs, PositionSource, plan_shards
     from pipelines.config import AnnotateConfig
 
-    cfg = AnnotateConfig(sources=["engine"], positions=24, heldout_positions=0, shard_positions=24, max_plies=120)
+    cfg = AnnotateConfig(
+        sources=["engine"], positions=24, heldout_positions=0, shard_positions=24, max_plies=120
+    )
     with EngineGroup(1) as engines:
+
         def analyse(fens, limits, multipv):  # type: ignore[no-untyped-def]
             return engines.analyse(fens, limits, multipv=multipv, fresh=True)
 
@@ -186,7 +194,10 @@ def test_the_engine_source_is_stockfish_beating_a_random_mover() -> None:
 
     def lopsided(fen: str) -> bool:
         board = chess.Board(fen)
-        return abs(sum(PIECE_VALUES[p.piece_type] * (1 if p.color else -1) for p in board.piece_map().values())) >= 9
+        return (
+            abs(sum(PIECE_VALUES[p.piece_type] * (1 if p.color else -1) for p in board.piece_map().values()))
+            >= 9
+        )
 
     chaos = random_game_positions(24, seed=7, max_plies=120)
     assert sum(lopsided(r["fen"]) for r in rows) > 2 * max(1, sum(lopsided(p.fen) for p in chaos))

@@ -517,5 +517,7 @@ def test_a_ladder_is_reused_with_the_same_stockfish_and_rated_again_with_another
 
     other, played = ensure_ladder(arena, settings, root, "Stockfish 18 (sha256 bbbb)")
     assert played == 8 and other.stockfish == "Stockfish 18 (sha256 bbbb)"
-    assert any("was rated with Stockfish 17 (sha256 aaaa), this is Stockfish 18" in line for line in arena.lines)
+    assert any(
+        "was rated with Stockfish 17 (sha256 aaaa), this is Stockfish 18" in line for line in arena.lines
+    )
     assert json.loads((saved / "ladder.json").read_text())["stockfish"] == "Stockfish 18 (sha256 bbbb)"

@@ -71,12 +71,22 @@ def test_auto_probes_on_the_device_the_learner_trains_on(monkeypatch, tmp_path):
             return args
 
     monkeypatch.setattr(ray, "remote", lambda **_: lambda fn: Task())
-    monkeypatch.setattr(ray, "get", lambda args: {"result": ProbeResult(args[1], 1e6, 0.1).__dict__,
-                                                  "device": args[3], "memory": 1e9})  # fmt: skip
+    monkeypatch.setattr(
+        ray,
+        "get",
+        lambda args: {"result": ProbeResult(args[1], 1e6, 0.1).__dict__, "device": args[3], "memory": 1e9},
+    )
     for use_gpu, device in ((True, "cuda"), (False, "cpu")):
         asked.clear()
-        got = auto_batch_size("preset:tiny", 8, log=lambda _: None, use_gpu=use_gpu, cpus=3.0,
-                              cache_path=tmp_path / f"{device}.json", sizes=(1, 2))  # fmt: skip
+        got = auto_batch_size(
+            "preset:tiny",
+            8,
+            log=lambda _: None,
+            use_gpu=use_gpu,
+            cpus=3.0,
+            cache_path=tmp_path / f"{device}.json",
+            sizes=(1, 2),
+        )
         assert got == 2
         assert [kw for kw, _ in asked] == [probe_resources(use_gpu, 3.0)] * 2
         assert {args[3] for _, args in asked} == {device}

@@ -308,10 +308,14 @@ def reference_planes(board: chess.Board, history: int) -> np.ndarray:
     planes[c] = us == chess.WHITE
     planes[c + 1] = board.fullmove_number / 100.0
     planes[c + 2 : c + 6] = np.array(
-        [board.has_kingside_castling_rights(us), board.has_queenside_castling_rights(us),
-         board.has_kingside_castling_rights(not us), board.has_queenside_castling_rights(not us)],
+        [
+            board.has_kingside_castling_rights(us),
+            board.has_queenside_castling_rights(us),
+            board.has_kingside_castling_rights(not us),
+            board.has_queenside_castling_rights(not us),
+        ],
         dtype=np.float32,
-    )[:, None, None]  # fmt: skip
+    )[:, None, None]
     planes[c + 6] = board.halfmove_clock / 100.0
     return planes
 
@@ -328,8 +332,11 @@ def shuffling_games(games: int, seed: int) -> list[chess.Board]:
             out: list[chess.Move] = []
             if rng.random() < 0.4:
                 for _side in range(2):
-                    hops = [m for m in board.legal_moves if board.piece_type_at(m.from_square) == chess.KNIGHT
-                            and not board.is_capture(m)]  # fmt: skip
+                    hops = [
+                        m
+                        for m in board.legal_moves
+                        if board.piece_type_at(m.from_square) == chess.KNIGHT and not board.is_capture(m)
+                    ]
                     if not hops:
                         break
                     out.append(rng.choice(hops))

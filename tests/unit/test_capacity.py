@@ -38,11 +38,19 @@ def test_the_node_types_of_the_clusters_yaml() -> None:
 
 
 def test_a_type_without_max_workers_takes_the_clusters_cap_and_the_head_type_is_left_out() -> None:
-    types, cap = parse_autoscaling_config({
-        "max_workers": 5, "head_node_type": "h",
-        "available_node_types": {"h": {"resources": {"CPU": 4}}, "w": {"resources": {"CPU": 2, "memory": 1e9}}},
-    })  # fmt: skip
-    assert cap == 5 and [(t.name, dict(t.resources), t.max_workers) for t in types] == [("w", {"CPU": 2.0}, 5)]
+    types, cap = parse_autoscaling_config(
+        {
+            "max_workers": 5,
+            "head_node_type": "h",
+            "available_node_types": {
+                "h": {"resources": {"CPU": 4}},
+                "w": {"resources": {"CPU": 2, "memory": 1e9}},
+            },
+        }
+    )
+    assert cap == 5 and [(t.name, dict(t.resources), t.max_workers) for t in types] == [
+        ("w", {"CPU": 2.0}, 5)
+    ]
     assert parse_autoscaling_config({}) == ((), None)
 
 
@@ -71,8 +79,11 @@ def test_engines_are_planned_over_the_alive_nodes_and_the_fewest_new_ones() -> N
     alive = Capacity(alive=(HEAD0, {"CPU": 1.0}), types=(SMALL, BIG), max_workers=3)
     assert alive.engine_nodes(1) == [1.0]  # the alive node is enough: nothing to start
     assert alive.engine_nodes(2) == [1.0, 2.0]
-    with pytest.raises(ValueError, match=r"prepare.engines 9 .* can hold 4 engines at most \(1 node\(s\) alive .*"
-                       r"starts up to small ×2 \(CPU 1\), big ×1 \(CPU 2, accel 1\)\): ask for at most 4"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"prepare.engines 9 .* can hold 4 engines at most \(1 node\(s\) alive .*"
+        r"starts up to small ×2 \(CPU 1\), big ×1 \(CPU 2, accel 1\)\): ask for at most 4",
+    ):
         engine_split(9, FAKE.engine_nodes(9), key="prepare.engines", nodes=FAKE.describe())
 
 
@@ -109,10 +120,17 @@ def test_the_config_is_the_one_of_this_clusters_monitor_process(tmp_path: Path) 
     os.symlink("net:[1]", proc / "self" / "ns" / "net")
     monitor = "/venv/lib/python3.11/site-packages/ray/autoscaler/_private/monitor.py"
     v2 = "/venv/lib/python3.11/site-packages/ray/autoscaler/v2/monitor.py"
-    _process(proc, 10, ["python", "-u", monitor, "--gcs-address=10.0.0.1:6379", "--autoscaling-config=/a.yaml"])
+    _process(
+        proc, 10, ["python", "-u", monitor, "--gcs-address=10.0.0.1:6379", "--autoscaling-config=/a.yaml"]
+    )
     _process(proc, 11, ["python", "-u", monitor, "--gcs-address=10.0.0.1:6380"])
     _process(proc, 12, ["python", "-u", v2, "--gcs-address=127.0.0.1:7000", "--autoscaling-config=~/b.yaml"])
-    _process(proc, 13, ["python", "-u", v2, "--gcs-address=127.0.0.1:7001", "--autoscaling-config=/c.yaml"], "net:[2]")
+    _process(
+        proc,
+        13,
+        ["python", "-u", v2, "--gcs-address=127.0.0.1:7001", "--autoscaling-config=/c.yaml"],
+        "net:[2]",
+    )
     _process(proc, 14, ["python", "train.py", "--gcs-address=127.0.0.1:7002", "--autoscaling-config=/d.yaml"])
     assert autoscaler_config_path("6379", str(proc)) == "/a.yaml"
     assert autoscaler_config_path("6380", str(proc)) is None  # a monitor without a config: no autoscaler

@@ -9,9 +9,7 @@ from pipelines.cli import PHASES, main, usage
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["-h"], ["help"], []])
-def test_help_lists_the_phases(
-    argv: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_help_lists_the_phases(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: chess-rl <phase> [options]")
@@ -100,5 +98,7 @@ def test_every_phase_help_loads_neither_torch_nor_transformers_nor_ray() -> None
         "        main([name, '--help'])\n"
         "print(sorted(m for m in ('torch', 'transformers', 'trl', 'ray') if m in sys.modules))\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr

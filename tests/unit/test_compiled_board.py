@@ -42,10 +42,17 @@ def _record(
     game: Game, board: chess.Board, words: np.ndarray, meta: np.ndarray, keys: list[int]
 ) -> list[chess.Move]:
     moves = list(board.legal_moves)
-    game.positions.append(Position(
-        board.copy(stack=False), words, meta, [code_of_move(m) for m in moves],
-        board._transposition_key(), reference_terminal_value(board), list(keys),
-    ))  # fmt: skip
+    game.positions.append(
+        Position(
+            board.copy(stack=False),
+            words,
+            meta,
+            [code_of_move(m) for m in moves],
+            board._transposition_key(),
+            reference_terminal_value(board),
+            list(keys),
+        )
+    )
     return moves
 
 

@@ -256,15 +256,30 @@ def test_sections_left_out_keep_their_defaults() -> None:
     assert config.run == RunSection() and config.ray == RaySection() and config.tracking == TrackingSection()
 
 
-def test_every_model_path_is_made_absolute_and_a_uri_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_model_path_is_made_absolute_and_a_uri_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A model typed relative reaches Ray Train workers, whose working directory is their own."""
     monkeypatch.chdir(tmp_path)
-    keys = ["sft.base_model", "annotate.policy", "preferences.policy", "reward.base_model", "dpo.policy",
-            "dpo.reference", "ppo.policy", "ppo.reward_model", "grpo.policy"]  # fmt: skip
-    config = load_config(ChessRLConfig, data={k.split(".")[0]: {} for k in keys} | {
-        section: {key: "runs/demo/sft/model" for s, key in (k.split(".") for k in keys) if s == section}
-        for section in {k.split(".")[0] for k in keys}
-    })  # fmt: skip
+    keys = [
+        "sft.base_model",
+        "annotate.policy",
+        "preferences.policy",
+        "reward.base_model",
+        "dpo.policy",
+        "dpo.reference",
+        "ppo.policy",
+        "ppo.reward_model",
+        "grpo.policy",
+    ]
+    config = load_config(
+        ChessRLConfig,
+        data={k.split(".")[0]: {} for k in keys}
+        | {
+            section: {key: "runs/demo/sft/model" for s, key in (k.split(".") for k in keys) if s == section}
+            for section in {k.split(".")[0] for k in keys}
+        },
+    )
     for key in keys:
         section, name = key.split(".")
         assert getattr(getattr(config, section), name) == str(tmp_path / "runs/demo/sft/model"), key
@@ -615,8 +630,10 @@ def test_a_file_extends_a_preset_and_changes_only_what_it_names(tmp_path) -> Non
     demo = load_config(ChessRLConfig, path=resolve_preset("demo"))
     assert demo.run.name == "rlaif-demo" and demo.sft.max_steps < tiny.sft.max_steps
     assert (demo.sft.model, demo.sft.learning_rate, demo.ppo.kl_coef) == (
-        tiny.sft.model, tiny.sft.learning_rate, tiny.ppo.kl_coef,
-    )  # fmt: skip
+        tiny.sft.model,
+        tiny.sft.learning_rate,
+        tiny.ppo.kl_coef,
+    )
     (tmp_path / "base.yaml").write_text("extends: tiny\nsft: {max_steps: 7}\n")
     (tmp_path / "top.yaml").write_text("extends: base.yaml\nsft: {batch_size: 4}\n")
     top = load_config(ChessRLConfig, path=tmp_path / "top.yaml")

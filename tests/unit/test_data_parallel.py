@@ -38,9 +38,10 @@ def _worker(rank: int, port: int, out: dict) -> None:
         out[f"total{rank}"] = total
         out[f"stop{rank}"] = any_worker(rank == 1)
         out[f"metrics{rank}"] = metrics_over_workers(
-            {"reward": 1.0 if rank == 0 else 0.0, "samples": 3.0 if rank == 0 else 1.0}, 3 if rank == 0 else 1,
+            {"reward": 1.0 if rank == 0 else 0.0, "samples": 3.0 if rank == 0 else 1.0},
+            3 if rank == 0 else 1,
             sums=["samples"],
-        )  # fmt: skip
+        )
         # GRPO: worker 1's only group is flat (every reward equal: nothing to learn), worker 0's is not
         model, tok = build_model("tiny", seed=3)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -66,15 +67,34 @@ def _worker(rank: int, port: int, out: dict) -> None:
         critic, _ = build_reward_model("tiny", tok)
         row = prompt_ids(tok, "e2e4 e7e5")
         move = tok.convert_tokens_to_ids("g1f3")
-        acts = [Action(f"w{rank}e{i}", 0, row, move, "g1f3", True, -8.0, 0, score=float(i + rank), last=True)
-                for i in range(3 if rank == 0 else 1)]  # fmt: skip
+        acts = [
+            Action(f"w{rank}e{i}", 0, row, move, "g1f3", True, -8.0, 0, score=float(i + rank), last=True)
+            for i in range(3 if rank == 0 else 1)
+        ]
         settings = PPOSettings(kl_coef=0.0, ppo_epochs=1, minibatch=2)
         batch = make_batch(acts, policy, critic, tok.pad_token_id, settings)
-        popt, copt = torch.optim.SGD(policy.parameters(), lr=0.1), torch.optim.SGD(critic.parameters(), lr=0.1)
+        popt, copt = (
+            torch.optim.SGD(policy.parameters(), lr=0.1),
+            torch.optim.SGD(critic.parameters(), lr=0.1),
+        )
         parts = int(max_over_workers((len(acts) + 1) // 2))
-        ppo_update(policy, critic, popt, copt, batch, tok.pad_token_id, settings, torch.Generator().manual_seed(rank),
-                   minibatches=parts, reduce=average_gradients)  # fmt: skip
-        out[f"ppo{rank}"] = (parts, policy.lm_head.weight.detach().clone(), critic.score.weight.detach().clone())
+        ppo_update(
+            policy,
+            critic,
+            popt,
+            copt,
+            batch,
+            tok.pad_token_id,
+            settings,
+            torch.Generator().manual_seed(rank),
+            minibatches=parts,
+            reduce=average_gradients,
+        )
+        out[f"ppo{rank}"] = (
+            parts,
+            policy.lm_head.weight.detach().clone(),
+            critic.score.weight.detach().clone(),
+        )
     finally:
         dist.destroy_process_group()
 
@@ -144,13 +164,36 @@ def _ppo_step(ranks, sums=None, minibatches=None, reduce=None):
     for rank in ranks:
         row = prompt_ids(tok, ["e2e4 e7e5", "d2d4 d7d5"][rank])
         for i, (move, score) in enumerate((("g1f3", 1.0 + rank), ("b1c3", -0.5 * rank))):
-            acts.append(Action(f"r{rank}e{i}", 0, row, tok.convert_tokens_to_ids(move), move, True, -8.0, 0,
-                               score=score, last=True, result=0.0))  # fmt: skip
+            acts.append(
+                Action(
+                    f"r{rank}e{i}",
+                    0,
+                    row,
+                    tok.convert_tokens_to_ids(move),
+                    move,
+                    True,
+                    -8.0,
+                    0,
+                    score=score,
+                    last=True,
+                    result=0.0,
+                )
+            )
     settings = PPOSettings(kl_coef=0.0, ppo_epochs=1, minibatch=8)
     batch = make_batch(acts, policy, critic, tok.pad_token_id, settings, sums=sums)
     popt, copt = torch.optim.SGD(policy.parameters(), lr=0.5), torch.optim.SGD(critic.parameters(), lr=0.5)
-    ppo_update(policy, critic, popt, copt, batch, tok.pad_token_id, settings, torch.Generator().manual_seed(0),
-               minibatches=minibatches, reduce=reduce)  # fmt: skip
+    ppo_update(
+        policy,
+        critic,
+        popt,
+        copt,
+        batch,
+        tok.pad_token_id,
+        settings,
+        torch.Generator().manual_seed(0),
+        minibatches=minibatches,
+        reduce=reduce,
+    )
     return policy.lm_head.weight.detach().clone(), critic.score.weight.detach().clone()
 
 
@@ -179,7 +222,9 @@ def test_two_workers_on_halves_learn_what_one_learns_on_the_whole() -> None:
     policy_alone, critic_alone = _ppo_step([0, 1])
     for rank in (0, 1):
         policy, critic = out[f"ppo{rank}"]
-        assert torch.allclose(policy, policy_alone, atol=1e-6) and torch.allclose(critic, critic_alone, atol=1e-6)
+        assert torch.allclose(policy, policy_alone, atol=1e-6) and torch.allclose(
+            critic, critic_alone, atol=1e-6
+        )
     from chessrl.lm.models import build_model
 
     start, _ = build_model("tiny", seed=11)

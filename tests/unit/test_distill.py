@@ -30,8 +30,11 @@ def _batch(flip: bool = False) -> tuple[dict, object, MoveTokens]:
     moves = ["e4d5"] + sorted(m.uci() for m in board.legal_moves if m.uci() != "e4d5")
     expected = [0.97] + [0.2] * (len(moves) - 1)
     _, tok = build_model("tiny")
-    batch = {"fen": np.array([HANGING], dtype=object), "moves": np.array([moves], dtype=object),
-             "expected": np.array([expected], dtype=object)}  # fmt: skip
+    batch = {
+        "fen": np.array([HANGING], dtype=object),
+        "moves": np.array([moves], dtype=object),
+        "expected": np.array([expected], dtype=object),
+    }
     return batch, tok, MoveTokens(tok)
 
 
@@ -47,8 +50,12 @@ def test_the_margin_target_puts_the_mass_on_the_mate_where_expected_is_flat():
     board = chess.Board(MATE_OR_QUEEN)
     moves = ["d1d8", "g2h3"] + sorted(m.uci() for m in board.legal_moves if m.uci() not in ("d1d8", "g2h3"))
     cp, expected = [99_999, 950] + [-900] * (len(moves) - 2), [1.0, 0.998] + [0.02] * (len(moves) - 2)
-    batch = {"fen": np.array([MATE_OR_QUEEN], dtype=object), "moves": np.array([moves], dtype=object),
-             "cp": np.array([cp], dtype=object), "expected": np.array([expected], dtype=object)}  # fmt: skip
+    batch = {
+        "fen": np.array([MATE_OR_QUEEN], dtype=object),
+        "moves": np.array([moves], dtype=object),
+        "cp": np.array([cp], dtype=object),
+        "expected": np.array([expected], dtype=object),
+    }
     _, tok = build_model("tiny")
     legal = MoveTokens(tok)
 
@@ -140,8 +147,15 @@ def test_whole_game_blocks_put_each_ply_s_target_before_its_move():
     board, rows = chess.Board(), []
     for ply in range(4):
         legal = sorted(m.uci() for m in board.legal_moves)
-        rows.append({"game_id": "g", "ply": ply, "history": " ".join(played[:ply]), "moves": legal,
-                     "expected": [0.5] * len(legal)})  # fmt: skip
+        rows.append(
+            {
+                "game_id": "g",
+                "ply": ply,
+                "history": " ".join(played[:ply]),
+                "moves": legal,
+                "expected": [0.5] * len(legal),
+            }
+        )
         if ply < 3:
             board.push_uci(played[ply])
     _, tok = build_model("tiny")

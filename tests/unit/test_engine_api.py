@@ -65,8 +65,10 @@ def test_the_order_is_python_chess_own() -> None:
         assert set(our_keywords) & set(their_keywords) == ({"multipv"} if name == "analyse" else set())
 
 
-@pytest.mark.skipif(not os.access("/usr/games/stockfish", os.X_OK) and not os.environ.get("STOCKFISH_PATH"),
-                    reason="no Stockfish")  # fmt: skip
+@pytest.mark.skipif(
+    not os.access("/usr/games/stockfish", os.X_OK) and not os.environ.get("STOCKFISH_PATH"),
+    reason="no Stockfish",
+)
 def test_one_process_and_a_group_answer_the_same_calls_alike() -> None:
     limit = SearchLimit(nodes=5_000)
     with UCIEngine() as engine, EngineGroup(1) as group:

@@ -12,8 +12,15 @@ from chessrl.arena.game import ArenaGame
 
 
 def game(white: str, black: str, result: str) -> ArenaGame:
-    return ArenaGame(white=white, black=black, result=result, termination="max_plies", moves=[],
-                     first_attempt_legal={"white": 3, "black": 1}, player_moves={"white": 4, "black": 4})  # fmt: skip
+    return ArenaGame(
+        white=white,
+        black=black,
+        result=result,
+        termination="max_plies",
+        moves=[],
+        first_attempt_legal={"white": 3, "black": 1},
+        player_moves={"white": 4, "black": 4},
+    )
 
 
 def test_ten_draws_give_an_interval_of_non_zero_width_around_zero() -> None:
@@ -61,24 +68,58 @@ def arena_results(draws: int = 10) -> dict:
     pairings = {}
     for opp, (w, d, lost) in {"random": (0, draws, 0), "stockfish:elo=1350": (0, 1, 9)}.items():
         est = match_elo(w, d, lost)
-        pairings[opp] = {"wins": w, "draws": d, "losses": lost, "games": est.games, "score": est.score,
-                         "elo_diff": est.elo, "elo_low": est.low, "elo_high": est.high}  # fmt: skip
+        pairings[opp] = {
+            "wins": w,
+            "draws": d,
+            "losses": lost,
+            "games": est.games,
+            "score": est.score,
+            "elo_diff": est.elo,
+            "elo_low": est.low,
+            "elo_high": est.high,
+        }
     games = [("sft", "random", 0.5)] * draws + [("sft", "stockfish:elo=1350", 0.0)] * 9
     games += [("sft", "stockfish:elo=1350", 0.5)]
     anchors = {"stockfish:elo=1350": 1350.0, "random": 400.0}
     fitted = rate_players(games, anchors)
-    ratings = {k: {f: getattr(v, f) for f in ("elo", "low", "high", "games", "score", "anchored")}
-               for k, v in fitted.items()}  # fmt: skip
-    ladder = {"stockfish": "Stockfish 15.1", "games": 80, "candidate_games": 20, "placement_games": 20,
-              "match_games": 0, "informative": [], "calibration_played": 0,
-              "ratings": {"random": (400.0, 400.0, 400.0),  # swept every game: its one-sided bound
-                          "stockfish:elo=1350,nodes=1000,random=50": (900.0, 700.0, 1100.0),
-                          "stockfish:elo=1350": (1350.0, 1350.0, 1350.0)}}  # fmt: skip
-    return {"candidate": "sft", "players": ["sft", *pairings], "games": draws + 10, "ladder_games": 0,
-            "pairings": pairings, "ratings": ratings, "anchors": anchors, "ladder": ladder,
-            "candidate_moves": {"moves": 100, "first_attempt_legal": 80, "illegal_attempts": 20,
-                                "fallbacks": 5, "legal_rate": 0.8},
-            "suites": [], "quality": None, "results": {}}  # fmt: skip
+    ratings = {
+        k: {f: getattr(v, f) for f in ("elo", "low", "high", "games", "score", "anchored")}
+        for k, v in fitted.items()
+    }
+    ladder = {
+        "stockfish": "Stockfish 15.1",
+        "games": 80,
+        "candidate_games": 20,
+        "placement_games": 20,
+        "match_games": 0,
+        "informative": [],
+        "calibration_played": 0,
+        "ratings": {
+            "random": (400.0, 400.0, 400.0),  # swept every game: its one-sided bound
+            "stockfish:elo=1350,nodes=1000,random=50": (900.0, 700.0, 1100.0),
+            "stockfish:elo=1350": (1350.0, 1350.0, 1350.0),
+        },
+    }
+    return {
+        "candidate": "sft",
+        "players": ["sft", *pairings],
+        "games": draws + 10,
+        "ladder_games": 0,
+        "pairings": pairings,
+        "ratings": ratings,
+        "anchors": anchors,
+        "ladder": ladder,
+        "candidate_moves": {
+            "moves": 100,
+            "first_attempt_legal": 80,
+            "illegal_attempts": 20,
+            "fallbacks": 5,
+            "legal_rate": 0.8,
+        },
+        "suites": [],
+        "quality": None,
+        "results": {},
+    }
 
 
 def test_the_arena_summary_and_report_show_ten_draws_with_width() -> None:
@@ -132,10 +173,28 @@ def test_the_sprt_report_of_even_pairs_has_width() -> None:
 
     counts = (0, 0, 10, 0, 0)  # ten pairs, each 1-1
     est, test = pentanomial_elo(counts), sprt_pentanomial(counts, 0, 20)
-    sprt = {"elo0": 0, "elo1": 20, "alpha": 0.05, "beta": 0.05, "max_games": 20, "pairs": 10, "games": 20,
-            "pentanomial": list(counts), "llr": test.llr, "lower": test.lower, "upper": test.upper,
-            "decision": test.decision, "trajectory": [], "wins": 0, "draws": 20, "losses": 0,
-            "score": est.score, "elo": est.elo, "elo_low": est.low, "elo_high": est.high}  # fmt: skip
+    sprt = {
+        "elo0": 0,
+        "elo1": 20,
+        "alpha": 0.05,
+        "beta": 0.05,
+        "max_games": 20,
+        "pairs": 10,
+        "games": 20,
+        "pentanomial": list(counts),
+        "llr": test.llr,
+        "lower": test.lower,
+        "upper": test.upper,
+        "decision": test.decision,
+        "trajectory": [],
+        "wins": 0,
+        "draws": 20,
+        "losses": 0,
+        "score": est.score,
+        "elo": est.elo,
+        "elo_low": est.low,
+        "elo_high": est.high,
+    }
     results = {"mode": "sprt", "players": ["a", "b"], "sprt": sprt, "games": 20}
     lines = sprt_summary_lines(results, "report.md")
     assert "  Elo diff      +0 (-99 .. +99)" in lines
@@ -153,14 +212,47 @@ def test_the_reports_say_where_the_openings_came_from_and_whom_a_model_trained_a
     report = report_markdown(results, "gauntlet", 200, results["openings"])
     assert f"Openings: 120 positions at plies 6-12 of held-out games of {table}, seed 7." in report
     assert "- `lm:g` trained against `random`, `self` in its own games (grpo.own_opponent)" in report
-    random_ones = {"source": "random", "seed": 3, "plies": 4, "from": None, "count": 10,
-                   "fallback": "no games table at t"}  # fmt: skip
-    sprt = {"elo0": 0, "elo1": 20, "alpha": 0.05, "beta": 0.05, "max_games": 20, "pairs": 10, "games": 20,
-            "pentanomial": [0, 0, 10, 0, 0], "llr": 0.0, "lower": -2.9, "upper": 2.9, "decision": "continue",
-            "trajectory": [], "wins": 0, "draws": 20, "losses": 0, "score": 0.5, "elo": 0.0, "elo_low": -99.0,
-            "elo_high": 99.0}  # fmt: skip
-    text = sprt_markdown({"mode": "sprt", "players": ["lm:g", "random"], "sprt": sprt, "games": 20,
-                          "openings": random_ones, "training_opponents": {"lm:g": ["random"]}, "notes": [note]})  # fmt: skip
+    random_ones = {
+        "source": "random",
+        "seed": 3,
+        "plies": 4,
+        "from": None,
+        "count": 10,
+        "fallback": "no games table at t",
+    }
+    sprt = {
+        "elo0": 0,
+        "elo1": 20,
+        "alpha": 0.05,
+        "beta": 0.05,
+        "max_games": 20,
+        "pairs": 10,
+        "games": 20,
+        "pentanomial": [0, 0, 10, 0, 0],
+        "llr": 0.0,
+        "lower": -2.9,
+        "upper": 2.9,
+        "decision": "continue",
+        "trajectory": [],
+        "wins": 0,
+        "draws": 20,
+        "losses": 0,
+        "score": 0.5,
+        "elo": 0.0,
+        "elo_low": -99.0,
+        "elo_high": 99.0,
+    }
+    text = sprt_markdown(
+        {
+            "mode": "sprt",
+            "players": ["lm:g", "random"],
+            "sprt": sprt,
+            "games": 20,
+            "openings": random_ones,
+            "training_opponents": {"lm:g": ["random"]},
+            "notes": [note],
+        }
+    )
     assert "Openings: 10 positions of 4 seeded random plies, seed 3 (no held-out openings: " in text
     assert "(no held-out openings: no games table at t)." in text
     assert f"- {note}" in text and "- `lm:g` trained against `random`" in text

@@ -57,8 +57,13 @@ def test_openings_are_seeded_prefixes_of_the_held_out_games_of_positions_from(tm
     rows = games_table(tmp_path / "games")
     held = [r["moves"] for r in rows if r["game_id"].startswith("0")]
     openings, record, lines = openings_of(config(tmp_path, positions_from=str(tmp_path / "games")))
-    assert record == {"source": "heldout", "seed": 7, "plies": [6, 12], "from": str(tmp_path / "games"),
-                      "count": 3}  # fmt: skip
+    assert record == {
+        "source": "heldout",
+        "seed": 7,
+        "plies": [6, 12],
+        "from": str(tmp_path / "games"),
+        "count": 3,
+    }
     assert lines == [f"openings: 3 positions at plies 6-12 of held-out games of {tmp_path / 'games'}, seed 7"]
     for o in openings:
         assert 6 <= len(o.moves) <= 12 and sum(m.startswith(" ".join(o.moves)) for m in held) == 1
@@ -71,8 +76,14 @@ def test_openings_are_seeded_prefixes_of_the_held_out_games_of_positions_from(tm
 def test_the_runs_games_table_is_the_default_and_without_one_openings_are_random(tmp_path) -> None:
     openings, record, lines = openings_of(config(tmp_path))  # no run: random, said once
     table = tmp_path / RUN / "prepare" / "games"
-    assert record == {"source": "random", "seed": 7, "plies": 4, "from": None, "count": 3,
-                      "fallback": f"no games table at {table}"}  # fmt: skip
+    assert record == {
+        "source": "random",
+        "seed": 7,
+        "plies": 4,
+        "from": None,
+        "count": 3,
+        "fallback": f"no games table at {table}",
+    }
     assert len(lines) == 1 and f"no games table at {table}" in lines[0]
     assert "--positions-from TABLE" in lines[0] and "--set evaluate.opening_source=random" in lines[0]
     assert all(len(o.moves) == 4 for o in openings)
@@ -107,14 +118,29 @@ def grpo_run(tmp_path: Path, record: dict | None, sft: str | None = "sft-board")
         (None, "sft-board", []),
         ({"grpo.own_positions": 0.0, "grpo.own_opponent": "random"}, "sft-board", []),
         ({"grpo.own_positions": 0.25, "grpo.own_opponent": "self"}, "sft-board", ["self"]),
-        ({"grpo.own_positions": 0.25, "grpo.own_opponent": "random+start", "grpo.text_format": "board",
-          "grpo.policy": None}, "sft-board", ["random", "lm:{run}/sft-board/model"]),
-        ({"grpo.own_positions": 0.25, "grpo.own_opponent": "start", "grpo.text_format": "board"}, None, ["start"]),
-        ({"grpo.own_positions": 0.5, "grpo.own_opponent": "start", "grpo.policy": "/elsewhere/model"}, None,
-         ["lm:/elsewhere/model"]),
+        (
+            {
+                "grpo.own_positions": 0.25,
+                "grpo.own_opponent": "random+start",
+                "grpo.text_format": "board",
+                "grpo.policy": None,
+            },
+            "sft-board",
+            ["random", "lm:{run}/sft-board/model"],
+        ),
+        (
+            {"grpo.own_positions": 0.25, "grpo.own_opponent": "start", "grpo.text_format": "board"},
+            None,
+            ["start"],
+        ),
+        (
+            {"grpo.own_positions": 0.5, "grpo.own_opponent": "start", "grpo.policy": "/elsewhere/model"},
+            None,
+            ["lm:/elsewhere/model"],
+        ),
         ("not a record", None, []),
     ],
-)  # fmt: skip
+)
 def test_training_opponents_from_the_phase_record(tmp_path, record, sft, expected) -> None:
     run = grpo_run(tmp_path, record, sft)
     assert training_opponents(str(run / "grpo" / "model")) == [e.replace("{run}", str(run)) for e in expected]
@@ -122,8 +148,11 @@ def test_training_opponents_from_the_phase_record(tmp_path, record, sft, expecte
 
 
 def test_an_sprt_against_the_training_opponent_says_it_is_partly_in_distribution(tmp_path) -> None:
-    run = grpo_run(tmp_path, {"grpo.own_positions": 0.25, "grpo.own_opponent": "random+start",
-                              "grpo.text_format": "moves"}, sft="sft")  # fmt: skip
+    run = grpo_run(
+        tmp_path,
+        {"grpo.own_positions": 0.25, "grpo.own_opponent": "random+start", "grpo.text_format": "moves"},
+        sft="sft",
+    )
     grpo = parse_player_spec(f"lm:{run}/grpo/model")
     opponents = {grpo.label: training_opponents(str(run / "grpo" / "model"))}
     assert opponents[grpo.label] == ["random", f"lm:{run}/sft/model"]

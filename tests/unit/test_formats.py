@@ -123,7 +123,9 @@ def _square(text: str, name: str) -> str:
 
 def _listed(text: str) -> dict[str, str]:
     """The listed moves of a facts prompt and their facts ("" for a safe quiet move)."""
-    return {move: facts for facts, move in re.findall(r"(?: \[([^\]]*)\])? ([a-h][1-8][a-h][1-8][qrbn]?)", text)}
+    return {
+        move: facts for facts, move in re.findall(r"(?: \[([^\]]*)\])? ([a-h][1-8][a-h][1-8][qrbn]?)", text)
+    }
 
 
 def test_facts_a_pinned_piece_defends_nothing_off_its_line_and_moves_only_along_it() -> None:

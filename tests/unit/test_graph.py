@@ -66,8 +66,12 @@ def test_manifests_are_read_back_and_a_torn_one_counts_as_missing(tmp_path):
 
 
 def test_state_table_and_mermaid():
-    lines = state_table([{"node": "prepare", "state": "skipped", "seconds": 3.0, "key": "ab", "note": "x"},
-                         {"node": "sft", "state": "running", "seconds": None, "key": "cd", "note": ""}])  # fmt: skip
+    lines = state_table(
+        [
+            {"node": "prepare", "state": "skipped", "seconds": 3.0, "key": "ab", "note": "x"},
+            {"node": "sft", "state": "running", "seconds": None, "key": "cd", "note": ""},
+        ]
+    )
     assert lines[0].split() == ["phase", "state", "time", "key", "note"]
     assert lines[1].split() == ["prepare", "skipped", "3", "s", "ab", "x"] and lines[2].split()[:3] == [
         "sft",
@@ -107,9 +111,15 @@ def graph_run(tmp_path, phases: Phases, **rlaif):
     from pipelines.rlaif import GraphRun
 
     overrides = {f"rlaif.{k}": (v, f"--{k}") for k, v in rlaif.items()}
-    overrides.update({"run.storage": (str(tmp_path), "--storage"), "run.name": ("r", "--run-name"),
-                      "grpo.text_format": ("moves", "--text-format"),
-                      "grpo.policy_share": (1.0, "--policy-share"), **JUDGED_PPO})  # fmt: skip
+    overrides.update(
+        {
+            "run.storage": (str(tmp_path), "--storage"),
+            "run.name": ("r", "--run-name"),
+            "grpo.text_format": ("moves", "--text-format"),
+            "grpo.policy_share": (1.0, "--policy-share"),
+            **JUDGED_PPO,
+        }
+    )
     config = load_config(ChessRLConfig, path=None, overrides=overrides)
     return GraphRun(config, phases.root, lambda _: None, phases)
 
@@ -138,10 +148,18 @@ def test_rlaif_runs_everything_once_then_skips_then_reruns_what_a_change_reaches
     # a changed ppo section: ppo and evaluate run again, nothing else
     from pipelines.rlaif import GraphRun
 
-    config = load_config(ChessRLConfig, path=None, overrides={
-        "run.storage": (str(tmp_path), "--storage"), "run.name": ("r", "--run-name"),
-        "grpo.text_format": ("moves", "--text-format"), "grpo.policy_share": (1.0, "--policy-share"),
-        "ppo.kl_coef": (0.5, "--kl-coef"), **JUDGED_PPO})  # fmt: skip
+    config = load_config(
+        ChessRLConfig,
+        path=None,
+        overrides={
+            "run.storage": (str(tmp_path), "--storage"),
+            "run.name": ("r", "--run-name"),
+            "grpo.text_format": ("moves", "--text-format"),
+            "grpo.policy_share": (1.0, "--policy-share"),
+            "ppo.kl_coef": (0.5, "--kl-coef"),
+            **JUDGED_PPO,
+        },
+    )
     phases.found.clear()
     run = GraphRun(config, root, lambda _: None, phases)
     assert run.run() and phases.calls == ["ppo", "evaluate"]
@@ -201,14 +219,30 @@ def test_a_rookworld_grpo_gets_its_own_rookworld_sft_node(tmp_path):
     from pipelines.rlaif import GraphRun, node_config
 
     phases = Phases(Storage.from_uri(str(tmp_path)).child("r"))
-    config = load_config(ChessRLConfig, path=None, overrides={
-        "run.storage": (str(tmp_path), "--storage"), "grpo.text_format": ("rookworld", "--text-format"),
-        "grpo.policy_share": (0.8, "--policy-share"), "grpo.own_positions": (0.0, "--own-positions"),
-        **JUDGED_PPO})  # fmt: skip
+    config = load_config(
+        ChessRLConfig,
+        path=None,
+        overrides={
+            "run.storage": (str(tmp_path), "--storage"),
+            "grpo.text_format": ("rookworld", "--text-format"),
+            "grpo.policy_share": (0.8, "--policy-share"),
+            "grpo.own_positions": (0.0, "--own-positions"),
+            **JUDGED_PPO,
+        },
+    )
     run = GraphRun(config, phases.root, lambda _: None, phases)
     assert run.graph.nodes["grpo"].needs == ("prepare", "sft-rookworld")
-    assert run.run() and phases.calls == ["prepare", "sft", "preferences", "reward", "ppo", "sft-rookworld", "grpo",
-                                          "dpo", "evaluate"]  # fmt: skip
+    assert run.run() and phases.calls == [
+        "prepare",
+        "sft",
+        "preferences",
+        "reward",
+        "ppo",
+        "sft-rookworld",
+        "grpo",
+        "dpo",
+        "evaluate",
+    ]
     assert node_config(config, "sft-rookworld", phases.root).sft.text_format == "rookworld"
     assert node_config(config, "sft", phases.root).sft.text_format == "moves"
     assert run.keys["sft-rookworld"] != run.keys["sft"]
@@ -228,7 +262,9 @@ def test_an_interrupted_phase_resumes_its_own_work_and_an_upstream_rerun_invalid
     phases.found.clear()
     root.child("reward").write_text("out.txt", "half")  # what reward had written before the kill
     assert graph_run(tmp_path, phases).run()
-    assert phases.calls == ["reward", "ppo", "grpo", "dpo", "evaluate"] and phases.found["reward"] is True  # resumed
+    assert (
+        phases.calls == ["reward", "ppo", "grpo", "dpo", "evaluate"] and phases.found["reward"] is True
+    )  # resumed
 
     phases.calls.clear()  # only sft, forced: everything built from the old sft is no longer done
     assert graph_run(tmp_path, phases, only=["sft"], force=["sft"]).run() and phases.calls == ["sft"]
@@ -254,16 +290,22 @@ def test_a_board_grpo_gets_its_own_board_sft_node_and_plays_in_the_comparison(tm
 
     phases = Phases(Storage.from_uri(str(tmp_path)).child("r"))
     config = load_config(
-        ChessRLConfig, path=None,
-        overrides={"run.storage": (str(tmp_path), "--storage"),
-                   "grpo.text_format": ("board", "--text-format"), **JUDGED_PPO},
-    )  # fmt: skip
+        ChessRLConfig,
+        path=None,
+        overrides={
+            "run.storage": (str(tmp_path), "--storage"),
+            "grpo.text_format": ("board", "--text-format"),
+            **JUDGED_PPO,
+        },
+    )
     run = GraphRun(config, phases.root, lambda _: None, phases)
     assert run.graph.nodes["grpo"].needs == ("prepare", "sft-board")
     assert "sft-board" in run.graph.nodes["evaluate"].needs  # grpo's start plays in the comparison
     assert node_config(config, "sft-board", phases.root).sft.text_format == "board"
     players = node_config(config, "evaluate", phases.root).evaluate
-    assert players.players[1].endswith("grpo/model,masked") and players.players[4].endswith("sft-board/model,masked")
+    assert players.players[1].endswith("grpo/model,masked") and players.players[4].endswith(
+        "sft-board/model,masked"
+    )
     assert players.adjudicate_cp == config.rlaif.compare_adjudicate_cp and all(
         p.endswith(",masked") for p in players.players if p != "random"
     )
@@ -277,10 +319,15 @@ def test_a_board_ppo_graded_by_stockfish_starts_from_the_board_sft(tmp_path, grp
 
     phases = Phases(Storage.from_uri(str(tmp_path)).child("r"))
     config = load_config(
-        ChessRLConfig, path=None,
-        overrides={"run.storage": (str(tmp_path), "--storage"), "ppo.text_format": ("board", "--text-format"),
-                   "ppo.reward": ("stockfish", "--reward"), "grpo.text_format": (grpo_format, "--text-format")},
-    )  # fmt: skip
+        ChessRLConfig,
+        path=None,
+        overrides={
+            "run.storage": (str(tmp_path), "--storage"),
+            "ppo.text_format": ("board", "--text-format"),
+            "ppo.reward": ("stockfish", "--reward"),
+            "grpo.text_format": (grpo_format, "--text-format"),
+        },
+    )
     run = GraphRun(config, phases.root, lambda _: None, phases)
     assert run.graph.nodes["ppo"].needs == ("prepare", "sft-board")  # no reward model, the board start
     assert "reward" not in run.graph.nodes  # nothing reads a judge, so none is trained
@@ -288,8 +335,9 @@ def test_a_board_ppo_graded_by_stockfish_starts_from_the_board_sft(tmp_path, grp
     assert run.run() and phases.calls.count("sft-board") == 1
     assert phases.calls.index("sft-board") < phases.calls.index("ppo")
     players = node_config(config, "evaluate", phases.root).evaluate
-    ppo, board = players.players.index(players.players[0]), players.players.index(
-        next(p for p in players.players if p.endswith("sft-board/model,masked"))
+    ppo, board = (
+        players.players.index(players.players[0]),
+        players.players.index(next(p for p in players.players if p.endswith("sft-board/model,masked"))),
     )
     assert players.players[ppo].endswith("ppo/model,masked") and f"{ppo}-{board}" in players.pairs
     grpo, sft = players.players.index(players.players[1]), 3  # a moves grpo still plays the sft

@@ -60,8 +60,14 @@ def no_ray(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     assert ray.is_initialized() == before
 
 
-def fails_first(main: Callable[[list[str]], int], argv: list[str], storage: Path | None, expected: str,
-                capsys: pytest.CaptureFixture[str], before: set[Path] | None = None) -> str:  # fmt: skip
+def fails_first(
+    main: Callable[[list[str]], int],
+    argv: list[str],
+    storage: Path | None,
+    expected: str,
+    capsys: pytest.CaptureFixture[str],
+    before: set[Path] | None = None,
+) -> str:
     """Run a command that must fail on its inputs; return its one error line."""
     code = main(argv)
     err = capsys.readouterr().err
@@ -119,8 +125,15 @@ def test_a_junk_suite_file_fails_before_any_game(tmp_path, capsys, no_ray, name,
     first = (EPD / "wac.epd").read_text().splitlines()[0]
     suite.write_text(text.replace("{first}", first))
     storage = tmp_path / "runs"
-    argv = [*common(storage), "--players", "random", "stockfish:skill=0", "--suites", str(EPD / "wac.epd"),
-            str(suite)]  # fmt: skip
+    argv = [
+        *common(storage),
+        "--players",
+        "random",
+        "stockfish:skill=0",
+        "--suites",
+        str(EPD / "wac.epd"),
+        str(suite),
+    ]
     line = fails_first(evaluate.main, argv, storage, expected, capsys)
     assert line.startswith("error: evaluate.suites (--suites): ") and str(suite) in line
 
@@ -151,19 +164,33 @@ def test_a_junk_opening_book_fails_before_any_game(tmp_path, capsys, no_ray, nam
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        (["--opening-plies", "13", "6"], "evaluate.opening_plies: ['13', '6'] is not allowed: value error, "
-                                         "opening_plies must be 0 <= min <= max, got 13 6"),
-        (["--set", "evaluate.opening_plies=[-1,6]"], "evaluate.opening_plies: [-1, 6] is not allowed: "
-                                                     "value error, opening_plies must be 0 <= min <= max"),
-        (["--opening-source", "book"], "evaluate.opening_source: 'book' is not allowed: input should be "
-                                       "'heldout' or 'random' (allowed: heldout, random)"),
+        (
+            ["--opening-plies", "13", "6"],
+            "evaluate.opening_plies: ['13', '6'] is not allowed: value error, "
+            "opening_plies must be 0 <= min <= max, got 13 6",
+        ),
+        (
+            ["--set", "evaluate.opening_plies=[-1,6]"],
+            "evaluate.opening_plies: [-1, 6] is not allowed: "
+            "value error, opening_plies must be 0 <= min <= max",
+        ),
+        (
+            ["--opening-source", "book"],
+            "evaluate.opening_source: 'book' is not allowed: input should be "
+            "'heldout' or 'random' (allowed: heldout, random)",
+        ),
         (["--positions-from", "{tmp}/none"], "evaluate.positions_from (--positions-from): no games at "),
     ],
-)  # fmt: skip
+)
 def test_bad_opening_settings_are_one_line_before_any_game(tmp_path, capsys, no_ray, extra, expected) -> None:
     storage = tmp_path / "runs"
-    argv = [*common(storage), "--players", "random", "stockfish:skill=0",
-            *(e.replace("{tmp}", str(tmp_path)) for e in extra)]  # fmt: skip
+    argv = [
+        *common(storage),
+        "--players",
+        "random",
+        "stockfish:skill=0",
+        *(e.replace("{tmp}", str(tmp_path)) for e in extra),
+    ]
     fails_first(evaluate.main, argv, storage, expected, capsys)
 
 
@@ -179,38 +206,94 @@ def model_cases() -> list[tuple[str, Callable[[list[str]], int], list[str], str]
     """(id, command, arguments ({tmp} is tmp_path, {ok} a folder with a config.json), the error)."""
     no_model = "is not a saved model folder (no config.json)"
     return [
-        ("sft --base-model", sft.main, ["--base-model", "{tmp}/" + MISSING],
-         "sft.base_model (--base-model): {tmp}/" + MISSING + " is not a transformers checkpoint"),
-        ("preferences --policy", preferences.main, ["--policy", "{tmp}/" + MISSING],
-         "preferences.policy (--policy): {tmp}/" + MISSING + " " + no_model),
+        (
+            "sft --base-model",
+            sft.main,
+            ["--base-model", "{tmp}/" + MISSING],
+            "sft.base_model (--base-model): {tmp}/" + MISSING + " is not a transformers checkpoint",
+        ),
+        (
+            "preferences --policy",
+            preferences.main,
+            ["--policy", "{tmp}/" + MISSING],
+            "preferences.policy (--policy): {tmp}/" + MISSING + " " + no_model,
+        ),
         ("preferences, no sft model", preferences.main, [], "run `chess-rl sft` first, or pass --policy"),
-        ("reward --base-model", reward.main, ["--base-model", "{tmp}/" + MISSING],
-         "reward.base_model (--base-model): {tmp}/" + MISSING + " is not a transformers checkpoint"),
+        (
+            "reward --base-model",
+            reward.main,
+            ["--base-model", "{tmp}/" + MISSING],
+            "reward.base_model (--base-model): {tmp}/" + MISSING + " is not a transformers checkpoint",
+        ),
         ("reward, no sft model", reward.main, [], "no sft model at"),
-        ("ppo --policy", ppo.main, ["--policy", "{tmp}/" + MISSING, "--reward-model", "{ok}", *RM_PPO],
-         "ppo.policy (--policy): {tmp}/" + MISSING + " " + no_model),
-        ("ppo --reward-model", ppo.main, ["--policy", "{ok}", "--reward-model", "{tmp}/" + MISSING, *RM_PPO],
-         "ppo.reward_model (--reward-model): {tmp}/" + MISSING + " " + no_model),
-        ("ppo, no sft model", ppo.main, ["--reward-model", "{ok}", *RM_PPO], "run `chess-rl sft` first, or pass --policy"),
-        ("ppo, no reward model", ppo.main, ["--policy", "{ok}", *RM_PPO],
-         "run `chess-rl reward` first, or pass --reward-model"),
-        ("ppo, no board sft model", ppo.main, [], "run `chess-rl sft --text-format board` first, or pass --policy"),
-        ("grpo --policy", grpo.main, ["--policy", "{tmp}/" + MISSING],
-         "grpo.policy (--policy): {tmp}/" + MISSING + " " + no_model),
+        (
+            "ppo --policy",
+            ppo.main,
+            ["--policy", "{tmp}/" + MISSING, "--reward-model", "{ok}", *RM_PPO],
+            "ppo.policy (--policy): {tmp}/" + MISSING + " " + no_model,
+        ),
+        (
+            "ppo --reward-model",
+            ppo.main,
+            ["--policy", "{ok}", "--reward-model", "{tmp}/" + MISSING, *RM_PPO],
+            "ppo.reward_model (--reward-model): {tmp}/" + MISSING + " " + no_model,
+        ),
+        (
+            "ppo, no sft model",
+            ppo.main,
+            ["--reward-model", "{ok}", *RM_PPO],
+            "run `chess-rl sft` first, or pass --policy",
+        ),
+        (
+            "ppo, no reward model",
+            ppo.main,
+            ["--policy", "{ok}", *RM_PPO],
+            "run `chess-rl reward` first, or pass --reward-model",
+        ),
+        (
+            "ppo, no board sft model",
+            ppo.main,
+            [],
+            "run `chess-rl sft --text-format board` first, or pass --policy",
+        ),
+        (
+            "grpo --policy",
+            grpo.main,
+            ["--policy", "{tmp}/" + MISSING],
+            "grpo.policy (--policy): {tmp}/" + MISSING + " " + no_model,
+        ),
         ("grpo, no board sft model", grpo.main, [], "run `chess-rl sft --text-format board` first"),
-        ("evaluate lm:", evaluate.main, ["--players", "lm:{tmp}/" + MISSING, "random"],
-         "player 'lm:{tmp}/" + MISSING + "': {tmp}/" + MISSING + " " + no_model),
-        ("evaluate mcts:", evaluate.main, ["--players", "random", "mcts:{tmp}/missing.pt"],
-         "no network file at {tmp}/missing.pt"),
-        ("evaluate sft", evaluate.main, ["--players", "sft", "random"], "run `chess-rl sft` first, or use lm:DIR"),
+        (
+            "evaluate lm:",
+            evaluate.main,
+            ["--players", "lm:{tmp}/" + MISSING, "random"],
+            "player 'lm:{tmp}/" + MISSING + "': {tmp}/" + MISSING + " " + no_model,
+        ),
+        (
+            "evaluate mcts:",
+            evaluate.main,
+            ["--players", "random", "mcts:{tmp}/missing.pt"],
+            "no network file at {tmp}/missing.pt",
+        ),
+        (
+            "evaluate sft",
+            evaluate.main,
+            ["--players", "sft", "random"],
+            "run `chess-rl sft` first, or use lm:DIR",
+        ),
         ("evaluate mcts", evaluate.main, ["--players", "mcts", "random"], "run `chess-rl selfplay` first"),
-        ("tune of ppo, no sft model", tune.main, ["--phase", "ppo"],
-         "run `chess-rl sft --text-format board` first, or pass --policy"),
-    ]  # fmt: skip
+        (
+            "tune of ppo, no sft model",
+            tune.main,
+            ["--phase", "ppo"],
+            "run `chess-rl sft --text-format board` first, or pass --policy",
+        ),
+    ]
 
 
-@pytest.mark.parametrize(("command", "args", "expected"), [c[1:] for c in model_cases()],
-                         ids=[c[0] for c in model_cases()])  # fmt: skip
+@pytest.mark.parametrize(
+    ("command", "args", "expected"), [c[1:] for c in model_cases()], ids=[c[0] for c in model_cases()]
+)
 def test_a_missing_model_fails_before_ray(tmp_path, capsys, no_ray, command, args, expected) -> None:
     ok = fake_model(tmp_path / "ok")
     storage = tmp_path / "runs"
@@ -222,16 +305,18 @@ def test_a_missing_model_fails_before_ray(tmp_path, capsys, no_ray, command, arg
 
 
 def test_uci_with_a_missing_model_is_one_line_and_exit_2(tmp_path, capsys) -> None:
-    fails_first(uci.main, ["--model", str(tmp_path / MISSING)], None,
-                f"{tmp_path / MISSING} is not a transformers checkpoint folder (no config.json)", capsys)  # fmt: skip
+    fails_first(
+        uci.main,
+        ["--model", str(tmp_path / MISSING)],
+        None,
+        f"{tmp_path / MISSING} is not a transformers checkpoint folder (no config.json)",
+        capsys,
+    )
 
 
 @pytest.mark.parametrize(
     ("saved", "expected"),
-    [
-        (b"not a torch file", "is not a network selfplay saved"),
-        ("other-net", "was made for a network"),
-    ],
+    [(b"not a torch file", "is not a network selfplay saved"), ("other-net", "was made for a network")],
 )
 def test_selfplay_with_an_unusable_saved_network_fails_before_ray(
     tmp_path, capsys, no_ray, saved, expected
@@ -342,11 +427,21 @@ def test_rlaif_checks_the_phases_it_will_run_before_ray(tmp_path, capsys, no_ray
     junk = tmp_path / "junk.epd"
     junk.write_text("not a position\n")
     storage = tmp_path / "runs"
-    line = fails_first(rlaif.main, [*common(storage), "--set", f"evaluate.suites=[{junk}]"], storage,
-                       f"rlaif: phase evaluate: evaluate.suites (--suites): {junk}:1: not an EPD position", capsys)  # fmt: skip
+    line = fails_first(
+        rlaif.main,
+        [*common(storage), "--set", f"evaluate.suites=[{junk}]"],
+        storage,
+        f"rlaif: phase evaluate: evaluate.suites (--suites): {junk}:1: not an EPD position",
+        capsys,
+    )
     assert line.startswith("error: rlaif: phase evaluate: ")
-    line = fails_first(rlaif.main, [*common(storage), "--only", "prepare", "sft", "--set",
-                                    f"sft.base_model={tmp_path / MISSING}"], storage, "sft.base_model", capsys)  # fmt: skip
+    line = fails_first(
+        rlaif.main,
+        [*common(storage), "--only", "prepare", "sft", "--set", f"sft.base_model={tmp_path / MISSING}"],
+        storage,
+        "sft.base_model",
+        capsys,
+    )
     assert line.startswith("error: rlaif: phase sft: ")
 
 

@@ -64,7 +64,9 @@ def test_each_package_docstring_names_its_modules_and_its_imports() -> None:
         doc = ast.get_docstring(ast.parse((CHESSRL / package / "__init__.py").read_text())) or ""
         for path in (CHESSRL / package).glob("*.py"):
             if path.name != "__init__.py":
-                assert f"chessrl.{package}.{path.stem}" in doc, f"chessrl/{package}'s docstring misses {path.stem}"
+                assert f"chessrl.{package}.{path.stem}" in doc, (
+                    f"chessrl/{package}'s docstring misses {path.stem}"
+                )
         assert "Imports:" in doc, f"chessrl/{package}'s docstring does not say what it may import"
 
 

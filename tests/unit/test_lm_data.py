@@ -117,7 +117,9 @@ def test_the_legal_move_loss_weight_defaults_to_one_and_an_explicit_weight_is_ke
     assert said == []
 
 
-def test_the_legal_move_loss_is_off_for_a_tokenizer_that_splits_moves_and_a_weight_for_it_is_refused() -> None:
+def test_the_legal_move_loss_is_off_for_a_tokenizer_that_splits_moves_and_a_weight_for_it_is_refused() -> (
+    None
+):
     """A BPE that spells a move in pieces: left unset, the loss is off and the log says why; a
     weight asked for is one ConfigError (``sft --legal-loss-weight 1`` with such a base model)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

@@ -94,7 +94,9 @@ def test_no_learner_reads_its_config_as_a_dict() -> None:
 
 def test_the_check_finds_a_dict_read(tmp_path: Path) -> None:
     module = tmp_path / "loop.py"
-    module.write_text('def f(cfg, self):\n    return cfg["seed"], self.cfg["iterations"], cfg.get("use_gpu")\n')
+    module.write_text(
+        'def f(cfg, self):\n    return cfg["seed"], self.cfg["iterations"], cfg.get("use_gpu")\n'
+    )
     assert len(dict_reads(module)) == 3
 
 
@@ -111,12 +113,17 @@ def attributes_read(path: Path, within: tuple[str, ...] = ()) -> set[str]:
 
 @pytest.mark.parametrize(
     ("module", "config", "within"),
-    [("learner/ppo.py", PPOLoopConfig, ()), ("learner/grpo.py", GRPOLoopConfig, ()),
-     ("learner/selfplay.py", SelfplayLoopConfig, ()), ("learner/loop.py", LoopConfig, ()),
-     ("learner/sft.py", SftLoopConfig, ()), ("learner/trl.py", PairsLoopConfig, TRL_WORKER),
-     ("reward.py", reward.RewardLoopConfig, PHASE_LEARNERS["reward.py"]),
-     ("dpo.py", dpo.DPOLoopConfig, PHASE_LEARNERS["dpo.py"])],
-)  # fmt: skip
+    [
+        ("learner/ppo.py", PPOLoopConfig, ()),
+        ("learner/grpo.py", GRPOLoopConfig, ()),
+        ("learner/selfplay.py", SelfplayLoopConfig, ()),
+        ("learner/loop.py", LoopConfig, ()),
+        ("learner/sft.py", SftLoopConfig, ()),
+        ("learner/trl.py", PairsLoopConfig, TRL_WORKER),
+        ("reward.py", reward.RewardLoopConfig, PHASE_LEARNERS["reward.py"]),
+        ("dpo.py", dpo.DPOLoopConfig, PHASE_LEARNERS["dpo.py"]),
+    ],
+)
 def test_every_attribute_a_learner_reads_is_a_field(
     module: str, config: type[WorkerConfig], within: tuple[str, ...]
 ) -> None:
@@ -131,9 +138,11 @@ def fake_context(tmp_path: Path) -> Any:
     """What the drivers' config builders read of a :class:`pipelines.phase.PhaseContext`."""
     run = Storage.from_uri(str(tmp_path / "demo"))
     return SimpleNamespace(
-        config=ChessRLConfig(), outputs={}, phase_storage=run.child,
+        config=ChessRLConfig(),
+        outputs={},
+        phase_storage=run.child,
         tracking=SimpleNamespace(uri=None, run_id=None),
-    )  # fmt: skip
+    )
 
 
 def built_configs(tmp_path: Path) -> list[LoopConfig]:
@@ -181,8 +190,11 @@ def test_the_trl_drivers_build_them_from_the_sections(tmp_path: Path) -> None:
     sections = ChessRLConfig()
     assert isinstance(sft_cfg, SftLoopConfig) and sft_cfg.batch_size == 24  # batch_size auto, resolved
     assert (sft_cfg.max_steps, sft_cfg.model, sft_cfg.legal_loss_weight, sft_cfg.soft_targets) == (
-        sections.sft.max_steps, sections.sft.model, 0.5, False,
-    )  # fmt: skip
+        sections.sft.max_steps,
+        sections.sft.model,
+        0.5,
+        False,
+    )
     assert sft_cfg.heldout == [HeldoutPosition(("e2e4",), "e7e5")]
     assert isinstance(reward_cfg, reward.RewardLoopConfig) and reward_cfg.base_model == "/models/sft"
     assert (reward_cfg.learning_rate, reward_cfg.world_size) == (sections.reward.learning_rate, 1)
@@ -212,24 +224,32 @@ def test_a_config_of_another_learner_is_refused(tmp_path: Path) -> None:
         TRLLoopConfig.of(ppo_cfg.train_loop_config())
 
 
-def test_the_process_group_outwaits_the_phases_time_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_process_group_outwaits_the_phases_time_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With several workers the others wait in a collective while rank 0 alone reads rollouts or
     plays gate games: the torch process group's timeout is the time limit plus 1,800 s (issue 71),
     not torch's 1,800 s that a long iteration met as "processes lost"."""
     import cluster.capacity
     from pipelines.learner import torch_trainer
 
-    monkeypatch.setattr(cluster.capacity, "read_capacity",
-                        lambda: SimpleNamespace(largest=lambda *a, **k: 4.0, autoscales=False))  # fmt: skip
+    monkeypatch.setattr(
+        cluster.capacity,
+        "read_capacity",
+        lambda: SimpleNamespace(largest=lambda *a, **k: 4.0, autoscales=False),
+    )
     monkeypatch.setattr(cluster.capacity, "ensure", lambda *a, **k: None)
     context = fake_context(tmp_path)
     context.log, context.train_callbacks = (lambda _: None), []
     ppo_cfg, _, selfplay_cfg = built_configs(tmp_path)
     for config, limit, expected in ((ppo_cfg, 3 * 3600.0, 3 * 3600 + 1800), (selfplay_cfg, None, 86400)):
         loop = dataclasses.replace(config, time_limit_s=limit).train_loop_config()
-        trainer = torch_trainer(context, "ppo", lambda _: None, loop, num_workers=2, cpus_per_worker=1.0, use_gpu=False)
+        trainer = torch_trainer(
+            context, "ppo", lambda _: None, loop, num_workers=2, cpus_per_worker=1.0, use_gpu=False
+        )
         assert trainer.backend_config.timeout_s == expected
     sft_loop = built_trl_configs(tmp_path)[0].train_loop_config()
-    trainer = torch_trainer(context, "sft", lambda _: None, sft_loop, num_workers=2, cpus_per_worker=1.0,
-                            use_gpu=False)  # fmt: skip
+    trainer = torch_trainer(
+        context, "sft", lambda _: None, sft_loop, num_workers=2, cpus_per_worker=1.0, use_gpu=False
+    )
     assert trainer.backend_config.timeout_s == 1800  # every rank of a TRL learner works: the default

@@ -30,8 +30,10 @@ def test_a_killed_node_s_workers_are_lost_processes() -> None:
     assert lost_processes(rex.NodeDiedError("node gone")) == ["NodeDiedError"]
     # the surviving rank of a data-parallel pair: its all-reduce finds the dead one's socket closed
     peer = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:64719")
-    failures = {0: WorkerHealthCheckFailedError("A worker health check failed.", _gone()),
-                1: UserExceptionWithTraceback(peer, "Traceback ...\nRuntimeError: Connection closed by peer")}  # fmt: skip
+    failures = {
+        0: WorkerHealthCheckFailedError("A worker health check failed.", _gone()),
+        1: UserExceptionWithTraceback(peer, "Traceback ...\nRuntimeError: Connection closed by peer"),
+    }
     assert lost_processes(WorkerGroupError("a pair", failures)) == [
         "WorkerHealthCheckFailedError",
         "a learner peer's connection closed",
@@ -46,7 +48,9 @@ def test_a_bug_is_not_a_lost_process() -> None:
     assert lost_processes(WorkerGroupError("mixed", mixed)) is None
     assert lost_processes(ValueError("plain")) is None
     # an actor whose __init__ raised (a bad model path, no CUDA): its error, not "run it again"
-    failed_start = rex.ActorDiedError(rex.RayTaskError("__init__", "Traceback ...", ValueError("no model here")))
+    failed_start = rex.ActorDiedError(
+        rex.RayTaskError("__init__", "Traceback ...", ValueError("no model here"))
+    )
     assert failed_start.actor_init_failed and lost_processes(failed_start) is None
 
 

@@ -130,14 +130,29 @@ def test_an_online_dpo_round_raises_the_better_ranked_move() -> None:
     reference.load_state_dict(model.state_dict())
     fen = "4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1"
     s = GRPOSettings(group_size=4, masked=True, loss_type="dpo", beta=0.0, dpo_beta=0.1, rpo_alpha=1.0)
-    (template,) = sample_groups(model, tok, [board_prompt(fen)], GRPOSettings(group_size=2, masked=True),
-                                {"policy": 1, "environment": 8})[:1]  # fmt: skip
+    (template,) = sample_groups(
+        model,
+        tok,
+        [board_prompt(fen)],
+        GRPOSettings(group_size=2, masked=True),
+        {"policy": 1, "environment": 8},
+    )[:1]
     legal = MaskedMoves(tok)
-    ids = dict(zip(sorted(m.uci() for m in chess.Board(fen).legal_moves), template.legal_ids or [], strict=True))
+    ids = dict(
+        zip(sorted(m.uci() for m in chess.Board(fen).legal_moves), template.legal_ids or [], strict=True)
+    )
 
     def sample(move: str, reward: float, group: int = 0) -> Sample:
-        return Sample(template.prompt, group, template.prompt_ids, [ids[move]], " " + move, reward,
-                      "legal", legal_ids=template.legal_ids)  # fmt: skip
+        return Sample(
+            template.prompt,
+            group,
+            template.prompt_ids,
+            [ids[move]],
+            " " + move,
+            reward,
+            "legal",
+            legal_ids=template.legal_ids,
+        )
 
     samples = [sample("d2d5", 1.0), sample("e1f1", 0.0), sample("d2d3", 0.4), sample("d2d4", 0.97)]
     samples += [sample("e1e2", 0.5, 1), sample("e1d1", 0.5, 1)]  # flat: no pair
@@ -207,8 +222,13 @@ def test_the_graded_reward_orders_moves_as_stockfish_does() -> None:
         ppo = {
             m: g
             for fen, moves in cases.items()
-            for m, g in zip(moves, scaled_grades([((), m) for m in moves], scores, "expected", s.max_loss,
-                                                 s.dead_zone, start_fen=fen), strict=True)  # fmt: skip
+            for m, g in zip(
+                moves,
+                scaled_grades(
+                    [((), m) for m in moves], scores, "expected", s.max_loss, s.dead_zone, start_fen=fen
+                ),
+                strict=True,
+            )
         }
     r = {x.text.strip(): x.reward for x in samples}
     assert ppo == pytest.approx(r, abs=0.05) and ppo["d2d5"] == 1.0 and ppo["e1f1"] < 0.5  # the hung queen
@@ -248,7 +268,9 @@ def test_the_paired_interval_counts_a_games_positions_as_one_draw() -> None:
     plain = paired_interval(start, final)
     assert (plain.low, plain.high) == (pytest.approx(base.low), pytest.approx(base.high))
     # "same move" counts equal moves; equal losses are counted apart
-    q = paired_interval([0.1, 0.0, 0.2], [0.1, 0.0, 0.1], moves=(["e2e4", "d2d4", "g1f3"], ["e2e4", "c2c4", "b1c3"]))
+    q = paired_interval(
+        [0.1, 0.0, 0.2], [0.1, 0.0, 0.1], moves=(["e2e4", "d2d4", "g1f3"], ["e2e4", "c2c4", "b1c3"])
+    )
     assert (q.same_move, q.equal_loss) == (1, 2)
 
 
@@ -303,7 +325,9 @@ def test_a_masked_player_plays_only_legal_moves_and_reports_its_unmasked_legalit
             boards.append(board.copy())
             rows.append(prompt_ids(tok, " ".join(m.uci() for m in board.move_stack)))
         board.push_uci(uci)
-    choices = masked_moves(model, tok, boards, rows, [True] * len(boards), exclude=[draw_claim_moves(b) for b in boards])
+    choices = masked_moves(
+        model, tok, boards, rows, [True] * len(boards), exclude=[draw_claim_moves(b) for b in boards]
+    )
     assert game.first_attempt_legal["white"] == sum(c.unmasked_legal for c in choices)
     assert [c.moves[0] for c in choices] == game.moves[0::2]
 
@@ -346,19 +370,31 @@ def test_masked_ppo_plays_only_legal_moves_with_the_learners_log_probs(tiny) -> 
     s = PPOSettings(masked=True, gamma=0.0, temperature=1.0)
     gen = torch.Generator().manual_seed(0)
     actions = play_episodes(
-        model, tok, table, [("a", []), ("b", ["e2e4"])], [random_opponent(1)], s, 6, 0, gen,
+        model,
+        tok,
+        table,
+        [("a", []), ("b", ["e2e4"])],
+        [random_opponent(1)],
+        s,
+        6,
+        0,
+        gen,
         lambda queries: [0.1] * len(queries),
-    )  # fmt: skip
+    )
     assert len(actions) == 12 and all(a.legal for a in actions)  # an untrained model, masked: never illegal
     batch = make_batch(actions, model, critic, tok.pad_token_id, s, moves_table=table)
     assert batch.masked and batch.legal_ids is not None
     # the behaviour log-prob, the reference's (same weights) and the learner's are one number
     assert torch.allclose(batch.kl, torch.zeros_like(batch.kl), atol=1e-5)
     with torch.no_grad():
-        learner, _, raw = action_terms(model, batch.rows, batch.actions, tok.pad_token_id, 1.0, batch.legal_ids)
+        learner, _, raw = action_terms(
+            model, batch.rows, batch.actions, tok.pad_token_id, 1.0, batch.legal_ids
+        )
     assert torch.allclose(learner, batch.old_logprobs.float(), atol=1e-5)
     # the masked terms keep finite gradients (the -inf padding of the legal lists must not leak)
-    logprob, entropy, _ = action_terms(model, batch.rows, batch.actions, tok.pad_token_id, 1.0, batch.legal_ids)
+    logprob, entropy, _ = action_terms(
+        model, batch.rows, batch.actions, tok.pad_token_id, 1.0, batch.legal_ids
+    )
     (logprob.mean() - 0.0 * entropy.mean()).backward()
     assert all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
     model.zero_grad()

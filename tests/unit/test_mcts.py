@@ -181,7 +181,9 @@ def test_a_game_alone_walks_like_a_batch_with_kept_logits(fpu_reduction: float |
 
 @pytest.mark.parametrize("fpu_reduction", [None, 0.2])
 @pytest.mark.parametrize("search", ["puct", "gumbel"])
-def test_the_scalar_walk_of_one_game_is_the_batch_rounds_bit_for_bit(fpu_reduction: float | None, search: str) -> None:
+def test_the_scalar_walk_of_one_game_is_the_batch_rounds_bit_for_bit(
+    fpu_reduction: float | None, search: str
+) -> None:
     """One root alone, scalar walk against the batch rounds (``scalar_alone`` off), the same
     network calls of one board: the same N and W to the last bit, over three moves."""
     torch.manual_seed(4)

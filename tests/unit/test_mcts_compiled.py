@@ -135,10 +135,17 @@ def random_stats(tree: ArrayTree, rng: np.random.Generator) -> SimpleNamespace:
     lucky = np.flatnonzero((count > 0) & (rng.random(nn) < 0.05))
     mate[lucky] = rng.integers(0, count[lucky])
     return SimpleNamespace(
-        first=tree.first[:nn].copy(), count=count, n_edges=ne, N=n, W=w, Q=q,
+        first=tree.first[:nn].copy(),
+        count=count,
+        n_edges=ne,
+        N=n,
+        W=w,
+        Q=q,
         Psel=np.where(rng.random(ne) < 0.5, tree.Psel[:ne], rng.integers(1, 4, ne) / 8.0),
-        visits=np.where(rng.random(nn) < 0.2, 0, rng.integers(0, 12, nn)), value=value, mate=mate,
-    )  # fmt: skip
+        visits=np.where(rng.random(nn) < 0.2, 0, rng.integers(0, 12, nn)),
+        value=value,
+        mate=mate,
+    )
 
 
 @pytest.mark.parametrize("fpu", [None, 0.0, 0.25])
@@ -190,9 +197,17 @@ def test_pick_breaks_ties_within_one_rounding_as_puct_pick(fpu: float | None) ->
     assert ((q[ej] + c_puct * psel[ej] * sq / (1.0 + n[ej])) != score).any()  # another order differs
     psel[eo], n[eo], q[eo] = 0.0, 1, score
     t = SimpleNamespace(
-        first=first, count=np.full(k, m), n_edges=k * m, N=n, W=w, Q=q, Psel=psel, visits=visits,
-        value=value, mate=np.full(k, -1),
-    )  # fmt: skip
+        first=first,
+        count=np.full(k, m),
+        n_edges=k * m,
+        N=n,
+        W=w,
+        Q=q,
+        Psel=psel,
+        visits=visits,
+        value=value,
+        mate=np.full(k, -1),
+    )
     nodes = np.arange(k)
     want = puct_pick(t, nodes, c_puct, fpu)  # type: ignore[arg-type]
     assert np.array_equal(want, first + np.minimum(j, other))  # the construction is exact
@@ -201,10 +216,17 @@ def test_pick_breaks_ties_within_one_rounding_as_puct_pick(fpu: float | None) ->
 
 def test_pick_takes_the_first_nan_as_argmax() -> None:
     t = SimpleNamespace(
-        first=np.array([0]), count=np.array([3]), n_edges=3, N=np.array([1, 1, 1]),
-        W=np.zeros(3), Q=np.array([5.0, math.nan, math.nan]), Psel=np.full(3, 0.1),
-        visits=np.array([3]), value=np.array([0.0]), mate=np.array([-1]),
-    )  # fmt: skip
+        first=np.array([0]),
+        count=np.array([3]),
+        n_edges=3,
+        N=np.array([1, 1, 1]),
+        W=np.zeros(3),
+        Q=np.array([5.0, math.nan, math.nan]),
+        Psel=np.full(3, 0.1),
+        visits=np.array([3]),
+        value=np.array([0.0]),
+        mate=np.array([-1]),
+    )
     nodes = np.array([0])
     assert puct_pick_nodes(*pick_args(t), nodes, 1.5, math.nan).tolist() == [1]
     assert puct_pick(t, nodes, 1.5, None).tolist() == [1]  # type: ignore[arg-type]
@@ -371,7 +393,11 @@ def test_descend_resumes_after_each_stop(grown: tuple[ArrayTree, np.ndarray, lis
 
 
 def _compiled_or_not(
-    monkeypatch: pytest.MonkeyPatch, evaluator: Callable[[], Any], cfg: MCTSConfig, fens: Sequence[str], searches: int
+    monkeypatch: pytest.MonkeyPatch,
+    evaluator: Callable[[], Any],
+    cfg: MCTSConfig,
+    fens: Sequence[str],
+    searches: int,
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """The roots' N, W, Q (bits) after ``searches`` searches and advances, compiled and in NumPy."""
 

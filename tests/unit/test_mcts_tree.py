@@ -57,9 +57,7 @@ def hand_tree() -> tuple[ArrayTree, np.ndarray]:
         ids.append(tree.add_node(None, [None] * k, np.arange(k) + 100, math.nan))
     nodes = np.array(ids)
     tree.set_priors(
-        nodes,
-        np.array([0.6, 0.3, 0.1, 0.5, 0.5, 0.1, 0.2, 0.3, 0.4]),
-        np.array([0.2, -0.5, 0.0]),
+        nodes, np.array([0.6, 0.3, 0.1, 0.5, 0.5, 0.1, 0.2, 0.3, 0.4]), np.array([0.2, -0.5, 0.0])
     )
     # node 0: visits 4 (3, 1, 0); node 1: none; node 2: visits 6 (0, 2, 1, 3)
     for node, n, w in ((0, [3, 1, 0], [0.9, -0.8, 0.0]), (2, [0, 2, 1, 3], [0.0, 1.0, -1.0, 0.3])):
@@ -276,7 +274,9 @@ def test_kept_logits_are_rows_of_one_buffer_taken_once() -> None:
     with pytest.raises(ValueError, match="width 4 for a tree keeping 5"):
         tree.keep_logits(ids[[0]], np.zeros((1, 4), dtype=np.float32))
     narrow = ArrayTree()
-    narrow.keep_logits(np.array([narrow.add_node(None, None, None, math.nan)]), np.zeros((1, 4), dtype=np.float32))
+    narrow.keep_logits(
+        np.array([narrow.add_node(None, None, None, math.nan)]), np.zeros((1, 4), dtype=np.float32)
+    )
     before = (tree.n_nodes, tree.n_edges, len(tree.boards))
     with pytest.raises(ValueError, match="width 4 for a tree keeping 5"):
         tree.copy_from(narrow, np.array([0]))

@@ -100,9 +100,13 @@ def test_presets_train_without_dropout_and_set_dropout_turns_it_on_and_is_saved(
 
 @pytest.mark.parametrize(
     ("flags", "expected"),
-    [("fpu sse avx2 avx512f amx_bf16 amx_tile", True), ("fpu avx512f avx512_bf16", True),
-     ("fp asimd bf16 i8mm", True), ("fpu sse avx2 avx512f", False)],
-)  # fmt: skip
+    [
+        ("fpu sse avx2 avx512f amx_bf16 amx_tile", True),
+        ("fpu avx512f avx512_bf16", True),
+        ("fp asimd bf16 i8mm", True),
+        ("fpu sse avx2 avx512f", False),
+    ],
+)
 def test_bf16_matmul_is_read_from_the_cpu_flags(tmp_path, flags, expected) -> None:
     (tmp_path / "cpuinfo").write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
     assert cpu_has_bf16_matmul(tmp_path / "cpuinfo") is expected

@@ -43,12 +43,16 @@ class Game:
 _KIND_PIECE = (None, chess.QUEEN, chess.ROOK, chess.BISHOP, chess.KNIGHT)
 
 
-
 def _position(board: chess.Board, rb: rust_chess.Board, moves: list[chess.Move], keys: list[int]) -> Position:
     return Position(
-        board.copy(stack=False), rb, sorted(nb.code_of_move(m) for m in moves),
-        board._transposition_key(), reference_terminal_value(board), list(keys),
-    )  # fmt: skip
+        board.copy(stack=False),
+        rb,
+        sorted(nb.code_of_move(m) for m in moves),
+        board._transposition_key(),
+        reference_terminal_value(board),
+        list(keys),
+    )
+
 
 def move_of(code: int) -> chess.Move:
     return chess.Move(code % 4096 // 64, code % 64, _KIND_PIECE[code // 4096])

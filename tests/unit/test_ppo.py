@@ -126,11 +126,15 @@ def test_board_prompts_and_k_moves_a_position_scored_against_each_other(tiny):
     gen = torch.Generator().manual_seed(0)
     starts = [("a", []), ("b", ["g1f3", "g8f6"])]
     actions = play_episodes(  # "b" a table position: one move (ppo.table_positions), "a" a game of T 2
-        policy, tok, MoveTokens(tok), starts, [random_opponent(1)], settings, [2, 1], 0, gen, score,
-    )  # fmt: skip
-    assert [a.t for a in actions if a.episode == "a"] == [0, 1] and [a.t for a in actions if a.episode == "b"] == [0]
+        policy, tok, MoveTokens(tok), starts, [random_opponent(1)], settings, [2, 1], 0, gen, score
+    )
+    assert [a.t for a in actions if a.episode == "a"] == [0, 1] and [
+        a.t for a in actions if a.episode == "b"
+    ] == [0]
     with pytest.raises(ValueError, match="3 limits for 2 starts"):
-        play_episodes(policy, tok, MoveTokens(tok), starts, [random_opponent(1)], settings, [2, 1, 1], 0, gen, score)
+        play_episodes(
+            policy, tok, MoveTokens(tok), starts, [random_opponent(1)], settings, [2, 1, 1], 0, gen, score
+        )
     board = chess.Board()
     first = next(a for a in actions if a.episode == "a" and a.t == 0)
     assert first.prompt_ids == prompt_ids(tok, BoardFormat().policy_prompt(board))
@@ -141,14 +145,28 @@ def test_board_prompts_and_k_moves_a_position_scored_against_each_other(tiny):
     for a in actions:
         assert a.legal and len(a.alt_ids) == 2 and len(a.alt_scores) == 2
         assert set(a.alt_ids) <= set(a.legal_ids)
-    a = Action("p", 0, first.prompt_ids, first.legal_ids[0], "a2a3", True, -3.0, 0, score=1.0,
-               legal_ids=first.legal_ids, alt_ids=first.legal_ids[1:3], alt_logprobs=[-3.0, -3.0],
-               alt_scores=[0.0, 0.5])  # fmt: skip
+    a = Action(
+        "p",
+        0,
+        first.prompt_ids,
+        first.legal_ids[0],
+        "a2a3",
+        True,
+        -3.0,
+        0,
+        score=1.0,
+        legal_ids=first.legal_ids,
+        alt_ids=first.legal_ids[1:3],
+        alt_logprobs=[-3.0, -3.0],
+        alt_scores=[0.0, 0.5],
+    )
     batch = make_batch([a], policy, critic, tok.pad_token_id, settings, moves_table=MoveTokens(tok))
     assert batch.rewards.tolist() == pytest.approx([0.75, -0.75, 0.0])  # 1 - 0.25, 0 - 0.75, 0.5 - 0.5
     assert batch.score_mean == pytest.approx(0.5)
     with pytest.raises(ValueError, match="gamma must be 0"):  # the moves not played have no continuation
-        make_batch([a], policy, critic, tok.pad_token_id, replace(settings, gamma=0.5), moves_table=MoveTokens(tok))
+        make_batch(
+            [a], policy, critic, tok.pad_token_id, replace(settings, gamma=0.5), moves_table=MoveTokens(tok)
+        )
 
 
 def test_a_shared_prompt_is_read_once_with_the_same_logits_and_values(tiny):
@@ -158,7 +176,9 @@ def test_a_shared_prompt_is_read_once_with_the_same_logits_and_values(tiny):
     each = torch.cat([last_token_logits(policy, [r], tok.pad_token_id) for r in rows])
     assert torch.allclose(once, each, atol=1e-5) and torch.equal(once[0], once[2])
     values = state_values(critic, rows, tok.pad_token_id)
-    assert torch.allclose(values, torch.cat([state_values(critic, [r], tok.pad_token_id) for r in rows]), atol=1e-5)
+    assert torch.allclose(
+        values, torch.cat([state_values(critic, [r], tok.pad_token_id) for r in rows]), atol=1e-5
+    )
 
 
 def test_make_batch_gae_per_episode(tiny):
@@ -190,8 +210,10 @@ def test_centred_scores_make_playing_on_beat_an_early_illegal_move(tiny):
     policy, critic, tok = tiny
     token = tok.convert_tokens_to_ids("e7e5")
     row = prompt_ids(tok, "e2e4")
-    acts = [Action("a", t, row, token, "e7e5", t < 3, -1.0, 0, score=-0.4 if t < 3 else 0.0, last=t == 3)
-            for t in range(4)]  # fmt: skip
+    acts = [
+        Action("a", t, row, token, "e7e5", t < 3, -1.0, 0, score=-0.4 if t < 3 else 0.0, last=t == 3)
+        for t in range(4)
+    ]
     acts += [Action("b", 0, row, token, "zz", False, -1.0, 0, last=True)]
     for centre, legal_wins in ((False, False), (True, True)):
         s = PPOSettings(kl_coef=0.0, gamma=1.0, lam=1.0, center_scores=centre)
@@ -267,8 +289,18 @@ def test_legal_move_loss_moves_probability_onto_the_legal_moves(tiny):
     n = len(rows)
     with torch.no_grad():
         old, _ = action_logprobs(policy, rows, torch.tensor(actions), tok.pad_token_id)
-    batch = Batch(rows, torch.tensor(actions), old, torch.zeros(n), torch.zeros(n), torch.zeros(n),
-                  torch.zeros(n), torch.zeros(n), torch.ones(n, dtype=torch.bool), legal)  # fmt: skip
+    batch = Batch(
+        rows,
+        torch.tensor(actions),
+        old,
+        torch.zeros(n),
+        torch.zeros(n),
+        torch.zeros(n),
+        torch.zeros(n),
+        torch.zeros(n),
+        torch.ones(n, dtype=torch.bool),
+        legal,
+    )
     s = PPOSettings(ppo_epochs=20, minibatch=n, legal_coef=1.0)
     opt = torch.optim.AdamW(policy.parameters(), lr=1e-3)
     copt = torch.optim.AdamW(critic.parameters(), lr=1e-3)
@@ -289,18 +321,32 @@ def test_the_anchor_raises_the_best_graded_of_the_moves_drawn(tiny):
     table = MoveTokens(tok)
     row = prompt_ids(tok, "e2e4")
     drawn = [tok.convert_tokens_to_ids(m) for m in ("e7e5", "c7c5", "a7a6")]
-    a = Action("p", 0, row, drawn[0], "e7e5", True, -3.0, 0, score=0.5, alt_ids=drawn[1:],
-               alt_logprobs=[-3.0, -3.0], alt_scores=[1.0, 0.0])  # fmt: skip
-    settings = PPOSettings(masked=True, gamma=0.0, kl_coef=0.0, samples_per_state=3, ppo_epochs=4, minibatch=3)
+    a = Action(
+        "p",
+        0,
+        row,
+        drawn[0],
+        "e7e5",
+        True,
+        -3.0,
+        0,
+        score=0.5,
+        alt_ids=drawn[1:],
+        alt_logprobs=[-3.0, -3.0],
+        alt_scores=[1.0, 0.0],
+    )
+    settings = PPOSettings(
+        masked=True, gamma=0.0, kl_coef=0.0, samples_per_state=3, ppo_epochs=4, minibatch=3
+    )
     batch = make_batch([a], tiny[0], critic, tok.pad_token_id, settings, moves_table=table)
     assert batch.best is not None and batch.best.tolist() == [False, True, False]  # c7c5, graded 1.0
     batch = replace(batch, advantages=torch.zeros(3))
 
     def best_logprob(policy) -> float:
         with torch.no_grad():
-            return action_terms(policy, [row], torch.tensor([drawn[1]]), tok.pad_token_id, 1.0, batch.legal_ids[1:2])[
-                0
-            ].item()
+            return action_terms(
+                policy, [row], torch.tensor([drawn[1]]), tok.pad_token_id, 1.0, batch.legal_ids[1:2]
+            )[0].item()
 
     for coef in (0.0, 1.0):
         torch.manual_seed(2)
@@ -308,8 +354,16 @@ def test_the_anchor_raises_the_best_graded_of_the_moves_drawn(tiny):
         before = best_logprob(policy)
         opt = torch.optim.AdamW(policy.parameters(), lr=1e-3, weight_decay=0.0)
         copt = torch.optim.AdamW(critic.parameters(), lr=1e-3)
-        metrics = ppo_update(policy, critic, opt, copt, batch, tok.pad_token_id,
-                             replace(settings, anchor_coef=coef), torch.Generator().manual_seed(0))  # fmt: skip
+        metrics = ppo_update(
+            policy,
+            critic,
+            opt,
+            copt,
+            batch,
+            tok.pad_token_id,
+            replace(settings, anchor_coef=coef),
+            torch.Generator().manual_seed(0),
+        )
         if coef:
             assert best_logprob(policy) > before + 0.1 and metrics["anchor_nll"] > 0
         else:
@@ -328,8 +382,18 @@ def test_the_ratio_is_one_at_the_first_step_under_the_learners_autocast(tiny, mo
     policy.eval()
     gen = torch.Generator().manual_seed(3)
     starts = [(f"g{i}", ["e2e4", "e7e5"][: i % 3]) for i in range(6)]
-    acts = play_episodes(policy, tok, MoveTokens(tok), starts, [random_opponent(2)], PPOSettings(), 3, 0, gen,
-                         lambda q: [0.5] * len(q))  # fmt: skip
+    acts = play_episodes(
+        policy,
+        tok,
+        MoveTokens(tok),
+        starts,
+        [random_opponent(2)],
+        PPOSettings(),
+        3,
+        0,
+        gen,
+        lambda q: [0.5] * len(q),
+    )
     settings = PPOSettings(ppo_epochs=1, minibatch=len(acts), center_scores=False)
     batch = make_batch(acts, policy, critic, tok.pad_token_id, settings)
     ratios: list[torch.Tensor] = []
@@ -351,10 +415,14 @@ def test_the_ratio_is_one_at_the_first_step_under_the_learners_autocast(tiny, mo
     opt = torch.optim.AdamW(policy.parameters(), lr=1e-3)
     copt = torch.optim.AdamW(critic.parameters(), lr=0.0)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        ppo_update(policy, critic, opt, copt, batch, tok.pad_token_id, settings, torch.Generator().manual_seed(0))
+        ppo_update(
+            policy, critic, opt, copt, batch, tok.pad_token_id, settings, torch.Generator().manual_seed(0)
+        )
     assert ratios and ratios[0].numel() == len(acts)
     assert (ratios[0] - 1).abs().max().item() < 1e-6
-    assert value_gaps and value_gaps[0] < 1e-6  # the critic's values too: the value clip sees no bf16 rounding
+    assert (
+        value_gaps and value_gaps[0] < 1e-6
+    )  # the critic's values too: the value clip sees no bf16 rounding
 
 
 def test_ppo_iteration_plays_scores_and_moves_the_policy_in_one_process():
@@ -376,10 +444,21 @@ def test_ppo_iteration_plays_scores_and_moves_the_policy_in_one_process():
     before = [p.detach().clone() for p in policy.parameters()]
     settings = PPOSettings(ppo_epochs=1, minibatch=8, masked=True)  # legal moves only: each one scored
     metrics = ppo_iteration(
-        policy, reference, critic, torch.optim.AdamW(policy.parameters(), lr=1e-3),
-        torch.optim.AdamW(critic.parameters(), lr=1e-3), tok, MoveTokens(tok), [("a", []), ("b", ["e2e4"])],
-        [random_opponent(1)], settings, 3, 0, torch.Generator().manual_seed(0), score,
-    )  # fmt: skip
+        policy,
+        reference,
+        critic,
+        torch.optim.AdamW(policy.parameters(), lr=1e-3),
+        torch.optim.AdamW(critic.parameters(), lr=1e-3),
+        tok,
+        MoveTokens(tok),
+        [("a", []), ("b", ["e2e4"])],
+        [random_opponent(1)],
+        settings,
+        3,
+        0,
+        torch.Generator().manual_seed(0),
+        score,
+    )
     assert scored and metrics["actions"] >= 2 and metrics["value_loss"] >= 0
     assert {"pg_loss", "kl_to_ref", "play_s", "learn_s"} <= set(metrics)
     assert not all(torch.equal(a, b) for a, b in zip(before, policy.parameters(), strict=True))

@@ -35,14 +35,21 @@ def test_phases_by_move_number_and_material() -> None:
 def test_the_pair_rule_by_hand() -> None:
     rule = PairRule(margin_cp=50)
     rows, skipped = make_pairs(
-        OPENING, "g1f3", 35, ["g1f3", " b1c3", "d2d4 junk", "a2a3", "a2a3", "h2h5", "", "e1g1"],
-        {"b1c3": 30, "d2d4": -15, "a2a3": -16}, rule,
-    )  # fmt: skip
+        OPENING,
+        "g1f3",
+        35,
+        ["g1f3", " b1c3", "d2d4 junk", "a2a3", "a2a3", "h2h5", "", "e1g1"],
+        {"b1c3": 30, "d2d4": -15, "a2a3": -16},
+        rule,
+    )
     # b1c3 is 5 below (within the margin); d2d4 is 50 below (exactly the margin: a pair); a2a3 66 below
     assert [(r["rejected"], r["kind"], r["rejected_score"]) for r in rows] == [
-        (" d2d4", "worse", -15), (" a2a3", "worse", -16), (" h2h5", "illegal", -CP_CAP),
-        (" ", "unparseable", -CP_CAP), (" e1g1", "illegal", -CP_CAP),
-    ]  # fmt: skip
+        (" d2d4", "worse", -15),
+        (" a2a3", "worse", -16),
+        (" h2h5", "illegal", -CP_CAP),
+        (" ", "unparseable", -CP_CAP),
+        (" e1g1", "illegal", -CP_CAP),
+    ]
     assert skipped == {"agrees": 1, "within_margin": 1, "duplicate": 1}
     for r in rows:
         assert r["chosen"] == " g1f3" and r["chosen_score"] == 35 and r["prompt"] == "e2e4 e7e5"

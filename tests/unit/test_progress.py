@@ -45,7 +45,14 @@ def test_no_time_left_before_the_first_unit_or_after_the_last(done: int, start: 
 
 
 def test_clock_rolls_into_hours() -> None:
-    assert [clock(s) for s in (0, 59.6, 61, 3599, 3600, 7384)] == ["0:00", "1:00", "1:01", "59:59", "1:00:00", "2:03:04"]
+    assert [clock(s) for s in (0, 59.6, 61, 3599, 3600, 7384)] == [
+        "0:00",
+        "1:00",
+        "1:01",
+        "59:59",
+        "1:00:00",
+        "2:03:04",
+    ]
 
 
 def test_report_without_a_board_or_with_a_broken_one_does_not_raise() -> None:
@@ -111,7 +118,9 @@ def test_a_quiet_learner_gets_a_line_saying_so() -> None:
     with ProgressBoard(lines.append, "iteration", 5, every_s=0.5, queue=queue, poll_s=0.05):
         # nothing printed for over 1.5 x every_s: the learner is starting
         assert until(lambda: lines), "no line while the learner was quiet"
-        assert re.fullmatch(r"the learner is starting, 0:0[0-3] elapsed \(5 iterations in all\)", lines[0]), lines
+        assert re.fullmatch(r"the learner is starting, 0:0[0-3] elapsed \(5 iterations in all\)", lines[0]), (
+            lines
+        )
         report_progress(queue, 1, "reward +0.1", show=True)
         assert until(lambda: len(lines) >= 3), lines
     assert lines[1].startswith("iteration 1/5 (20%)")
@@ -129,7 +138,10 @@ def test_a_silent_driver_says_it_is_still_working() -> None:
     assert lines[0] == "[grpo] scoring the held-out prompts"
     reminders = lines[1:]
     assert 1 <= len(reminders) <= 3, lines
-    assert all(re.fullmatch(r"\[grpo\] still working, 0:0\d since: scoring the held-out prompts", r) for r in reminders), lines
+    assert all(
+        re.fullmatch(r"\[grpo\] still working, 0:0\d since: scoring the held-out prompts", r)
+        for r in reminders
+    ), lines
     assert len(set(lines)) == len(lines), lines  # each reminder counts from the line it names
 
 

@@ -212,9 +212,12 @@ def test_win_loss_coverage_is_nominal_on_average() -> None:
         coverage = []
         for p in (i / 100 for i in range(1, 100)):
             coverage.append(
-                sum(math.comb(n, w) * p**w * (1 - p) ** (n - w)
-                    for w, (_, low, high) in enumerate(intervals) if low <= p <= high)
-            )  # fmt: skip
+                sum(
+                    math.comb(n, w) * p**w * (1 - p) ** (n - w)
+                    for w, (_, low, high) in enumerate(intervals)
+                    if low <= p <= high
+                )
+            )
         assert sum(coverage) / len(coverage) >= 0.95, n
         assert min(coverage) >= 0.8, n
 
@@ -503,8 +506,14 @@ def _brute_force_llr(counts: tuple[int, ...], elo0: float, elo1: float) -> float
             {"type": "eq", "fun": lambda q: q.sum() - 1},
             {"type": "eq", "fun": lambda q: (q * a).sum() - s},
         ]
-        r = minimize(lambda q: -(c * np.log(q)).sum(), c / c.sum(), constraints=cons,
-                     bounds=[(1e-12, 1)] * 5, method="SLSQP", options={"ftol": 1e-15, "maxiter": 1000})  # fmt: skip
+        r = minimize(
+            lambda q: -(c * np.log(q)).sum(),
+            c / c.sum(),
+            constraints=cons,
+            bounds=[(1e-12, 1)] * 5,
+            method="SLSQP",
+            options={"ftol": 1e-15, "maxiter": 1000},
+        )
         return float((c * np.log(r.x)).sum())
 
     return best(expected_score(elo1)) - best(expected_score(elo0))
@@ -512,9 +521,14 @@ def _brute_force_llr(counts: tuple[int, ...], elo0: float, elo1: float) -> float
 
 @pytest.mark.parametrize(
     "counts, elo0, elo1",
-    [((0, 1, 3, 2, 2), 0, 50), ((0, 0, 10, 0, 0), 0, 10), ((0, 1, 4, 10, 5), 0, 20),
-     ((3, 10, 40, 12, 5), -5, 5), ((7, 1, 0, 0, 2), -20, 20)],
-)  # fmt: skip
+    [
+        ((0, 1, 3, 2, 2), 0, 50),
+        ((0, 0, 10, 0, 0), 0, 10),
+        ((0, 1, 4, 10, 5), 0, 20),
+        ((3, 10, 40, 12, 5), -5, 5),
+        ((7, 1, 0, 0, 2), -20, 20),
+    ],
+)
 def test_pentanomial_llr_is_the_constrained_maximum_likelihood_ratio(counts, elo0, elo1) -> None:
     assert pentanomial_llr(counts, elo0, elo1) == pytest.approx(
         _brute_force_llr(counts, elo0, elo1), abs=1e-6
@@ -573,8 +587,9 @@ def test_pentanomial_elo_is_score_bounds_of_the_pairs() -> None:
         s, low, high = score_bounds([(i / 4, c) for i, c in enumerate(counts)])
         est = pentanomial_elo(counts)
         assert est.score == s
-        assert (est.low, est.high) == tuple(-math.inf if x <= 0 else math.inf if x >= 1 else elo_from_score(x)
-                                            for x in (low, high))  # fmt: skip
+        assert (est.low, est.high) == tuple(
+            -math.inf if x <= 0 else math.inf if x >= 1 else elo_from_score(x) for x in (low, high)
+        )
 
 
 @pytest.mark.parametrize("cell", [1, 2, 3])

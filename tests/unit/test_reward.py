@@ -145,9 +145,12 @@ def test_a_board_reading_pair_is_trained_on_the_ids_its_query_is_scored_on():
     # moves: the table's own text, as before
     assert pair_ids(tok, "moves", row)[0] == text_ids(tok, "e2e4 e7e5 g1f3")
     batch = {
-        "prompt": ["e2e4 e7e5", "e2e4 e2e4"], "chosen": [" g1f3", " g1f3"], "rejected": [" f1a6", " a2a3"],
-        "fen": [None, None], "kind": ["worse", "random"],
-    }  # fmt: skip
+        "prompt": ["e2e4 e7e5", "e2e4 e2e4"],
+        "chosen": [" g1f3", " g1f3"],
+        "rejected": [" f1a6", " a2a3"],
+        "fen": [None, None],
+        "kind": ["worse", "random"],
+    }
     out = tokenize_pairs(batch, tok, max_length=512, holdout=False, text_format="board")
     assert out["fits"].tolist() == [True, False]  # the second position cannot be rebuilt
     assert list(out["chosen_ids"][0]) == chosen
@@ -219,7 +222,14 @@ def test_the_judges_loss_on_a_hanging_queen_teaches_it_the_capture() -> None:
 
     fen = "4k3/8/8/3q4/4P3/8/8/R3K3 w Q - 0 1"
     moves = ["e4d5"] + sorted(m.uci() for m in chess.Board(fen).legal_moves if m.uci() != "e4d5")
-    row = {"fen": fen, "moves": moves, "cp": [900] + [-850] * (len(moves) - 1), "phase": "endgame", "game_id": "g", "ply": 30}
+    row = {
+        "fen": fen,
+        "moves": moves,
+        "cp": [900] + [-850] * (len(moves) - 1),
+        "phase": "endgame",
+        "game_id": "g",
+        "ply": 30,
+    }
     pairs = annotation_pairs(row, 2, 50, random.Random(0))
     assert pairs and all(p["chosen"] == " e4d5" for p in pairs)
     torch.manual_seed(0)
@@ -243,5 +253,8 @@ def test_the_judges_loss_on_a_hanging_queen_teaches_it_the_capture() -> None:
         opt.step()
     model.eval()
     assert step.item() < first * 0.5, (first, step.item())
-    capture, others = score_ids(model, chosen[:1], tok.pad_token_id)[0], score_ids(model, rejected, tok.pad_token_id)
+    capture, others = (
+        score_ids(model, chosen[:1], tok.pad_token_id)[0],
+        score_ids(model, rejected, tok.pad_token_id),
+    )
     assert all(capture > s for s in others)

@@ -112,7 +112,9 @@ def test_stream_feed_hands_its_shards_rows_and_skips_those_read(tmp_path):
 
 
 def test_stream_feed_error_reaches_the_learner():
-    feed = StreamFeed(OneSplit([pa.table({"shard": ["shard-00-000000.parquet"], "data": [b"not parquet"]})])).start()
+    feed = StreamFeed(
+        OneSplit([pa.table({"shard": ["shard-00-000000.parquet"], "data": [b"not parquet"]})])
+    ).start()
     with pytest.raises(RuntimeError, match="the rollout stream failed"):
         for _ in range(50):
             feed.take(timeout=0.2)

@@ -31,9 +31,16 @@ def tiny_config(**extra: object) -> object:
 
     tok = build_chess_tokenizer(64)
     config = GPT2Config(
-        vocab_size=len(tok), n_layer=1, n_head=1, n_embd=4, n_positions=64,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, **extra,
-    )  # fmt: skip
+        vocab_size=len(tok),
+        n_layer=1,
+        n_head=1,
+        n_embd=4,
+        n_positions=64,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        **extra,
+    )
     return config, tok
 
 
@@ -130,7 +137,9 @@ def test_sharded_weights_are_checked_through_their_index(saved, tmp_path) -> Non
     shutil.copyfile(folder / "model-00001-of-00002.safetensors", folder / "model-00002-of-00002.safetensors")
     check_saved_model(str(folder), "policy")
     truncate(folder / "model-00002-of-00002.safetensors")
-    with pytest.raises(ModelLoadError, match="model-00002-of-00002.safetensors is not a readable safetensors"):
+    with pytest.raises(
+        ModelLoadError, match="model-00002-of-00002.safetensors is not a readable safetensors"
+    ):
         check_saved_model(str(folder), "policy")
 
 
@@ -158,9 +167,13 @@ def test_a_damaged_file_past_the_check_still_fails_as_one_line(saved, tmp_path, 
     folder = copy(saved["policy"], tmp_path / "model")
     truncate(folder / "model.safetensors")
     monkeypatch.setattr(saved_models, "check_saved_model", lambda path, kind: None)
-    with pytest.raises(ModelLoadError, match=f"^{folder}/model.safetensors is not a readable safetensors file"):
+    with pytest.raises(
+        ModelLoadError, match=f"^{folder}/model.safetensors is not a readable safetensors file"
+    ):
         load_saved_model(str(folder), "policy")
-    with pytest.raises(ModelLoadError, match=f"^{folder}/model.safetensors is not a readable safetensors file"):
+    with pytest.raises(
+        ModelLoadError, match=f"^{folder}/model.safetensors is not a readable safetensors file"
+    ):
         load_saved_model(str(folder), "reward")
 
 
@@ -191,8 +204,18 @@ def test_evaluate_with_a_truncated_model_fails_before_ray(saved, tmp_path, capsy
     folder = copy(saved["policy"], tmp_path / "model")
     kept, whole = truncate(folder / "model.safetensors")
     storage = tmp_path / "runs"
-    argv = ["--config", "tiny", "--storage", str(storage), "--run-name", "r", "--no-tracking",
-            "--players", f"lm:{folder}", "random"]  # fmt: skip
+    argv = [
+        "--config",
+        "tiny",
+        "--storage",
+        str(storage),
+        "--run-name",
+        "r",
+        "--no-tracking",
+        "--players",
+        f"lm:{folder}",
+        "random",
+    ]
     line = one_error_line(evaluate.main(argv), capsys.readouterr().err)
     assert line == (
         f"error: player 'lm:{folder}': {folder}/model.safetensors is not a readable safetensors file "
@@ -218,8 +241,40 @@ def test_uci_with_a_truncated_model_is_one_line_and_exit_2(saved, tmp_path, caps
         (preferences, "--policy", "policy", []),
         (reward, "--base-model", "policy", []),
         (dpo, "--policy", "policy", []),
-        (ppo, "--policy", "policy", ["--reward-model", "reward", "--reward", "model", "--text-format", "moves", "--samples-per-state", "1", "--table-positions", "0"]),  # the reward-model path
-        (ppo, "--reward-model", "reward", ["--policy", "policy", "--reward", "model", "--text-format", "moves", "--samples-per-state", "1", "--table-positions", "0"]),
+        (
+            ppo,
+            "--policy",
+            "policy",
+            [
+                "--reward-model",
+                "reward",
+                "--reward",
+                "model",
+                "--text-format",
+                "moves",
+                "--samples-per-state",
+                "1",
+                "--table-positions",
+                "0",
+            ],
+        ),  # the reward-model path
+        (
+            ppo,
+            "--reward-model",
+            "reward",
+            [
+                "--policy",
+                "policy",
+                "--reward",
+                "model",
+                "--text-format",
+                "moves",
+                "--samples-per-state",
+                "1",
+                "--table-positions",
+                "0",
+            ],
+        ),
         (grpo, "--policy", "policy", []),
     ],
     ids=["sft", "preferences", "reward", "dpo", "ppo policy", "ppo reward model", "grpo"],
@@ -232,8 +287,18 @@ def test_a_phase_given_a_truncated_model_fails_before_ray(
     folder = copy(saved[damaged], tmp_path / "model")
     kept, whole = truncate(folder / "model.safetensors")
     storage = tmp_path / "runs"
-    argv = ["--config", "tiny", "--storage", str(storage), "--run-name", "r", "--no-tracking",
-            flag, str(folder), *[str(saved[x]) if x in saved else x for x in other]]  # fmt: skip
+    argv = [
+        "--config",
+        "tiny",
+        "--storage",
+        str(storage),
+        "--run-name",
+        "r",
+        "--no-tracking",
+        flag,
+        str(folder),
+        *[str(saved[x]) if x in saved else x for x in other],
+    ]
     line = one_error_line(phase_module.main(argv), capsys.readouterr().err)
     key = f"{phase_module.PHASE.name}.{flag[2:].replace('-', '_')} ({flag})"
     assert line == (

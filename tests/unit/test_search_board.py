@@ -13,9 +13,22 @@ import pytest
 from chessrl.search.search_board import child_board
 
 STATE_FIELDS = (
-    "pawns", "knights", "bishops", "rooks", "queens", "kings", "occupied_w", "occupied_b", "occupied",
-    "promoted", "turn", "castling_rights", "ep_square", "halfmove_clock", "fullmove_number",
-)  # fmt: skip
+    "pawns",
+    "knights",
+    "bishops",
+    "rooks",
+    "queens",
+    "kings",
+    "occupied_w",
+    "occupied_b",
+    "occupied",
+    "promoted",
+    "turn",
+    "castling_rights",
+    "ep_square",
+    "halfmove_clock",
+    "fullmove_number",
+)
 
 
 def assert_same(mine: chess.Board, theirs: chess.Board, deep: bool = True) -> None:
@@ -65,15 +78,21 @@ def test_every_kind_of_move_of_random_games_gives_python_chess_s_board() -> None
     for n, board in enumerate(positions):
         for k, move in enumerate(board.legal_moves):
             kind = (
-                "castling" if board.is_castling(move)
-                else "en_passant" if board.is_en_passant(move)
-                else "promotion" if move.promotion
-                else "capture" if board.is_capture(move)
-                else "king" if board.piece_type_at(move.from_square) == chess.KING
-                else "double" if board.piece_type_at(move.from_square) == chess.PAWN
+                "castling"
+                if board.is_castling(move)
+                else "en_passant"
+                if board.is_en_passant(move)
+                else "promotion"
+                if move.promotion
+                else "capture"
+                if board.is_capture(move)
+                else "king"
+                if board.piece_type_at(move.from_square) == chess.KING
+                else "double"
+                if board.piece_type_at(move.from_square) == chess.PAWN
                 and abs(move.to_square - move.from_square) == 16
                 else "quiet"
-            )  # fmt: skip
+            )
             if kind == "quiet" and (n + k) % 3:
                 continue
             kinds[kind] += 1

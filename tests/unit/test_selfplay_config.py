@@ -36,10 +36,30 @@ def parse(*argv: str):
 
 def test_seed_flags_parse_by_their_names() -> None:
     config = parse(
-        "--episodes", "8", "--batch-size", "64", "--checkpoint-interval", "3", "--exploration-rate", "0.2",
-        "--seed", "11", "--grad-accum-steps", "2", "--mcts-simulations", "48", "--mcts-cpuct", "2.0",
-        "--producer-workers", "3", "--producer-queue-size", "4", "--producer-device", "cuda", "--no-amp",
-    )  # fmt: skip
+        "--episodes",
+        "8",
+        "--batch-size",
+        "64",
+        "--checkpoint-interval",
+        "3",
+        "--exploration-rate",
+        "0.2",
+        "--seed",
+        "11",
+        "--grad-accum-steps",
+        "2",
+        "--mcts-simulations",
+        "48",
+        "--mcts-cpuct",
+        "2.0",
+        "--producer-workers",
+        "3",
+        "--producer-queue-size",
+        "4",
+        "--producer-device",
+        "cuda",
+        "--no-amp",
+    )
     sp = config.selfplay
     assert (sp.episodes, sp.batch_size, sp.checkpoint_interval, sp.exploration_rate) == (8, 64, 3, 0.2)
     assert (sp.grad_accum_steps, sp.mcts_simulations, sp.mcts_cpuct) == (2, 48, 2.0)

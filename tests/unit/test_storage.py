@@ -9,14 +9,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from cluster.errors import StorageError, UserError
-from cluster.storage import (
-    Storage,
-    display_name,
-    glob_to_regex,
-    parse_uri,
-    resolve_inputs,
-    split_uri,
-)
+from cluster.storage import Storage, display_name, glob_to_regex, parse_uri, resolve_inputs, split_uri
 
 SUFFIXES = (".pgn", ".pgn.zst")
 
@@ -348,7 +341,9 @@ def test_resolve_the_shipped_test_data() -> None:
     assert all(name.endswith(SUFFIXES) for name in names)
 
 
-def test_an_s3_bucket_is_reached_in_its_own_region_unless_one_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_s3_bucket_is_reached_in_its_own_region_unless_one_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A bucket in us-west-2 read through a us-east-1 client fails: without AWS_REGION the region
     is asked of AWS, once per bucket (stood in for here: no network in tests), and a custom
     endpoint (moto, MinIO) is never asked."""

@@ -88,9 +88,13 @@ def test_a_tracked_phase_on_remote_storage_says_where_and_lands_in_the_copy(
     """The whole path, with the bucket standing in as a local folder."""
     bucket = Storage.from_uri(str(tmp_path / "bucket"))
     of = StoreCopy.of
-    monkeypatch.setattr(StoreCopy, "of", classmethod(lambda cls, uri, s: (c := of(uri, s)) and cls(c.db, bucket)))
+    monkeypatch.setattr(
+        StoreCopy, "of", classmethod(lambda cls, uri, s: (c := of(uri, s)) and cls(c.db, bucket))
+    )
     tracker = Tracker(TrackingSection(), storage_uri="s3://chess-rl-runs/runs", run_name="demo")
-    monkeypatch.setattr(Tracker, "_experiment_id", lambda self, mlflow: str(mlflow.create_experiment("chess-rl")))
+    monkeypatch.setattr(
+        Tracker, "_experiment_id", lambda self, mlflow: str(mlflow.create_experiment("chess-rl"))
+    )
     with tracker.invocation({"run.name": "demo"}), tracker.phase("prepare") as phase:
         phase.log_metrics({"games_written": 10})
     out = capsys.readouterr().out

@@ -19,7 +19,11 @@ def config(**tune_fields: object) -> ChessRLConfig:
 def test_space_items_from_the_command_line_are_yaml_values_and_bare_commas_are_lists() -> None:
     cfg = TuneConfig(
         search="random",
-        space=["ppo.kl_coef=0.01,0.1", "ppo.temperature=[0.8, 1.0]", "ppo.learning_rate={loguniform: [1e-6, 1e-4]}"],
+        space=[
+            "ppo.kl_coef=0.01,0.1",
+            "ppo.temperature=[0.8, 1.0]",
+            "ppo.learning_rate={loguniform: [1e-6, 1e-4]}",
+        ],
     )
     assert cfg.space == {
         "ppo.kl_coef": [0.01, 0.1],
@@ -58,10 +62,16 @@ def test_the_default_space_of_each_phase() -> None:
 @pytest.mark.parametrize(
     ("fields", "expected"),
     [
-        ({"phase": "ppo", "space": {"ppo.kl": [0.1]}}, "'ppo.kl' is not a key of ppo (did you mean ppo.kl_coef?)"),
+        (
+            {"phase": "ppo", "space": {"ppo.kl": [0.1]}},
+            "'ppo.kl' is not a key of ppo (did you mean ppo.kl_coef?)",
+        ),
         ({"phase": "ppo", "space": {"ppo.nonsense": [1]}}, "is not a key of ppo; keys: num_workers,"),
         ({"phase": "grpo", "space": {"ppo.kl_coef": [0.1]}}, "a grpo sweep varies keys of its own section"),
-        ({"phase": "selfplay", "space": {"selfplay.mcts_cpuct": [1.0, "high"]}}, "selfplay.mcts_cpuct='high'"),
+        (
+            {"phase": "selfplay", "space": {"selfplay.mcts_cpuct": [1.0, "high"]}},
+            "selfplay.mcts_cpuct='high'",
+        ),
         ({"phase": "grpo", "space": {"grpo.loss_type": ["grpo", "ppo"]}}, "grpo.loss_type='ppo'"),
     ],
 )
@@ -75,7 +85,10 @@ def test_the_command_reports_a_bad_space_in_one_line_before_ray_starts(tmp_path,
     common = ["--config", "tiny", "--storage", str(tmp_path), "--run-name", "bad", "--no-tracking"]
     cases = [
         (["--space", "ppo.kl=0.1,0.2"], "did you mean ppo.kl_coef?"),
-        (["--phase", "grpo", "--space", "selfplay.mcts_cpuct=1,2"], "a grpo sweep varies keys of its own section"),
+        (
+            ["--phase", "grpo", "--space", "selfplay.mcts_cpuct=1,2"],
+            "a grpo sweep varies keys of its own section",
+        ),
         (["--space", "ppo.kl_coef={uniform: [0, 1]}"], "use search: random"),
         (["--phase", "xpo"], "tune.phase"),
         (["--phase", "dpo"], "no model at"),  # a dpo sweep checks dpo's inputs: no sft model here

@@ -109,14 +109,7 @@ def test_go_parameters_reach_the_policy() -> None:
     )
     _, request = engine.seen[-1]
     assert request == SearchRequest(
-        wtime=300000,
-        btime=290000,
-        winc=2000,
-        binc=3000,
-        movestogo=40,
-        movetime=500,
-        nodes=800,
-        depth=7,
+        wtime=300000, btime=290000, winc=2000, binc=3000, movestogo=40, movetime=500, nodes=800, depth=7
     )
     assert not request.infinite and not request.deferred
     engine.send("setoption name Temperature value 0.75", "go mate 3 searchmoves e2e4 d2d4 depth 2")
