@@ -60,11 +60,12 @@ class SelfPlayCollector(CollectorStatus):
     """B games at once with batched MCTS; finished games go to fixed-size replay shards."""
 
     def __init__(self, spec: CollectorSpec, index: int, queue: Any) -> None:
-        from chessrl.search.replay import list_shards
+        from chessrl.search.replay import list_shards, remove_partial_shards
         from cluster.storage import Storage
 
         self.spec, self.index, self.queue = spec, index, queue
         self.replay = Storage.from_uri(spec.replay_uri)
+        remove_partial_shards(self.replay, index)  # a killed start's shard, half written
         self.status = Storage.from_uri(spec.status_uri)
         mine = [rel for rel in list_shards(self.replay) if f"/shard-{index:02d}-" in rel]
         self.next_shard = 1 + max((int(rel.rsplit("-", 1)[1].split(".")[0]) for rel in mine), default=-1)
@@ -120,7 +121,7 @@ class SelfPlayCollector(CollectorStatus):
 
         from chessrl.search.mcts import NetworkEvaluator
         from chessrl.search.network import PolicyValueNet
-        from chessrl.search.replay import positions_table, shard_path, write_shard
+        from chessrl.search.replay import positions_table
         from chessrl.search.selfplay import SelfPlay
 
         spec = self.spec
@@ -131,11 +132,15 @@ class SelfPlayCollector(CollectorStatus):
         version = -1
         seed = spec.seed * 1000 + self.index * 100 + self.lifetime_starts  # a restart plays new games
         play = SelfPlay(
-            NetworkEvaluator(net), spec.mcts, spec.settings, seed=seed,
-            game_prefix=f"c{self.index}-s{self.lifetime_starts}", network_version=version,
-        )  # fmt: skip
+            NetworkEvaluator(net),
+            spec.mcts,
+            spec.settings,
+            seed=seed,
+            game_prefix=f"c{self.index}-s{self.lifetime_starts}",
+            network_version=version,
+        )
         pending: list[Any] = []  # tables of finished games' positions, not yet in a shard
-        pending_rows = games = written = 0
+        games = written = 0
         finished_since: list[Any] = []
         self._write_status(state="running")
         started = time.perf_counter()
@@ -144,46 +149,18 @@ class SelfPlayCollector(CollectorStatus):
             if stopped or (max_games is not None and games >= max_games):
                 break
             if newer is not None:
-                version, [ref] = newer
-                net.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in ray.get(ref).items()})
-                net.eval()
-                play.set_evaluator(NetworkEvaluator(net), version)
+                version = self._load_weights(net, play, newer)
             if version < 0:  # nothing published yet
                 time.sleep(0.05)
                 continue
-            calls, positions = play.search.evaluator_calls, play.search.positions_evaluated
-            finished = play.step()
-            if play.search.evaluator_calls > calls:
-                self._batch.set(
-                    (play.search.positions_evaluated - positions) / (play.search.evaluator_calls - calls)
-                )
+            finished = self._step(play)
             if not finished:
                 continue
             games += len(finished)
             self._games.inc(len(finished))
             finished_since += finished
-            table = positions_table(finished)
-            pending.append(table)
-            pending_rows += table.num_rows
-            while pending_rows >= spec.shard_positions:
-                whole = pa.concat_tables(pending)
-                shard, rest = whole.slice(0, spec.shard_positions), whole.slice(spec.shard_positions)
-                rel = shard_path(version, self.index, self.next_shard)
-                rows = write_shard(self.replay, rel, shard)
-                self.next_shard += 1
-                written += rows
-                pending, pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
-                self._positions.inc(rows)
-                self._write_status(state="running", last_shard=rel)
-                note = {
-                    "shard": rel, "rows": rows, "version": version, "collector": self.index,
-                    "results": [g.result for g in finished_since],
-                    "terminations": [g.termination for g in finished_since],
-                    "plies": [len(g.moves) for g in finished_since],
-                }  # fmt: skip
-                finished_since = []
-                if not self._hand_over(note, server):
-                    break
+            pending.append(positions_table(finished))
+            written += self._write_shards(pending, finished_since, version, server)
         seconds = time.perf_counter() - started
         self._write_status(state="stopped")
         return {
@@ -195,3 +172,60 @@ class SelfPlayCollector(CollectorStatus):
             "seconds": seconds,
             "starts": self.starts,
         }
+
+    @staticmethod
+    def _load_weights(net: Any, play: Any, newer: Any) -> int:
+        """Load the server's newer weights (``(version, [ref])``) into ``net`` and play on with
+        them; their version."""
+        import torch
+
+        from chessrl.search.mcts import NetworkEvaluator
+
+        version, [ref] = newer
+        net.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in ray.get(ref).items()})
+        net.eval()
+        play.set_evaluator(NetworkEvaluator(net), version)
+        return version
+
+    def _step(self, play: Any) -> list[Any]:
+        """One move of every game in flight (the batch gauge set from its network calls); the
+        games it finished."""
+        calls, positions = play.search.evaluator_calls, play.search.positions_evaluated
+        finished = play.step()
+        if play.search.evaluator_calls > calls:
+            self._batch.set(
+                (play.search.positions_evaluated - positions) / (play.search.evaluator_calls - calls)
+            )
+        return finished
+
+    def _write_shards(self, pending: list[Any], finished_since: list[Any], version: int, server: Any) -> int:
+        """Write every full shard of ``pending`` (finished positions' tables, in order; what is short
+        of a shard stays in it) and hand each one's note, with the games of ``finished_since`` (then
+        emptied), to the learner; the rows written. Stops early when the run was stopped."""
+        from chessrl.search.replay import shard_path, write_shard
+
+        spec = self.spec
+        written = 0
+        while sum(table.num_rows for table in pending) >= spec.shard_positions:
+            whole = pa.concat_tables(pending)
+            shard, rest = whole.slice(0, spec.shard_positions), whole.slice(spec.shard_positions)
+            rel = shard_path(version, self.index, self.next_shard)
+            rows = write_shard(self.replay, rel, shard)
+            self.next_shard += 1
+            written += rows
+            pending[:] = [rest] if rest.num_rows else []
+            self._positions.inc(rows)
+            self._write_status(state="running", last_shard=rel)
+            note = {
+                "shard": rel,
+                "rows": rows,
+                "version": version,
+                "collector": self.index,
+                "results": [g.result for g in finished_since],
+                "terminations": [g.termination for g in finished_since],
+                "plies": [len(g.moves) for g in finished_since],
+            }
+            finished_since.clear()
+            if not self._hand_over(note, server):
+                break
+        return written

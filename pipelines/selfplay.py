@@ -49,6 +49,7 @@ from pipelines.cli import one_line
 from pipelines.config import ChessRLConfig, SelfplayConfig
 from pipelines.learner import final_metrics, torch_trainer
 from pipelines.learner.loop import fit_then_stop, stop_collectors
+from pipelines.learner.replay import window_datasets
 from pipelines.learner.selfplay import (
     SelfplayLoopConfig,
     load_weights,
@@ -77,10 +78,14 @@ def net_config(cfg: SelfplayConfig) -> NetConfig:
 
 #: Each field of the self-play search (``MCTSConfig``) and the section's key it comes from.
 MCTS_KEYS = {
-    "simulations": "mcts_simulations", "c_puct": "mcts_cpuct", "dirichlet_alpha": "dirichlet_alpha",
-    "dirichlet_eps": "exploration_rate", "temperature_moves": "temperature_plies",
-    "fpu_reduction": "fpu_reduction", "search": "search",
-}  # fmt: skip
+    "simulations": "mcts_simulations",
+    "c_puct": "mcts_cpuct",
+    "dirichlet_alpha": "dirichlet_alpha",
+    "dirichlet_eps": "exploration_rate",
+    "temperature_moves": "temperature_plies",
+    "fpu_reduction": "fpu_reduction",
+    "search": "search",
+}
 
 
 def mcts_config(cfg: SelfplayConfig) -> MCTSConfig:
@@ -222,7 +227,9 @@ class SelfplayActors:
         spec = collector_spec(context, phase, server_name, namespace)
         gpus = 1 if cfg.producer_device == "cuda" else 0
         collectors = [
-            SelfPlayCollector.options(name=name, num_cpus=collector_cpus, num_gpus=gpus).remote(spec, i, queue)
+            SelfPlayCollector.options(name=name, num_cpus=collector_cpus, num_gpus=gpus).remote(
+                spec, i, queue
+            )
             for i, name in enumerate(collector_names)
         ]
         return cls(server_name, namespace, server, queue, collectors, [c.run.remote() for c in collectors])
@@ -262,17 +269,37 @@ def learner_config(
     worker; the learner reads it as attributes)."""
     cfg, run = context.config.selfplay, context.config.run
     return SelfplayLoopConfig(
-        run=run.name, phase_uri=phase.uri, net=net_config(cfg), mcts=mcts_config(cfg),
-        settings=selfplay_settings(cfg), seed=run.seed, episodes=cfg.episodes, iterations=cfg.iterations,
-        batch_size=cfg.batch_size, grad_accum_steps=cfg.grad_accum_steps, learning_rate=cfg.learning_rate,
-        l2=cfg.l2, train_ratio=cfg.train_ratio, window_positions=cfg.window_positions,
-        shard_positions=cfg.shard_positions, checkpoint_interval=cfg.checkpoint_interval,
-        gate_games=cfg.gate_games, gate_threshold=cfg.gate_threshold, gate_max_plies=cfg.gate_max_plies,
-        producer_workers=cfg.producer_workers, use_gpu=cfg.use_gpu, amp=cfg.amp,
+        run=run.name,
+        phase_uri=phase.uri,
+        net=net_config(cfg),
+        mcts=mcts_config(cfg),
+        settings=selfplay_settings(cfg),
+        seed=run.seed,
+        episodes=cfg.episodes,
+        iterations=cfg.iterations,
+        batch_size=cfg.batch_size,
+        grad_accum_steps=cfg.grad_accum_steps,
+        learning_rate=cfg.learning_rate,
+        l2=cfg.l2,
+        train_ratio=cfg.train_ratio,
+        window_positions=cfg.window_positions,
+        shard_positions=cfg.shard_positions,
+        checkpoint_interval=cfg.checkpoint_interval,
+        gate_games=cfg.gate_games,
+        gate_threshold=cfg.gate_threshold,
+        gate_max_plies=cfg.gate_max_plies,
+        producer_workers=cfg.producer_workers,
+        replay_reader=cfg.replay_reader,
+        use_gpu=cfg.use_gpu,
+        amp=cfg.amp,
         time_limit_s=cfg.time_limit_minutes * 60 if cfg.time_limit_minutes else None,
-        cpus_per_worker=cpus, server_name=actors.server_name, namespace=actors.namespace,
-        queue=actors.queue, tracking_uri=context.tracking.uri, tracking_run_id=context.tracking.run_id,
-    )  # fmt: skip
+        cpus_per_worker=cpus,
+        server_name=actors.server_name,
+        namespace=actors.namespace,
+        queue=actors.queue,
+        tracking_uri=context.tracking.uri,
+        tracking_run_id=context.tracking.run_id,
+    )
 
 
 def plan_line(cfg: SelfplayConfig, collector_cpus: float, learner_cpus: float) -> str:
@@ -287,9 +314,14 @@ def plan_line(cfg: SelfplayConfig, collector_cpus: float, learner_cpus: float) -
 
 
 def selfplay_summary(
-    phase: Storage, metrics: dict[str, Any], learn_seconds: float, best_version: int,
-    collectors: list[dict[str, Any]], evaluation: dict[str, Any], params: int,
-) -> dict[str, Any]:  # fmt: skip
+    phase: Storage,
+    metrics: dict[str, Any],
+    learn_seconds: float,
+    best_version: int,
+    collectors: list[dict[str, Any]],
+    evaluation: dict[str, Any],
+    params: int,
+) -> dict[str, Any]:
     """The phase's ``summary.json``: the learner's last totals (``metrics``), the collectors'
     summaries and restarts, the evaluation and where the networks are."""
     starts = [int(s.get("starts", 1)) for s in collectors if "starts" in s]
@@ -310,7 +342,9 @@ def selfplay_summary(
     }
 
 
-def summary_lines(cfg: SelfplayConfig, summary: dict[str, Any], learn_seconds: float, eval_lines: list[str]) -> list[str]:
+def summary_lines(
+    cfg: SelfplayConfig, summary: dict[str, Any], learn_seconds: float, eval_lines: list[str]
+) -> list[str]:
     """The phase's closing lines."""
     collector_games = sum(int(s.get("games", 0)) for s in summary["collectors"])
     return [
@@ -348,17 +382,35 @@ def run_selfplay(context: PhaseContext) -> PhaseResult:
     context.log(plan_line(cfg, collector_cpus, learner_cpus))
     board = ProgressBoard(context.log, "iteration", cfg.iterations)
     trainer = torch_trainer(
-        context, "selfplay", train_loop_per_worker,
+        context,
+        "selfplay",
+        train_loop_per_worker,
         learner_config(context, phase, actors, learner_cpus).train_loop_config(),
-        num_workers=cfg.learner_workers, cpus_per_worker=learner_cpus, use_gpu=cfg.use_gpu, progress=board,
-    )  # fmt: skip
+        num_workers=cfg.learner_workers,
+        cpus_per_worker=learner_cpus,
+        use_gpu=cfg.use_gpu,
+        progress=board,
+        **window_datasets(
+            cfg.replay_reader,
+            phase.child("replay"),
+            cfg.window_positions,
+            context.config.run.seed,
+            net_cfg.input_channels,
+        ),
+    )
     result, learn_seconds, collectors = fit_then_stop(trainer, board, actors.stop)
     best_saved, gen0_saved = load_weights(phase, "best.pt"), load_weights(phase, "gen0.pt")
     evaluation, eval_lines = final_evaluation(
         context, phase, cpus, (best_saved, gen0_saved), net_cfg.__dict__, mcts_config(cfg).__dict__
     )
     summary = selfplay_summary(
-        phase, final_metrics(result), learn_seconds, int(best_saved["version"]), collectors, evaluation, params
+        phase,
+        final_metrics(result),
+        learn_seconds,
+        int(best_saved["version"]),
+        collectors,
+        evaluation,
+        params,
     )
     phase.write_text("summary.json", json.dumps(json_safe(summary), indent=2, sort_keys=True, default=str))
     lines = summary_lines(cfg, summary, learn_seconds, eval_lines)
@@ -366,8 +418,15 @@ def run_selfplay(context: PhaseContext) -> PhaseResult:
 
 
 PHASE = Phase(
-    name="selfplay", section="selfplay", section_model=SelfplayConfig, run=run_selfplay, check=check_selfplay,
-    folder="selfplay", summary=SUMMARY, description=DESCRIPTION)  # fmt: skip
+    name="selfplay",
+    section="selfplay",
+    section_model=SelfplayConfig,
+    run=run_selfplay,
+    check=check_selfplay,
+    folder="selfplay",
+    summary=SUMMARY,
+    description=DESCRIPTION,
+)
 main = PHASE.main
 if __name__ == "__main__":
     sys.exit(main())

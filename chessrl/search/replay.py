@@ -71,6 +71,8 @@ REPLAY_SCHEMA = pa.schema(
 TRAINING_COLUMNS = ["planes", "policy_indices", "policy_probs", "value"]
 
 _SHARD = re.compile(r"^(\d+)/shard-(\d+)-(\d+)\.parquet$")
+#: A shard's temporary file while it is written (``cluster.storage.Storage.atomic_output``).
+_PARTIAL = re.compile(r"^\d+/\.shard-(\d+)-\d+\.parquet\..*\.tmp$")
 
 
 def shard_path(network_version: int, collector: int, n: int) -> str:
@@ -124,6 +126,28 @@ def list_shards(storage: Storage) -> list[str]:
         return []
     found = [rel for rel in storage.list_files() if _SHARD.match(rel)]
     return sorted(found, key=lambda rel: (int(rel.split("/")[0]), rel))
+
+
+def remove_partial_shards(storage: Storage, collector: int) -> int:
+    """Delete what ``collector``'s unfinished writes left under the replay folder (the temporary
+    file of a shard its killed process was writing), so that a restarted collector starts clean;
+    returns how many files went.
+
+    >>> import tempfile
+    >>> store = Storage.from_uri(tempfile.mkdtemp())
+    >>> store.write_text("0/.shard-01-000002.parquet.x1y2.tmp", "half")
+    >>> store.write_text("0/.shard-02-000000.parquet.a3b4.tmp", "another collector's")
+    >>> remove_partial_shards(store, 1), [rel.split("/")[1][:16] for rel in store.list_files()]
+    (1, ['.shard-02-000000'])
+    """
+    if not storage.exists():
+        return 0
+    partial = [
+        rel for rel in storage.list_files() if (m := _PARTIAL.match(rel)) and int(m.group(1)) == collector
+    ]
+    for rel in partial:
+        storage.delete(rel)
+    return len(partial)
 
 
 def newest_shards(window: Sequence[tuple[str, int]], positions: int) -> list[str]:

@@ -24,14 +24,25 @@ default split (``equal=True``) may cut a block between workers and waits to bala
 an unbounded stream cannot have: :func:`stream_split_config` splits with ``equal=False``, whole
 blocks to whichever worker asks next. Ray Data buffers a read task's output into blocks of
 ``target_max_block_size``: the stream sets it to one byte, so each shard goes on as it is read.
+
+selfplay's replay window through Ray Data (``selfplay.replay_reader: stream``): :func:`window_stream`,
+one long read task that passes over the newest shards of the replay folder holding about
+``window_positions`` positions, in a shuffled order, again and again (each pass lists the folder:
+new shards join the window as they land, old ones leave it), until the lead writes :data:`DONE`.
+It is split across the workers as above (:data:`WINDOW`), and each worker draws shuffled batches
+from what it is handed (:func:`window_batches`)::
+
+    batches = window_batches(ray.train.get_dataset_shard(WINDOW), batch_size=256, seed=0)
+    batch = next(batches)    # {"planes": ..., "policy_indices": ..., ...} as numpy arrays
 """
 
 from __future__ import annotations
 
 import abc
+import random
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from cluster.storage import Storage
@@ -39,8 +50,11 @@ from cluster.storage import Storage
 #: Written into the rollouts folder by the lead when training ends: the stream's read task stops.
 DONE = "_stream_done"
 
-#: The dataset's name in Ray Train's ``datasets`` (and ``get_dataset_shard``).
+#: The dataset's name in Ray Train's ``datasets`` (and ``get_dataset_shard``): ppo's rollouts.
 DATASET = "rollouts"
+
+#: selfplay's replay window's name there.
+WINDOW = "replay"
 
 
 def shard_blocks(storage: Storage, poll_s: float, seen: Sequence[str] = ()) -> Iterator[Any]:
@@ -63,50 +77,155 @@ def shard_blocks(storage: Storage, poll_s: float, seen: Sequence[str] = ()) -> I
             yield pa.table({"shard": [rel], "data": pa.array([storage.read_bytes(rel)], pa.binary())})
 
 
-def rollout_stream(storage: Storage, poll_s: float = 0.5) -> Any:
-    """The Ray Data dataset of ``storage``'s rollout shards as they land (unbounded until
-    :data:`DONE`): one read task, no CPU of its own (it mostly sleeps), one block a shard."""
+def window_blocks(
+    storage: Storage, positions: int, seed: int, poll_s: float, columns: Sequence[str] | None = None
+) -> Iterator[Any]:
+    """Endless shuffled passes over the replay window under ``storage``: the newest finished shards
+    holding about ``positions`` rows, listed again at each pass, each shard as a one-row table
+    (``shard``, ``data``: its ``columns`` as Arrow IPC bytes, uncompressed, so that the stream's
+    object store budget counts what the rows weigh), until :data:`DONE` appears there."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from chessrl.search.replay import list_shards, newest_shards
+
+    rng, rows = random.Random(seed), {}
+    while not storage.exists(DONE):
+        shards = list_shards(storage)
+        for rel in shards:
+            if rel not in rows:
+                rows[rel] = pq.read_metadata(storage.path(rel), filesystem=storage.fs).num_rows
+        window = newest_shards([(rel, rows[rel]) for rel in shards], positions)
+        if not window:
+            time.sleep(poll_s)
+            continue
+        rng.shuffle(window)
+        for rel in window:
+            table = pq.read_table(storage.path(rel), columns=columns, filesystem=storage.fs)
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, table.schema) as writer:
+                writer.write_table(table)
+            yield pa.table({"shard": [rel], "data": pa.array([sink.getvalue().to_pybytes()], pa.binary())})
+
+
+def shard_stream(name: str, blocks: Callable[[], Iterator[Any]]) -> Any:
+    """A Ray Data dataset of one long read task (``blocks()``: one-row tables, each a block of its
+    own), with no CPU of its own: it mostly waits for shards."""
     import ray.data
     from ray.data import Datasource, ReadTask
     from ray.data.block import BlockMetadata
 
-    uri = storage.uri
-
-    class RolloutShards(Datasource):  # type: ignore[misc]
+    class Shards(Datasource):  # type: ignore[misc]
         def estimate_inmemory_data_size(self) -> int | None:
             return None
 
         def get_read_tasks(self, parallelism: int, **_: Any) -> list[Any]:
             meta = BlockMetadata(num_rows=None, size_bytes=None, input_files=None, exec_stats=None)
-            return [ReadTask(lambda: shard_blocks(Storage.from_uri(uri), poll_s), meta)]
+            return [ReadTask(blocks, meta)]
 
         def get_name(self) -> str:
-            return "RolloutShards"
+            return name
 
-    ds = ray.data.read_datasource(RolloutShards(), override_num_blocks=1, num_cpus=0)
+    ds = ray.data.read_datasource(Shards(), override_num_blocks=1, num_cpus=0)
     # a read task's output is buffered into blocks of this size: one byte makes each row (a
     # shard) a block of its own, handed on as soon as it is read
     ds.context.target_max_block_size = 1
+    # an endless stream's bars would redraw for the whole run, from the split's coordinator, over
+    # the phase's own progress lines
+    ds.context.enable_progress_bars = False
     return ds
 
 
+def rollout_stream(storage: Storage, poll_s: float = 0.5) -> Any:
+    """The Ray Data dataset of ``storage``'s rollout shards as they land (unbounded until
+    :data:`DONE`): one read task, no CPU of its own (it mostly sleeps), one block a shard."""
+    uri = storage.uri
+    return shard_stream("RolloutShards", lambda: shard_blocks(Storage.from_uri(uri), poll_s))
+
+
+def window_stream(
+    storage: Storage,
+    positions: int,
+    seed: int,
+    ahead_bytes: int,
+    columns: Sequence[str] | None = None,
+    poll_s: float = 0.5,
+) -> Any:
+    """The Ray Data dataset of passes over ``storage``'s replay window (:func:`window_blocks`),
+    unbounded until :data:`DONE`. The read task runs at most about ``ahead_bytes`` of shards ahead
+    of the learners (its object store budget: without one it would read pass after pass ahead and
+    the learners would train on an old window)."""
+    from ray.data import ExecutionResources
+
+    uri = storage.uri
+    ds = shard_stream(
+        "ReplayWindow", lambda: window_blocks(Storage.from_uri(uri), positions, seed, poll_s, columns)
+    )
+    ds.context.execution_options.resource_limits = ExecutionResources(object_store_memory=ahead_bytes)
+    return ds
+
+
+def window_ahead_bytes(positions: int, channels: int) -> int:
+    """How far :func:`window_stream` may read ahead: a quarter of a window of ``positions`` rows
+    of ``channels`` float16 planes (and their policy targets), at least 4 MiB.
+
+    >>> window_ahead_bytes(20000, 21) // 2**20
+    14
+    """
+    return max(4 << 20, positions * (channels * 64 * 2 + 256) // 4)
+
+
+def window_batches(
+    split: Any, batch_size: int, seed: int, buffer_rows: int = 2048
+) -> Iterator[dict[str, Any]]:
+    """Endless numpy batches of ``batch_size`` rows from this worker's split of
+    :func:`window_stream`: shards are decoded into a buffer of at least ``buffer_rows`` rows (and
+    ``batch_size``), and each batch is drawn from it at random."""
+    import numpy as np
+    import pyarrow as pa
+
+    rng = np.random.default_rng(seed)
+    pool: list[Any] = []
+    held = 0
+    for table in split.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=1):
+        for data in table.column("data").to_pylist():
+            shard = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+            pool.append(shard)
+            held += shard.num_rows
+        while held >= max(buffer_rows, batch_size):
+            merged = pa.concat_tables(pool).combine_chunks()
+            order = rng.permutation(merged.num_rows)
+            batch = merged.take(order[:batch_size])
+            rest = merged.take(order[batch_size:])
+            pool, held = [rest], rest.num_rows
+            yield {name: batch.column(name).to_numpy(zero_copy_only=False) for name in batch.column_names}
+
+
 def stream_split_config() -> Any:
-    """Ray Train's ``dataset_config``: :data:`DATASET` split with ``equal=False`` (whole blocks,
-    so whole shards and whole episodes, to whichever worker asks next), any other dataset as Ray
-    Train splits it."""
+    """Ray Train's ``dataset_config``: :data:`DATASET` and :data:`WINDOW` split with ``equal=False``
+    (whole blocks, so whole shards and whole episodes, to whichever worker asks next), any other
+    dataset as Ray Train splits it."""
     from ray.train import DataConfig
 
     class StreamSplit(DataConfig):  # type: ignore[misc]
         def configure(
-            self, datasets: dict[str, Any], world_size: int, worker_handles: Any, worker_node_ids: Any, **kw: Any
+            self,
+            datasets: dict[str, Any],
+            world_size: int,
+            worker_handles: Any,
+            worker_node_ids: Any,
+            **kw: Any,
         ) -> list[dict[str, Any]]:
-            rest = {name: ds for name, ds in datasets.items() if name != DATASET}
+            rest = {name: ds for name, ds in datasets.items() if name not in (DATASET, WINDOW)}
             output = super().configure(rest, world_size, worker_handles, worker_node_ids, **kw)
-            if DATASET in datasets:
-                ds = datasets[DATASET]
-                ds.context.execution_options = self._resolve_execution_options(DATASET)
-                for i, split in enumerate(ds.streaming_split(world_size, equal=False)):
-                    output[i][DATASET] = split
+            for name in (DATASET, WINDOW):
+                if name in datasets:
+                    ds = datasets[name]
+                    limits = ds.context.execution_options.resource_limits  # the stream's own budget
+                    ds.context.execution_options = self._resolve_execution_options(name)
+                    ds.context.execution_options.resource_limits = limits
+                    for i, split in enumerate(ds.streaming_split(world_size, equal=False)):
+                        output[i][name] = split
             return output
 
     return StreamSplit()
@@ -122,6 +241,27 @@ def stream_datasets(reader: str, rollouts: Storage) -> dict[str, Any]:
         return {}
     rollouts.makedirs()
     return {"datasets": {DATASET: rollout_stream(rollouts)}, "dataset_config": stream_split_config()}
+
+
+def window_datasets(reader: str, replay: Storage, positions: int, seed: int, channels: int) -> dict[str, Any]:
+    """:func:`pipelines.learner.torch_trainer`'s dataset arguments for selfplay's ``replay_reader``:
+    for ``stream`` the replay window's stream (:func:`window_stream`) and its split, else none. A
+    finished run's :data:`DONE` is removed first, so that a resumed run's stream goes on."""
+    if replay.exists(DONE):
+        replay.delete(DONE)
+    if reader != "stream":
+        return {}
+    from chessrl.search.replay import TRAINING_COLUMNS
+
+    replay.makedirs()
+    return {
+        "datasets": {
+            WINDOW: window_stream(
+                replay, positions, seed, window_ahead_bytes(positions, channels), columns=TRAINING_COLUMNS
+            )
+        },
+        "dataset_config": stream_split_config(),
+    }
 
 
 class ShardFeed(abc.ABC):
@@ -197,7 +337,9 @@ class StreamFeed(ShardFeed):
 
         for table in self.split.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
             names, rows = [], []
-            for name, data in zip(table.column("shard").to_pylist(), table.column("data").to_pylist(), strict=True):
+            for name, data in zip(
+                table.column("shard").to_pylist(), table.column("data").to_pylist(), strict=True
+            ):
                 if name not in self._seen and name not in names:
                     names.append(name)
                     rows += pq.read_table(pa.BufferReader(data)).to_pylist()
@@ -236,4 +378,11 @@ class RolloutFeed(ShardFeed):
                 self._stopping.wait(self.poll_s)  # a listing per poll: cheap locally, a request on S3
                 continue
             fs = self.storage.fs
-            yield new, [row for rel in new for row in pq.read_table(self.storage.path(rel), filesystem=fs).to_pylist()]
+            yield (
+                new,
+                [
+                    row
+                    for rel in new
+                    for row in pq.read_table(self.storage.path(rel), filesystem=fs).to_pylist()
+                ],
+            )

@@ -20,6 +20,7 @@ from chessrl.search.mcts_config import MCTSConfig
 from chessrl.search.net_config import NetConfig
 from cluster.storage import Storage
 from pipelines.learner.loop import LoopConfig, LoopLearner
+from pipelines.learner.replay import DONE, WINDOW, window_batches
 from pipelines.selfplay_gate import play_gate
 
 if TYPE_CHECKING:  # its module imports torch: the driver imports this one before it needs it
@@ -67,6 +68,9 @@ class SelfplayLoopConfig(LoopConfig):
     """A gate game's most plies."""
     producer_workers: int
     """Collectors (0: the learner plays its own games)."""
+    replay_reader: str = "parquet"
+    """``parquet`` (each worker reads its share of the window, a ``read_parquet`` a pass) or
+    ``stream`` (its split of the replay window's stream, :data:`pipelines.learner.replay.WINDOW`)."""
     use_gpu: bool
     """Each worker on its GPU."""
     amp: bool
@@ -105,9 +109,17 @@ def numpy_state(net: Any) -> dict[str, Any]:
 def fresh_state() -> dict[str, Any]:
     """The state of a learner that starts from generation 0 (a checkpoint carries it as ``state``)."""
     return {
-        "iteration": 0, "step": 0, "best_version": 0, "window": [], "games": 0, "positions": 0,
-        "learn_seconds": 0.0, "gates": [], "results": {}, "own_shards": 0,
-    }  # fmt: skip
+        "iteration": 0,
+        "step": 0,
+        "best_version": 0,
+        "window": [],
+        "games": 0,
+        "positions": 0,
+        "learn_seconds": 0.0,
+        "gates": [],
+        "results": {},
+        "own_shards": 0,
+    }
 
 
 def state_metrics(state: dict[str, Any]) -> dict[str, Any]:
@@ -128,16 +140,19 @@ def games_note(shards: list[str], rows: int, games: list[Any]) -> dict[str, Any]
     its own lists)."""
     if games and isinstance(games[0], dict):
         return {
-            "shards": shards, "rows": rows,
+            "shards": shards,
+            "rows": rows,
             "results": [r for n in games for r in n["results"]],
             "terminations": [t for n in games for t in n["terminations"]],
             "plies": [p for n in games for p in n["plies"]],
-        }  # fmt: skip
+        }
     return {
-        "shards": shards, "rows": rows,
-        "results": [g.result for g in games], "terminations": [g.termination for g in games],
+        "shards": shards,
+        "rows": rows,
+        "results": [g.result for g in games],
+        "terminations": [g.termination for g in games],
         "plies": [len(g.moves) for g in games],
-    }  # fmt: skip
+    }
 
 
 def iteration_metrics(
@@ -213,9 +228,15 @@ class SelfplayLearner:
         self.net.to(self.device)
         self.optimizer = torch.optim.AdamW(self.net.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
         self.loop = LoopLearner(
-            "selfplay", cfg, fresh_state(), {"model": self.net, "optimizer": self.optimizer},
-            extra=lambda: {"net": asdict(cfg.net)}, clock="learn_seconds", lead=self.lead, report_every_iteration=True,
-        )  # fmt: skip
+            "selfplay",
+            cfg,
+            fresh_state(),
+            {"model": self.net, "optimizer": self.optimizer},
+            extra=lambda: {"net": asdict(cfg.net)},
+            clock="learn_seconds",
+            lead=self.lead,
+            report_every_iteration=True,
+        )
         self.loop.resume("learner resumes at iteration {iteration}, step {step}")
         self.state = self.loop.state
         self.model = ray.train.torch.prepare_model(self.net) if self.world > 1 else self.net
@@ -223,7 +244,20 @@ class SelfplayLearner:
         self.server = ray.get_actor(cfg.server_name, namespace=cfg.namespace)
         self.own_play = self._own_play() if cfg.producer_workers == 0 and self.lead else None
         self.rng = random.Random(cfg.seed + self.state["iteration"])
+        self.window = self._window_stream() if cfg.replay_reader == "stream" else None
         self.loop.start_clock()  # learn_seconds counts from here, after the set-up (as it always did)
+
+    def _window_stream(self) -> Any:
+        """This worker's endless batches of the replay window's stream, the training columns."""
+        import ray.train
+
+        cfg = self.cfg
+        return window_batches(
+            ray.train.get_dataset_shard(WINDOW),
+            cfg.batch_size,
+            seed=cfg.seed + 1000 * self.state["iteration"] + self.rank,
+            buffer_rows=min(max(cfg.batch_size * 8, 2048), cfg.window_positions),
+        )
 
     def _set_device(self) -> None:
         """Threads, device and mixed precision (AMP on CUDA only; a grad scaler for float16)."""
@@ -235,7 +269,7 @@ class SelfplayLearner:
         if use_gpu and not torch.cuda.is_available():  # a GPU node whose torch cannot use it
             raise RuntimeError(
                 f"use_gpu is set but this worker's torch {torch.__version__} sees no CUDA device: "
-                "install the CUDA build of torch on the GPU nodes (docs/cluster.md, \"GPUs\")"
+                'install the CUDA build of torch on the GPU nodes (docs/cluster.md, "GPUs")'
             )
         self.device = ray.train.torch.get_device() if use_gpu else torch.device("cpu")
         self.amp = use_gpu and self.cfg.amp
@@ -252,7 +286,9 @@ class SelfplayLearner:
         self.best.load_state_dict(best_saved["model"])
         self.state["best_version"] = max(int(self.state["best_version"]), int(best_saved["version"]))
         own = [rel for rel in list_shards(self.replay) if "/shard-99-" in rel]
-        self.state["own_shards"] = 1 + max((int(rel.rsplit("-", 1)[1].split(".")[0]) for rel in own), default=-1)
+        self.state["own_shards"] = 1 + max(
+            (int(rel.rsplit("-", 1)[1].split(".")[0]) for rel in own), default=-1
+        )
 
     def _own_play(self) -> Any:
         """The learner's own self-play games with the best network (no collectors)."""
@@ -261,10 +297,13 @@ class SelfplayLearner:
 
         state = self.state
         return SelfPlay(
-            NetworkEvaluator(self.best), self.cfg.mcts, self.cfg.settings,
+            NetworkEvaluator(self.best),
+            self.cfg.mcts,
+            self.cfg.settings,
             seed=self.cfg.seed * 1000 + 999 + state["iteration"],
-            game_prefix=f"learner-i{state['iteration']}-s{state['own_shards']}", network_version=state["best_version"],
-        )  # fmt: skip
+            game_prefix=f"learner-i{state['iteration']}-s{state['own_shards']}",
+            network_version=state["best_version"],
+        )
 
     def broadcast(self, obj: Any) -> Any:
         """Rank 0's ``obj`` on every rank."""
@@ -370,7 +409,7 @@ class SelfplayLearner:
         self.model.train()
         started = time.perf_counter()
         sums = {"loss": 0.0, "policy_ce": 0.0, "value_mse": 0.0}
-        stream = self.batches(files)
+        stream = self.window if self.window is not None else self.batches(files)
         for _ in range(steps):
             self.optimizer.zero_grad(set_to_none=True)
             for _micro in range(cfg.grad_accum_steps):
@@ -378,7 +417,8 @@ class SelfplayLearner:
             self.scaler.step(self.optimizer)
             self.scaler.update()
             self.state["step"] += 1
-        stream.close()
+        if stream is not self.window:
+            stream.close()
         train_s = time.perf_counter() - started
         self.model.eval()
         return {
@@ -396,7 +436,11 @@ class SelfplayLearner:
 
         accum = self.cfg.grad_accum_steps
         decoded = decode_rows(
-            raw["planes"], raw["policy_indices"], raw["policy_probs"], raw["value"], self.net_cfg.input_channels
+            raw["planes"],
+            raw["policy_indices"],
+            raw["policy_probs"],
+            raw["value"],
+            self.net_cfg.input_channels,
         )
         planes = torch.from_numpy(decoded.planes).to(self.device)
         target_pi = torch.from_numpy(decoded.policy).to(self.device)
@@ -422,15 +466,24 @@ class SelfplayLearner:
         elif gate_now:
             gate_started = time.perf_counter()
             wins, draws, losses = play_gate(
-                copy.deepcopy(self.net).eval(), self.best, state["iteration"],
-                games=cfg.gate_games, mcts=cfg.mcts, max_plies=cfg.gate_max_plies, seed=cfg.seed,
-            )  # fmt: skip
+                copy.deepcopy(self.net).eval(),
+                self.best,
+                state["iteration"],
+                games=cfg.gate_games,
+                mcts=cfg.mcts,
+                max_plies=cfg.gate_max_plies,
+                seed=cfg.seed,
+            )
             score = (wins + 0.5 * draws) / max(1, wins + draws + losses)
             publish = score >= cfg.gate_threshold
             metrics.update(
-                gate_score=score, gate_wins=wins, gate_draws=draws, gate_losses=losses,
-                gate_promoted=int(publish), gate_s=time.perf_counter() - gate_started,
-            )  # fmt: skip
+                gate_score=score,
+                gate_wins=wins,
+                gate_draws=draws,
+                gate_losses=losses,
+                gate_promoted=int(publish),
+                gate_s=time.perf_counter() - gate_started,
+            )
             state["gates"].append([state["iteration"], wins, draws, losses, int(publish)])
             text = f"gate +{wins} ={draws} -{losses} (score {score:.2f}) -> {'promoted' if publish else 'kept the best'}"
         else:
@@ -450,7 +503,11 @@ class SelfplayLearner:
         self.best.load_state_dict(self.net.state_dict())
         version = ray.get(self.server.publish.remote(numpy_state(self.best), self.state["iteration"]))
         self.state["best_version"] = version
-        save_weights(self.phase, "best.pt", {"model": self.best.state_dict(), "net": asdict(self.cfg.net), "version": version})
+        save_weights(
+            self.phase,
+            "best.pt",
+            {"model": self.best.state_dict(), "net": asdict(self.cfg.net), "version": version},
+        )
         if self.own_play is not None:
             self.own_play.set_evaluator(NetworkEvaluator(self.best), version)
 
@@ -461,11 +518,17 @@ class SelfplayLearner:
 
     def stop(self) -> None:
         """Rank 0 at the end: the collectors stopped (through the parameter server), and the
-        network in training saved as ``final.pt``."""
+        network in training saved as ``final.pt``; the replay window's stream ended."""
         import ray
 
         ray.get(self.server.stop.remote())
-        final = {"model": self.net.state_dict(), "net": asdict(self.cfg.net), "version": self.state["iteration"]}
+        if self.window is not None:
+            self.replay.write_text(DONE, "")  # the stream's read task ends
+        final = {
+            "model": self.net.state_dict(),
+            "net": asdict(self.cfg.net),
+            "version": self.state["iteration"],
+        }
         save_weights(self.phase, "final.pt", final)
 
 

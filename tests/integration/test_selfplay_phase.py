@@ -21,16 +21,44 @@ import torch
 from chessrl.search.network import NetConfig, PolicyValueNet
 from chessrl.search.replay import REPLAY_SCHEMA
 from pipelines import selfplay
+from pipelines.learner.replay import DONE
 from pipelines.phase import EXIT_OK, EXIT_USER_ERROR
 
 pytestmark = pytest.mark.integration
 
 SMALL = [
-    "--config", "tiny", "--no-tracking", "--concurrent-games", "4", "--mcts-simulations", "4",
-    "--max-plies", "24", "--shard-positions", "32", "--batch-size", "16", "--train-ratio", "1",
-    "--gate-games", "2", "--gate-max-plies", "12", "--eval-games", "2", "--eval-max-plies", "16",
-    "--blocks", "1", "--channels", "8", "--checkpoint-interval", "2", "--set", "selfplay.time_limit_minutes=null",
-]  # fmt: skip
+    "--config",
+    "tiny",
+    "--no-tracking",
+    "--concurrent-games",
+    "4",
+    "--mcts-simulations",
+    "4",
+    "--max-plies",
+    "24",
+    "--shard-positions",
+    "32",
+    "--batch-size",
+    "16",
+    "--train-ratio",
+    "1",
+    "--gate-games",
+    "2",
+    "--gate-max-plies",
+    "12",
+    "--eval-games",
+    "2",
+    "--eval-max-plies",
+    "16",
+    "--blocks",
+    "1",
+    "--channels",
+    "8",
+    "--checkpoint-interval",
+    "2",
+    "--set",
+    "selfplay.time_limit_minutes=null",
+]
 
 
 def run_selfplay(storage: Path, run: str, *args: str) -> int:
@@ -60,10 +88,23 @@ def test_collector_killed_mid_run_restarts_and_training_goes_on(tmp_path, local_
         target=kill_collector_after, args=(phase / "collectors" / "collector-00.json", 2, killed), daemon=True
     )
     killer.start()
-    code = run_selfplay(tmp_path, "k", "--producer-workers", "1", "--iterations", "6", "--episodes", "2")
+    # the learner reads the replay window through the Ray Data stream (selfplay.replay_reader)
+    code = run_selfplay(
+        tmp_path,
+        "k",
+        "--producer-workers",
+        "1",
+        "--iterations",
+        "6",
+        "--episodes",
+        "2",
+        "--replay-reader",
+        "stream",
+    )
     killer.join(timeout=1)
     assert code == EXIT_OK
     assert killed, "the collector was never seen running with 2 shards written"
+    assert (phase / "replay" / DONE).exists()  # the lead ended the stream
 
     summary = json.loads((phase / "summary.json").read_text())
     # the learner finished every iteration, with games from after the restart
@@ -111,7 +152,9 @@ def test_collector_killed_mid_run_restarts_and_training_goes_on(tmp_path, local_
     assert "selfplay summary" in out
     assert f"{summary['collector_restarts']} restart(s)" in out
     # the driver names every iteration in a progress line (Ray worker lines are not on its stderr)
-    progress = re.findall(r"^\[selfplay\] iteration (\d+)/6 \(\d+%\), \d+:\d\d elapsed.*: (.*)$", captured.err, re.M)
+    progress = re.findall(
+        r"^\[selfplay\] iteration (\d+)/6 \(\d+%\), \d+:\d\d elapsed.*: (.*)$", captured.err, re.M
+    )
     assert [int(i) for i, _ in progress] == [1, 2, 3, 4, 5, 6], captured.err[-3000:]
     assert all("games" in figures and "loss" in figures for _, figures in progress)
     assert sum("gate +" in figures for _, figures in progress) == 3  # a gate every 2 iterations
@@ -120,6 +163,7 @@ def test_collector_killed_mid_run_restarts_and_training_goes_on(tmp_path, local_
 @pytest.mark.slow
 def test_learner_plays_its_own_games_without_producers_and_resumes(tmp_path, local_ray, capsys, driver_err):
     args = ["--producer-workers", "0", "--episodes", "2", "--checkpoint-interval", "1", "--eval-games", "0"]
+    args += ["--replay-reader", "stream"]  # a resumed stream goes on (the last run's end marker is gone)
     assert run_selfplay(tmp_path, "p", *args, "--iterations", "2") == EXIT_OK
     phase = tmp_path / "p" / "selfplay"
     summary = json.loads((phase / "summary.json").read_text())
