@@ -98,7 +98,9 @@ def tiny_policy(folder: Path) -> str:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     config = json.loads((path / "config.json").read_text())
-    config["chessrl_text_format"] = "rookworld"  # the key sft writes (pipelines.artifacts, TEXT_FORMAT_KEY)
+    config["chessrl_text_format"] = (
+        "rookworld"  # the key sft writes (pipelines.common.artifacts, TEXT_FORMAT_KEY)
+    )
     (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return str(path)
 

@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     from cluster.runtime import ray_session
     from cluster.storage import Storage
     from pipelines import preferences, prepare
-    from pipelines.artifacts import read_games
+    from pipelines.common.artifacts import read_games
     from pipelines.config import ChessRLConfig
     from pipelines.preferences import plan_positions
 

@@ -82,8 +82,8 @@ def measured_run(
     inputs: list[str], shard_games: int, ray_info: Any, workdir: Path, index: int
 ) -> dict[str, Any]:
     from cluster.tracking import PhaseRun
+    from pipelines.common.phase import PhaseContext
     from pipelines.config import ChessRLConfig
-    from pipelines.phase import PhaseContext
     from pipelines.prepare import run_prepare
 
     config = ChessRLConfig.model_validate(

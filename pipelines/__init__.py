@@ -1,2 +1,27 @@
-"""One module per phase, each a Ray job graph with ``main(argv)``:
-``python -m pipelines.<phase>`` and ``chess-rl <phase>`` run the same code."""
+"""The commands, one module each, each a Ray job graph with ``main(argv)``: ``python -m
+pipelines.<command>`` and ``chess-rl <command>`` run the same code. Eleven are phases (each defines
+``PHASE``: a folder of outputs, a manifest, a config section); ``rlaif`` runs them as one graph and
+``uci`` plays a saved model over UCI. A command's helpers sit beside it, named ``<command>_<what>``:
+
+==============  =================================================================
+command         its helpers
+==============  =================================================================
+``prepare``
+``annotate``    ``annotate_sources`` (where the positions come from)
+``sft``         ``sft_data`` (the training texts)
+``preferences``
+``reward``
+``dpo``
+``ppo``         ``ppo_inputs`` (the input checks), ``ppo_report`` (the summary)
+``grpo``
+``selfplay``    ``selfplay_gate`` (the arena gate)
+``evaluate``    ``evaluate_matches``, ``evaluate_openings``, ``evaluate_opponents``
+``tune``
+``rlaif``       ``rlaif_graph`` (the graph's nodes)
+``uci``
+==============  =================================================================
+
+Beside them: ``cli`` (the ``chess-rl`` command), ``common/`` (what every phase shares: ``phase``,
+``artifacts``, ``config_record``, ``batch_size``), ``config/`` (the config sections) and
+``learner/`` (the Ray Train learners the phases start).
+"""

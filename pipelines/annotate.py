@@ -50,10 +50,10 @@ from cluster.capacity import sizing_cpus
 from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
 from pipelines.annotate_sources import AnnotateInputs, PolicyTasks, PositionSource, ShardPlan
-from pipelines.artifacts import games_table
 from pipelines.cli import one_line
+from pipelines.common.artifacts import games_table
+from pipelines.common.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, readable_model
 from pipelines.config import AnnotateConfig, ChessRLConfig
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, readable_model
 
 SUMMARY = one_line("annotate")
 DESCRIPTION = (

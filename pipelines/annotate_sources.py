@@ -30,7 +30,7 @@ from chessrl.lm.lm_data import split_games
 from chessrl.rl.preferences import board_key
 from cluster.errors import StorageError
 from cluster.storage import Storage
-from pipelines.artifacts import read_games
+from pipelines.common.artifacts import read_games
 from pipelines.config import AnnotateConfig
 
 #: Live games per policy task (one batched forward pass a ply for all of them).

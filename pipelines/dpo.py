@@ -39,13 +39,21 @@ from chessrl.rl.dpo import pair_ids
 from chessrl.rl.reward import heldout_board
 from cluster.errors import ConfigError, InputDataError
 from cluster.storage import Storage
-from pipelines.artifacts import TEXT_FORMAT_KEY, mark_text_format, read_heldout
 from pipelines.cli import one_line
+from pipelines.common.artifacts import TEXT_FORMAT_KEY, mark_text_format, read_heldout
+from pipelines.common.phase import (
+    Inputs,
+    Phase,
+    PhaseContext,
+    PhaseResult,
+    gpt2_config,
+    location,
+    model_location,
+)
 from pipelines.config import ChessRLConfig, DPOConfig
 from pipelines.learner import final_metrics
 from pipelines.learner import trl as trl_learner
 from pipelines.learner.quality import heldout_quality
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, gpt2_config, location, model_location
 
 SUMMARY = one_line("dpo")
 DESCRIPTION = (
@@ -260,7 +268,7 @@ def check_dpo(config: ChessRLConfig, inputs: Inputs) -> DPOInputs:
     (the same architecture), the preference pairs (Parquet with the needed columns and at least
     one pair of the kinds asked for), the games table for the paired measure, and Stockfish for
     it; each unless an earlier phase of the same graph run writes it."""
-    from pipelines.artifacts import preference_table
+    from pipelines.common.artifacts import preference_table
 
     cfg = config.dpo
     produced = inputs.will_write("sft") and not cfg.policy
@@ -294,7 +302,7 @@ def check_dpo(config: ChessRLConfig, inputs: Inputs) -> DPOInputs:
             )
     source = Storage.from_uri(cfg.games or inputs.folder("prepare").uri_of("games"))
     if cfg.games or (not inputs.will_write("prepare") and source.exists()):
-        from pipelines.artifacts import games_table
+        from pipelines.common.artifacts import games_table
 
         games_table(source)
     if cfg.quality_nodes > 0 and cfg.heldout_positions > 0:

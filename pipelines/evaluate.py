@@ -63,16 +63,9 @@ from chessrl.engine.client import SearchLimit, find_stockfish
 from cluster.errors import ConfigError, InputDataError, UserError
 from cluster.storage import Storage
 from pipelines.cli import one_line
+from pipelines.common.phase import Inputs, Phase, PhaseContext, PhaseResult
 from pipelines.config import EvaluateConfig
-from pipelines.evaluate_openings import (
-    EvaluateInputs,
-    arena_openings,
-    check_evaluate,
-    ladder_settings,
-    player_pairs,
-    trained_against,
-)
-from pipelines.matches import (
+from pipelines.evaluate_matches import (
     Arena,
     GameTask,
     Settings,
@@ -82,7 +75,14 @@ from pipelines.matches import (
     sprt_tasks,
     suite_task,
 )
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult
+from pipelines.evaluate_openings import (
+    EvaluateInputs,
+    arena_openings,
+    check_evaluate,
+    ladder_settings,
+    player_pairs,
+    trained_against,
+)
 
 SUMMARY = one_line("evaluate")
 DESCRIPTION = (
@@ -353,7 +353,7 @@ def run_paired(context: PhaseContext, found: EvaluateInputs, pool: Any, out: Sto
     from chessrl.arena.move_quality import PER_GAME, heldout_positions, runs_move_quality
     from chessrl.arena.saved_models import load_saved_model
     from chessrl.lm.lm_data import split_games
-    from pipelines.artifacts import fit_games, policy_text_format, read_games
+    from pipelines.common.artifacts import fit_games, policy_text_format, read_games
 
     cfg, config = context.config.evaluate, context.config
     specs = found.specs

@@ -41,9 +41,9 @@ from chessrl.arena.players import PlayerSpec, parse_player_spec
 from chessrl.arena.suites import SuitePosition, read_epd_suite
 from cluster.errors import ConfigError, InputDataError, StorageError, UserError
 from cluster.storage import Storage, split_uri
+from pipelines.common.phase import Inputs, location, readable_model, saved_model
 from pipelines.config import ChessRLConfig, EvaluateConfig
-from pipelines.phase import Inputs, location, readable_model, saved_model
-from pipelines.training_opponents import in_distribution_notes, training_opponents
+from pipelines.evaluate_opponents import in_distribution_notes, training_opponents
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -173,7 +173,7 @@ def suite_path(path: str) -> str:
 def positions_source(config: ChessRLConfig, inputs: Inputs) -> Storage:
     """The games table ``--mode paired`` draws its held-out positions from (``evaluate.positions_from``,
     else this run's prepare/games), checked unless an earlier phase of the graph run writes it."""
-    from pipelines.artifacts import games_table
+    from pipelines.common.artifacts import games_table
 
     given = config.evaluate.positions_from
     source = Storage.from_uri(given) if given else inputs.folder("prepare").child("games")
@@ -191,7 +191,7 @@ def heldout_source(config: ChessRLConfig, inputs: Inputs) -> tuple[Storage | Non
     ``evaluate.positions_from`` (checked: a bad one is an error), else this run's prepare/games
     where it is there (or an earlier phase of the graph run writes it); else ``(None, why)``: the
     games get random openings (many evaluate engines with no run)."""
-    from pipelines.artifacts import games_table
+    from pipelines.common.artifacts import games_table
 
     if config.evaluate.positions_from:
         return positions_source(config, inputs), ""
@@ -273,7 +273,7 @@ def arena_openings(
     ``random_plies`` seeded random moves. Held-out ones fall back to random ones, said in one log
     line, where there is no table or no held-out game in it; ``--seed`` seeds them all."""
     from chessrl.lm.lm_data import split_games
-    from pipelines.artifacts import read_games
+    from pipelines.common.artifacts import read_games
 
     cfg, seed, n = config.evaluate, config.run.seed, max(1, (config.evaluate.games + 1) // 2)
     if found.openings:
@@ -312,7 +312,7 @@ def trained_against(
     specs: list[PlayerSpec], sft_model: str | None, sprt: bool, log: Callable[[str], None]
 ) -> dict[str, Any]:
     """``training_opponents``: whom each ``lm:`` player played in its own training games
-    (:func:`pipelines.training_opponents.training_opponents`; a player without any is left out),
+    (:func:`pipelines.evaluate_opponents.training_opponents`; a player without any is left out),
     and in an SPRT ``notes``: a line, also logged, for a player trained against the other."""
     opponents = {s.label: o for s in specs if s.kind == "lm" and (o := training_opponents(str(s.path)))}
     if not sprt:

@@ -52,14 +52,14 @@ from cluster.capacity import Capacity
 from cluster.errors import ConfigError, StorageError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
-from pipelines.artifacts import grpo_folder, sft_folder
 from pipelines.cli import one_line
+from pipelines.common.artifacts import grpo_folder, sft_folder
+from pipelines.common.phase import Inputs, Phase, PhaseContext, PhaseResult, gpt2_config, model_location
 from pipelines.config import ChessRLConfig, GRPOConfig
 from pipelines.learner import check_gpus, cpus_that_fit, final_metrics, torch_trainer
 from pipelines.learner.grpo import GRPOLoopConfig, engine_scores, train_loop_per_worker
 from pipelines.learner.loop import curve, read_metrics
 from pipelines.learner.quality import heldout_quality
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, gpt2_config, model_location
 
 SUMMARY = one_line("grpo")
 DESCRIPTION = (
@@ -74,7 +74,7 @@ DESCRIPTION = (
 
 
 def output_name(context: PhaseContext) -> str:
-    """The name of this run's outputs folder: :func:`pipelines.artifacts.grpo_folder` of its loss
+    """The name of this run's outputs folder: :func:`pipelines.common.artifacts.grpo_folder` of its loss
     type (``grpo``, or ``online-dpo``), unless the caller placed grpo's outputs elsewhere (a tune
     trial's folder, given as ``grpo``)."""
     return "grpo" if "grpo" in context.outputs else grpo_folder(context.config.grpo.loss_type)
@@ -110,7 +110,7 @@ def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bo
     asked of a board policy, or the reverse, is a ConfigError (each has its own sft, nothing to learn)."""
     from chessrl.lm.checkpoints import load_tokenizer
     from chessrl.lm.models import move_tokens
-    from pipelines.artifacts import TEXT_FORMAT_KEY, check_asked_format
+    from pipelines.common.artifacts import TEXT_FORMAT_KEY, check_asked_format
 
     config = gpt2_config(
         path,
@@ -175,7 +175,7 @@ def check_grpo(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: No
     by default the sft model of its text format), Stockfish, the prompts' settings and the games
     table, each unless an earlier phase of the same graph run writes it."""
     from chessrl.engine.client import find_stockfish
-    from pipelines.artifacts import games_table
+    from pipelines.common.artifacts import games_table
 
     cfg = config.grpo
     try:
@@ -207,7 +207,7 @@ def plan_prompts(
     from chessrl.data.positions import PositionSampler, phase_counts
     from chessrl.lm.lm_data import split_games
     from chessrl.rl.grpo import task_prompts
-    from pipelines.artifacts import read_games
+    from pipelines.common.artifacts import read_games
 
     mix = check_prompt_settings(cfg)
     seed = context.config.run.seed
@@ -334,7 +334,7 @@ def learner_resources(
     if batch_size == "auto":
         from chessrl.lm.checkpoints import load_tokenizer
         from chessrl.lm.models import prompt_ids
-        from pipelines.batch_size import auto_batch_size
+        from pipelines.common.batch_size import auto_batch_size
 
         tokenizer = load_tokenizer(policy_path)
         longest = max(len(prompt_ids(tokenizer, p["text"])) for p in prompts)

@@ -46,15 +46,15 @@ from chessrl.rl.ppo_types import PPOSettings
 from cluster.capacity import Capacity, read_capacity
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
-from pipelines.artifacts import fit_games
 from pipelines.cli import one_line
+from pipelines.common.artifacts import fit_games
+from pipelines.common.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location
 from pipelines.config import PPOConfig
 from pipelines.learner import check_gpus, final_metrics, torch_trainer
 from pipelines.learner.loop import fit_then_stop, read_metrics, stop_collectors
 from pipelines.learner.ppo import PPOLoopConfig, train_loop_per_worker
 from pipelines.learner.quality import heldout_quality
 from pipelines.learner.replay import stream_datasets
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location
 from pipelines.ppo_inputs import PPOInputs as PPOInputs
 from pipelines.ppo_inputs import check_models as check_models
 from pipelines.ppo_inputs import check_ppo as check_ppo
@@ -146,7 +146,7 @@ def training_games(context: PhaseContext, cfg: PPOConfig, seed: int) -> list[lis
     import random
 
     from chessrl.lm.lm_data import split_games
-    from pipelines.artifacts import read_games
+    from pipelines.common.artifacts import read_games
 
     source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
     if not cfg.games and not source.exists():
@@ -181,7 +181,7 @@ def heldout_legal_rates(
     from chessrl.arena.saved_models import load_saved_model
     from chessrl.lm.lm_data import split_games
     from chessrl.lm.lm_eval import evaluate_moves, sample_positions
-    from pipelines.artifacts import read_games
+    from pipelines.common.artifacts import read_games
 
     source = Storage.from_uri(cfg.games or context.phase_storage("prepare").uri_of("games"))
     if cfg.heldout_positions == 0 or (not cfg.games and not source.exists()):

@@ -15,9 +15,9 @@ from typing import Any
 
 from cluster.errors import ConfigError
 from cluster.storage import Storage
-from pipelines.artifacts import sft_folder
+from pipelines.common.artifacts import sft_folder
+from pipelines.common.phase import Inputs, gpt2_config, model_location
 from pipelines.config import ChessRLConfig, PPOConfig
-from pipelines.phase import Inputs, gpt2_config, model_location
 
 
 def check_models(
@@ -111,7 +111,7 @@ def asked_text_format(cfg: PPOConfig, policy_path: str) -> str:
     """The format ppo asks a saved policy in: ``ppo.text_format``, else the one it was trained on
     (``chessrl_text_format``), else moves; a format ppo does not play, or another of sft's own
     formats than the policy's, is one ConfigError."""
-    from pipelines.artifacts import check_asked_format, recorded_text_format
+    from pipelines.common.artifacts import check_asked_format, recorded_text_format
 
     trained = recorded_text_format(policy_path)
     text_format = cfg.text_format or trained or "moves"
@@ -130,7 +130,7 @@ def check_ppo(config: ChessRLConfig, inputs: Inputs) -> PPOInputs:
     from (when given, or when one is there), each unless an earlier phase of the same graph run
     writes it."""
     from chessrl.rl.ppo import parse_opponent
-    from pipelines.artifacts import games_table
+    from pipelines.common.artifacts import games_table
 
     cfg = config.ppo
     opponents = [parse_opponent(o) for o in cfg.opponents]  # the section's own rules are its validators

@@ -48,10 +48,10 @@ from chessrl.rl.preferences import (
     unique_positions,
 )
 from cluster.storage import Storage
-from pipelines.artifacts import games_table, policy_text_format, read_games
 from pipelines.cli import one_line
+from pipelines.common.artifacts import games_table, policy_text_format, read_games
+from pipelines.common.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, readable_model
 from pipelines.config import ChessRLConfig, PreferencesConfig
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, readable_model
 
 SUMMARY = one_line("preferences")
 DESCRIPTION = (

@@ -55,8 +55,8 @@ from cluster.capacity import sizing_cpus
 from cluster.errors import InputDataError, StorageError
 from cluster.storage import Storage, resolve_inputs, split_uri
 from pipelines.cli import one_line
+from pipelines.common.phase import Inputs, Phase, PhaseContext, PhaseResult
 from pipelines.config import ChessRLConfig, PrepareConfig
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult
 
 SUMMARY = one_line("prepare")
 DESCRIPTION = (

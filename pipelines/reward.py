@@ -48,13 +48,13 @@ from chessrl.rl.reward import (
 )
 from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
-from pipelines.artifacts import preference_table, read_heldout
 from pipelines.cli import one_line
+from pipelines.common.artifacts import preference_table, read_heldout
+from pipelines.common.phase import Inputs, Phase, PhaseContext, PhaseResult, location, readable_model
 from pipelines.config import ChessRLConfig, RewardConfig
 from pipelines.learner import final_metrics, read_checkpoint
 from pipelines.learner import trl as trl_learner
 from pipelines.learner.reward_model import reward_model_from_backbone
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, location, readable_model
 
 SUMMARY = one_line("reward")
 DESCRIPTION = (

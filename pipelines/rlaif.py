@@ -55,8 +55,7 @@ from cluster.runtime import quiet_driver, ray_session
 from cluster.storage import Storage
 from cluster.tracking import Tracker, write_json_artifact
 from pipelines.cli import one_line
-from pipelines.config import ChessRLConfig, RlaifConfig
-from pipelines.phase import (
+from pipelines.common.phase import (
     EXIT_EMPTY,
     EXIT_OK,
     Inputs,
@@ -70,6 +69,7 @@ from pipelines.phase import (
     phase_logger,
     resolve_config,
 )
+from pipelines.config import ChessRLConfig, RlaifConfig
 from pipelines.rlaif_graph import BOARD_SFT as BOARD_SFT
 from pipelines.rlaif_graph import FORMAT_SFT as FORMAT_SFT
 from pipelines.rlaif_graph import NODES as NODES

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from cluster.graph import Graph, Node
 from cluster.storage import Storage
-from pipelines.artifacts import ONLINE_DPO
+from pipelines.common.artifacts import ONLINE_DPO
+from pipelines.common.phase import Phase
 from pipelines.config import ChessRLConfig
-from pipelines.phase import Phase
 
 #: The graph: each phase and the phases whose outputs it reads.
 NODES: tuple[Node, ...] = (

@@ -46,6 +46,7 @@ from cluster.progress import ProgressBoard
 from cluster.runtime import release_actor_name
 from cluster.storage import Storage
 from pipelines.cli import one_line
+from pipelines.common.phase import Inputs, Phase, PhaseContext, PhaseResult
 from pipelines.config import ChessRLConfig, SelfplayConfig
 from pipelines.learner import final_metrics, torch_trainer
 from pipelines.learner.loop import fit_then_stop, stop_collectors
@@ -57,7 +58,6 @@ from pipelines.learner.selfplay import (
     save_weights,
     train_loop_per_worker,
 )
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult
 from pipelines.selfplay_gate import final_evaluation, json_safe
 
 if TYPE_CHECKING:  # the search imports torch: the driver (and --help) does not need it

@@ -15,8 +15,8 @@ from typing import Any
 from chessrl.search.mcts_config import MCTSConfig
 from chessrl.search.net_config import NetConfig
 from cluster.storage import Storage
+from pipelines.common.phase import PhaseContext
 from pipelines.config import SelfplayConfig
-from pipelines.phase import PhaseContext
 
 
 def arena_search(mcts: MCTSConfig | dict[str, Any]) -> MCTSConfig:

@@ -23,13 +23,13 @@ from chessrl.lm.lm_data import split_games
 from chessrl.lm.lm_eval import HeldoutPosition, sample_positions, within_context
 from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
-from pipelines.artifacts import mark_text_format, sft_folder
 from pipelines.cli import one_line
+from pipelines.common.artifacts import mark_text_format, sft_folder
+from pipelines.common.phase import Inputs, Phase, PhaseContext, PhaseResult, readable_model
 from pipelines.config import ChessRLConfig, SftConfig
 from pipelines.learner import check_gpus, final_metrics
 from pipelines.learner import trl as trl_learner
 from pipelines.learner.sft import SftLoopConfig, train_loop_per_worker
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, readable_model
 from pipelines.sft_data import POSITION_FORMATS, SftInputs, SftSplit, board_example_tokens, training_data
 
 if TYPE_CHECKING:  # torch and transformers load where a run needs them, not for --help
@@ -85,7 +85,7 @@ def check_sft(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: Non
     from chessrl.lm.checkpoints import ModelLoadError, load_tokenizer
     from chessrl.lm.models import context_length
     from chessrl.lm.tokenizer import build_chess_tokenizer
-    from pipelines.artifacts import games_table
+    from pipelines.common.artifacts import games_table
 
     cfg = config.sft
     if cfg.base_model:
@@ -291,7 +291,7 @@ def run_sft(context: PhaseContext) -> PhaseResult:
     cpus_per_worker = trl_learner.learner_cpus(cfg)
     batch_size = cfg.batch_size
     if batch_size == "auto":
-        from pipelines.batch_size import auto_batch_size
+        from pipelines.common.batch_size import auto_batch_size
 
         batch_size = auto_batch_size(
             cfg.base_model or f"preset:{cfg.model}",

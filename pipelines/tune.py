@@ -40,8 +40,8 @@ from cluster.runtime import RayInfo
 from cluster.storage import Storage
 from cluster.tracking import PhaseRun
 from pipelines.cli import one_line
+from pipelines.common.phase import Inputs, Phase, PhaseContext, PhaseResult, execute, phase_logger, run_phase
 from pipelines.config import TUNE_DEFAULTS, ChessRLConfig, TuneConfig
-from pipelines.phase import Inputs, Phase, PhaseContext, PhaseResult, execute, phase_logger, run_phase
 from pipelines.rlaif import phase_module
 
 SUMMARY = one_line("tune")

@@ -222,7 +222,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
         from chessrl.arena.saved_models import load_saved_model
         from chessrl.lm.masked import MaskedMoves, MaskingError
         from cluster.errors import UserError
-        from pipelines.artifacts import policy_text_format
+        from pipelines.common.artifacts import policy_text_format
 
         try:
             model, tokenizer = load_saved_model(args.model, "policy")

@@ -5,7 +5,7 @@ answer per (model, device, sequence length).
 A probe is a few forward/backward/AdamW steps of a causal LM on random tokens. Its peak memory:
 on a GPU the allocator's peak (``torch.cuda.max_memory_allocated``), on a CPU the process's peak
 resident set (``ru_maxrss``), which only grows, so each CPU probe must run in a fresh process
-(``pipelines/batch_size.py`` runs each in its own Ray worker process).
+(``pipelines/common/batch_size.py`` runs each in its own Ray worker process).
 
 >>> table = [ProbeResult(1, 400e6, 0.10), ProbeResult(2, 500e6, 0.12), ProbeResult(4, 900e6, 0.2)]
 >>> pick_batch_size(table, memory_bytes=1e9, share=0.8)

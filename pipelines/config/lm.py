@@ -23,7 +23,7 @@ def positive_or_auto(value: int | str) -> int | str:
     return value
 
 
-#: A batch size: an int of at least 1, or ``auto`` (probed: :mod:`pipelines.batch_size`).
+#: A batch size: an int of at least 1, or ``auto`` (probed: :mod:`pipelines.common.batch_size`).
 BatchSize = Annotated[int | Literal["auto"], AfterValidator(positive_or_auto)]
 
 

@@ -85,12 +85,12 @@ def _default_text(field: Any) -> str:
 
 
 def flags_of(section: str) -> dict[str, str]:
-    """``{section.key: --flag}`` as a phase's parser makes them (:func:`pipelines.phase.build_parser`:
+    """``{section.key: --flag}`` as a phase's parser makes them (:func:`pipelines.common.phase.build_parser`:
     the common flags of ``run``, ``ray`` and ``tracking``, one a scalar or list key of the
     phase's own section); a key without one is set with ``--set`` or in a preset."""
     from types import SimpleNamespace
 
-    from pipelines.phase import build_parser
+    from pipelines.common.phase import build_parser
 
     owner = "prepare" if section in SHARED else section  # any phase's parser has the common flags
     stand_in = SimpleNamespace(

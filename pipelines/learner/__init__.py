@@ -48,7 +48,7 @@ from typing import Any, TypeVar
 from cluster.errors import ConfigError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
-from pipelines.phase import PhaseContext
+from pipelines.common.phase import PhaseContext
 
 #: Files of a transformers Trainer checkpoint that belong to training, not to the model.
 TRAINING_STATE_PREFIXES: tuple[str, ...] = ("optimizer", "scheduler", "rng_state", "training_args")

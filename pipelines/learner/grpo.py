@@ -16,7 +16,7 @@ from typing import Any
 
 from chessrl.rl.grpo_types import GRPOSettings, Prompt
 from cluster.storage import Storage
-from pipelines.artifacts import mark_text_format
+from pipelines.common.artifacts import mark_text_format
 from pipelines.learner import bf16_autocast, worker_place
 from pipelines.learner.loop import LoopConfig, LoopLearner, export_pretrained, frozen_copy
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from cluster.storage import Storage
-from pipelines.phase import PhaseContext
+from pipelines.common.phase import PhaseContext
 
 
 def heldout_quality(
@@ -32,7 +32,7 @@ def heldout_quality(
     from chessrl.arena.move_quality import heldout_positions, paired_move_quality, stockfish_expected
     from chessrl.arena.saved_models import load_saved_model
     from chessrl.lm.lm_data import split_games
-    from pipelines.artifacts import fit_games, read_games
+    from pipelines.common.artifacts import fit_games, read_games
 
     source = Storage.from_uri(games or context.phase_storage("prepare").uri_of("games"))
     if positions == 0 or nodes == 0 or (not games and not source.exists()):

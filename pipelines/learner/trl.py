@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from cluster.progress import report_progress
+from pipelines.common.phase import PhaseContext
 from pipelines.learner import WorkerConfig, fresh_scratch, resume_folder, training_finished
 from pipelines.learner.trl_driver import board_split as board_split
 from pipelines.learner.trl_driver import configure_ray_data as configure_ray_data
@@ -47,7 +48,6 @@ from pipelines.learner.trl_driver import tokenized_pairs as tokenized_pairs
 from pipelines.learner.trl_driver import training_pairs as training_pairs
 from pipelines.learner.trl_driver import workers_text as workers_text
 from pipelines.learner.trl_driver import write_summary as write_summary
-from pipelines.phase import PhaseContext
 
 T = TypeVar("T", bound="TRLLoopConfig")
 

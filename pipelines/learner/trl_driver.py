@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 from cluster.errors import InputDataError
 from cluster.progress import ProgressBoard
 from cluster.storage import Storage
+from pipelines.common.phase import PhaseContext
 from pipelines.learner import default_cpus_per_worker, export_hf_checkpoint, torch_trainer
-from pipelines.phase import PhaseContext
 
 if TYPE_CHECKING:
     from pipelines.learner.trl import TRLLoopConfig

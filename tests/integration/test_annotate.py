@@ -16,7 +16,7 @@ import pytest
 from chessrl.engine.annotation import ALL_MOVES_MULTIPV, ANNOTATION_SCHEMA, annotate, annotation_limit
 from chessrl.engine.group import EngineGroup
 from pipelines import annotate as annotate_phase
-from pipelines.phase import EXIT_OK, EXIT_USER_ERROR
+from pipelines.common.phase import EXIT_OK, EXIT_USER_ERROR
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from chessrl.lm.batch_size import read_cache
-from pipelines.batch_size import auto_batch_size
+from pipelines.common.batch_size import auto_batch_size
 
 
 def test_auto_batch_size_probes_then_uses_the_cache(tmp_path, local_ray):

@@ -26,7 +26,7 @@ import pytest
 from chessrl.data.pgn import decode_game, iter_raw_games, parse_game
 from chessrl.rl.preferences import PREFERENCE_SCHEMA
 from pipelines import dpo
-from pipelines.phase import EXIT_USER_ERROR
+from pipelines.common.phase import EXIT_USER_ERROR
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import chess.pgn
 import pytest
 
 from pipelines import evaluate
-from pipelines.phase import EXIT_OK, EXIT_USER_ERROR
+from pipelines.common.phase import EXIT_OK, EXIT_USER_ERROR
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

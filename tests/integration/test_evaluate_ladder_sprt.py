@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipelines import evaluate
-from pipelines.phase import EXIT_OK, EXIT_USER_ERROR
+from pipelines.common.phase import EXIT_OK, EXIT_USER_ERROR
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import pytest
 
 from chessrl.data.games import GAMES_SCHEMA
 from pipelines import prepare
-from pipelines.phase import EXIT_OK
+from pipelines.common.phase import EXIT_OK
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ import pytest
 
 from cluster.errors import ConfigError
 from pipelines import grpo
-from pipelines.artifacts import mark_text_format
-from pipelines.phase import EXIT_USER_ERROR
+from pipelines.common.artifacts import mark_text_format
+from pipelines.common.phase import EXIT_USER_ERROR
 
 
 def test_grpo_bad_input_is_one_clear_message(tmp_path, tiny_lm_dir, capsys, monkeypatch):

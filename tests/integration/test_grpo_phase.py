@@ -147,7 +147,7 @@ def test_rookworld_grpo_killed_and_resumed(
     assert quality["positions"] == 10 and 3 <= quality["games"] <= 10
 
     from pipelines import evaluate
-    from pipelines.phase import EXIT_OK
+    from pipelines.common.phase import EXIT_OK
 
     assert (
         evaluate.main(

@@ -9,8 +9,8 @@ from pathlib import Path
 from chessrl.lm.checkpoints import load_tokenizer
 from chessrl.rl.reward import build_reward_model
 from pipelines import ppo
-from pipelines.artifacts import mark_text_format
-from pipelines.phase import EXIT_USER_ERROR
+from pipelines.common.artifacts import mark_text_format
+from pipelines.common.phase import EXIT_USER_ERROR
 
 
 def save_reward_model(folder: Path, tokenizer, extra_tokens: list[str] | None = None) -> Path:

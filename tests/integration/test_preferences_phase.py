@@ -25,7 +25,7 @@ from chessrl.engine.client import find_stockfish
 from chessrl.lm.lm_data import split_games
 from chessrl.rl.preferences import PREFERENCE_SCHEMA
 from pipelines import preferences, prepare
-from pipelines.phase import EXIT_OK, EXIT_USER_ERROR
+from pipelines.common.phase import EXIT_OK, EXIT_USER_ERROR
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import zstandard
 
 from chessrl.data.games import GAMES_SCHEMA
 from pipelines import prepare
-from pipelines.phase import EXIT_EMPTY, EXIT_OK, EXIT_USER_ERROR
+from pipelines.common.phase import EXIT_EMPTY, EXIT_OK, EXIT_USER_ERROR
 
 pytestmark = pytest.mark.integration
 

@@ -211,7 +211,7 @@ def test_a_grpo_sweep_nests_its_trials_in_mlflow_and_writes_a_loadable_best_conf
 
 def test_rlaif_bad_input_is_one_line_before_any_work(tmp_path, capsys):
     from pipelines import rlaif
-    from pipelines.phase import EXIT_USER_ERROR
+    from pipelines.common.phase import EXIT_USER_ERROR
 
     common = ["--storage", str(tmp_path), "--run-name", "bad", "--no-tracking"]
     cases = [

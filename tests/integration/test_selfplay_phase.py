@@ -21,8 +21,8 @@ import torch
 from chessrl.search.network import NetConfig, PolicyValueNet
 from chessrl.search.replay import REPLAY_SCHEMA
 from pipelines import selfplay
+from pipelines.common.phase import EXIT_OK, EXIT_USER_ERROR
 from pipelines.learner.replay import DONE
-from pipelines.phase import EXIT_OK, EXIT_USER_ERROR
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from chessrl.lm.models import build_model, play_game
 from pipelines import prepare, sft
-from pipelines.phase import EXIT_OK, EXIT_USER_ERROR
+from pipelines.common.phase import EXIT_OK, EXIT_USER_ERROR
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -42,7 +42,7 @@ def _upload_inputs(s3, pgn_dir: Path, tmp_path: Path) -> None:
     """The start policy (an untrained tiny board model) and 200 real games, on S3: inputs every
     node can read."""
     from chessrl.lm.models import build_model
-    from pipelines.artifacts import mark_text_format
+    from pipelines.common.artifacts import mark_text_format
 
     model, tokenizer = build_model("tiny")
     start = tmp_path / "start"

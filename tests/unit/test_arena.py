@@ -476,7 +476,7 @@ def test_book_openings_bad_input_names_the_file(tmp_path) -> None:
 
 
 class _ScriptedArena:
-    """Stands in for pipelines.matches.Arena (which plays on Ray): each task's game is written to
+    """Stands in for pipelines.evaluate_matches.Arena (which plays on Ray): each task's game is written to
     ``folder`` as the real one writes it, and the stronger rung (later in the ladder) wins."""
 
     def __init__(self, rungs: list[str]) -> None:
@@ -501,7 +501,7 @@ def test_a_ladder_is_reused_with_the_same_stockfish_and_rated_again_with_another
     said why) when ladder.json names another Stockfish build."""
     from chessrl.arena.ladder import LadderSettings
     from cluster.storage import Storage
-    from pipelines.matches import ensure_ladder
+    from pipelines.evaluate_matches import ensure_ladder
 
     rungs = ("random", "stockfish:elo=1350,nodes=50,random=50", "stockfish:elo=1350,nodes=50")
     settings, root = LadderSettings(rungs=rungs, games=4), Storage.from_uri(str(tmp_path))

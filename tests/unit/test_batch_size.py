@@ -57,7 +57,7 @@ def test_auto_probes_on_the_device_the_learner_trains_on(monkeypatch, tmp_path):
     free memory); without, the CPU as before. Ray's task is faked: no GPU, no cluster."""
     import ray
 
-    from pipelines.batch_size import auto_batch_size, probe_resources
+    from pipelines.common.batch_size import auto_batch_size, probe_resources
 
     asked: list[tuple[dict, tuple]] = []
 
@@ -97,12 +97,12 @@ def test_grpo_auto_batch_size_asks_for_the_learners_device(monkeypatch):
     """grpo's ``batch_size: auto`` passes its ``use_gpu`` on (it probed CPU memory before)."""
     import chessrl.lm.checkpoints
     import cluster.capacity
-    import pipelines.batch_size
+    import pipelines.common.batch_size
     import pipelines.grpo
     from pipelines.config.lm import GRPOConfig
 
     seen: dict = {}
-    monkeypatch.setattr(pipelines.batch_size, "auto_batch_size", lambda *a, **kw: seen.update(kw) or 8)
+    monkeypatch.setattr(pipelines.common.batch_size, "auto_batch_size", lambda *a, **kw: seen.update(kw) or 8)
     monkeypatch.setattr(cluster.capacity, "read_capacity", lambda: None)
     monkeypatch.setattr(pipelines.grpo, "grpo_cpus", lambda *a: (1.0, 4.0))
     monkeypatch.setattr(chessrl.lm.checkpoints, "load_tokenizer", lambda _: build_model("tiny")[1])

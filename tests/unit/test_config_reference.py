@@ -22,7 +22,7 @@ def test_docs_config_md_is_the_generated_reference() -> None:
 
 
 def test_every_key_is_listed_with_its_real_flag() -> None:
-    from pipelines.phase import build_parser
+    from pipelines.common.phase import build_parser
     from pipelines.sft import PHASE as SFT
 
     listed = {row.key for s in sections() for row in key_rows(s)}
@@ -61,7 +61,7 @@ def test_a_bare_command_runs_the_defaults_this_reference_shows() -> None:
     import re
 
     from cluster.config import flatten, load_config, resolve_preset
-    from pipelines.phase import build_parser
+    from pipelines.common.phase import build_parser
     from pipelines.sft import PHASE as SFT
 
     parser, _ = build_parser(SFT)

@@ -17,9 +17,9 @@ import pytest
 from chessrl.arena.players import parse_player_spec
 from cluster.storage import Storage
 from pipelines import evaluate
+from pipelines.common.phase import Inputs
 from pipelines.config import ChessRLConfig
-from pipelines.phase import Inputs
-from pipelines.training_opponents import in_distribution_notes, training_opponents
+from pipelines.evaluate_opponents import in_distribution_notes, training_opponents
 
 RUN = "r"
 

@@ -13,8 +13,8 @@ from cluster.config import load_config
 from cluster.errors import ConfigError, StorageError
 from cluster.graph import Graph, Manifest, Manifests, Node, state_table
 from cluster.storage import Storage
+from pipelines.common.phase import PhaseResult
 from pipelines.config import ChessRLConfig
-from pipelines.phase import PhaseResult
 
 #: The graph these tests build: ppo reads the judge (a reward node) in the policy's own format,
 #: from the sft node. The defaults (the tiny preset's) grade ppo with Stockfish on the board sft.

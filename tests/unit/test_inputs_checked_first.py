@@ -19,7 +19,6 @@ from cluster.storage import Storage
 from pipelines import (
     evaluate,
     grpo,
-    phase,
     ppo,
     preferences,
     prepare,
@@ -30,8 +29,9 @@ from pipelines import (
     tune,
     uci,
 )
+from pipelines.common import phase
+from pipelines.common.phase import EXIT_USER_ERROR, Inputs
 from pipelines.config import ChessRLConfig
-from pipelines.phase import EXIT_USER_ERROR, Inputs
 
 REPO = Path(__file__).resolve().parents[2]
 EPD = REPO / "tests" / "data" / "epd"

@@ -158,3 +158,16 @@ def test_chessrl_modules_import_each_other_without_a_cycle() -> None:
     for module in sorted(modules):
         if module not in state:
             visit(module, [])
+
+
+def test_pipelines_shows_the_commands_and_each_ones_helpers_beside_it() -> None:
+    """``pipelines/``'s top level is the commands (the phases, ``rlaif``, ``uci``), each command's
+    helpers named ``<command>_<what>``, and ``cli``; the package docstring names every one."""
+    import pipelines
+
+    commands = phase_modules() | {"rlaif", "uci"}
+    top = {path.stem for path in (ROOT / "pipelines").glob("*.py")} - {"__init__", "cli"}
+    strays = {m for m in top - commands if not any(m.startswith(f"{c}_") for c in commands)}
+    assert not strays, f"pipelines/ modules that are neither a command nor a command's helper: {strays}"
+    unnamed = {m for m in top if f"``{m}``" not in (pipelines.__doc__ or "")}
+    assert not unnamed, f"pipelines/__init__.py's docstring does not name {unnamed}"

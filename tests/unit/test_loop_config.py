@@ -135,7 +135,7 @@ def test_every_attribute_a_learner_reads_is_a_field(
 
 
 def fake_context(tmp_path: Path) -> Any:
-    """What the drivers' config builders read of a :class:`pipelines.phase.PhaseContext`."""
+    """What the drivers' config builders read of a :class:`pipelines.common.phase.PhaseContext`."""
     run = Storage.from_uri(str(tmp_path / "demo"))
     return SimpleNamespace(
         config=ChessRLConfig(),

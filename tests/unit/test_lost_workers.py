@@ -9,7 +9,7 @@ from ray.train import WorkerGroupError
 from ray.train.v2._internal.exceptions import UserExceptionWithTraceback, WorkerHealthCheckFailedError
 
 from cluster.errors import LostWorkersError, lost_processes
-from pipelines.phase import EXIT_LOST, exit_code
+from pipelines.common.phase import EXIT_LOST, exit_code
 
 
 def _gone() -> rex.ActorUnavailableError:

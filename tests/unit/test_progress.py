@@ -128,7 +128,7 @@ def test_a_quiet_learner_gets_a_line_saying_so() -> None:
 
 
 def test_a_silent_driver_says_it_is_still_working() -> None:
-    from pipelines.phase import keep_talking, phase_logger
+    from pipelines.common.phase import keep_talking, phase_logger
 
     lines: list[str] = []  # the logger's own sink: nothing else the process prints reaches it
     log = phase_logger("grpo", write=lines.append)
@@ -146,7 +146,7 @@ def test_a_silent_driver_says_it_is_still_working() -> None:
 
 
 def test_a_line_printed_while_a_reminder_is_due_is_the_one_named_next() -> None:
-    from pipelines.phase import keep_talking, phase_logger
+    from pipelines.common.phase import keep_talking, phase_logger
 
     lines: list[str] = []
     log = phase_logger("ppo", write=lines.append)
@@ -186,7 +186,7 @@ def test_a_phase_logger_survives_the_trip_into_a_ray_task(capsys: pytest.Capture
 
     from ray import cloudpickle
 
-    from pipelines.phase import phase_logger
+    from pipelines.common.phase import phase_logger
 
     log = pickle.loads(cloudpickle.dumps(phase_logger("sft")))
     log("loading the model")

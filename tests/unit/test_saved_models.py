@@ -17,8 +17,9 @@ from chessrl.arena import saved_models
 from chessrl.arena.saved_models import check_saved_model, load_saved_model
 from chessrl.lm.checkpoints import ModelLoadError
 from chessrl.search.network import NetConfig, PolicyValueNet
-from pipelines import dpo, evaluate, grpo, phase, ppo, preferences, reward, sft, uci
-from pipelines.phase import EXIT_USER_ERROR
+from pipelines import dpo, evaluate, grpo, ppo, preferences, reward, sft, uci
+from pipelines.common import phase
+from pipelines.common.phase import EXIT_USER_ERROR
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,9 @@ import pytest
 
 from cluster.config import load_config
 from cluster.errors import ConfigError
-from pipelines import grpo, phase, ppo
+from pipelines import grpo, ppo
+from pipelines.common import phase
+from pipelines.common.phase import EXIT_USER_ERROR, build_parser, resolve_config
 from pipelines.config import (
     ChessRLConfig,
     DPOConfig,
@@ -22,7 +24,6 @@ from pipelines.config import (
     SftConfig,
     TrainerResources,
 )
-from pipelines.phase import EXIT_USER_ERROR, build_parser, resolve_config
 
 TOO_FEW = (
     "ppo.episodes_per_iteration (--episodes-per-iteration) is 2, fewer than ppo.num_workers (--num-workers) "

@@ -6,8 +6,8 @@ import pytest
 
 from cluster.errors import ConfigError
 from pipelines import selfplay
+from pipelines.common.phase import EXIT_USER_ERROR, build_parser, resolve_config
 from pipelines.config import SelfplayConfig
-from pipelines.phase import EXIT_USER_ERROR, build_parser, resolve_config
 
 SEED_DEFAULTS = {
     "episodes": 4,

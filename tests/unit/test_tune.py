@@ -8,8 +8,8 @@ import yaml
 from cluster.config import load_config, resolve_preset
 from cluster.errors import ConfigError
 from pipelines import tune
+from pipelines.common.phase import EXIT_USER_ERROR
 from pipelines.config import ChessRLConfig, TuneConfig
-from pipelines.phase import EXIT_USER_ERROR
 
 
 def config(**tune_fields: object) -> ChessRLConfig:

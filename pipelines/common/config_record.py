@@ -1,7 +1,7 @@
 """The config record a phase keeps in its output folder, so that a phase run again under the same
 ``--run-name`` with another config says so before it resumes from what the earlier run wrote.
 
-:func:`pipelines.phase.run_phase` does this for every phase::
+:func:`pipelines.common.phase.run_phase` does this for every phase::
 
     record = section_record("sft", config)
     note_config_change(folder, record, log)   # warns, naming the changed keys

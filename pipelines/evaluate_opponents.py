@@ -1,5 +1,5 @@
 """Whom a grpo or online-dpo model played in its own games, read from the config record its phase
-folder keeps beside ``model/`` (:data:`pipelines.config_record.CONFIG_RECORD`), so that
+folder keeps beside ``model/`` (:data:`pipelines.common.config_record.CONFIG_RECORD`), so that
 ``evaluate`` can name them and say when a match is partly in-distribution.
 
 >>> import json, tempfile
@@ -28,8 +28,8 @@ from typing import Any
 from chessrl.arena.players import PlayerSpec, parse_player_spec
 from cluster.errors import UserError
 from cluster.storage import Storage
-from pipelines.artifacts import sft_folder
-from pipelines.config_record import CONFIG_RECORD
+from pipelines.common.artifacts import sft_folder
+from pipelines.common.config_record import CONFIG_RECORD
 
 
 def training_record(model_path: str) -> dict[str, Any]:

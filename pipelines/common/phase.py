@@ -44,8 +44,8 @@ from cluster.progress import clock
 from cluster.runtime import RayInfo, quiet_driver, ray_session
 from cluster.storage import Storage
 from cluster.tracking import PhaseRun, Tracker, write_json_artifact
+from pipelines.common.config_record import note_config_change, recording_config, section_record
 from pipelines.config import ChessRLConfig
-from pipelines.config_record import note_config_change, recording_config, section_record
 
 EXIT_OK, EXIT_EMPTY, EXIT_USER_ERROR, EXIT_LOST, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
