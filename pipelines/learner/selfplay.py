@@ -68,7 +68,7 @@ class SelfplayLoopConfig(LoopConfig):
     """A gate game's most plies."""
     producer_workers: int
     """Collectors (0: the learner plays its own games)."""
-    replay_reader: str = "parquet"
+    replay_reader: str = "stream"
     """``parquet`` (each worker reads its share of the window, a ``read_parquet`` a pass) or
     ``stream`` (its split of the replay window's stream, :data:`pipelines.learner.replay.WINDOW`)."""
     use_gpu: bool

@@ -88,7 +88,7 @@ def test_collector_killed_mid_run_restarts_and_training_goes_on(tmp_path, local_
         target=kill_collector_after, args=(phase / "collectors" / "collector-00.json", 2, killed), daemon=True
     )
     killer.start()
-    # the learner reads the replay window through the Ray Data stream (selfplay.replay_reader)
+    # the learner reads the replay window through the Ray Data stream (selfplay.replay_reader's default)
     code = run_selfplay(
         tmp_path,
         "k",
@@ -98,8 +98,6 @@ def test_collector_killed_mid_run_restarts_and_training_goes_on(tmp_path, local_
         "6",
         "--episodes",
         "2",
-        "--replay-reader",
-        "stream",
     )
     killer.join(timeout=1)
     assert code == EXIT_OK
@@ -163,7 +161,7 @@ def test_collector_killed_mid_run_restarts_and_training_goes_on(tmp_path, local_
 @pytest.mark.slow
 def test_learner_plays_its_own_games_without_producers_and_resumes(tmp_path, local_ray, capsys, driver_err):
     args = ["--producer-workers", "0", "--episodes", "2", "--checkpoint-interval", "1", "--eval-games", "0"]
-    args += ["--replay-reader", "stream"]  # a resumed stream goes on (the last run's end marker is gone)
+    # the Ray Data stream (the default): a resumed stream goes on (the last run's end marker is gone)
     assert run_selfplay(tmp_path, "p", *args, "--iterations", "2") == EXIT_OK
     phase = tmp_path / "p" / "selfplay"
     summary = json.loads((phase / "summary.json").read_text())

@@ -32,6 +32,8 @@ def test_selfplay_writes_everything_to_s3(s3, moto_s3, tmp_path, repo):
             "--no-tracking",
             "--producer-workers",
             "1",
+            "--replay-reader",
+            "parquet",  # the other reader (the integration tier runs the stream, the default)
             "--iterations",
             "2",
             "--episodes",
