@@ -99,14 +99,42 @@ def encode(rows: list[dict[str, Any]], tok: Any, layout: str) -> list[Example]:
     return out
 
 
+def tiny_llama(tok: Any, seed: int) -> Any:
+    """The tiny preset's shape (4 layers, 4 heads, 192 wide) as a Llama: rotary positions (relative,
+    where GPT-2's are learnt absolute ones), tied embeddings, the move embeddings composed as
+    :func:`chessrl.lm.models.compose_move_embeddings` does for GPT-2."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from chessrl.lm.models import compose_move_embeddings
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=192,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
+    )
+    model = LlamaForCausalLM(config)
+    compose_move_embeddings(model, tok, seed=seed)
+    return model
+
+
 class Probe:
     """The model, its per-move head and the forward pass over a batch of examples."""
 
     def __init__(self, args: argparse.Namespace, tok: Any) -> None:
         torch.manual_seed(args.seed)
         self.args, self.tok = args, tok
-        self.model, _ = build_model("tiny", seed=args.seed)
-        self.head = torch.nn.Linear(self.model.config.n_embd, 1)
+        self.model = (
+            build_model("tiny", seed=args.seed)[0] if args.arch == "gpt2" else tiny_llama(tok, args.seed)
+        )
+        self.head = torch.nn.Linear(self.model.get_input_embeddings().weight.shape[1], 1)
         if args.sinus:
             n, d = self.model.config.n_positions, self.model.config.n_embd
             pos = torch.arange(n).float()[:, None]
@@ -241,6 +269,12 @@ def main() -> None:
         "--sinus", type=float, default=0.0, help="start the position table from sinusoids of this scale"
     )
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--arch",
+        choices=["gpt2", "llama"],
+        default="gpt2",
+        help="the tiny shape as GPT-2 or as a Llama (rotary)",
+    )
     args = ap.parse_args()
     tok = build_chess_tokenizer()
     rows = read_rows(f"{args.annotate}/train/*.parquet")

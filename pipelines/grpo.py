@@ -298,6 +298,14 @@ def grpo_cpus(cap: Capacity, engines: int, workers: int, use_gpu: bool) -> tuple
     >>> head0 = {"CPU": 0, "node:__internal_head__": 1}
     >>> grpo_cpus(Capacity(alive=(head0,), types=(NodeType("c", {"CPU": 32}, 0, 8), NodeType("g5", {"CPU": 8, "GPU": 1}, 0, 4))), 8, 2, True)
     (0.5, 8.0)
+
+    One worker and its engine on a cluster whose largest node has 2 CPUs: 1.5 for the worker, so
+    that it fits beside the engine wherever Ray puts that (with 2, an engine on the 2-CPU node left
+    the worker waiting for a node no autoscaler would start):
+
+    >>> small, big = NodeType("small", {"CPU": 1}, 0, 2), NodeType("big", {"CPU": 2}, 0, 1)
+    >>> grpo_cpus(Capacity(alive=(head0, {"CPU": 1}, {"CPU": 2}), types=(small, big)), 1, 1, False)
+    (0.5, 1.5)
     """
     from actors.engine_pool import engine_split
 
@@ -308,6 +316,8 @@ def grpo_cpus(cap: Capacity, engines: int, workers: int, use_gpu: bool) -> tuple
     learner_cpus = max(0.5, min((cpus - engines * engine_cpus) / workers, most))
     if share is not None and cap.autoscales:  # the engines go to CPU nodes, each worker to a GPU's
         learner_cpus = float(share)
+    elif share is None and workers == 1:  # the engines may land on the learner's node: leave them room
+        learner_cpus = max(0.5, min(learner_cpus, most - engines * engine_cpus))
     elif workers > 1 and share is None:  # each worker on one node, beside its engines
         nodes = cap.engine_nodes(engines, engine_cpus)
         split = engine_split(engines, nodes, engine_cpus, key="grpo.engines", nodes=cap.describe())

@@ -170,7 +170,7 @@ def compose_move_embeddings(model: GPT2LMHeadModel, tokenizer: PreTrainedTokeniz
     >>> bool(torch.cosine_similarity(a, b, dim=0) > 0.3 > torch.cosine_similarity(a, c, dim=0))
     True
     """
-    width = model.config.n_embd
+    width = model.get_input_embeddings().weight.shape[1]  # any architecture's, not only GPT-2's
     std = model.config.initializer_range / (2**0.5)
     generator = torch.Generator().manual_seed(seed)
     squares = torch.randn(2, 64, width, generator=generator) * std  # from, to

@@ -1,6 +1,7 @@
 """Real servers on loopback, each in its own process group and stopped with it: a Ray head
-(``ray start --head --block``), a two-node Ray cluster (a head and a worker node), an S3 endpoint
-(``moto_server``, one for the session), an MLflow server."""
+(``ray start --head --block``), a two-node Ray cluster (a head and a worker node), an autoscaling
+cluster on Ray's fake provider (a head with 0 CPUs whose autoscaler starts nodes from nothing), an
+S3 endpoint (``moto_server``, one for the session), an MLflow server."""
 
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from cluster.runtime import forget_dead_ray_address
 
@@ -492,3 +495,187 @@ def uneven_two_nodes(moto_s3: Server, tmp_path_factory: pytest.TempPathFactory) 
         moto_s3, tmp_path_factory.mktemp("uneven"), head_cpus=2, worker_cpus=3, head_only=True
     ) as cluster:
         yield cluster
+
+
+def autoscaling_config(gcs_port: int) -> dict[str, Any]:
+    """The fake provider's cluster: the head (0 CPUs, as on a real cluster) and two worker types
+    that start from zero. ``gcs_address`` keeps its nodes off the fixed port 6379 (other Rays on
+    this machine); the nodes go idle after 6 s (``idle_timeout_minutes: 0.1``)."""
+    return {
+        "cluster_name": "fake-autoscaling",
+        "max_workers": 3,
+        "upscaling_speed": 1.0,
+        "idle_timeout_minutes": 0.1,
+        "provider": {
+            "type": "fake_multinode",
+            "gcs_address": f"127.0.0.1:{gcs_port}",
+            "use_node_id_as_ip": True,
+            "disable_node_updaters": True,
+            "disable_launch_config_check": True,
+        },
+        "auth": {"ssh_user": "ubuntu"},
+        "head_node_type": "ray.head.default",
+        "available_node_types": {
+            "ray.head.default": {"resources": {"CPU": 0}, "node_config": {}, "max_workers": 0},
+            "small": {
+                "resources": {"CPU": 1, "object_store_memory": 200_000_000},
+                "node_config": {},
+                "min_workers": 0,
+                "max_workers": 2,
+            },
+            "big": {
+                "resources": {"CPU": 2, "accel": 1, "object_store_memory": 200_000_000},
+                "node_config": {},
+                "min_workers": 0,
+                "max_workers": 1,
+            },
+        },
+        **{
+            key: []
+            for key in (
+                "initialization_commands",
+                "setup_commands",
+                "head_setup_commands",
+                "worker_setup_commands",
+                "head_start_ray_commands",
+                "worker_start_ray_commands",
+                "cluster_synced_files",
+            )
+        },
+        "file_mounts": {},
+        "file_mounts_sync_continuously": False,
+        "docker": {},
+    }
+
+
+@dataclass
+class FakeCluster:
+    url: str  # the head's dashboard / job server
+    env: dict[str, str]  # what a client needs: the token
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def api(self, path: str) -> Any:
+        request = urllib.request.Request(
+            f"{self.url}{path}", headers={"Authorization": f"Bearer {self.env['RAY_AUTH_TOKEN']}"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+
+    def rows(self, resource: str) -> list[dict[str, Any]]:
+        """The state API's ``resource`` (nodes, actors), every one with its details."""
+        answer = self.api(f"/api/v0/{resource}?limit=10000&detail=1")
+        return list(answer.get("data", {}).get("result", {}).get("result", []))
+
+    def alive(self) -> list[dict[str, Any]]:
+        return [n for n in self.rows("nodes") if n.get("state") == "ALIVE"]
+
+    def run_job(
+        self, repo: Path, args: list[str], deadline_s: float, working_dir: bool = True
+    ) -> tuple[dict[str, Any], str]:
+        """``ray job submit`` of a phase, then its record once ended and its logs. Without
+        ``working_dir`` the job runs the project as this venv has it installed (editable, from
+        ``repo``): the fake provider's nodes share the head's session folder, and each node that
+        first runs a job's worker unpacks the job's working directory there afresh (Ray's
+        working_dir plugin overwrites it), under the feet of the workers of the nodes before it
+        (their cwd gone: FileNotFoundError). On a real cluster every machine has its own."""
+        job_id = f"autoscale-{uuid.uuid4().hex[:8]}"
+        where = ["--working-dir", str(repo)] if working_dir else []
+        cmd = [RAY, "job", "submit", "--address", self.url, "--submission-id", job_id, "--no-wait", *where]
+        cmd += ["--", "python", "-m", *args]
+        stop = time.monotonic() + 90
+        while True:  # retried while the head's job agent is still starting
+            done = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=180)
+            if done.returncode == 0 or "No available agent" not in done.stderr or time.monotonic() > stop:
+                break
+            time.sleep(2)
+        assert done.returncode == 0, done.stderr[-2000:] + self.log.read_text(errors="replace")[-3000:]
+        job: dict[str, Any] = {}
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end and job.get("status") not in ("SUCCEEDED", "FAILED", "STOPPED"):
+            time.sleep(1)
+            job = self.api(f"/api/jobs/{job_id}")
+        logs = subprocess.run(
+            [RAY, "job", "logs", "--address", self.url, job_id],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        return job, logs.stdout + logs.stderr
+
+
+@pytest.fixture(scope="module")
+def fake_cluster(moto_s3: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeCluster]:
+    """The head of a fake_multinode cluster (``ray start --head --block``, its own ports, token
+    and session folder, :func:`autoscaling_config`), with the S3 endpoint's environment as instance
+    credentials would give it; the nodes its autoscaler starts are processes of the head's group,
+    stopped with it."""
+    tmp = tmp_path_factory.mktemp("fake-autoscaling")
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rtfa", dir="/tmp"))  # AF_UNIX paths are capped at 107 bytes
+    gcs_port, dashboard_port = free_port(), free_port()
+    config = tmp / "autoscaling.yaml"
+    config.write_text(yaml.safe_dump(autoscaling_config(gcs_port), sort_keys=False))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith("RAY_TRAIN_") or not k.startswith(("RAY_", "MLFLOW_"))
+    }
+    env.update(moto_s3.env)
+    env.update(
+        {
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": secrets.token_hex(32),
+            "PYTHONUNBUFFERED": "1",
+            "RAY_FAKE_CLUSTER": "1",
+            "AUTOSCALER_UPDATE_INTERVAL_S": "1",
+        }
+    )
+    cmd = [
+        RAY,
+        "start",
+        "--head",
+        "--block",
+        "--num-cpus=0",
+        f"--port={gcs_port}",
+        f"--autoscaling-config={config}",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard_port}",
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
+        f"--ray-client-server-port={free_port()}",
+        "--min-worker-port=0",
+        "--max-worker-port=0",
+        "--object-store-memory=200000000",
+        "--disable-usage-stats",
+        f"--temp-dir={ray_tmp}",
+    ]
+    log = tmp / "head.log"
+    with log.open("wb") as handle:
+        process = subprocess.Popen(
+            cmd, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    cluster = FakeCluster(url=f"http://127.0.0.1:{dashboard_port}", env=env, process=process, log=log)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None, log.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+            try:
+                if cluster.alive():
+                    break
+            except (OSError, urllib.error.HTTPError):
+                pass
+            time.sleep(1)
+        yield cluster
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # the head, its autoscaler and every node it started
+            try:
+                os.killpg(process.pid, sig)
+                process.wait(timeout=3)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+        forget_dead_ray_address()

@@ -3,12 +3,15 @@
 First the command a newcomer types, on the embedded local Ray (``make demo``'s path), with its
 input PGN, outputs and checkpoints on S3: killed with SIGKILL (driver, embedded Ray, workers)
 once ``reward`` has a checkpoint Ray Train registered. Then the same command as one ``ray job
-submit`` on a two-node cluster started with ``ray start`` (a head and a worker node, one CPU
-each, on this machine): the phases that had finished are skipped (manifests and outputs
-untouched), reward resumes from its checkpoint, the rest of the graph (ppo, grpo, online DPO,
-dpo, the head-to-head evaluate) runs to the end, every phase's manifest and outputs are in the
-bucket, and the job's tasks and actors ran on both nodes (Ray's state API says where each one
-ran). The job is polled through the head's HTTP API, not a CLI process every few seconds. (What
+submit`` on an autoscaling cluster as ``ray up`` makes one, on Ray's own test provider
+(``fake_multinode``, the ``fake_cluster`` fixture): a head with 0 CPUs and two worker node types
+(1 CPU; 2 CPUs and a stand-in accelerator), ``min_workers: 0``, so no CPU at all when the job
+starts. The phases that had finished are skipped (manifests and outputs untouched), reward
+resumes from its checkpoint, the rest of the graph (ppo, grpo, online DPO, dpo, the head-to-head
+evaluate) asks for nodes and runs to the end, every phase's manifest and outputs are in the
+bucket, every task and actor of the job ran on a launched node, none on the head (Ray's state
+API says where each one ran), and the idle nodes scale back down. The job is polled through the
+head's HTTP API, not a CLI process every few seconds. (What
 a changed section re-runs is ``tests/unit/test_graph.py``'s; this is the one whole-graph run of
 the suite.)"""
 
@@ -51,11 +54,11 @@ def _load(path: Path, name: str) -> ModuleType:
 servers = _load(HERE / "conftest.py", "_system_servers")
 KilledRun = _load(HERE.parent / "integration" / "conftest.py", "_integration_conftest").KilledRun
 MICRO: dict[str, Any] = _load(HERE.parent / "integration" / "test_rlaif.py", "_integration_rlaif").MICRO
-Cluster, RAY = servers.Cluster, servers.RAY
+Cluster, FakeCluster, RAY = servers.Cluster, servers.FakeCluster, servers.RAY
 
 PHASES = ("prepare", "sft", "preferences", "reward", "ppo", "grpo", "online-dpo", "dpo", "evaluate")
 BUCKET = "rlaif-runs"
-JOB_DEADLINE_S = 480  # the resumed job takes about 3 min on 2 loaded cores; each wait has its deadline
+JOB_DEADLINE_S = 600  # the resumed job takes about 3 min on 2 loaded cores; each wait has its deadline
 
 
 class Bucket:
@@ -81,9 +84,11 @@ class Bucket:
 
 
 @pytest.fixture(scope="module")
-def graph(two_nodes: Cluster, moto_s3, s3, tmp_path_factory, repo: Path, pgn_dir: Path) -> dict[str, Any]:
+def graph(
+    fake_cluster: FakeCluster, moto_s3, s3, tmp_path_factory, repo: Path, pgn_dir: Path
+) -> dict[str, Any]:
     """The micro graph killed during reward on the embedded Ray, then resumed as a job on the
-    two-node cluster: what the test below looks at."""
+    autoscaling cluster: what the test below looks at."""
     tmp = tmp_path_factory.mktemp("rlaif")
     s3.create_bucket(Bucket=BUCKET)
     s3.upload_file(str(pgn_dir / "masters" / "Firouzja.pgn.zst"), BUCKET, "input/Firouzja.pgn.zst")
@@ -120,22 +125,15 @@ def graph(two_nodes: Cluster, moto_s3, s3, tmp_path_factory, repo: Path, pgn_dir
     reward_started = "rlaif/manifests/reward.started.json" in manifests
     sft_model = bucket.read("sft/model/model.safetensors") if finished else b""
 
-    # 2. The same command as a job on the two-node cluster.
-    job_id = f"rlaif-{uuid.uuid4().hex[:8]}"
+    # 2. The same command as a job on the autoscaling cluster, from no worker node at all.
+    nodes_before = fake_cluster.alive()
     started = time.monotonic()
-    result = two_nodes.submit(
-        ["--submission-id", job_id, "--no-wait", "--working-dir", str(repo), "--", *command]
-    )
-    assert result.returncode == 0, result.stderr[-2000:] + two_nodes.logs()
-    job = two_nodes.wait_job(job_id, deadline_s=JOB_DEADLINE_S)
+    job, logs = fake_cluster.run_job(repo, command[2:], deadline_s=JOB_DEADLINE_S, working_dir=False)
     status = job.get("status") if job.get("status") in ("SUCCEEDED", "FAILED", "STOPPED") else None
-    done = two_nodes.cli("job", "logs", "--address", two_nodes.url, job_id, timeout=120)
-    logs = done.stdout + done.stderr
     (tmp / "job.log").write_text(logs)
-    if status is None:
-        two_nodes.cli("job", "stop", "--address", two_nodes.url, "--no-wait", job_id)
     print(
-        f"\nrlaif job {job_id}: {status} after {time.monotonic() - started:.0f} s (its log: {tmp / 'job.log'})"
+        f"\nrlaif job {job.get('submission_id')}: {status} after {time.monotonic() - started:.0f} s "
+        f"(its log: {tmp / 'job.log'})"
     )
     print("\n".join(line for line in logs.splitlines() if line.startswith("[rlaif]")))
     return {
@@ -149,11 +147,12 @@ def graph(two_nodes: Cluster, moto_s3, s3, tmp_path_factory, repo: Path, pgn_dir
         "job": job,
         "status": status,
         "logs": logs,
+        "nodes_before": nodes_before,
     }
 
 
-def test_rlaif_killed_on_a_laptop_resumes_as_one_job_on_two_nodes_with_s3(
-    graph: dict[str, Any], two_nodes: Cluster
+def test_rlaif_killed_on_a_laptop_resumes_as_one_job_on_an_autoscaling_cluster_with_s3(
+    graph: dict[str, Any], fake_cluster: FakeCluster
 ):
     bucket, first_log, logs, job = graph["bucket"], graph["first_log"], graph["logs"], graph["job"]
     assert graph["alive"], first_log[-3000:]  # killed while it ran, not after it ended
@@ -162,10 +161,12 @@ def test_rlaif_killed_on_a_laptop_resumes_as_one_job_on_two_nodes_with_s3(
     assert "Stockfish scores every legal move" in first_log  # reward's Spearman positions, once
     assert graph["status"] == "SUCCEEDED", (
         f"job: {graph['status'] or f'not finished in {JOB_DEADLINE_S} s'} ({job.get('message')})\n"
-        f"{logs[-6000:]}\n{two_nodes.logs()}"
+        f"{logs[-6000:]}\n{fake_cluster.log.read_text(errors='replace')[-3000:]}"
     )
-    # the driver joined the two-node cluster (not an embedded Ray of its own)
-    assert "[rlaif] ray: joined cluster" in logs and ", 2 CPUs" in logs, logs[-3000:]
+    # the driver joined the cluster (not an embedded Ray of its own), which had no CPU then
+    before = graph["nodes_before"]
+    assert len(before) == 1 and not before[0]["resources_total"].get("CPU"), before
+    assert "[rlaif] ray: joined cluster" in logs, logs[-3000:]
     assert "rlaif: graph state in s3://" in logs and "evaluate summary" in logs, logs[-3000:]
     assert "testing-secret" not in logs
 
@@ -261,24 +262,36 @@ def test_rlaif_killed_on_a_laptop_resumes_as_one_job_on_two_nodes_with_s3(
         "The judge (the reward model;" in story and "(bar 80%)" in story
     )  # the judge's bar, and who reads it
 
-    # The job's work ran on both nodes: where the state API says each task and actor of the job
-    # ran (the job's own Ray job id, so not the job supervisor's actor).
-    nodes = {n["node_id"]: n for n in two_nodes.state("nodes")}
-    head = next(i for i, n in nodes.items() if n["resources_total"].get("node_head"))
-    worker = next(i for i, n in nodes.items() if n["resources_total"].get("node_worker"))
+    # The job's work ran on launched nodes: where the state API says each task and actor of the
+    # job ran (the job's own Ray job id, so not the job supervisor's actor). The head (0 CPUs) holds
+    # only what asks for no CPU: Ray's own bookkeeping actors (Ray Data's stats and autoscaling
+    # coordinator, Ray Train's synchronisation, the collectors' queue).
+    nodes = {n["node_id"]: n for n in fake_cluster.rows("nodes")}
+    head = before[0]["node_id"]
     where: dict[str, Counter[str]] = {}  # node id -> what ran there
-    for task in two_nodes.state("tasks", f"job_id={job['job_id']}"):
-        if task.get("node_id"):
-            where.setdefault(task["node_id"], Counter())[f"task {task['name']}"] += 1
-    for actor in two_nodes.state("actors", f"job_id={job['job_id']}"):
-        if actor.get("node_id"):
-            where.setdefault(actor["node_id"], Counter())[f"actor {actor['class_name']}"] += 1
+    on_head_with_cpus = []
+    for kind, name_key in (("tasks", "name"), ("actors", "class_name")):
+        for row in fake_cluster.rows(kind):
+            if row.get("job_id") != job["job_id"] or not row.get("node_id"):
+                continue
+            where.setdefault(row["node_id"], Counter())[f"{kind[:-1]} {row[name_key]}"] += 1
+            if row["node_id"] == head and float((row.get("required_resources") or {}).get("CPU", 0)) > 0:
+                on_head_with_cpus.append(row[name_key])
     for node, ran in where.items():
-        label = {head: "head", worker: "worker"}.get(node, "unknown")
+        size = nodes[node]["resources_total"].get("CPU", 0) if node in nodes else "?"
+        label = "head" if node == head else f"launched, {size} CPUs"
         print(
-            f"{label} node {node[:8]}: {sum(ran.values())} tasks and actors, most: {dict(ran.most_common(10))}"
+            f"{label} node {node[-6:]}: {sum(ran.values())} tasks and actors, most: {dict(ran.most_common(10))}"
         )
-    assert set(where) == {head, worker}, where
+    assert not on_head_with_cpus, on_head_with_cpus
+    launched = Counter(k.split(".")[0] for node, ran in where.items() if node != head for k in ran)
+    assert launched["actor RayTrainWorker"] and launched["actor EnginePoolActor"], launched
+
+    # Once the graph is done its nodes are idle, and go: nothing of its asks outlives it.
+    deadline = time.monotonic() + 120
+    while len(fake_cluster.alive()) > 1:
+        assert time.monotonic() < deadline, fake_cluster.alive()
+        time.sleep(2)
 
 
 def test_annotate_spreads_its_engines_over_both_nodes(two_nodes: Cluster, s3, repo: Path):
