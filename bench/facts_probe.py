@@ -11,6 +11,7 @@ soft targets over the legal moves, a legality term), and every ``--eval-every`` 
 
     python bench/facts_probe.py --annotate runs/tiny/annotate --steps 400
     python bench/facts_probe.py --annotate runs/tiny/annotate --layout grouped --sinus 0.05
+    python bench/facts_probe.py --annotate runs/tiny/annotate --layout ordered-last --arch llama
 
 ``--layout``: ``facts`` (:class:`chessrl.lm.formats.FactsFormat`), ``grouped`` (the same facts,
 the moves grouped by them: `` [p#] h5f7 [p+] c4f7 ... [.] a2a4``), ``board``. ``--sinus`` starts
