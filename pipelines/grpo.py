@@ -316,7 +316,9 @@ def grpo_cpus(cap: Capacity, engines: int, workers: int, use_gpu: bool) -> tuple
     learner_cpus = max(0.5, min((cpus - engines * engine_cpus) / workers, most))
     if share is not None and cap.autoscales:  # the engines go to CPU nodes, each worker to a GPU's
         learner_cpus = float(share)
-    elif share is None and workers == 1:  # the engines may land on the learner's node: leave them room
+    elif share is None and workers == 1 and engines * engine_cpus < most:
+        # all the engines may land on the learner's node: leave them room there (more than a node
+        # holds spread over several, and leave the learner as it was)
         learner_cpus = max(0.5, min(learner_cpus, most - engines * engine_cpus))
     elif workers > 1 and share is None:  # each worker on one node, beside its engines
         nodes = cap.engine_nodes(engines, engine_cpus)

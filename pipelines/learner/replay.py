@@ -22,8 +22,9 @@ In each worker (either feed)::
 A block is one shard, whole (its Parquet bytes: whole episodes, as GAE needs them). Ray Train's
 default split (``equal=True``) may cut a block between workers and waits to balance rows, which
 an unbounded stream cannot have: :func:`stream_split_config` splits with ``equal=False``, whole
-blocks to whichever worker asks next. Ray Data buffers a read task's output into blocks of
-``target_max_block_size``: the stream sets it to one byte, so each shard goes on as it is read.
+blocks, each to the split that has had the fewest rows (one row a shard: shards in turn). Ray
+Data buffers a read task's output into blocks of ``target_max_block_size``: the stream sets it to
+one byte, so each shard goes on as it is read.
 
 selfplay's replay window through Ray Data (``selfplay.replay_reader: stream``): :func:`window_stream`,
 one long read task that passes over the newest shards of the replay folder holding about
@@ -77,35 +78,73 @@ def shard_blocks(storage: Storage, poll_s: float, seen: Sequence[str] = ()) -> I
             yield pa.table({"shard": [rel], "data": pa.array([storage.read_bytes(rel)], pa.binary())})
 
 
+def shard_age(rel: str) -> tuple[int, int, str]:
+    """A replay shard's place in time: its network version, then its number (collectors number
+    their shards as they write them, side by side), then its name.
+
+    >>> sorted(["1/shard-01-000000.parquet", "0/shard-00-000003.parquet", "1/shard-00-000001.parquet"], key=shard_age)
+    ['0/shard-00-000003.parquet', '1/shard-01-000000.parquet', '1/shard-00-000001.parquet']
+    """
+    version, name = rel.split("/", 1)
+    return int(version), int(name.rsplit("-", 1)[1].split(".")[0]), name
+
+
+def newest_window(storage: Storage, positions: int, rows: dict[str, int]) -> list[str]:
+    """The newest finished shards under ``storage`` holding about ``positions`` rows, newest first;
+    ``rows`` caches each shard's row count (its Parquet footer, read only for the shards looked at)."""
+    import pyarrow.parquet as pq
+
+    from chessrl.search.replay import list_shards
+
+    picked, held = [], 0
+    for rel in sorted(list_shards(storage), key=shard_age, reverse=True):
+        if held >= positions:
+            break
+        if rel not in rows:
+            rows[rel] = pq.read_metadata(storage.path(rel), filesystem=storage.fs).num_rows
+        picked.append(rel)
+        held += rows[rel]
+    return picked
+
+
 def window_blocks(
-    storage: Storage, positions: int, seed: int, poll_s: float, columns: Sequence[str] | None = None
+    storage: Storage,
+    positions: int,
+    seed: int,
+    poll_s: float,
+    columns: Sequence[str] | None = None,
+    relist_every: int = 8,
 ) -> Iterator[Any]:
-    """Endless shuffled passes over the replay window under ``storage``: the newest finished shards
-    holding about ``positions`` rows, listed again at each pass, each shard as a one-row table
-    (``shard``, ``data``: its ``columns`` as Arrow IPC bytes, uncompressed, so that the stream's
-    object store budget counts what the rows weigh), until :data:`DONE` appears there."""
+    """Endless shuffled passes over the replay window under ``storage`` (:func:`newest_window`),
+    each shard as a one-row table (``shard``, ``data``: its ``columns`` as Arrow IPC bytes,
+    uncompressed, so that the stream's object store budget counts what the rows weigh), until
+    :data:`DONE` appears there. Every ``relist_every`` shards the folder is listed again: shards
+    that landed since go next, so a new shard waits a few shards, not a pass of the window."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from chessrl.search.replay import list_shards, newest_shards
-
     rng, rows = random.Random(seed), {}
     while not storage.exists(DONE):
-        shards = list_shards(storage)
-        for rel in shards:
-            if rel not in rows:
-                rows[rel] = pq.read_metadata(storage.path(rel), filesystem=storage.fs).num_rows
-        window = newest_shards([(rel, rows[rel]) for rel in shards], positions)
-        if not window:
+        queue = newest_window(storage, positions, rows)
+        if not queue:
             time.sleep(poll_s)
             continue
-        rng.shuffle(window)
-        for rel in window:
+        rng.shuffle(queue)
+        this_pass, sent = set(queue), 0
+        while queue:
+            rel = queue.pop()
             table = pq.read_table(storage.path(rel), columns=columns, filesystem=storage.fs)
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, table.schema) as writer:
                 writer.write_table(table)
             yield pa.table({"shard": [rel], "data": pa.array([sink.getvalue().to_pybytes()], pa.binary())})
+            sent += 1
+            if sent % relist_every == 0:
+                if storage.exists(DONE):
+                    return
+                landed = [r for r in newest_window(storage, positions, rows) if r not in this_pass]
+                this_pass.update(landed)
+                queue += landed  # popped from the end: next
 
 
 def shard_stream(name: str, blocks: Callable[[], Iterator[Any]]) -> Any:
@@ -192,18 +231,25 @@ def window_batches(
             shard = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
             pool.append(shard)
             held += shard.num_rows
-        while held >= max(buffer_rows, batch_size):
-            merged = pa.concat_tables(pool).combine_chunks()
-            order = rng.permutation(merged.num_rows)
-            batch = merged.take(order[:batch_size])
-            rest = merged.take(order[batch_size:])
-            pool, held = [rest], rest.num_rows
+        full = max(buffer_rows, batch_size)
+        if held < full:
+            continue
+        # one shuffle of the buffer, then batches from it until half of it is left (at least one):
+        # new shards mix into the half that stays
+        merged = pa.concat_tables(pool).combine_chunks()
+        order = rng.permutation(merged.num_rows)
+        draws = max(1, (merged.num_rows - full // 2) // batch_size)
+        for k in range(draws):
+            batch = merged.take(order[k * batch_size : (k + 1) * batch_size])
             yield {name: batch.column(name).to_numpy(zero_copy_only=False) for name in batch.column_names}
+        rest = merged.take(order[draws * batch_size :])
+        pool, held = [rest], rest.num_rows
 
 
 def stream_split_config() -> Any:
     """Ray Train's ``dataset_config``: :data:`DATASET` and :data:`WINDOW` split with ``equal=False``
-    (whole blocks, so whole shards and whole episodes, to whichever worker asks next), any other
+    (whole blocks, so whole shards and whole episodes, each to the split that has had the fewest
+    rows: one row a shard, so shards in turn), any other
     dataset as Ray Train splits it."""
     from ray.train import DataConfig
 
