@@ -299,9 +299,7 @@ def grpo_cpus(cap: Capacity, engines: int, workers: int, use_gpu: bool) -> tuple
     >>> grpo_cpus(Capacity(alive=(head0,), types=(NodeType("c", {"CPU": 32}, 0, 8), NodeType("g5", {"CPU": 8, "GPU": 1}, 0, 4))), 8, 2, True)
     (0.5, 8.0)
 
-    One worker and its engine on a cluster whose largest node has 2 CPUs: 1.5 for the worker, so
-    that it fits beside the engine wherever Ray puts that (with 2, an engine on the 2-CPU node left
-    the worker waiting for a node no autoscaler would start):
+    One worker beside its engine on a largest node of 2 CPUs: 1.5, so it fits wherever the engine goes:
 
     >>> small, big = NodeType("small", {"CPU": 1}, 0, 2), NodeType("big", {"CPU": 2}, 0, 1)
     >>> grpo_cpus(Capacity(alive=(head0, {"CPU": 1}, {"CPU": 2}), types=(small, big)), 1, 1, False)
@@ -317,8 +315,7 @@ def grpo_cpus(cap: Capacity, engines: int, workers: int, use_gpu: bool) -> tuple
     if share is not None and cap.autoscales:  # the engines go to CPU nodes, each worker to a GPU's
         learner_cpus = float(share)
     elif share is None and workers == 1 and engines * engine_cpus < most:
-        # all the engines may land on the learner's node: leave them room there (more than a node
-        # holds spread over several, and leave the learner as it was)
+        # the engines may all land on the learner's node: leave them room there
         learner_cpus = max(0.5, min(learner_cpus, most - engines * engine_cpus))
     elif workers > 1 and share is None:  # each worker on one node, beside its engines
         nodes = cap.engine_nodes(engines, engine_cpus)
