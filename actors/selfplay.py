@@ -60,7 +60,7 @@ class SelfPlayCollector(CollectorStatus):
     """B games at once with batched MCTS; finished games go to fixed-size replay shards."""
 
     def __init__(self, spec: CollectorSpec, index: int, queue: Any) -> None:
-        from chessrl.search.replay import list_shards, remove_partial_shards
+        from chessrl.search.replay import list_shards, remove_partial_shards, shard_age
         from cluster.storage import Storage
 
         self.spec, self.index, self.queue = spec, index, queue
@@ -68,7 +68,7 @@ class SelfPlayCollector(CollectorStatus):
         remove_partial_shards(self.replay, index)  # a killed start's shard, half written
         self.status = Storage.from_uri(spec.status_uri)
         mine = [rel for rel in list_shards(self.replay) if f"/shard-{index:02d}-" in rel]
-        self.next_shard = 1 + max((int(rel.rsplit("-", 1)[1].split(".")[0]) for rel in mine), default=-1)
+        self.next_shard = 1 + max((shard_age(rel)[1] for rel in mine), default=-1)
         previous = self._read_status()
         same = previous.get("invocation") == spec.invocation
         #: Starts in this invocation (restarts are ``starts - 1``), and over the run's whole life.

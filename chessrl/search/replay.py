@@ -119,6 +119,20 @@ def write_shard(storage: Storage, rel: str, table: pa.Table) -> int:
     return table.num_rows
 
 
+def shard_age(rel: str) -> tuple[int, int, int]:
+    """A finished shard's place in time: its network version, then its number (collectors number
+    their shards as they write them, side by side), then its collector.
+
+    >>> sorted(["1/shard-01-000000.parquet", "0/shard-00-000003.parquet", "1/shard-00-000001.parquet"], key=shard_age)
+    ['0/shard-00-000003.parquet', '1/shard-01-000000.parquet', '1/shard-00-000001.parquet']
+    """
+    match = _SHARD.match(rel)
+    if match is None:
+        raise ValueError(f"{rel!r} is not a replay shard's name (<version>/shard-<collector>-<n>.parquet)")
+    version, collector, n = (int(g) for g in match.groups())
+    return version, n, collector
+
+
 def list_shards(storage: Storage) -> list[str]:
     """Finished shards under the replay folder, oldest first (by network version, then name);
     temporary files of writes in progress are not listed."""

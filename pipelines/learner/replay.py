@@ -78,23 +78,12 @@ def shard_blocks(storage: Storage, poll_s: float, seen: Sequence[str] = ()) -> I
             yield pa.table({"shard": [rel], "data": pa.array([storage.read_bytes(rel)], pa.binary())})
 
 
-def shard_age(rel: str) -> tuple[int, int, str]:
-    """A replay shard's place in time: its network version, then its number (collectors number
-    their shards as they write them, side by side), then its name.
-
-    >>> sorted(["1/shard-01-000000.parquet", "0/shard-00-000003.parquet", "1/shard-00-000001.parquet"], key=shard_age)
-    ['0/shard-00-000003.parquet', '1/shard-01-000000.parquet', '1/shard-00-000001.parquet']
-    """
-    version, name = rel.split("/", 1)
-    return int(version), int(name.rsplit("-", 1)[1].split(".")[0]), name
-
-
 def newest_window(storage: Storage, positions: int, rows: dict[str, int]) -> list[str]:
     """The newest finished shards under ``storage`` holding about ``positions`` rows, newest first;
     ``rows`` caches each shard's row count (its Parquet footer, read only for the shards looked at)."""
     import pyarrow.parquet as pq
 
-    from chessrl.search.replay import list_shards
+    from chessrl.search.replay import list_shards, shard_age
 
     picked, held = [], 0
     for rel in sorted(list_shards(storage), key=shard_age, reverse=True):

@@ -279,16 +279,14 @@ class SelfplayLearner:
     def _load_best(self) -> None:
         """The best network (``best.pt``, maybe newer than the last checkpoint: a promotion between
         checkpoints), and how many shards the learner's own games already fill."""
-        from chessrl.search.replay import list_shards
+        from chessrl.search.replay import list_shards, shard_age
 
         self.best = copy.deepcopy(self.net).eval()
         best_saved = load_weights(self.phase, "best.pt")
         self.best.load_state_dict(best_saved["model"])
         self.state["best_version"] = max(int(self.state["best_version"]), int(best_saved["version"]))
         own = [rel for rel in list_shards(self.replay) if "/shard-99-" in rel]
-        self.state["own_shards"] = 1 + max(
-            (int(rel.rsplit("-", 1)[1].split(".")[0]) for rel in own), default=-1
-        )
+        self.state["own_shards"] = 1 + max((shard_age(rel)[1] for rel in own), default=-1)
 
     def _own_play(self) -> Any:
         """The learner's own self-play games with the best network (no collectors)."""
