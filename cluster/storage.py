@@ -23,6 +23,8 @@ import os
 import posixpath
 import re
 import tempfile
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,14 +38,45 @@ from cluster.errors import StorageError
 SUPPORTED_SCHEMES = ("local paths", "file://", "s3://")
 
 
-_BUCKET_REGIONS: dict[str, str] = {}
+_BUCKET_REGIONS: dict[tuple[str, str], str] = {}
+
+
+def endpoint_url() -> str | None:
+    """The custom S3 endpoint of this environment (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``:
+    a ``moto_server``, MinIO), with its scheme; None for AWS itself.
+
+    >>> os.environ["AWS_ENDPOINT_URL"] = "127.0.0.1:5000"; endpoint_url()
+    'http://127.0.0.1:5000'
+    >>> del os.environ["AWS_ENDPOINT_URL"]; endpoint_url() is None
+    True
+    """
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if not endpoint:
+        return None
+    parsed = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
+    return f"{parsed.scheme or 'http'}://{parsed.netloc}"
+
+
+def _endpoint_region(endpoint: str, bucket: str) -> str:
+    """The region a custom endpoint reports for ``bucket`` (the ``x-amz-bucket-region`` header of
+    a HEAD on the bucket, as AWS answers it, on an error answer too)."""
+    request = urllib.request.Request(f"{endpoint}/{bucket}", method="HEAD")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            region = response.headers.get("x-amz-bucket-region")
+    except urllib.error.HTTPError as error:
+        region = error.headers.get("x-amz-bucket-region")
+    if not region:
+        raise LookupError(f"{endpoint}/{bucket}: no x-amz-bucket-region header")
+    return str(region)
 
 
 def bucket_region(bucket: str) -> str:
     """The region to reach ``bucket`` in: ``AWS_REGION`` or ``AWS_DEFAULT_REGION`` when set, else
-    the bucket's own region as AWS reports it (asked once per bucket and process), else
-    ``us-east-1`` (AWS unreachable: the request that follows says why). A bucket in us-west-2
-    read through a us-east-1 client fails, so the region is never guessed while it can be known.
+    the bucket's own region as its endpoint reports it (AWS, or the custom endpoint of
+    :func:`endpoint_url`; asked once per bucket and process), else ``us-east-1`` (unreachable:
+    the request that follows says why). A bucket in us-west-2 read through a us-east-1 client
+    fails, so the region is never guessed while it can be known.
 
     >>> os.environ["AWS_REGION"] = "eu-west-1"; bucket_region("chess-runs")
     'eu-west-1'
@@ -52,26 +85,31 @@ def bucket_region(bucket: str) -> str:
     named = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if named:
         return named
-    if bucket not in _BUCKET_REGIONS:
+    endpoint = endpoint_url()
+    key = (endpoint or "", bucket)
+    if key not in _BUCKET_REGIONS:
         try:
-            _BUCKET_REGIONS[bucket] = pafs.resolve_s3_region(bucket)
+            _BUCKET_REGIONS[key] = (
+                _endpoint_region(endpoint, bucket) if endpoint else pafs.resolve_s3_region(bucket)
+            )
         except Exception:  # offline, no such bucket, no permission: the default, and the real error later
-            _BUCKET_REGIONS[bucket] = "us-east-1"
-    return _BUCKET_REGIONS[bucket]
+            _BUCKET_REGIONS[key] = "us-east-1"
+    return _BUCKET_REGIONS[key]
 
 
 def s3_filesystem(bucket: str | None = None) -> pafs.S3FileSystem:
-    """An S3 filesystem for the AWS environment: ``AWS_ENDPOINT_URL`` for a custom endpoint (its
-    region ``AWS_REGION`` or us-east-1), else AWS in ``bucket``'s region (:func:`bucket_region`)."""
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    """An S3 filesystem for the AWS environment: AWS or the custom endpoint of
+    :func:`endpoint_url`, in ``bucket``'s region (:func:`bucket_region`; ``us-east-1`` without a
+    bucket or a named region)."""
+    endpoint = endpoint_url()
     named = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     kwargs: dict[str, object] = {
-        "region": named or ("us-east-1" if endpoint or bucket is None else bucket_region(bucket))
+        "region": named or ("us-east-1" if bucket is None else bucket_region(bucket))
     }
     if endpoint:
-        parsed = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
-        kwargs["endpoint_override"] = parsed.netloc
-        kwargs["scheme"] = parsed.scheme or "http"
+        scheme, netloc = endpoint.split("://", 1)
+        kwargs["endpoint_override"] = netloc
+        kwargs["scheme"] = scheme
     return pafs.S3FileSystem(**kwargs)  # type: ignore[arg-type]
 
 

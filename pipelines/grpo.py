@@ -422,7 +422,7 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
     phase = context.phase_storage(output_name(context))
     found = check_grpo(context.config, Inputs.of_context(context), context.log)
     if cfg.use_gpu:  # the GPUs asked for are there, before anything starts or is written
-        check_gpus("grpo", cfg.num_workers)
+        check_gpus("grpo", cfg.num_workers, log=context.log)
     assert found.facts is not None  # nothing is taken as given here
     prompts, heldout, drawn = plan_prompts(context, cfg)
     limits = max_new_tokens(cfg, found.facts["move_tokens"])

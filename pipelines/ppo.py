@@ -401,7 +401,7 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
     phase = context.phase_storage("ppo")
     found = check_ppo(context.config, Inputs.of_context(context))
     if cfg.use_gpu:  # the GPUs asked for are there, before anything starts or is written
-        check_gpus("ppo", cfg.num_workers)
+        check_gpus("ppo", cfg.num_workers, log=context.log)
     if cfg.reward_server_gpus and cfg.reward == "model":  # beside the learner's whole GPUs: not shared
         learner = cfg.num_workers if cfg.use_gpu else 0
         check_gpus(
@@ -410,6 +410,7 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
             "ppo.reward_server_gpus",
             f"the {cfg.reward_servers} reward server(s) need {cfg.reward_server_gpus:g} GPU each"
             + (f" beside the learner's {learner}" if learner else ""),
+            log=context.log,
         )
     facts = found.facts
     assert facts is not None  # nothing is taken as given here

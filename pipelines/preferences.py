@@ -260,6 +260,7 @@ def make_shards(
             cfg.samplers * cfg.sampler_gpus,
             "preferences.sampler_gpus",
             f"the {cfg.samplers} sampler(s) need {cfg.sampler_gpus:g} GPU each",
+            log=context.log,
         )
     samplers = [
         # half a CPU reserved, every core's threads used: it runs while the engines wait for it

@@ -114,7 +114,7 @@ def cpus_that_fit(free: Sequence[float], workers: int, cap: float) -> float:
 
 def check_gpus(
     phase: str,
-    num_workers: int,
+    num_workers: float,
     key: str | None = None,
     what: str | None = None,
     log: Callable[[str], None] | None = None,
@@ -125,14 +125,16 @@ def check_gpus(
     its controller retrying each minute. GPUs no set of nodes can hold are one ConfigError saying
     what the cluster has (and can start) and which torch the driver runs. ``key`` and ``what``
     name another ask (an actor's GPUs: ``ppo.reward_server_gpus``, "the 2 reward server(s)"),
-    ``num_workers`` then the GPUs it needs in all."""
+    ``num_workers`` then the GPUs it needs in all: a fraction (4 samplers at 0.25) shares whole
+    GPUs, so the autoscaler is asked for the whole GPUs that hold it."""
     from cluster.capacity import ensure, read_capacity
 
     cap = read_capacity()
     gpus = cap.most("GPU")
     if gpus >= num_workers:
         if cap.autoscales:
-            ensure([{"GPU": 1.0}] * num_workers, what=key or f"{phase}.use_gpu", log=log, capacity=cap)
+            whole = math.ceil(num_workers - 1e-9)
+            ensure([{"GPU": 1.0}] * whole, what=key or f"{phase}.use_gpu", log=log, capacity=cap)
         return
     gpus_said = f"can hold at most {gpus:g} ({cap.describe()})" if cap.autoscales else f"has {gpus:g}"
     try:

@@ -203,3 +203,16 @@ def test_grpo_and_ppo_size_their_learners_from_what_the_cluster_can_start() -> N
     assert ppo_cpus(AWS, 4, 2, 2, False) == (1.0, 1.0, 12.5, 13)
     box = Capacity(alive=({"CPU": 16.0, "GPU": 1.0, "node:__internal_head__": 1.0},))
     assert ppo_cpus(box, 4, 2, 1, True) == (1.0, 1.0, 9.0, 10)  # the collectors keep theirs beside it
+
+
+def test_fractional_gpus_ask_the_autoscaler_for_the_whole_gpus_that_hold_them(monkeypatch) -> None:
+    """preferences' 4 samplers at 0.25 GPU each (configs/cluster.yaml) need one whole GPU on a cluster
+    that starts GPU nodes: one bundle of 1 GPU is asked for, not a list multiplied by a float."""
+    from pipelines.learner import check_gpus
+
+    asked: list[list[dict[str, float]]] = []
+    monkeypatch.setattr(cluster.capacity, "read_capacity", lambda: AWS)
+    monkeypatch.setattr(cluster.capacity, "ensure", lambda bundles, **_: asked.append(list(bundles)))
+    check_gpus("preferences", 4 * 0.25, "preferences.sampler_gpus", "the 4 sampler(s) need 0.25 GPU each")
+    check_gpus("preferences", 3 * 0.5, "preferences.sampler_gpus")
+    assert asked == [[{"GPU": 1.0}], [{"GPU": 1.0}] * 2]
