@@ -137,7 +137,10 @@ class Ladder:
 def fit_ladder(games: Sequence[tuple[str, str, float]], settings: LadderSettings, stockfish: str) -> Ladder:
     """Rate every rung by maximum likelihood over the calibration ``games`` (``(white, black,
     white's score)``), the anchored rungs fixed. A rung that swept (or lost) every game against its
-    neighbours has no finite MLE: it is placed at its one-sided 95% bound, which is finite.
+    neighbours has no finite MLE: then every rung is fitted with one virtual draw against the
+    anchors' mean (:func:`~chessrl.arena.rating.rate_players`' ``prior_games``), which keeps each
+    rating finite and the rungs in the order their games put them (a one-sided bound of a sweep
+    is not: a rung that lost every game would sit at its upper bound, above its conqueror).
 
     >>> s = LadderSettings(rungs=("random", "stockfish:elo=1350,random=50", "stockfish:elo=1350"), games=4)
     >>> g = [("random", "stockfish:elo=1350,random=50", 0.0), ("stockfish:elo=1350,random=50", "random", 0.5)] * 2
@@ -145,10 +148,15 @@ def fit_ladder(games: Sequence[tuple[str, str, float]], settings: LadderSettings
     >>> ladder = fit_ladder(g, s, "Stockfish 15.1")
     >>> [round(ladder.elo(x)) for x in s.labels]
     [968, 1159, 1350]
+    >>> swept = [("stockfish:elo=1350,random=50", "random", 1.0), ("stockfish:elo=1350", "stockfish:elo=1350,random=50", 1.0)] * 4
+    >>> [round(fit_ladder(swept, s, "Stockfish 15.1").elo(x)) for x in s.labels]
+    [752, 1102, 1350]
     """
     specs = [parse_player_spec(r) for r in settings.rungs]
     anchors = {s.label: float(s.anchor_elo) for s in specs if s.anchor_elo is not None}
     fitted = rate_players(list(games), anchors)
+    if not all(math.isfinite(r.elo) for r in fitted.values()):
+        fitted = rate_players(list(games), anchors, prior_games=1.0)
     ratings: dict[str, tuple[float, float, float]] = {}
     for label in settings.labels:
         r = fitted.get(label)

@@ -24,6 +24,7 @@ MODULES = [
     "chessrl.lm.lm_eval",
     "chessrl.arena.rating",
     "chessrl.arena.sprt",
+    "chessrl.arena.ladder",
     "chessrl.arena.players",
     "chessrl.arena.game",
     "chessrl.arena.suites",
