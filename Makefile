@@ -16,6 +16,12 @@ PYTEST_ARGS ?=
 # forever instead of reporting the lost worker; a CI run that hangs never lands. See tests/README.md.
 TEST_WORKERS ?= 0
 XDIST := $(if $(filter-out 0,$(strip $(TEST_WORKERS))),-n $(strip $(TEST_WORKERS)) --dist loadfile --no-loadscope-reorder)
+# The unit tier has no Ray (its marker's promise): `make test` and `make check` run it in
+# UNIT_WORKERS test processes (pytest-xdist, a file whole in each), then the Ray tiers in one
+# process (or TEST_WORKERS). Each part's failure fails the command; both parts always run.
+UNIT_WORKERS ?= 2
+UNIT_XDIST := $(if $(filter-out 0 1,$(strip $(UNIT_WORKERS))),-n $(strip $(UNIT_WORKERS)) --dist loadfile)
+RAY_TIERS := tests/integration tests/system
 # Flags for the demo's rlaif command, e.g. DEMO_ARGS='--storage /tmp/r --set ppo.kl_coef=0.1'.
 DEMO_ARGS ?=
 # A GPU machine: the pinned torch from a CUDA wheel index first, e.g.
@@ -51,13 +57,17 @@ lint: venv ## ruff: the lint rules, and the formatter's layout (no opt-outs: `ru
 	$(VENV)/bin/ruff format --check .
 
 test: venv stockfish lint ## lint, then every test (unit, integration, system; what CI runs)
-	$(VENV)/bin/pytest $(XDIST) $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(UNIT_XDIST) tests/unit $(PYTEST_ARGS); unit=$$?; \
+	$(VENV)/bin/pytest $(XDIST) $(RAY_TIERS) $(PYTEST_ARGS); rest=$$?; \
+	exit $$(( unit > rest ? unit : rest ))
 
 check: venv stockfish lint ## the inner loop: lint, unit and the fast integration tests (no slow, no system)
-	$(VENV)/bin/pytest $(XDIST) -m "not slow and not system" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(UNIT_XDIST) tests/unit $(PYTEST_ARGS); unit=$$?; \
+	$(VENV)/bin/pytest $(XDIST) -m "not slow and not system" $(RAY_TIERS) $(PYTEST_ARGS); rest=$$?; \
+	exit $$(( unit > rest ? unit : rest ))
 
 unit: venv ## unit tests only (no Ray, milliseconds each)
-	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(UNIT_XDIST) tests/unit $(PYTEST_ARGS)
 
 integration: venv stockfish ## integration tests (local Ray, real Stockfish)
 	$(VENV)/bin/pytest $(XDIST) tests/integration $(PYTEST_ARGS)
