@@ -26,6 +26,7 @@ import glob
 import math
 import random
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import chess
@@ -301,27 +302,39 @@ def main() -> None:
     train_loop(probe, train, held, chaos)
 
 
-def train_loop(probe: Probe, train: list[Example], held: list[Example], chaos: list[Example]) -> None:
-    args, started, step = probe.args, time.perf_counter(), 0
-    rng = random.Random(args.seed)
-    while step < args.steps:
-        order = list(range(len(train)))
+def schedule(n: int, args: argparse.Namespace, rng: random.Random) -> Iterator[tuple[int, list[int], float]]:
+    """The probes' steps: ``(step, the batch's indices into n examples, learning rate)``, passes over
+    the examples in a shuffled order, ``args.lr`` after 50 warm-up steps and a cosine to zero.
+
+    >>> a = argparse.Namespace(lr=1.0, steps=4, batch=2)
+    >>> [(s, len(b), round(lr, 2)) for s, b, lr in schedule(3, a, random.Random(0))]
+    [(1, 2, 0.02), (2, 2, 0.03), (3, 2, 0.03), (4, 2, 0.01)]
+    """
+    step = 0
+    while True:
+        order = list(range(n))
         rng.shuffle(order)
-        for i in range(0, len(order) - args.batch + 1, args.batch):
+        for i in range(0, n - args.batch + 1, args.batch):
             lr = args.lr * min(1, (step + 1) / 50) * 0.5 * (1 + math.cos(math.pi * step / args.steps))
-            loss = probe.step([train[j] for j in order[i : i + args.batch]], lr)
             step += 1
-            if step % args.eval_every == 0 or step == args.steps:
-                h, c = probe.measure(held), probe.measure(chaos)
-                print(
-                    f"step {step} loss {loss:.3f} ({time.perf_counter() - started:.0f} s): held-out legal {h['legal']:.1%} "
-                    f"top-1 {h['top1']:.1%} regret {h['regret']:.4f}; chaos top-1 {c['top1']:.1%} regret {c['regret']:.4f}, "
-                    f"per-move head {c['head_top1']:.1%} regret {c['head_regret']:.4f}; "
-                    f"vs random {probe.against_random():.1%}",
-                    flush=True,
-                )
+            yield step, order[i : i + args.batch], lr
             if step >= args.steps:
                 return
+
+
+def train_loop(probe: Probe, train: list[Example], held: list[Example], chaos: list[Example]) -> None:
+    args, started = probe.args, time.perf_counter()
+    for step, batch, lr in schedule(len(train), args, random.Random(args.seed)):
+        loss = probe.step([train[j] for j in batch], lr)
+        if step % args.eval_every == 0 or step == args.steps:
+            h, c = probe.measure(held), probe.measure(chaos)
+            print(
+                f"step {step} loss {loss:.3f} ({time.perf_counter() - started:.0f} s): held-out legal {h['legal']:.1%} "
+                f"top-1 {h['top1']:.1%} regret {h['regret']:.4f}; chaos top-1 {c['top1']:.1%} regret {c['regret']:.4f}, "
+                f"per-move head {c['head_top1']:.1%} regret {c['head_regret']:.4f}; "
+                f"vs random {probe.against_random():.1%}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

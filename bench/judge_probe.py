@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import math
 import random
 import time
 from typing import Any
@@ -35,6 +34,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
+from facts_probe import schedule
 
 from chessrl.engine.move_value import annotated_values
 from chessrl.lm.formats import BoardAfterFormat, BoardFormat, control, move_facts
@@ -159,27 +159,20 @@ def main() -> None:
     )
     print(f"step 0: {measure(model, held)}", flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    rng, done, started = random.Random(args.seed), 0, time.perf_counter()
-    while done < args.steps:
-        order = list(range(len(train)))
-        rng.shuffle(order)
-        for i in range(0, len(order) - args.batch + 1, args.batch):
-            lr = args.lr * min(1, (done + 1) / 50) * 0.5 * (1 + math.cos(math.pi * done / args.steps))
-            for group in opt.param_groups:
-                group["lr"] = lr
-            loss = step(model, opt, [train[j] for j in order[i : i + args.batch]], args, rng)
-            done += 1
-            if done % args.eval_every == 0 or done == args.steps:
-                m = measure(model, held)
-                print(
-                    f"step {done} loss {loss:.3f} ({time.perf_counter() - started:.0f} s): "
-                    f"best > random (balanced) {m['best_over_random_balanced']:.1%} "
-                    f"of {m['balanced_positions']:.0f}, best > 0.1 worse {m['best_over_worse']:.1%} "
-                    f"of {m['worse_pairs']:.0f}, Spearman {m['spearman']:.3f}",
-                    flush=True,
-                )
-            if done >= args.steps:
-                return
+    rng, started = random.Random(args.seed), time.perf_counter()
+    for done, batch, lr in schedule(len(train), args, rng):  # the one rng: shuffles, then picks moves
+        for group in opt.param_groups:
+            group["lr"] = lr
+        loss = step(model, opt, [train[j] for j in batch], args, rng)
+        if done % args.eval_every == 0 or done == args.steps:
+            m = measure(model, held)
+            print(
+                f"step {done} loss {loss:.3f} ({time.perf_counter() - started:.0f} s): "
+                f"best > random (balanced) {m['best_over_random_balanced']:.1%} "
+                f"of {m['balanced_positions']:.0f}, best > 0.1 worse {m['best_over_worse']:.1%} "
+                f"of {m['worse_pairs']:.0f}, Spearman {m['spearman']:.3f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
