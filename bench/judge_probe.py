@@ -13,7 +13,10 @@ scores (one text a legal move):
   tokens a square, :func:`chessrl.lm.formats.control` from the side now to move: a ``+`` under the
   mover's piece is a piece that hangs), then the move with its facts last (:func:`move_facts`);
 - ``before-facts``: the board before the move and its control row, then the move's facts and the
-  move last (no copy needed: what is judged is at the readout).
+  move last (no copy needed: what is judged is at the readout);
+- ``facts``: :meth:`chessrl.lm.formats.FactsFormat.judged_text`, ``before-facts`` plus two digits
+  of what the move leaves hanging and what it then threatens
+  (:func:`chessrl.lm.formats.consequences`): the reward phase's ``--text-format facts``.
 
 Losses: ``listwise`` (softmax over a position's sampled moves against the margin scale's soft
 targets), ``mse`` (the margin value itself), or both.
@@ -37,12 +40,12 @@ import torch.nn.functional as F
 from facts_probe import schedule
 
 from chessrl.engine.move_value import annotated_values
-from chessrl.lm.formats import BoardAfterFormat, BoardFormat, control, move_facts
+from chessrl.lm.formats import BoardAfterFormat, BoardFormat, FactsFormat, control, move_facts
 from chessrl.lm.legality import soft_targets
 from chessrl.lm.models import right_padded
 from chessrl.rl.reward import build_reward_model, judge_measures, mean_spearman
 
-LAYOUTS = ("board-after", "after-control", "before-facts")
+LAYOUTS = ("board-after", "after-control", "before-facts", "facts")
 
 
 def judged_text(board: chess.Board, move: chess.Move, layout: str) -> str:
@@ -51,6 +54,8 @@ def judged_text(board: chess.Board, move: chess.Move, layout: str) -> str:
         return BoardAfterFormat().judged_text(board, move.uci())
     facts = move_facts(board, move)
     tail = f" [{facts}] {move.uci()}" if facts else f" . {move.uci()}"
+    if layout == "facts":
+        return FactsFormat().judged_text(board, move.uci())
     if layout == "before-facts":
         text = BoardFormat().policy_prompt(board)[: -len(" M:")]
         return f"{text[:64]} {control(board)}{text[64:]}{tail}"

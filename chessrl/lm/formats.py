@@ -258,6 +258,53 @@ def move_facts(board: chess.Board, move: chess.Move) -> str:
     return (captured.symbol() if captured else "") + check + ("-" if taken else "")
 
 
+#: Material a piece is worth to :func:`exposed` (the king is never won: 0).
+PIECE_VALUES = {chess.PAWN: 1, chess.KNIGHT: 3, chess.BISHOP: 3, chess.ROOK: 5, chess.QUEEN: 9, chess.KING: 0}
+
+
+def exposed(board: chess.Board, colour: chess.Color) -> int:
+    """The most material the other side wins by taking one of ``colour``'s pieces, as one
+    exchange on its square: the piece's value where it is not defended, else its value less the
+    cheapest attacker's (only a piece on a line it may move along attacks or defends, as in
+    :func:`control`); 0 when no capture wins anything. A rules count, not a search: whose turn it
+    is does not matter.
+
+    >>> exposed(chess.Board("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1"), chess.BLACK)    # the queen hangs
+    9
+    >>> exposed(chess.Board("4k3/4p3/3q4/8/8/8/3R4/4K3 w - - 0 1"), chess.BLACK)  # defended: 9 - 5
+    4
+    """
+    best = 0
+    for square, piece in board.piece_map().items():
+        if piece.color != colour or piece.piece_type == chess.KING:
+            continue
+        attackers = [a for a in board.attackers(not colour, square) if square in board.pin(not colour, a)]
+        if not attackers:
+            continue
+        defended = _attacked(board, colour, square)
+        cheapest = min(PIECE_VALUES[board.piece_type_at(a) or chess.PAWN] or 99 for a in attackers)
+        best = max(best, PIECE_VALUES[piece.piece_type] - (cheapest if defended else 0))
+    return best
+
+
+def consequences(board: chess.Board, move: chess.Move) -> str:
+    """Two digits of what a legal ``move`` leaves on the board, by :func:`exposed`: the material
+    the opponent can then win from the mover in one exchange (what the move leaves hanging, the
+    piece it moved included), and what the mover then threatens to win if the opponent does
+    nothing (0-9 each, clipped).
+
+    >>> b = chess.Board("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1")
+    >>> consequences(b, chess.Move.from_uci("d2d5")), consequences(b, chess.Move.from_uci("d2a2"))
+    ('00', '50')
+    >>> consequences(b, chess.Move.from_uci("d2d4"))   # rook and queen face each other, neither defended
+    '59'
+    """
+    after = board.copy(stack=False)
+    after.push(move)
+    loss, threat = exposed(after, board.turn), exposed(after, not board.turn)
+    return f"{min(loss, 9)}{min(threat, 9)}"
+
+
 class FactsFormat(BoardFormat):
     """The board format plus what a rules engine computes of the position (never an engine's
     evaluation), so a small model reads attacks instead of working them out from raw squares:
@@ -285,6 +332,24 @@ class FactsFormat(BoardFormat):
             for m in sorted(board.legal_moves, key=chess.Move.uci)
         )
         return f"{squares} {control(board)}{rest}{listed} M:"
+
+    def judged_text(self, board: chess.Board, move: str) -> str:
+        """What a judge in this format reads for ``move``: the board and its control row as the
+        policy reads them, then only that move, after its facts (:func:`move_facts`, ``.`` for
+        none) and its :func:`consequences`, so what is judged sits next to the score read at the
+        last token: ``<64 squares> <64 control> <side> <castling> <en passant> [<facts>] <lost><threatened> <move>``.
+
+        >>> text = FactsFormat().judged_text(chess.Board("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1"), "d2d4")
+        >>> text[-18:], FactsFormat().judged_text(chess.Board(), "g1f3")[-19:]
+        (' w - - [-] 59 d2d4', ' w KQkq - . 00 g1f3')
+        """
+        position = super().policy_prompt(board)[: -len(" M:")]
+        chosen = chess.Move.from_uci(move)
+        facts = move_facts(board, chosen)
+        return (
+            f"{position[:64]} {control(board)}{position[64:]} {f'[{facts}]' if facts else '.'}"
+            f" {consequences(board, chosen)} {move}"
+        )
 
 
 TextFormat = MovesFormat | RookWorldFormat | BoardFormat | BoardAfterFormat | FactsFormat

@@ -184,8 +184,10 @@ class RewardConfig(TrainerResources):
     """What the reward model reads: ``moves`` (the game so far and the move), ``board`` (the
     position before the move, one character a square, and the move: a judge that sees the
     board), ``board-after`` (the position after the move, and the move: a capture or a hung
-    piece is on the squares it reads), ``facts`` (the board, what the rules say of it and of
-    every legal move, and the move: the judge reads the move's own facts); default: the backbone's text format
+    piece is on the squares it reads), ``facts`` (the board and who controls each square, then the
+    move after its facts and two digits of what it leaves hanging and what it threatens,
+    :meth:`chessrl.lm.formats.FactsFormat.judged_text`: the layout that ranks moves best of those
+    measured, docs/results.md); default: the backbone's text format
     (``chessrl_text_format`` in its config, else moves). Written into the saved model's
     config; the RewardServer reads it there."""
     max_steps: int = Field(300, ge=1)

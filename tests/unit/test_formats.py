@@ -11,7 +11,15 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from chessrl.data.pgn import read_pgn_file
-from chessrl.lm.formats import FactsFormat, MoveCounts, MovesFormat, RookWorldFormat, get_format, parse_move
+from chessrl.lm.formats import (
+    BoardFormat,
+    FactsFormat,
+    MoveCounts,
+    MovesFormat,
+    RookWorldFormat,
+    get_format,
+    parse_move,
+)
 from chessrl.lm.tokenizer import build_chess_tokenizer
 
 
@@ -174,3 +182,23 @@ def test_facts_every_prompt_is_tokens_of_the_chess_tokenizer_and_one_token_per_l
     assert tok.unk_token not in pieces and " h5f7" in pieces and _listed(text)["h5f7"] == "p#"
     assert set(_listed(text)) == {m.uci() for m in board.legal_moves}  # every legal move, each once
     assert len(tok(text)["input_ids"]) < 300
+
+
+def test_facts_judge_text_says_what_a_move_leaves_hanging_and_what_it_threatens() -> None:
+    from chessrl.lm.tokenizer import build_chess_tokenizer
+
+    # White: Qd1, Nc3 (defended by the b2 pawn), Ke1; Black: Ke8, a pawn on d7 defending e6
+    board = chess.Board("4k3/3p4/8/8/8/2N5/1P6/3QK3 w - - 0 1")
+    fmt = FactsFormat()
+    judged = {m: fmt.judged_text(board, m).split()[-2:] for m in ("d1d6", "c3d5")}
+    assert judged["d1d6"] == ["00", "d1d6"]  # the queen beside the pawn that cannot take it: safe
+    assert judged["c3d5"] == ["00", "c3d5"]
+    # Qxd7+? no: d7 is defended by the king, so the queen is lost (9) for a pawn, which the facts show
+    take = fmt.judged_text(board, "d1d7")
+    assert take.split()[-3:] == ["[p+-]", "90", "d1d7"]
+    rook = chess.Board("4k3/8/8/8/7r/8/8/3QK3 w - - 0 1")  # a black rook on h4, defended by nothing
+    assert fmt.judged_text(rook, "d1f2").split()[-2:] == ["05", "d1f2"]  # threatens it from safety
+    assert fmt.judged_text(rook, "d1d4").split()[-2:] == ["95", "d1d4"]  # threatens it, on its rank
+    assert fmt.judged_text(board, "d1d6").startswith(BoardFormat().policy_prompt(board)[:64])
+    pieces = build_chess_tokenizer().tokenize(take)
+    assert pieces[-1] == " d1d7" and "<unk>" not in pieces and len(pieces) < 160
