@@ -209,14 +209,17 @@ def test_the_judges_bar_counts_balanced_positions_and_clearly_worse_moves_only()
     assert ties["best_over_random_balanced"] == 0.5  # a judge that cannot tell counts as a coin
 
 
-def test_the_judges_loss_on_a_hanging_queen_teaches_it_the_capture() -> None:
+@pytest.mark.parametrize("text_format", ["board-after", "facts"])
+def test_the_judges_loss_on_a_hanging_queen_teaches_it_the_capture(text_format: str) -> None:
     """A hanging queen (exd5 wins it): annotate's pairs choose the capture over each clearly worse
-    move, the judge reads the board after each (different texts), and TRL's pairwise loss
+    move, the judge reads each in its format (the board after it; the board, the move's facts
+    and what it leaves hanging: different texts), and TRL's pairwise loss
     (``-logsigmoid(chosen - rejected)``, RewardTrainer's) on those ids falls over a few steps of a
     tiny reward model until the capture scores above every rejected move."""
     import torch
 
-    from chessrl.lm.formats import BoardAfterFormat
+    from chessrl.lm.formats import get_format
+    from chessrl.lm.models import right_padded
     from chessrl.rl.preferences import annotation_pairs
     from chessrl.rl.reward import build_reward_model, pair_texts, score_ids, text_ids
 
@@ -234,20 +237,21 @@ def test_the_judges_loss_on_a_hanging_queen_teaches_it_the_capture() -> None:
     assert pairs and all(p["chosen"] == " e4d5" for p in pairs)
     torch.manual_seed(0)
     model, tok = build_reward_model()
-    texts = [pair_texts(BoardAfterFormat(), p["prompt"], p["fen"], p["chosen"], p["rejected"]) for p in pairs]
+    fmt = get_format(text_format)
+    texts = [pair_texts(fmt, p["prompt"], p["fen"], p["chosen"], p["rejected"]) for p in pairs]
     assert all(t is not None and t[0] != t[1] for t in texts)
     chosen = [text_ids(tok, t[0]) for t in texts]  # type: ignore[index]
     rejected = [text_ids(tok, t[1]) for t in texts]  # type: ignore[index]
 
     def loss() -> torch.Tensor:
-        ids = torch.tensor(chosen + rejected)  # one position: every text the same length
-        scores = model(input_ids=ids).logits[:, 0]
+        ids, mask = right_padded(chosen + rejected, tok.pad_token_id)
+        scores = model(input_ids=ids, attention_mask=mask).logits[:, 0]
         return -torch.nn.functional.logsigmoid(scores[: len(chosen)] - scores[len(chosen) :]).mean()
 
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     first = loss().item()
-    for _ in range(8):
+    for _ in range(20):
         opt.zero_grad()
         (step := loss()).backward()
         opt.step()
