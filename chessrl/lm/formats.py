@@ -254,7 +254,11 @@ def move_facts(board: chess.Board, move: chess.Move) -> str:
     after = board.copy(stack=False)
     after.push(move)
     check = "#" if after.is_checkmate() else "+" if after.is_check() else ""
-    taken = any(reply.to_square == move.to_square for reply in after.legal_moves)
+    taken = any(
+        reply.to_square == move.to_square
+        or (after.is_en_passant(reply) and reply.to_square ^ 8 == move.to_square)
+        for reply in after.legal_moves
+    )
     return (captured.symbol() if captured else "") + check + ("-" if taken else "")
 
 
@@ -262,36 +266,56 @@ def move_facts(board: chess.Board, move: chess.Move) -> str:
 PIECE_VALUES = {chess.PAWN: 1, chess.KNIGHT: 3, chess.BISHOP: 3, chess.ROOK: 5, chess.QUEEN: 9, chess.KING: 0}
 
 
-def exposed(board: chess.Board, colour: chess.Color) -> int:
+def exposed(board: chess.Board, colour: chess.Color, legal: bool = False) -> int:
     """The most material the other side wins by taking one of ``colour``'s pieces, as one
     exchange on its square: the piece's value where it is not defended, else its value less the
     cheapest attacker's (only a piece on a line it may move along attacks or defends, as in
-    :func:`control`); 0 when no capture wins anything. A rules count, not a search: whose turn it
-    is does not matter.
+    :func:`control`; a king defends only against a lone attacker); 0 when no capture wins
+    anything. With ``legal`` (the other side to move) only its legal captures count: en passant
+    included, none when it is mated, only those that answer a check. A rules count, not a search.
 
     >>> exposed(chess.Board("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1"), chess.BLACK)    # the queen hangs
     9
     >>> exposed(chess.Board("4k3/4p3/3q4/8/8/8/3R4/4K3 w - - 0 1"), chess.BLACK)  # defended: 9 - 5
     4
+    >>> exposed(chess.Board("4k3/8/8/8/3pP3/8/8/4K3 b - e3 0 1"), chess.WHITE, legal=True)  # en passant
+    1
     """
+    takers: dict[chess.Square, list[tuple[chess.Square, chess.Square]]] = {}
+    if legal:  # victim square -> (attacker, landing square) of each legal capture
+        for m in board.generate_legal_captures():
+            victim = m.to_square ^ 8 if board.is_en_passant(m) else m.to_square
+            takers.setdefault(victim, []).append((m.from_square, m.to_square))
     best = 0
     for square, piece in board.piece_map().items():
         if piece.color != colour or piece.piece_type == chess.KING:
             continue
-        attackers = [a for a in board.attackers(not colour, square) if square in board.pin(not colour, a)]
-        if not attackers:
+        found = (
+            takers.get(square, [])
+            if legal
+            else [
+                (a, square) for a in board.attackers(not colour, square) if square in board.pin(not colour, a)
+            ]
+        )
+        if not found:
             continue
-        defended = _attacked(board, colour, square)
-        cheapest = min(PIECE_VALUES[board.piece_type_at(a) or chess.PAWN] or 99 for a in attackers)
+        landing = found[0][1]
+        defenders = [d for d in board.attackers(colour, landing) if landing in board.pin(colour, d)]
+        defended = any(board.piece_type_at(d) != chess.KING for d in defenders) or (
+            bool(defenders) and len(found) == 1
+        )
+        cheapest = min(
+            PIECE_VALUES[board.piece_type_at(a) or chess.PAWN] or (0 if legal else 99) for a, _ in found
+        )
         best = max(best, PIECE_VALUES[piece.piece_type] - (cheapest if defended else 0))
     return best
 
 
 def consequences(board: chess.Board, move: chess.Move) -> str:
     """Two digits of what a legal ``move`` leaves on the board, by :func:`exposed`: the material
-    the opponent can then win from the mover in one exchange (what the move leaves hanging, the
-    piece it moved included), and what the mover then threatens to win if the opponent does
-    nothing (0-9 each, clipped).
+    the opponent can then win from the mover in one exchange among its legal captures (what the
+    move leaves hanging, the piece it moved included; 0 after a mate), and what the mover then
+    threatens to win if the opponent does nothing (0-9 each, clipped).
 
     >>> b = chess.Board("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1")
     >>> consequences(b, chess.Move.from_uci("d2d5")), consequences(b, chess.Move.from_uci("d2a2"))
@@ -301,7 +325,7 @@ def consequences(board: chess.Board, move: chess.Move) -> str:
     """
     after = board.copy(stack=False)
     after.push(move)
-    loss, threat = exposed(after, board.turn), exposed(after, not board.turn)
+    loss, threat = exposed(after, board.turn, legal=True), exposed(after, not board.turn)
     return f"{min(loss, 9)}{min(threat, 9)}"
 
 

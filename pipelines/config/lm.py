@@ -186,7 +186,7 @@ class RewardConfig(TrainerResources):
     board), ``board-after`` (the position after the move, and the move: a capture or a hung
     piece is on the squares it reads), ``facts`` (the board and who controls each square, then the
     move after its facts and two digits of what it leaves hanging and what it threatens,
-    :meth:`chessrl.lm.formats.FactsFormat.judged_text`: the layout that ranks moves best of those
+    :meth:`chessrl.lm.formats.FactsFormat.judged_text`: the learned layout that ranks moves best of those
     measured, docs/results.md); default: the backbone's text format
     (``chessrl_text_format`` in its config, else moves). Written into the saved model's
     config; the RewardServer reads it there."""

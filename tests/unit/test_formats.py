@@ -202,3 +202,21 @@ def test_facts_judge_text_says_what_a_move_leaves_hanging_and_what_it_threatens(
     assert fmt.judged_text(board, "d1d6").startswith(BoardFormat().policy_prompt(board)[:64])
     pieces = build_chess_tokenizer().tokenize(take)
     assert pieces[-1] == " d1d7" and "<unk>" not in pieces and len(pieces) < 160
+
+
+def test_facts_judge_digits_count_only_captures_the_rules_allow() -> None:
+    fmt = FactsFormat()
+    # a double push past a pawn that takes en passant: the pawn can be taken, though not on e4
+    ep = chess.Board("4k3/8/8/8/3p4/8/4P3/4K3 w - - 0 1")
+    assert fmt.judged_text(ep, "e2e4").split()[-3:] == ["[-]", "10", "e2e4"]
+    # the king defends d2 against the bishop, but not against the bishop and the rook behind it
+    king = chess.Board("3rk3/8/8/8/1b6/8/3N3P/4K3 w - - 0 1")
+    assert fmt.judged_text(king, "h2h3").split()[-2] == "30"
+    # a mated side wins nothing; a side in check takes only what answers the check
+    assert fmt.judged_text(chess.Board("6k1/5ppp/8/8/8/8/1Nq2PPP/3R2K1 w - - 0 1"), "d1d8").split()[
+        -3:-1
+    ] == [
+        "[#]",
+        "00",
+    ]
+    assert fmt.judged_text(chess.Board("4k2b/8/8/8/8/8/8/R2QK3 w - - 0 1"), "d1h5").split()[-2] == "03"
