@@ -15,7 +15,7 @@ scores (one text a legal move):
 - ``before-facts``: the board before the move and its control row, then the move's facts and the
   move last (no copy needed: what is judged is at the readout);
 - ``facts``: :meth:`chessrl.lm.formats.FactsFormat.judged_text`, ``before-facts`` plus two digits
-  of what the move leaves hanging and what it then threatens
+  of what the move leaves hanging and what it then threatens, each a static exchange
   (:func:`chessrl.lm.formats.consequences`): the reward phase's ``--text-format facts``.
 
 Losses: ``listwise`` (softmax over a position's sampled moves against the margin scale's soft
@@ -52,10 +52,10 @@ def judged_text(board: chess.Board, move: chess.Move, layout: str) -> str:
     """The text the judge scores for ``move`` in ``board``, in ``layout``."""
     if layout == "board-after":
         return BoardAfterFormat().judged_text(board, move.uci())
-    facts = move_facts(board, move)
-    tail = f" [{facts}] {move.uci()}" if facts else f" . {move.uci()}"
     if layout == "facts":
         return FactsFormat().judged_text(board, move.uci())
+    facts = move_facts(board, move)
+    tail = f" [{facts}] {move.uci()}" if facts else f" . {move.uci()}"
     if layout == "before-facts":
         text = BoardFormat().policy_prompt(board)[: -len(" M:")]
         return f"{text[:64]} {control(board)}{text[64:]}{tail}"

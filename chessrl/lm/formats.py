@@ -266,13 +266,42 @@ def move_facts(board: chess.Board, move: chess.Move) -> str:
 PIECE_VALUES = {chess.PAWN: 1, chess.KNIGHT: 3, chess.BISHOP: 3, chess.ROOK: 5, chess.QUEEN: 9, chess.KING: 0}
 
 
+def exchange(board: chess.Board, square: chess.Square, side: chess.Color) -> int:
+    """What ``side`` wins by starting the captures on ``square`` (a static exchange: each side
+    takes back with its least valuable attacker, pieces behind the ones that leave join in, and
+    either side stops where going on loses; a king takes only on a square no enemy piece still
+    covers; pins are not looked at); 0 when it should not start.
+
+    >>> b = chess.Board("3rk3/8/8/3p4/8/8/3R4/3RK3 w - - 0 1")     # Rxd5 Rxd5 Rxd5: a pawn up
+    >>> exchange(b, chess.D5, chess.WHITE), exchange(chess.Board("4k3/8/4p3/3p4/8/8/8/3QK3 w - - 0 1"), chess.D5, chess.WHITE)
+    (1, 0)
+    """
+    b = board.copy(stack=False)
+    gains: list[int] = []
+    victim, turn = b.piece_at(square), side
+    while victim is not None:
+        takers = [
+            a
+            for a in b.attackers(turn, square)
+            if b.piece_type_at(a) != chess.KING or not b.attackers(not turn, square)
+        ]
+        if not takers:
+            break
+        taker = min(takers, key=lambda a: PIECE_VALUES[b.piece_type_at(a) or chess.PAWN] or 99)
+        gains.append(PIECE_VALUES[victim.piece_type] - (gains[-1] if gains else 0))
+        victim = b.remove_piece_at(taker)
+        b.set_piece_at(square, victim)  # type: ignore[arg-type]
+        turn = not turn
+    while len(gains) > 1:  # from the last capture back: a side takes only when it pays
+        last = gains.pop()
+        gains[-1] = min(gains[-1], -last)
+    return max(gains[0], 0) if gains else 0
+
+
 def exposed(board: chess.Board, colour: chess.Color, legal: bool = False) -> int:
-    """The most material the other side wins by taking one of ``colour``'s pieces, as one
-    exchange on its square: the piece's value where it is not defended, else its value less the
-    cheapest attacker's (only a piece on a line it may move along attacks or defends, as in
-    :func:`control`; a king defends only against a lone attacker); 0 when no capture wins
-    anything. With ``legal`` (the other side to move) only its legal captures count: en passant
-    included, none when it is mated, only those that answer a check. A rules count, not a search.
+    """The most material the other side wins by starting an :func:`exchange` on one of
+    ``colour``'s pieces. With ``legal`` (the other side to move) only where its first capture is
+    legal: en passant included, none when it is mated, only what answers a check.
 
     >>> exposed(chess.Board("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1"), chess.BLACK)    # the queen hangs
     9
@@ -281,39 +310,21 @@ def exposed(board: chess.Board, colour: chess.Color, legal: bool = False) -> int
     >>> exposed(chess.Board("4k3/8/8/8/3pP3/8/8/4K3 b - e3 0 1"), chess.WHITE, legal=True)  # en passant
     1
     """
-    takers: dict[chess.Square, list[tuple[chess.Square, chess.Square]]] = {}
-    if legal:  # victim square -> (attacker, landing square) of each legal capture
+    if legal:
+        best = 0
         for m in board.generate_legal_captures():
-            victim = m.to_square ^ 8 if board.is_en_passant(m) else m.to_square
-            takers.setdefault(victim, []).append((m.from_square, m.to_square))
-    best = 0
-    for square, piece in board.piece_map().items():
-        if piece.color != colour or piece.piece_type == chess.KING:
-            continue
-        found = (
-            takers.get(square, [])
-            if legal
-            else [
-                (a, square) for a in board.attackers(not colour, square) if square in board.pin(not colour, a)
-            ]
-        )
-        if not found:
-            continue
-        landing = found[0][1]
-        defenders = [d for d in board.attackers(colour, landing) if landing in board.pin(colour, d)]
-        defended = any(board.piece_type_at(d) != chess.KING for d in defenders) or (
-            bool(defenders) and len(found) == 1
-        )
-        cheapest = min(
-            PIECE_VALUES[board.piece_type_at(a) or chess.PAWN] or (0 if legal else 99) for a, _ in found
-        )
-        best = max(best, PIECE_VALUES[piece.piece_type] - (cheapest if defended else 0))
-    return best
+            if board.is_en_passant(m):
+                best = max(best, 1 - (1 if board.attackers(colour, m.to_square) else 0))
+            elif board.piece_type_at(m.to_square) != chess.KING:
+                best = max(best, exchange(board, m.to_square, not colour))
+        return best
+    squares = [sq for sq, p in board.piece_map().items() if p.color == colour and p.piece_type != chess.KING]
+    return max((exchange(board, sq, not colour) for sq in squares), default=0)
 
 
 def consequences(board: chess.Board, move: chess.Move) -> str:
     """Two digits of what a legal ``move`` leaves on the board, by :func:`exposed`: the material
-    the opponent can then win from the mover in one exchange among its legal captures (what the
+    the opponent can then win from the mover by an exchange its legal captures start (what the
     move leaves hanging, the piece it moved included; 0 after a mate), and what the mover then
     threatens to win if the opponent does nothing (0-9 each, clipped).
 

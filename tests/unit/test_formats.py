@@ -220,3 +220,14 @@ def test_facts_judge_digits_count_only_captures_the_rules_allow() -> None:
         "00",
     ]
     assert fmt.judged_text(chess.Board("4k2b/8/8/8/8/8/8/R2QK3 w - - 0 1"), "d1h5").split()[-2] == "03"
+
+
+def test_facts_judge_digits_count_an_exchange_to_its_end() -> None:
+    from chessrl.lm.formats import exposed
+
+    # Black's knight on d5, defended by the queen only, attacked by a bishop and a rook: Bxd5 wins
+    # it, as Qxd5 would lose the queen to Rxd5 (one capture alone would call it defended: 3 - 3)
+    board = chess.Board("3qk3/8/8/3n4/8/1B6/8/3RK3 w - - 0 1")
+    assert exposed(board, chess.BLACK) == 3
+    # with a pawn on e6 defending too, it holds: Bxd5 exd5 Rxd5 Qxd5 loses White material
+    assert exposed(chess.Board("3qk3/8/4p3/3n4/8/1B6/8/3RK3 w - - 0 1"), chess.BLACK) == 0
