@@ -14,8 +14,9 @@ scores (one text a legal move):
   mover's piece is a piece that hangs), then the move with its facts last (:func:`move_facts`);
 - ``before-facts``: the board before the move and its control row, then the move's facts and the
   move last (no copy needed: what is judged is at the readout);
-- ``facts``: :meth:`chessrl.lm.formats.FactsFormat.judged_text`, ``before-facts`` plus two digits
-  of what the move leaves hanging and what it then threatens, each a static exchange
+- ``facts``: :meth:`chessrl.lm.formats.FactsFormat.judged_text`, ``before-facts`` plus what the
+  move wins less what it leaves hanging and the room it makes (:func:`chessrl.lm.formats.balance`)
+  and two digits of what it leaves hanging and what it then threatens, each a static exchange
   (:func:`chessrl.lm.formats.consequences`): the reward phase's ``--text-format facts``.
 
 Losses: ``listwise`` (softmax over a position's sampled moves against the margin scale's soft

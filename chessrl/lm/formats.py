@@ -334,10 +334,62 @@ def consequences(board: chess.Board, move: chess.Move) -> str:
     >>> consequences(b, chess.Move.from_uci("d2d4"))   # rook and queen face each other, neither defended
     '59'
     """
+    return _digits(*outlook(board, move))
+
+
+def _digits(loss: int, threat: int, *_: int) -> str:
+    return f"{min(loss, 9)}{min(threat, 9)}"
+
+
+def mobility(board: chess.Board, colour: chess.Color) -> int:
+    """How many moves ``colour`` would have if it were its turn (pseudo-legal: the rules' count of
+    what its pieces can reach, checks not looked at; no en passant).
+
+    >>> mobility(chess.Board(), chess.WHITE), mobility(chess.Board(), chess.BLACK)
+    (20, 20)
+    """
+    b = board.copy(stack=False)
+    b.turn, b.ep_square = colour, None
+    return b.pseudo_legal_moves.count()
+
+
+def outlook(board: chess.Board, move: chess.Move) -> tuple[int, int, int, int]:
+    """What a legal ``move`` does to material and room, by the rules alone: ``(loss, threat, gain,
+    room)``. ``loss`` and ``threat`` as :func:`consequences` reads them; ``gain`` the material it
+    takes (en passant a pawn; a promotion adds the new piece less the pawn) less ``loss``;
+    ``room`` how much it widens the mover's :func:`mobility` against the opponent's, from before
+    the move to after it (each side's count less the other's).
+
+    >>> outlook(chess.Board("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1"), chess.Move.from_uci("d2d4"))[:3]
+    (5, 9, -5)
+    >>> outlook(chess.Board(), chess.Move.from_uci("e2e4"))[3], outlook(chess.Board(), chess.Move.from_uci("g1h3"))[3]
+    (10, 0)
+    """
     after = board.copy(stack=False)
     after.push(move)
-    loss, threat = exposed(after, board.turn, legal=True), exposed(after, not board.turn)
-    return f"{min(loss, 9)}{min(threat, 9)}"
+    us = board.turn
+    loss, threat = exposed(after, us, legal=True), exposed(after, not us)
+    taken = board.piece_type_at(move.to_square) or (chess.PAWN if board.is_en_passant(move) else None)
+    won = (PIECE_VALUES[taken] if taken else 0) + (PIECE_VALUES[move.promotion] - 1 if move.promotion else 0)
+    room = (mobility(after, us) - mobility(after, not us)) - (mobility(board, us) - mobility(board, not us))
+    return loss, threat, won - loss, room
+
+
+def balance(board: chess.Board, move: chess.Move) -> str:
+    """What a legal ``move`` wins and how much room it makes, as :func:`outlook` counts them, in
+    three characters: the gain signed (``+3``, ``-9``: clipped to 9) then the room as a digit
+    (5 for none, 3 moves a step: 0 to 9).
+
+    >>> balance(chess.Board("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1"), chess.Move.from_uci("d2d5"))
+    '+99'
+    >>> balance(chess.Board(), chess.Move.from_uci("e2e4")), balance(chess.Board(), chess.Move.from_uci("g1h3"))
+    ('+08', '+05')
+    """
+    return _balance(*outlook(board, move))
+
+
+def _balance(_loss: int, _threat: int, gain: int, room: int) -> str:
+    return f"{'-' if gain < 0 else '+'}{min(abs(gain), 9)}{max(0, min(9, round(room / 3) + 5))}"
 
 
 class FactsFormat(BoardFormat):
@@ -370,20 +422,21 @@ class FactsFormat(BoardFormat):
 
     def judged_text(self, board: chess.Board, move: str) -> str:
         """What a judge in this format reads for ``move``: the board and its control row as the
-        policy reads them, then only that move, after its facts (:func:`move_facts`, ``.`` for
-        none) and its :func:`consequences`, so what is judged sits next to the score read at the
-        last token: ``<64 squares> <64 control> <side> <castling> <en passant> [<facts>] <lost><threatened> <move>``.
+        policy reads them, then only that move: what it wins and the room it makes
+        (:func:`balance`), its facts (:func:`move_facts`, ``.`` for none) and its
+        :func:`consequences`, so what is judged sits next to the score read at the last token:
+        ``<64 squares> <64 control> <side> <castling> <en passant> <balance> [<facts>] <lost><threatened> <move>``.
 
         >>> text = FactsFormat().judged_text(chess.Board("4k3/8/8/3q4/8/8/3R4/4K3 w - - 0 1"), "d2d4")
-        >>> text[-18:], FactsFormat().judged_text(chess.Board(), "g1f3")[-19:]
-        (' w - - [-] 59 d2d4', ' w KQkq - . 00 g1f3')
+        >>> text[-22:], FactsFormat().judged_text(chess.Board(), "g1f3")[-23:]
+        (' w - - -56 [-] 59 d2d4', ' w KQkq - +06 . 00 g1f3')
         """
         position = super().policy_prompt(board)[: -len(" M:")]
         chosen = chess.Move.from_uci(move)
-        facts = move_facts(board, chosen)
+        facts, seen = move_facts(board, chosen), outlook(board, chosen)
         return (
-            f"{position[:64]} {control(board)}{position[64:]} {f'[{facts}]' if facts else '.'}"
-            f" {consequences(board, chosen)} {move}"
+            f"{position[:64]} {control(board)}{position[64:]} {_balance(*seen)}"
+            f" {f'[{facts}]' if facts else '.'} {_digits(*seen)} {move}"
         )
 
 

@@ -185,7 +185,8 @@ class RewardConfig(TrainerResources):
     position before the move, one character a square, and the move: a judge that sees the
     board), ``board-after`` (the position after the move, and the move: a capture or a hung
     piece is on the squares it reads), ``facts`` (the board and who controls each square, then the
-    move after its facts and two digits of what it leaves hanging and what it threatens,
+    move after what it wins, the room it makes, its facts and two digits of what it leaves
+    hanging and what it threatens,
     :meth:`chessrl.lm.formats.FactsFormat.judged_text`: the learned layout that ranks moves best of those
     measured, docs/results.md); default: the backbone's text format
     (``chessrl_text_format`` in its config, else moves). Written into the saved model's

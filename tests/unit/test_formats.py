@@ -231,3 +231,21 @@ def test_facts_judge_digits_count_an_exchange_to_its_end() -> None:
     assert exposed(board, chess.BLACK) == 3
     # with a pawn on e6 defending too, it holds: Bxd5 exd5 Rxd5 Qxd5 loses White material
     assert exposed(chess.Board("3qk3/8/4p3/3n4/8/1B6/8/3RK3 w - - 0 1"), chess.BLACK) == 0
+
+
+def test_facts_judge_balance_counts_what_a_move_wins_and_the_room_it_makes() -> None:
+    from chessrl.lm.formats import balance
+
+    fmt = FactsFormat()
+    # Qxd7+ wins a pawn and loses the queen to the king: -8; Nd5 wins nothing and loses nothing
+    board = chess.Board("4k3/3p4/8/8/8/2N5/1P6/3QK3 w - - 0 1")
+    assert fmt.judged_text(board, "d1d7").split()[-4][:2] == "-8"
+    assert fmt.judged_text(board, "c3d5").split()[-4][:2] == "+0"
+    # a promotion wins the new piece less the pawn; en passant wins a pawn
+    assert balance(chess.Board("8/4P3/8/8/8/8/k7/4K3 w - - 0 1"), chess.Move.from_uci("e7e8q"))[:2] == "+8"
+    ep = chess.Board("4k3/8/8/3pP3/8/8/8/4K3 w - d6 0 1")
+    assert balance(ep, chess.Move.from_uci("e5d6"))[:2] == "+1"
+    # room: developing a knight to the centre opens more than a rook's pawn step or a knight to the rim
+    start = chess.Board()
+    rooms = {m: int(balance(start, chess.Move.from_uci(m))[2]) for m in ("e2e4", "a2a3", "g1h3")}
+    assert rooms["e2e4"] > rooms["a2a3"] and rooms["e2e4"] > rooms["g1h3"]
