@@ -29,6 +29,7 @@ from chessrl.arena.players import (
     RandomPlayer,
     StockfishPlayer,
     UCIPlayer,
+    model_fingerprint,
     parse_player_spec,
 )
 from chessrl.arena.saved_models import load_saved_model
@@ -206,10 +207,11 @@ def schedule_pairs(
     return tasks
 
 
-def check_players(game: ArenaGame, task: GameTask, uri: str) -> None:
-    """A saved game resumes only the task it was played for: the same players in the same colours.
-    A match re-run with other players (or a model moved to another path: a player is named by its
-    spec) would otherwise count their games as this match's.
+def check_players(game: ArenaGame, task: GameTask, uri: str, models: dict[str, Any] | None = None) -> None:
+    """A saved game resumes only the task it was played for: the same players in the same colours,
+    and the same models (``models``: the game file's :func:`model_fingerprint` of each side, when it
+    has them). A match re-run with other players, or after a model was trained again into the same
+    folder, would otherwise count the old games as this match's.
 
     >>> from chessrl.arena.players import parse_player_spec
     >>> task = GameTask("pair-00000-a-white", parse_player_spec("random"), parse_player_spec("stockfish"),
@@ -225,6 +227,14 @@ def check_players(game: ArenaGame, task: GameTask, uri: str) -> None:
             f"is {task.white.label} against {task.black.label}: the players changed since that game was played "
             "(a model is named by its path). Use another --run-name, or the players this match was started with"
         )
+    for side, spec in (("white", task.white), ("black", task.black)):
+        then, now = (models or {}).get(side), model_fingerprint(spec)
+        if then and now and then != now:
+            raise UserError(
+                f"{uri} was played by {spec.label} ({side}) as its files were then; they have changed since "
+                "(a model trained again into the same folder?), so this match's saved games are not its games. "
+                "Use another --run-name, or delete that game folder to play them again"
+            )
 
 
 @dataclass
@@ -250,14 +260,13 @@ class Arena:
         import ray
 
         on_disk = {name[: -len(".json")] for name in folder.list_files() if name.endswith(".json")}
-        finished = {
-            t.key: ArenaGame.from_dict(json.loads(folder.read_text(f"{t.key}.json")))
-            for t in tasks
-            if t.key in on_disk
-        }
+        records = {t.key: json.loads(folder.read_text(f"{t.key}.json")) for t in tasks if t.key in on_disk}
+        finished = {key: ArenaGame.from_dict(record) for key, record in records.items()}
         for t in tasks:
             if t.key in finished:
-                check_players(finished[t.key], t, folder.uri_of(f"{t.key}.json"))
+                check_players(
+                    finished[t.key], t, folder.uri_of(f"{t.key}.json"), records[t.key].get("models")
+                )
         queue = [t for t in tasks if t.key not in on_disk]
         self.log(f"{what}: {len(tasks)} games ({len(finished)} already played, {len(queue)} to play)")
         if stop is not None and stop(finished):
@@ -279,7 +288,8 @@ class Arena:
                     if isinstance(exc.cause, UserError):
                         raise exc.cause from None
                     raise
-                folder.write_text(f"{task.key}.json", json.dumps(record))
+                models = {"white": model_fingerprint(task.white), "black": model_fingerprint(task.black)}
+                folder.write_text(f"{task.key}.json", json.dumps({**record, "models": models}))
                 finished[task.key] = ArenaGame.from_dict(record)
                 played += 1
                 if stop is not None and stop(finished):

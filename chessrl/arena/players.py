@@ -415,3 +415,35 @@ class UCIPlayer:
 
     def close(self) -> None:
         self.engine.quit()
+
+
+def model_fingerprint(spec: PlayerSpec) -> str | None:
+    """What identifies the model a player loads from a local path: a hash of its files' names,
+    sizes and modification times (a folder's files, or the one file), so a model trained again
+    into the same folder is told apart from the one an earlier game was played with. None for a
+    player without a local model (random, sft, Stockfish, a UCI engine, an ``s3://`` model).
+
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "model.safetensors").write_bytes(b"1")
+    >>> spec = parse_player_spec(f"lm:{folder}")
+    >>> before = model_fingerprint(spec)
+    >>> _ = (folder / "model.safetensors").write_bytes(b"22")
+    >>> before != model_fingerprint(spec), model_fingerprint(parse_player_spec("random"))
+    (True, None)
+    """
+    import hashlib
+    from pathlib import Path
+
+    if spec.kind not in ("lm", "mcts") or not spec.path or "://" in spec.path:
+        return None
+    root = Path(spec.path)
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    digest = hashlib.sha1()
+    for p in files:
+        if p.exists():
+            stat = p.stat()
+            digest.update(
+                f"{p.relative_to(root) if root.is_dir() else p.name}:{stat.st_size}:{stat.st_mtime_ns};".encode()
+            )
+    return digest.hexdigest()[:16]

@@ -521,3 +521,26 @@ def test_a_ladder_is_reused_with_the_same_stockfish_and_rated_again_with_another
         "was rated with Stockfish 17 (sha256 aaaa), this is Stockfish 18" in line for line in arena.lines
     )
     assert json.loads((saved / "ladder.json").read_text())["stockfish"] == "Stockfish 18 (sha256 bbbb)"
+
+
+def test_a_saved_game_of_a_model_trained_again_into_its_folder_is_not_resumed(tmp_path: Path) -> None:
+    import os
+
+    from chessrl.arena.game import ArenaGame, Opening
+    from chessrl.arena.players import model_fingerprint, parse_player_spec
+    from cluster.errors import UserError
+    from pipelines.evaluate_matches import GameTask, check_players
+
+    model = tmp_path / "ppo" / "model"
+    model.mkdir(parents=True)
+    (model / "model.safetensors").write_bytes(b"first")
+    spec = parse_player_spec(f"lm:{model},masked")
+    task = GameTask("pair-00-a-0000", spec, parse_player_spec("random"), Opening(moves=()), 1)
+    game = ArenaGame(spec.label, "random", "1-0", "checkmate", [])
+    played_with = {"white": model_fingerprint(spec), "black": None}
+    check_players(game, task, "g.json", played_with)  # the same files: resumed
+    check_players(game, task, "g.json", None)  # a game saved before fingerprints: resumed as before
+    (model / "model.safetensors").write_bytes(b"second")  # ppo run again into the same folder
+    os.utime(model / "model.safetensors", ns=(1, 1))
+    with pytest.raises(UserError, match=r"g\.json was played by lm:.*ppo/model,masked \(white\).*changed since"):
+        check_players(game, task, "g.json", played_with)
