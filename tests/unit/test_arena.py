@@ -542,5 +542,7 @@ def test_a_saved_game_of_a_model_trained_again_into_its_folder_is_not_resumed(tm
     check_players(game, task, "g.json", None)  # a game saved before fingerprints: resumed as before
     (model / "model.safetensors").write_bytes(b"second")  # ppo run again into the same folder
     os.utime(model / "model.safetensors", ns=(1, 1))
-    with pytest.raises(UserError, match=r"g\.json was played by lm:.*ppo/model,masked \(white\).*changed since"):
+    with pytest.raises(
+        UserError, match=r"g\.json was played by lm:.*ppo/model,masked \(white\).*changed since"
+    ):
         check_players(game, task, "g.json", played_with)
