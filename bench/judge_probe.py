@@ -23,6 +23,7 @@ Losses: ``listwise`` (softmax over a position's sampled moves against the margin
 targets), ``mse`` (the margin value itself), or both.
 
     python bench/judge_probe.py --annotate runs/tiny/annotate --layout after-control --steps 600
+    python bench/judge_probe.py --annotate runs/tiny/annotate --heldout 300 --rule   # the hand rule, for scale
 """
 
 from __future__ import annotations
@@ -41,7 +42,15 @@ import torch.nn.functional as F
 from facts_probe import schedule
 
 from chessrl.engine.move_value import annotated_values
-from chessrl.lm.formats import BoardAfterFormat, BoardFormat, FactsFormat, control, move_facts
+from chessrl.lm.formats import (
+    BoardAfterFormat,
+    BoardFormat,
+    FactsFormat,
+    balance,
+    control,
+    move_facts,
+    outlook,
+)
 from chessrl.lm.legality import soft_targets
 from chessrl.lm.models import right_padded
 from chessrl.rl.reward import build_reward_model, judge_measures, mean_spearman
@@ -123,6 +132,30 @@ def step(model: Any, opt: Any, batch: list[Position], args: argparse.Namespace, 
     return float(loss.detach())
 
 
+def hand_rule(board: chess.Board, move: chess.Move) -> float:
+    """The rule that reads the ``facts`` judge's own text, for scale: a mate first, else what the
+    move wins net (:func:`chessrl.lm.formats.balance`'s gain), a tenth of what it then threatens,
+    0.05 for a check and a hundredth of the room digit."""
+    after = board.copy(stack=False)
+    after.push(move)
+    if after.is_checkmate():
+        return 100.0
+    _, threat, gain, _ = outlook(board, move)
+    return gain + threat / 10 + (0.05 if after.is_check() else 0.0) + int(balance(board, move)[2]) / 100
+
+
+def measure_rule(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The judge's bar of :func:`hand_rule` on ``rows`` (annotate's held-out rows)."""
+    groups = []
+    for r in rows:
+        board = chess.Board(r["fen"])
+        groups.append(
+            ([hand_rule(board, chess.Move.from_uci(m)) for m in r["moves"]], [int(c) for c in r["cp"]])
+        )
+    rho, _ = mean_spearman(groups)
+    return {**judge_measures(groups), "spearman": float("nan") if rho is None else rho}
+
+
 def measure(model: Any, positions: list[Position]) -> dict[str, float]:
     """The judge's bar on ``positions``, every legal move scored."""
     model.eval()
@@ -151,7 +184,13 @@ def main() -> None:
     ap.add_argument("--train", type=int, default=20_000, help="training positions at most")
     ap.add_argument("--heldout", type=int, default=200, help="held-out positions scored")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--rule", action="store_true", help="score the held-out positions with hand_rule, train nothing"
+    )
     args = ap.parse_args()
+    if args.rule:
+        print(f"hand rule: {measure_rule(read_rows(f'{args.annotate}/heldout/*.parquet', args.heldout))}")
+        return
     torch.manual_seed(args.seed)
     model, tok = build_reward_model("tiny")
     model.train()
