@@ -207,11 +207,18 @@ def schedule_pairs(
     return tasks
 
 
-def check_players(game: ArenaGame, task: GameTask, uri: str, models: dict[str, Any] | None = None) -> None:
+def check_players(
+    game: ArenaGame,
+    task: GameTask,
+    uri: str,
+    models: dict[str, Any] | None = None,
+    current: dict[str, str | None] | None = None,
+) -> None:
     """A saved game resumes only the task it was played for: the same players in the same colours,
     and the same models (``models``: the game file's :func:`model_fingerprint` of each side, when it
-    has them). A match re-run with other players, or after a model was trained again into the same
-    folder, would otherwise count the old games as this match's.
+    has them; ``current``: each player label's fingerprint now, computed here when not given). A
+    match re-run with other players, or after a model was trained again into the same folder, would
+    otherwise count the old games as this match's.
 
     >>> from chessrl.arena.players import parse_player_spec
     >>> task = GameTask("pair-00000-a-white", parse_player_spec("random"), parse_player_spec("stockfish"),
@@ -228,7 +235,8 @@ def check_players(game: ArenaGame, task: GameTask, uri: str, models: dict[str, A
             "(a model is named by its path). Use another --run-name, or the players this match was started with"
         )
     for side, spec in (("white", task.white), ("black", task.black)):
-        then, now = (models or {}).get(side), model_fingerprint(spec)
+        then = (models or {}).get(side)
+        now = current[spec.label] if current is not None else model_fingerprint(spec)
         if then and now and then != now:
             raise UserError(
                 f"{uri} was played by {spec.label} ({side}) as its files were then; they have changed since "
@@ -262,10 +270,12 @@ class Arena:
         on_disk = {name[: -len(".json")] for name in folder.list_files() if name.endswith(".json")}
         records = {t.key: json.loads(folder.read_text(f"{t.key}.json")) for t in tasks if t.key in on_disk}
         finished = {key: ArenaGame.from_dict(record) for key, record in records.items()}
+        # each model's files read once a match, not once a game
+        prints = {s.label: model_fingerprint(s) for t in tasks for s in (t.white, t.black)}
         for t in tasks:
             if t.key in finished:
                 check_players(
-                    finished[t.key], t, folder.uri_of(f"{t.key}.json"), records[t.key].get("models")
+                    finished[t.key], t, folder.uri_of(f"{t.key}.json"), records[t.key].get("models"), prints
                 )
         queue = [t for t in tasks if t.key not in on_disk]
         self.log(f"{what}: {len(tasks)} games ({len(finished)} already played, {len(queue)} to play)")
@@ -288,7 +298,7 @@ class Arena:
                     if isinstance(exc.cause, UserError):
                         raise exc.cause from None
                     raise
-                models = {"white": model_fingerprint(task.white), "black": model_fingerprint(task.black)}
+                models = {"white": prints[task.white.label], "black": prints[task.black.label]}
                 folder.write_text(f"{task.key}.json", json.dumps({**record, "models": models}))
                 finished[task.key] = ArenaGame.from_dict(record)
                 played += 1
