@@ -189,7 +189,8 @@ def test_rlaif_killed_on_a_laptop_resumes_as_one_job_on_an_autoscaling_cluster_w
         "[grpo] iteration 2/2 (100%)",
         "[dpo] step 2/2 (100%)",
     ):
-        assert last in logs, last
+        said = [line for line in logs.splitlines() if line.startswith(last.split(" ")[0])]
+        assert last in logs, (last, said[-8:])
     assert not re.findall(
         r"\((RayTrainWorker|TrainController) pid=\d+\).*(\] iteration \d|\] step \d|\{'loss')", logs
     )

@@ -163,7 +163,12 @@ def test_a_line_printed_while_a_reminder_is_due_is_the_one_named_next() -> None:
 
 def test_a_board_makes_its_queue_actor_only_when_the_handle_is_first_used(monkeypatch) -> None:
     """A trainer refused before it starts (a worker bigger than any node) must leave no queue
-    actor behind: the board makes it when ``torch_trainer`` reads the handle, after its checks."""
+    actor behind: the board makes it when ``torch_trainer`` reads the handle, after its checks.
+    The queue lives on the driver's node, pinned: on any other node an autoscaler may take it
+    away with the lines reported after (a CI run lost ppo's last line that way)."""
+    import types
+
+    import ray
     import ray.util.queue
 
     made = []
@@ -173,11 +178,16 @@ def test_a_board_makes_its_queue_actor_only_when_the_handle_is_first_used(monkey
             made.append(actor_options)
 
     monkeypatch.setattr(ray.util.queue, "Queue", CountingQueue)
+    driver = types.SimpleNamespace(get_node_id=lambda: "d" * 56)
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: driver)
     board = ProgressBoard(lambda line: None, "step", 10)
     assert made == []
     handle = board.handle
     assert isinstance(handle, CountingQueue) and board.handle is handle
-    assert made == [{"num_cpus": 0}]
+    [options] = made
+    assert options["num_cpus"] == 0
+    where = options["scheduling_strategy"]
+    assert (where.node_id, where.soft) == ("d" * 56, False)
 
 
 def test_a_phase_logger_survives_the_trip_into_a_ray_task(capsys: pytest.CaptureFixture[str]) -> None:
