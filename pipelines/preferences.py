@@ -3,6 +3,7 @@
     python -m pipelines.preferences --config tiny
     chess-rl preferences --positions 20000 --k 4 --margin-cp 50 --samplers 2 --engines 6
     chess-rl preferences --policy s3://bucket/models/sft --games s3://bucket/games --storage s3://bucket/runs
+    chess-rl preferences --judge model --reward-model runs/a/reward/model   # a trained judge ranks
 
 Positions come from the games table, training pairs from the training games and held-out pairs
 from the held-out games (sft's split, by game id; a held-out board also seen in training is left
@@ -13,7 +14,9 @@ text format (the moves so far, or the board for a ``board``/RookWorld policy: it
 finds Stockfish's move at ``nodes``; then the pool scores every distinct legal proposal (the
 position after it, batched) and :func:`chessrl.rl.preferences.make_pairs` keeps a pair where the
 proposal is ``margin_cp`` or more below Stockfish's move, or is no legal move at all (their share
-capped by ``max_invalid_share``).
+capped by ``max_invalid_share``). With ``judge: model`` a trained reward model on
+:class:`actors.reward_server.RewardServer` actors scores every legal move instead
+(:func:`judge_pairs`) and no engine is started.
 
 Each shard is written whole (``<storage>/<run>/preferences/{train,heldout}/shard-NNNNN.parquet``,
 the schema :data:`chessrl.rl.preferences.PREFERENCE_SCHEMA`), so after a kill the same command keeps
@@ -50,14 +53,24 @@ from chessrl.rl.preferences import (
 from cluster.storage import Storage
 from pipelines.cli import one_line
 from pipelines.common.artifacts import games_table, policy_text_format, read_games
-from pipelines.common.phase import Inputs, Phase, PhaseContext, PhaseResult, model_location, readable_model
+from pipelines.common.phase import (
+    Inputs,
+    Phase,
+    PhaseContext,
+    PhaseResult,
+    gpt2_config,
+    model_location,
+    readable_model,
+)
 from pipelines.config import ChessRLConfig, PreferencesConfig
 
 SUMMARY = one_line("preferences")
 DESCRIPTION = (
     "Chosen: Stockfish's move at --nodes. Rejected: a proposal --margin-cp or more worse, or no legal\n"
-    "move (marked). Shards are written whole; the same command resumes. Example:\n"
-    "  chess-rl preferences --positions 20000 --k 4 --samplers 2"
+    "move (marked). --judge model: a trained reward model ranks every legal move instead. Shards are\n"
+    "written whole; the same command resumes. Examples:\n"
+    "  chess-rl preferences --positions 20000 --k 4 --samplers 2\n"
+    "  chess-rl preferences --judge model --reward-model runs/a/reward/model"
 )
 
 #: Edges of the centipawn-gap histogram in the summary (chosen score - rejected score).
@@ -80,8 +93,9 @@ def policy_location(config: ChessRLConfig, inputs: Inputs) -> str:
 
 
 def check_preferences(config: ChessRLConfig, inputs: Inputs) -> tuple[str, Storage]:
-    """Every input of ``preferences``, before Ray starts: the policy and the games table
-    (``game_id`` and ``moves``, at least one game). Returns both. A policy is checked readable
+    """Every input of ``preferences``, before Ray starts: the policy, the games table
+    (``game_id`` and ``moves``, at least one game) and, with ``judge: model``, the reward model.
+    Returns the first two. A policy is checked readable
     (:func:`chessrl.arena.saved_models.check_saved_model`) unless an earlier phase of the graph
     run writes it."""
     policy = policy_location(config, inputs)
@@ -90,6 +104,14 @@ def check_preferences(config: ChessRLConfig, inputs: Inputs) -> tuple[str, Stora
     source = games_location(config, inputs)
     if config.preferences.games or not inputs.will_write("prepare"):
         games_table(source)
+    if config.preferences.judge == "model":
+        gpt2_config(
+            str(config.preferences.reward_model),
+            "preferences.reward_model (--reward-model)",
+            "GPT2ForSequenceClassification",
+            "preferences --judge model needs a reward model (GPT2ForSequenceClassification): train one with "
+            "`chess-rl reward`, or rank with Stockfish (--judge stockfish)",
+        )
     return policy, source
 
 
@@ -165,6 +187,47 @@ def shard_pairs(
     return rows, skipped
 
 
+def judge_pairs(
+    positions: list[PrefPosition],
+    proposals: list[list[str]],
+    judge: Any,
+    rule: PairRule,
+    random_moves: int = 0,
+    seed: int = 0,
+) -> tuple[list[dict[str, Any]], Counter[str]]:
+    """:func:`shard_pairs` with a trained judge in Stockfish's place (``preferences.judge:
+    model``): ``judge`` (a :class:`actors.reward_server.RewardClient`) scores every legal move of
+    every position in one call; its best move is the chosen one, and each score is written as
+    ``round(100 x`` the judge's normalised score``)``, so ``rule.margin_cp`` is the judge margin x 100."""
+    import random
+
+    import chess
+
+    from chessrl.rl.reward import RewardQuery
+
+    rng = random.Random(seed)
+    legal = [sorted(m.uci() for m in chess.Board(p.fen).legal_moves) for p in positions]
+    queries = [
+        RewardQuery(p.moves_before, m) for p, moves in zip(positions, legal, strict=True) for m in moves
+    ]
+    scored = iter(judge.score_batch(queries) if queries else [])
+    rows: list[dict[str, Any]] = []
+    skipped: Counter[str] = Counter()
+    for position, moves, completions in zip(positions, legal, proposals, strict=True):
+        scores = {m: round(100 * float(next(scored))) for m in moves}
+        if not moves:  # the game is over here: nothing to prefer
+            skipped["terminal"] += 1
+            continue
+        best = max(moves, key=lambda m: (scores[m], m))
+        words = {(c.split() or [""])[0] for c in completions}
+        others = sorted(set(moves) - words - {best})
+        extra = rng.sample(others, min(random_moves, len(others)))
+        got, why = make_pairs(position, best, scores[best], completions, scores, rule, extra)
+        rows.extend(got)
+        skipped.update(why)
+    return rows, skipped
+
+
 def run_preferences(context: PhaseContext) -> PhaseResult:
     """check -> plan the shards -> start the samplers and the engine pool and make the shards
     not yet written -> summarise every shard (``summary.json``, metrics, the summary lines)."""
@@ -174,7 +237,8 @@ def run_preferences(context: PhaseContext) -> PhaseResult:
     text_format = policy_text_format(policy)  # its proposals are asked in the format it was trained on
     fmt = get_format(text_format)
     rows = read_games(source)
-    rule = PairRule(margin_cp=cfg.margin_cp, ranked=cfg.ranked_pairs)
+    margin = cfg.margin_cp if cfg.judge == "stockfish" else round(100 * cfg.judge_margin)
+    rule = PairRule(margin_cp=margin, ranked=cfg.ranked_pairs)
     train, held = plan_positions(rows, cfg, context.config.sft.heldout_fraction, seed)
     out = context.phase_storage("preferences")
     shards = [
@@ -187,7 +251,12 @@ def run_preferences(context: PhaseContext) -> PhaseResult:
     context.log(
         f"{len(train):,} training and {len(held):,} held-out positions from {len(rows):,} games at {source.uri}; "
         f"{len(shards)} shards ({len(shards) - len(pending)} already written, {len(pending)} to make); "
-        f"policy {policy} (asked in its {text_format} format), k={cfg.k}, Stockfish at {cfg.nodes:,} nodes"
+        f"policy {policy} (asked in its {text_format} format), k={cfg.k}, "
+        + (
+            f"Stockfish at {cfg.nodes:,} nodes"
+            if cfg.judge == "stockfish"
+            else f"judged by {cfg.reward_model}"
+        )
     )
     started = time.perf_counter()
     made, totals, restarts = 0, Counter[str](), 0
@@ -216,6 +285,9 @@ def run_preferences(context: PhaseContext) -> PhaseResult:
         "k": cfg.k,
         "margin_cp": cfg.margin_cp,
         "nodes": cfg.nodes,
+        "judge": cfg.judge,
+        "reward_model": cfg.reward_model if cfg.judge == "model" else None,
+        "judge_margin": cfg.judge_margin if cfg.judge == "model" else None,
     }
     out.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True))
     context.tracking.log_metrics(
@@ -250,10 +322,22 @@ def make_shards(
 
     cfg, run = context.config.preferences, context.config.run.name
     cpus = sizing_cpus()[0]  # the nodes alive, or the first node an autoscaler starts (cluster.capacity)
-    engines = cfg.engines or cpus  # half a CPU each: the samplers mostly wait for the engines
-    pool = EnginePool.spread(
-        engines, run=f"{run}-preferences", num_cpus_per_engine=0.5, key="preferences.engines", log=context.log
-    )
+    if cfg.judge == "model":  # the judge's servers in Stockfish's place: no engine is started
+        assert cfg.reward_model is not None  # the config's own check
+        from actors.reward_server import RewardClient
+
+        pool: Any = RewardClient.create(
+            cfg.reward_model, cfg.judge_servers, run=f"{run}-preferences", threads=cpus
+        )
+    else:
+        engines = cfg.engines or cpus  # half a CPU each: the samplers mostly wait for the engines
+        pool = EnginePool.spread(
+            engines,
+            run=f"{run}-preferences",
+            num_cpus_per_engine=0.5,
+            key="preferences.engines",
+            log=context.log,
+        )
     if cfg.sampler_gpus:
         check_gpus(
             "preferences",
@@ -272,7 +356,11 @@ def make_shards(
     try:
         maker = ShardMaker(cfg, fmt, rule, context.config.run.seed, samplers, pool, out, context.log)
         made, totals = maker.make(pending, numbers, started)
-        restarts = sum(int(s.get("restarts", 0)) for s in ray.get([a.stats.remote() for a in pool.actors]))
+        restarts = (
+            sum(int(s.get("restarts", 0)) for s in ray.get([a.stats.remote() for a in pool.actors]))
+            if cfg.judge == "stockfish"
+            else 0
+        )
     finally:
         pool.shutdown()
         for sampler in samplers:
@@ -325,9 +413,14 @@ class ShardMaker:
             proposals = [c for chunk in ray.get(asked) for c in chunk]
             if done_now + 1 < len(pending):  # the next shard's proposals, while the engines score this one
                 asked = self.ask(pending[done_now + 1][1], numbers[pending[done_now + 1][0]])
-            shard_rows, skipped = shard_pairs(
-                positions, proposals, self.pool, limit, self.rule, cfg.random_moves, seed * 7919 + index
-            )
+            if cfg.judge == "model":
+                shard_rows, skipped = judge_pairs(
+                    positions, proposals, self.pool, self.rule, cfg.random_moves, seed * 7919 + index
+                )
+            else:
+                shard_rows, skipped = shard_pairs(
+                    positions, proposals, self.pool, limit, self.rule, cfg.random_moves, seed * 7919 + index
+                )
             shard_rows, dropped = cap_invalid_share(shard_rows, cfg.max_invalid_share, seed + index)
             skipped["invalid_share_cap"] += dropped
             self.out.write_bytes(name, parquet_bytes(shard_rows))
@@ -389,7 +482,8 @@ def summary_lines(summary: dict[str, Any], out: Storage) -> list[str]:
         + ", ".join(f"{k} {v}" for k, v in sorted(summary["kinds"].items())),
         "  phases        " + ", ".join(f"{k} {v}" for k, v in sorted(summary["phases"].items())),
         f"  skipped       {skipped} (proposals)",
-        "  cp gap        " + ", ".join(f"{k}: {v}" for k, v in summary["gap_histogram_cp"].items()),
+        ("  cp gap        " if summary.get("judge", "stockfish") == "stockfish" else "  judge gap x100 ")
+        + ", ".join(f"{k}: {v}" for k, v in summary["gap_histogram_cp"].items()),
         f"  speed         {summary['made_now']:,} pairs made now in {summary['seconds']} s "
         f"({summary['pairs_per_s']:.1f} pairs/s); {summary['engine_restarts']} engine restarts",
         f"  output        {out.uri}",

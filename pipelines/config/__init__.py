@@ -9,9 +9,11 @@ Every name is imported from here (``from pipelines.config import SftConfig``); t
 live by phase:
 
 - ``pipelines.config.data``: ``prepare`` and ``annotate`` (:class:`PrepareConfig`, :class:`AnnotateConfig`);
-- ``pipelines.config.lm``: the language-model phases, ``sft``, ``preferences``, ``reward``,
-  ``dpo``, ``ppo`` and ``grpo`` (:class:`SftConfig` to :class:`GRPOConfig` and its
-  :class:`PositionMix`), and :data:`BatchSize`, a batch size that may be ``auto``;
+- ``pipelines.config.lm``: the language-model phases ``sft``, ``preferences``, ``reward`` and
+  ``dpo`` (:class:`SftConfig` to :class:`DPOConfig`), and :data:`BatchSize`, a batch size that
+  may be ``auto``;
+- ``pipelines.config.rl``: the policy's RL phases, ``ppo`` and ``grpo`` (:class:`PPOConfig`,
+  :class:`GRPOConfig` and its :class:`PositionMix`);
 - ``pipelines.config.resources``: what the learner sections share, their workers, CPUs, GPUs
   (:class:`LearnerResources`: ``ppo``, ``grpo``) and precision (:class:`TrainerResources`:
   ``sft``, ``reward``, ``dpo``), flat keys of each section;
@@ -40,15 +42,13 @@ from pipelines.config.graph import RLAIF_PHASES, TUNE_DEFAULTS, TUNE_DISTRIBUTIO
 from pipelines.config.lm import (
     BatchSize,
     DPOConfig,
-    GRPOConfig,
-    PositionMix,
-    PPOConfig,
     PreferencesConfig,
     RewardConfig,
     SftConfig,
     positive_or_auto,
 )
 from pipelines.config.resources import LearnerResources, TrainerResources
+from pipelines.config.rl import GRPOConfig, PositionMix, PPOConfig
 from pipelines.config.search import SelfplayConfig
 
 __all__ = [

@@ -233,12 +233,81 @@ def test_a_driver_killed_mid_run_resumes_with_no_duplicate_and_no_missing_pair(
     assert read_pairs(folder) == reference  # the same pairs, none twice, none missing
 
 
+@pytest.fixture(scope="module")
+def judge(tmp_path_factory) -> Path:
+    """An untrained tiny facts-format judge whose normalisation spreads its scores over a few units
+    (std: that of its own raw scores), so the margin separates moves."""
+    import torch
+
+    from chessrl.lm.formats import FactsFormat
+    from chessrl.rl.reward import build_reward_model
+
+    model, tok = build_reward_model("tiny")
+    board = chess.Board("r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3")
+    texts = [FactsFormat().judged_text(board, m.uci()) + tok.eos_token for m in board.legal_moves]
+    with torch.no_grad():
+        raw = [float(model(**tok(t, return_tensors="pt")).logits[0, 0]) for t in texts]
+    model.config.chessrl_text_format = "facts"
+    model.config.chessrl_reward_mean = sum(raw) / len(raw)
+    model.config.chessrl_reward_std = float(torch.tensor(raw).std())
+    folder = tmp_path_factory.mktemp("judge")
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def test_a_trained_judge_ranks_in_stockfish_place(tmp_path, games, policy, judge, capsys):
+    """``--judge model``: the chosen move is the judge's best of every legal move, as
+    ``transformers`` alone scores the judge's text; each score is the normalised score x 100."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from chessrl.lm.formats import FactsFormat
+
+    extra = ["--positions", "12", "--heldout-positions", "4", "--k", "4", "--judge", "model"]
+    code = preferences.main(pref_args(tmp_path, games, policy, *extra, "--reward-model", str(judge)))
+    out = capsys.readouterr()
+    assert code == EXIT_OK, out.err[-3000:]
+    folder = tmp_path / "p" / "preferences"
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["judge"] == "model" and summary["reward_model"] == str(judge)
+    assert "judge gap x100" in out.out and "Stockfish at" not in out.out
+    pairs = [r for rows in read_pairs(folder).values() for r in rows]
+    assert pairs and {r["kind"] for r in pairs} & {"worse", "ranked", "random"}
+    model = AutoModelForSequenceClassification.from_pretrained(judge).eval()
+    tok = AutoTokenizer.from_pretrained(judge)
+    mean, std = model.config.chessrl_reward_mean, model.config.chessrl_reward_std
+
+    def judged(board: chess.Board, move: str) -> float:  # the judge's text, then EOS: as it was trained
+        ids = tok(FactsFormat().judged_text(board, move) + tok.eos_token, return_tensors="pt")
+        with torch.no_grad():
+            return (float(model(**ids).logits[0, 0]) - mean) / std
+
+    scores: dict[str, dict[str, float]] = {}
+    for r in pairs:
+        board = chess.Board(r["fen"])
+        if r["fen"] not in scores:
+            scores[r["fen"]] = {m.uci(): judged(board, m.uci()) for m in board.legal_moves}
+        mine = scores[r["fen"]]
+        chosen, rejected = r["chosen"].strip(), r["rejected"].strip()
+        assert abs(100 * mine[chosen] - r["chosen_score"]) <= 2
+        if r["kind"] != "ranked":  # the judge's best of all the legal moves
+            assert mine[chosen] >= max(mine.values()) - 0.02, (r, mine)
+        assert r["rejected_score"] <= r["chosen_score"] - 50  # the default margin, 0.5 x 100
+        if r["kind"] in ("worse", "ranked", "random"):
+            assert abs(100 * mine[rejected] - r["rejected_score"]) <= 2
+        else:
+            assert rejected not in mine
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
         (["--margin-cp", "-1"], "preferences.margin_cp"),
         (["--k", "0"], "preferences.k"),
         (["--policy", "/nonexistent/model"], "not a saved model folder"),
+        (["--judge", "model"], "preferences.reward_model (--reward-model) is not set"),
+        (["--judge", "model", "--reward-model", "/nonexistent/judge"], "preferences.reward_model"),
     ],
 )
 def test_bad_input_is_one_clear_message(tmp_path, games, policy, local_ray, capsys, extra, message):

@@ -99,7 +99,7 @@ def test_grpo_auto_batch_size_asks_for_the_learners_device(monkeypatch):
     import cluster.capacity
     import pipelines.common.batch_size
     import pipelines.grpo
-    from pipelines.config.lm import GRPOConfig
+    from pipelines.config.rl import GRPOConfig
 
     seen: dict = {}
     monkeypatch.setattr(pipelines.common.batch_size, "auto_batch_size", lambda *a, **kw: seen.update(kw) or 8)

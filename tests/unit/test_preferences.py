@@ -168,3 +168,32 @@ def test_random_moves_pair_with_stockfish_s_move_and_join_the_ranking():
     assert ("g1f3", "g2g4", "random") in kinds
     assert ("f1c4", "g2g4", "ranked") in kinds and ("a2a3", "g2g4", "ranked") in kinds
     assert ("g1f3", "a2a3", "worse") in kinds
+
+
+def test_a_judge_chooses_its_best_legal_move_even_one_no_proposal_named() -> None:
+    """``preferences --judge model``: the judge's argmax over every legal move is chosen, proposals
+    the margin below it are rejected, an unparseable one is marked, a random legal move nobody
+    proposed is paired with it, and a finished game makes no pair."""
+    from chessrl.rl.preferences import position_from_moves
+    from pipelines.preferences import judge_pairs
+
+    class Judge:  # a move to d8 is worth 5, any other move 0
+        def score_batch(self, queries):
+            return [5.0 if q.move.endswith("d8") else 0.0 for q in queries]
+
+    opening = ["e2e4", "e7e5", "d1h5", "b8c6", "f1c4", "g8f6"]
+    mated = [*opening, "h5f7"]  # scholar's mate: black has no move
+    hung = ["d2d4", "e7e5", "d4e5", "d8g5", "c1g5", "f8e7", "g5e7", "g8f6"]  # Bd8 is the one move to d8
+    positions = [position_from_moves(g, len(m), m, source="train") for g, m in (("m", mated), ("h", hung))]
+    rows, skipped = judge_pairs(
+        positions, [[], [" a2a3", " e7d8", " e1d2", " z9z9"]], Judge(), PairRule(margin_cp=50), random_moves=1
+    )
+    assert skipped["terminal"] == 1 and {r["game_id"] for r in rows} == {"h"}
+    assert {r["chosen"] for r in rows} == {" e7d8"} and skipped["agrees"] == 1
+    kinds = {r["rejected"].strip(): r["kind"] for r in rows}
+    assert (
+        kinds.pop("a2a3") == "worse" and kinds.pop("e1d2") == "worse" and kinds.pop("z9z9") == "unparseable"
+    )
+    assert list(kinds.values()) == ["random"]  # one random legal move nobody proposed
+    assert all(r["chosen_score"] == 500 for r in rows)
+    assert all(r["rejected_score"] == 0 for r in rows if r["kind"] != "unparseable")
