@@ -107,6 +107,13 @@ def build_player(spec: PlayerSpec, settings: Settings, pool: Any) -> Player:
             text_format=getattr(model.config, "chessrl_text_format", None) or "moves",
             masked=spec.masked,
         )
+    if spec.kind == "judge":
+        from chessrl.rl.judge_player import JudgePlayer
+
+        assert spec.path is not None
+        if spec.path not in _MODELS:
+            _MODELS[spec.path] = load_saved_model(spec.path, "reward")
+        return JudgePlayer(*_MODELS[spec.path], name=spec.label)
     if spec.kind == "mcts":
         path = spec.path or settings.selfplay_best
         assert path is not None

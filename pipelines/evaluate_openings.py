@@ -41,7 +41,7 @@ from chessrl.arena.players import PlayerSpec, parse_player_spec
 from chessrl.arena.suites import SuitePosition, read_epd_suite
 from cluster.errors import ConfigError, InputDataError, StorageError, UserError
 from cluster.storage import Storage, split_uri
-from pipelines.common.phase import Inputs, location, readable_model, saved_model
+from pipelines.common.phase import Inputs, gpt2_config, location, readable_model, saved_model
 from pipelines.config import ChessRLConfig, EvaluateConfig
 from pipelines.evaluate_opponents import in_distribution_notes, training_opponents
 
@@ -243,6 +243,13 @@ def check_player_inputs(s: PlayerSpec, sft_model: str | None, inputs: Inputs) ->
     if s.kind == "lm" and str(s.path) not in written:
         saved_model(str(s.path), f"player {s.label!r}")
         readable_model(str(s.path), f"player {s.label!r}")
+    if s.kind == "judge" and str(s.path) not in written:
+        gpt2_config(
+            str(s.path),
+            f"player {s.label!r}",
+            "GPT2ForSequenceClassification",
+            "a judge: player plays a reward model (`chess-rl reward`'s output); a policy is lm:DIR",
+        )
     if (
         s.masked
         and path is not None

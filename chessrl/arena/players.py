@@ -17,7 +17,8 @@ PlayerSpec(kind='stockfish', path=None, skill_level=None, elo=1500, nodes=2000, 
 
 ``random``; ``sft`` (this run's sft model); ``lm:DIR|s3://...``; either with ``,masked`` (the
 model's most probable *legal* move: its logits restricted to the legal moves, the first-attempt
-legal rate of its unmasked argmax still counted); ``mcts[:FILE.pt][,sims=N][,search=gumbel]``
+legal rate of its unmasked argmax still counted); ``judge:DIR|s3://...`` (a reward model playing
+the legal move it scores highest: :class:`chessrl.rl.judge_player.JudgePlayer`); ``mcts[:FILE.pt][,sims=N][,search=gumbel]``
 (a self-play network searched by MCTS, PUCT unless ``search=gumbel``; bare ``mcts`` is this run's
 best);
 ``stockfish[:skill=N|elo=N][,nodes=N][,random=P]`` (``random=P``: a uniformly random legal move
@@ -28,6 +29,8 @@ P% of the time, the rungs of the low Elo ladder); ``uci:/path/to/engine[,nodes=N
 
 >>> parse_player_spec("lm:runs/a/grpo/model,masked").label
 'lm:runs/a/grpo/model,masked'
+>>> parse_player_spec("judge:runs/a/reward/model").label
+'judge:runs/a/reward/model'
 >>> parse_player_spec("mcts:runs/a/selfplay/best.pt,sims=64").label
 'mcts:runs/a/selfplay/best.pt,sims=64'
 >>> parse_player_spec("mcts,sims=100").label
@@ -48,7 +51,7 @@ from chessrl.engine.client import SearchLimit, Strength
 from chessrl.lm.formats import MoveCounts, get_format
 from cluster.errors import ConfigError
 
-PlayerKind = Literal["random", "sft", "lm", "mcts", "stockfish", "uci"]
+PlayerKind = Literal["random", "sft", "lm", "judge", "mcts", "stockfish", "uci"]
 IllegalPolicy = Literal["fallback", "forfeit"]
 
 
@@ -111,8 +114,8 @@ class PlayerSpec:
         masked = ",masked" if self.masked else ""
         if self.kind in ("random", "sft"):
             return self.kind + masked
-        if self.kind == "lm":
-            return f"lm:{self.path}{masked}"
+        if self.kind in ("lm", "judge"):
+            return f"{self.kind}:{self.path}{masked}"
         if self.kind == "mcts":
             options = [f"sims={self.simulations}"] if self.simulations else []
             options += [f"search={self.search}"] if self.search else []
@@ -148,7 +151,7 @@ class PlayerSpec:
 
 
 _ALLOWED = (
-    "random, sft[,masked], lm:DIR[,masked], mcts[:FILE.pt][,sims=N][,search=puct|gumbel], stockfish[:skill=N|elo=N][,nodes=N|movetime_ms=N][,random=P], "
+    "random, sft[,masked], lm:DIR[,masked], judge:DIR, mcts[:FILE.pt][,sims=N][,search=puct|gumbel], stockfish[:skill=N|elo=N][,nodes=N|movetime_ms=N][,random=P], "
     "uci:PATH[,nodes=N|movetime_ms=N]"
 )
 
@@ -166,8 +169,8 @@ def parse_player_spec(spec: str, *, key: str = "evaluate.players") -> PlayerSpec
     kind, _, rest = text.partition(":")
     if kind in ("random", "sft") and not rest:
         return PlayerSpec(kind=kind)  # type: ignore[arg-type]
-    if kind == "lm" and rest:
-        return PlayerSpec(kind="lm", path=rest)
+    if kind in ("lm", "judge") and rest:
+        return PlayerSpec(kind=kind, path=rest)  # type: ignore[arg-type]
     if kind == "mcts" or text.startswith("mcts,"):
         return _parse_mcts(spec, text[len("mcts") :].lstrip(":"), key)
     if kind not in ("stockfish", "uci") or (kind == "uci" and not rest):
@@ -435,7 +438,7 @@ def model_fingerprint(spec: PlayerSpec) -> str | None:
     import hashlib
     from pathlib import Path
 
-    if spec.kind not in ("lm", "mcts") or not spec.path or "://" in spec.path:
+    if spec.kind not in ("lm", "judge", "mcts") or not spec.path or "://" in spec.path:
         return None
     root = Path(spec.path)
     files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]

@@ -17,7 +17,8 @@ class EvaluateConfig(Section):
     players: list[str] = Field(
         default_factory=lambda: ["sft", "random", "stockfish:skill=0", "stockfish:elo=1350"]
     )
-    """Players: random, sft (this run's model), lm:DIR|s3://..., mcts[:FILE.pt][,sims=N][,search=gumbel]
+    """Players: random, sft (this run's model), lm:DIR|s3://..., judge:DIR (a reward model's
+    best legal move), mcts[:FILE.pt][,sims=N][,search=gumbel]
     (a selfplay network with MCTS; bare: this run's best), stockfish[:skill=N|elo=N][,nodes=N],
     uci:PATH[,nodes=N|movetime_ms=N]. The first is the candidate (in paired mode: the start). The
     default: this run's sft model against a random mover and the weakest Stockfish levels, Skill

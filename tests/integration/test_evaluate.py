@@ -224,6 +224,45 @@ def test_a_selfplay_network_plays_in_the_arena(tmp_path, local_ray, capsys, monk
     assert pairing["wins"] + pairing["draws"] + pairing["losses"] == 4
 
 
+def test_a_judge_plays_in_the_arena_and_a_policy_is_no_judge(
+    tmp_path, model_dir, local_ray, capsys, monkeypatch
+):
+    """``judge:DIR``: a reward model plays its best legal move in evaluate's games (PGN named by
+    the spec); a policy folder given as a judge is one clear message before Ray starts."""
+    from chessrl.rl.reward import build_reward_model
+
+    monkeypatch.chdir(ROOT)
+    judge, tok = build_reward_model("tiny")
+    judge.config.chessrl_text_format = "board"
+    judge.save_pretrained(tmp_path / "judge")
+    tok.save_pretrained(tmp_path / "judge")
+    common = [
+        "--config",
+        "tiny",
+        "--storage",
+        str(tmp_path),
+        "--run-name",
+        "j",
+        "--no-tracking",
+        "--no-ladder",
+    ]
+    common += ["--games", "2", "--max-plies", "16", "--quality-nodes", "0", "--suites"]
+    code = evaluate.main([*common, "--players", f"judge:{model_dir}", "random"])
+    assert code == EXIT_USER_ERROR and "a judge: player plays a reward model" in capsys.readouterr().err
+    assert evaluate.main([*common, "--players", f"judge:{tmp_path / 'judge'}", "random"]) == EXIT_OK
+    capsys.readouterr()
+    handle = io.StringIO((tmp_path / "j" / "evaluate" / "eval" / "games.pgn").read_text())
+    games = []
+    while (game := chess.pgn.read_game(handle)) is not None:
+        assert not game.errors, game.errors
+        games.append(game)
+    assert len(games) == 2
+    assert {g.headers["White"] for g in games} | {g.headers["Black"] for g in games} == {
+        f"judge:{tmp_path / 'judge'}",
+        "random",
+    }
+
+
 def test_paired_mode_gives_each_run_its_gain_over_the_start_and_their_mean(
     tmp_path, model_dir, random_games, local_ray, capsys
 ):

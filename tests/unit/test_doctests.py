@@ -48,6 +48,7 @@ MODULES = [
     "chessrl.search.search_board",
     "chessrl.rl.preferences",
     "chessrl.rl.reward",
+    "chessrl.rl.judge_player",
     "chessrl.rl.ppo",
     "chessrl.data.positions",
     "chessrl.rl.grpo",

@@ -67,6 +67,7 @@ def board_after(moves: list[str]) -> chess.Board:
             PlayerSpec(kind="uci", path="/usr/games/stockfish", movetime_ms=50),
         ),
         ("uci:/opt/engine,nodes=500", PlayerSpec(kind="uci", path="/opt/engine", nodes=500)),
+        ("judge:runs/a/reward/model", PlayerSpec(kind="judge", path="runs/a/reward/model")),
         ("mcts", PlayerSpec(kind="mcts")),
         ("mcts,sims=64", PlayerSpec(kind="mcts", simulations=64)),
         ("mcts:runs/a/selfplay/best.pt", PlayerSpec(kind="mcts", path="runs/a/selfplay/best.pt")),
@@ -95,6 +96,7 @@ def test_labels_are_distinct_for_distinct_specs() -> None:
         "sft",
         "lm:a",
         "lm:b",
+        "judge:a",
         "stockfish",
         "stockfish:skill=3",
         "stockfish:skill=4",
@@ -131,6 +133,8 @@ BAD_SPECS = [
     "stockfish:movetime_ms=-5",
     "stockfish:depth=3",
     "lm:",
+    "judge:",
+    "judge:a,masked",
     "mcts,sims=0",
     "mcts:a.pt,nodes=5",
     "mcts:sims=5",
@@ -151,6 +155,7 @@ def test_a_bad_spec_is_a_config_error_naming_the_key_the_spec_and_the_allowed_fo
         "random",
         "sft",
         "lm:DIR",
+        "judge:DIR",
         "mcts[:FILE.pt][,sims=N]",
         "stockfish[:skill=N|elo=N]",
         "uci:PATH",
@@ -457,3 +462,42 @@ def test_gumbel_mcts_player_plays_the_move_its_search_chose() -> None:
         assert root.best_move().uci() == move and root._tree.chosen[root._id] >= 0
         board.push_uci(move)
     assert player.move(chess.Board("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1")).move == "d1d8"
+
+
+def test_a_judge_plays_the_legal_move_it_scores_highest() -> None:
+    """``judge:DIR``: the argmax of the reward model's scores over the legal moves, each read as
+    plain ``transformers`` reads the judge's text (``<text><eos>``)."""
+    from chessrl.lm.formats import BoardFormat
+    from chessrl.rl.judge_player import JudgePlayer
+    from chessrl.rl.reward import build_reward_model
+
+    torch.manual_seed(0)
+    model, tok = build_reward_model("tiny")
+    model.config.chessrl_text_format = "board"
+    board = chess.Board()
+    board.push_uci("e2e4")
+
+    def score(move: str) -> float:
+        ids = tok(BoardFormat().judged_text(board, move) + tok.eos_token, return_tensors="pt")
+        with torch.no_grad():
+            return float(model(**ids).logits[0, 0])
+
+    scores = {m.uci(): score(m.uci()) for m in board.legal_moves}
+    assert JudgePlayer(model, tok).move(board).move == max(scores, key=scores.__getitem__)
+
+
+def test_a_judge_never_hands_the_opponent_a_draw_claim_while_it_has_another_move(monkeypatch) -> None:
+    from chessrl.rl import judge_player
+
+    monkeypatch.setattr(judge_player, "query_ids", lambda tok, query, fmt, board: query.move)
+    monkeypatch.setattr(
+        judge_player, "score_ids", lambda model, rows, pad: [float(r == "f6g8") for r in rows]
+    )
+    player = judge_player.JudgePlayer(SimpleNamespace(config={}), SimpleNamespace(pad_token_id=0))
+    board = chess.Board()
+    for uci in ["g1f3", "g8f6", "f3g1"]:
+        board.push_uci(uci)
+    assert player.move(board).move == "f6g8"  # its favourite, when it repeats nothing yet
+    for uci in ["f6g8", "g1f3", "g8f6", "f3g1"]:
+        board.push_uci(uci)
+    assert player.move(board).move != "f6g8"  # the third time: white could claim the draw
