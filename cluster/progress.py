@@ -122,16 +122,14 @@ class ProgressBoard:
         ``get_nowait_batch``. The Ray queue actor is made on first use, so a trainer refused
         before it starts leaves none behind."""
         if self._queue is None:
-            import ray
             from ray.util.queue import Queue
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            from cluster.runtime import on_driver_node
 
             # num_cpus=0: an actor asks one CPU to be scheduled by default, and the learner may
-            # hold them all. On the driver's node: Ray may place a zero-CPU actor on any node,
-            # and an autoscaler's idle worker node (one an earlier phase used) goes away with
-            # the queue on it, and with it every line reported after.
-            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-            self._queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
+            # hold them all. On the driver's node: elsewhere an autoscaler may take the node
+            # away with the queue on it, and every line reported after (a CI run lost one so).
+            self._queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": on_driver_node()})
         return self._queue
 
     def __enter__(self) -> ProgressBoard:

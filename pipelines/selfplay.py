@@ -43,7 +43,7 @@ from chessrl.search.mcts_config import MCTSConfig
 from chessrl.search.net_config import NetConfig
 from cluster.capacity import sizing_cpus
 from cluster.progress import ProgressBoard
-from cluster.runtime import release_actor_name
+from cluster.runtime import on_driver_node, release_actor_name
 from cluster.storage import Storage
 from pipelines.cli import one_line
 from pipelines.common.phase import Inputs, Phase, PhaseContext, PhaseResult
@@ -217,12 +217,20 @@ class SelfplayActors:
         collector_names = [f"{run.name}/selfplay-collector-{i}" for i in range(cfg.producer_workers)]
         for name in [server_name, f"{run.name}/replay-queue", *collector_names]:
             release_actor_name(name, namespace)
-        server = ParameterServer.options(name=server_name, namespace=namespace).remote()
+        # both hubs on the driver's node, where no autoscaler takes them away (cluster.runtime)
+        server = ParameterServer.options(
+            name=server_name, namespace=namespace, scheduling_strategy=on_driver_node()
+        ).remote()
         best_model = PolicyValueNet(net_config(cfg))
         best_model.load_state_dict(best_saved["model"])
         ray.get(server.publish.remote(numpy_state(best_model), int(best_saved["version"])))
         queue = Queue(
-            maxsize=cfg.producer_queue_size, actor_options={"num_cpus": 0, "name": f"{run.name}/replay-queue"}
+            maxsize=cfg.producer_queue_size,
+            actor_options={
+                "num_cpus": 0,
+                "name": f"{run.name}/replay-queue",
+                "scheduling_strategy": on_driver_node(),
+            },
         )
         spec = collector_spec(context, phase, server_name, namespace)
         gpus = 1 if cfg.producer_device == "cuda" else 0
