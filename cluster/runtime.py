@@ -257,8 +257,8 @@ def release_actor_name(name: str, namespace: str | None, timeout_s: float = 30.0
 
 def on_driver_node() -> object:
     """A scheduling strategy that pins an actor to the driver's node (hard affinity): for the
-    zero-CPU actors a phase talks through (a progress queue, selfplay's replay queue and
-    parameter server). Ray may place a zero-CPU actor on any node, and an autoscaler counts a
+    zero-CPU actors a phase talks through (a progress queue, ppo's and selfplay's parameter
+    servers, selfplay's replay queue). Ray may place a zero-CPU actor on any node, and an autoscaler counts a
     node whose actors hold no resources as idle and takes it away, with the actor on it."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

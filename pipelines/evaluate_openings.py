@@ -231,7 +231,8 @@ def run_models(specs: list[PlayerSpec], inputs: Inputs) -> tuple[str | None, str
 
 
 def check_player_inputs(s: PlayerSpec, sft_model: str | None, inputs: Inputs) -> None:
-    """What one player loads: an ``mcts:`` network and an ``lm:`` model readable, a masked
+    """What one player loads: an ``mcts:`` network and an ``lm:`` model readable, a ``judge:``
+    a reward model, a masked
     model's tokenizer one move a token, a ``uci:`` engine there. A model an earlier phase of the
     graph run writes is taken as given."""
     written = {location(inputs.folder(p).child("model")) for p in inputs.produced}

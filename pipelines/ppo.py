@@ -267,7 +267,7 @@ def start_actors(
 
     from actors.parameter_server import ParameterServer
     from actors.rollout import RolloutCollector
-    from cluster.runtime import release_actor_name
+    from cluster.runtime import on_driver_node, release_actor_name
 
     cfg, run = context.config.ppo, context.config.run
     namespace = ray.get_runtime_context().namespace
@@ -279,7 +279,10 @@ def start_actors(
     ]
     for name in names:
         release_actor_name(name, namespace)
-    server = ParameterServer.options(name=server_name, namespace=namespace).remote()
+    # on the driver's node, where no autoscaler takes it (and the weights it holds) away
+    server = ParameterServer.options(
+        name=server_name, namespace=namespace, scheduling_strategy=on_driver_node()
+    ).remote()
     reward, engine_pool = _start_graders(context, found, server_cpus, namespace)
     spec = _rollout_spec(context, found, server_name, namespace, reward, engine_pool)
     collectors = [

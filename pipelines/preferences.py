@@ -214,11 +214,12 @@ def judge_pairs(
     rows: list[dict[str, Any]] = []
     skipped: Counter[str] = Counter()
     for position, moves, completions in zip(positions, legal, proposals, strict=True):
-        scores = {m: round(100 * float(next(scored))) for m in moves}
+        raw = {m: float(next(scored)) for m in moves}
         if not moves:  # the game is over here: nothing to prefer
             skipped["terminal"] += 1
             continue
-        best = max(moves, key=lambda m: (scores[m], m))
+        best = min(moves, key=lambda m: (-raw[m], m))  # the argmax; a tie: the first in UCI order
+        scores = {m: round(100 * value) for m, value in raw.items()}
         words = {(c.split() or [""])[0] for c in completions}
         others = sorted(set(moves) - words - {best})
         extra = rng.sample(others, min(random_moves, len(others)))
@@ -283,8 +284,8 @@ def run_preferences(context: PhaseContext) -> PhaseResult:
         "seconds": round(seconds, 1),
         "engine_restarts": restarts,
         "k": cfg.k,
-        "margin_cp": cfg.margin_cp,
-        "nodes": cfg.nodes,
+        "margin_cp": cfg.margin_cp if cfg.judge == "stockfish" else None,
+        "nodes": cfg.nodes if cfg.judge == "stockfish" else None,
         "judge": cfg.judge,
         "reward_model": cfg.reward_model if cfg.judge == "model" else None,
         "judge_margin": cfg.judge_margin if cfg.judge == "model" else None,
@@ -327,8 +328,8 @@ def make_shards(
         from actors.reward_server import RewardClient
 
         pool: Any = RewardClient.create(
-            cfg.reward_model, cfg.judge_servers, run=f"{run}-preferences", threads=cpus
-        )
+            cfg.reward_model, cfg.judge_servers, run=f"{run}-preferences", threads=1
+        )  # a CPU each, one thread: the samplers run beside them
     else:
         engines = cfg.engines or cpus  # half a CPU each: the samplers mostly wait for the engines
         pool = EnginePool.spread(
@@ -482,7 +483,7 @@ def summary_lines(summary: dict[str, Any], out: Storage) -> list[str]:
         + ", ".join(f"{k} {v}" for k, v in sorted(summary["kinds"].items())),
         "  phases        " + ", ".join(f"{k} {v}" for k, v in sorted(summary["phases"].items())),
         f"  skipped       {skipped} (proposals)",
-        ("  cp gap        " if summary.get("judge", "stockfish") == "stockfish" else "  judge gap x100 ")
+        ("  cp gap        " if summary.get("judge", "stockfish") == "stockfish" else "  gap (judge)  ")
         + ", ".join(f"{k}: {v}" for k, v in summary["gap_histogram_cp"].items()),
         f"  speed         {summary['made_now']:,} pairs made now in {summary['seconds']} s "
         f"({summary['pairs_per_s']:.1f} pairs/s); {summary['engine_restarts']} engine restarts",
