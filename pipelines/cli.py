@@ -33,7 +33,7 @@ PHASES: dict[str, tuple[str, str]] = {
     ),
     "preferences": (
         "pipelines.preferences",
-        "the sft policy proposes moves, Stockfish judges them -> preference pairs (Parquet)",
+        "the sft policy proposes moves, Stockfish (or a trained judge) ranks them -> preference pairs (Parquet)",
     ),
     "reward": (
         "pipelines.reward",

@@ -483,7 +483,7 @@ def summary_lines(summary: dict[str, Any], out: Storage) -> list[str]:
         + ", ".join(f"{k} {v}" for k, v in sorted(summary["kinds"].items())),
         "  phases        " + ", ".join(f"{k} {v}" for k, v in sorted(summary["phases"].items())),
         f"  skipped       {skipped} (proposals)",
-        ("  cp gap        " if summary.get("judge", "stockfish") == "stockfish" else "  gap (judge)  ")
+        ("  cp gap        " if summary.get("judge", "stockfish") == "stockfish" else "  judge gap     ")
         + ", ".join(f"{k}: {v}" for k, v in summary["gap_histogram_cp"].items()),
         f"  speed         {summary['made_now']:,} pairs made now in {summary['seconds']} s "
         f"({summary['pairs_per_s']:.1f} pairs/s); {summary['engine_restarts']} engine restarts",

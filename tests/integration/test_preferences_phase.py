@@ -271,7 +271,7 @@ def test_a_trained_judge_ranks_in_stockfish_place(tmp_path, games, policy, judge
     folder = tmp_path / "p" / "preferences"
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["judge"] == "model" and summary["reward_model"] == str(judge)
-    assert "gap (judge)" in out.out and "Stockfish at" not in out.out
+    assert "judge gap" in out.out and "Stockfish at" not in out.out
     pairs = [r for rows in read_pairs(folder).values() for r in rows]
     assert pairs and {r["kind"] for r in pairs} & {"worse", "ranked", "random"}
     model = AutoModelForSequenceClassification.from_pretrained(judge).eval()
