@@ -44,6 +44,7 @@ from typing import Any
 
 from chessrl.arena.eval_report import (
     fmt_estimate,
+    other_pairings,
     paired_markdown,
     paired_summary_lines,
     plot,
@@ -490,6 +491,7 @@ def summarize(
         "games": len(games),
         "ladder_games": len(ladder_games),
         "pairings": pairings,
+        "other_pairings": other_pairings([s.label for s in specs], games),
         "ratings": ratings,
         "anchors": anchors,
         "ladder": ladder,

@@ -150,6 +150,19 @@ def report_markdown(
             f"| {opp} | {p['games']} | {p['wins']} | {p['draws']} | {p['losses']} | {p['score']:.1%} | "
             f"{fmt_estimate(p['elo_diff'], p['elo_low'], p['elo_high'])} |"
         )
+    if results.get("other_pairings"):
+        lines += [
+            "",
+            "## The other pairings (the first named player's side)",
+            "",
+            "| pairing | games | W | D | L | score | Elo difference (95% interval) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {pair} | {p['games']} | {p['wins']} | {p['draws']} | {p['losses']} | {p['score']:.1%} | "
+            f"{fmt_estimate(p['elo_diff'], p['elo_low'], p['elo_high'])} |"
+            for pair, p in results["other_pairings"].items()
+        ]
     lines += _ratings_section(results)
     if results.get("ladder"):
         lines += _ladder_section(results["ladder"])
@@ -293,6 +306,11 @@ def summary_lines(results: dict[str, Any], report_uri: str, pgn_uri: str) -> lis
             f"  vs {opp:<24} +{p['wins']} ={p['draws']} -{p['losses']}  score {p['score']:.1%}  "
             f"Elo diff {fmt_estimate(p['elo_diff'], p['elo_low'], p['elo_high'])}"
         )
+    for pair, p in results.get("other_pairings", {}).items():  # round_robin, --pairs without the candidate
+        lines.append(
+            f"  {pair:<27} +{p['wins']} ={p['draws']} -{p['losses']}  score {p['score']:.1%}  "
+            f"Elo diff {fmt_estimate(p['elo_diff'], p['elo_low'], p['elo_high'])}"
+        )
     if c in results["ratings"]:
         rungs = set(results["ladder"]["ratings"]) if results.get("ladder") else set()
         fixed = [a for a in results["anchors"] if a not in rungs]
@@ -402,6 +420,36 @@ def pairing_counts(games: Sequence[ArenaGame]) -> dict[tuple[str, str], list[int
         for p, q, mine in ((g.white, g.black, s), (g.black, g.white, 1 - s)):
             cells.setdefault((p, q), [0, 0, 0])[0 if mine == 1 else 1 if mine == 0.5 else 2] += 1
     return cells
+
+
+def other_pairings(players: Sequence[str], games: Sequence[ArenaGame]) -> dict[str, dict[str, Any]]:
+    """The pairings without the candidate (``players[0]``) that ``round_robin`` or ``--pairs 1-2``
+    played: ``"A vs B"`` (A named first in ``players``) -> A's wins, draws, losses, score and Elo
+    difference with its 95% interval.
+
+    >>> from chessrl.arena.game import ArenaGame
+    >>> g = ArenaGame(white="random", black="lm:b", result="0-1", termination="checkmate", moves=[])
+    >>> other_pairings(["lm:a", "lm:b", "random"], [g, g])["lm:b vs random"]["wins"]
+    2
+    """
+    cells = pairing_counts([g for g in games if players[0] not in (g.white, g.black)])
+    out: dict[str, dict[str, Any]] = {}
+    for i, first in enumerate(players):
+        for second in players[i + 1 :]:
+            if (first, second) in cells:
+                wins, draws, losses = cells[(first, second)]
+                est = match_elo(wins, draws, losses)
+                out[f"{first} vs {second}"] = {
+                    "wins": wins,
+                    "draws": draws,
+                    "losses": losses,
+                    "games": est.games,
+                    "score": est.score,
+                    "elo_diff": est.elo,
+                    "elo_low": est.low,
+                    "elo_high": est.high,
+                }
+    return out
 
 
 def comparison_lines(

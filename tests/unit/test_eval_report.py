@@ -139,6 +139,31 @@ def test_the_arena_summary_and_report_show_ten_draws_with_width() -> None:
         assert_no_zero_width(text)
 
 
+def test_pairings_without_the_candidate_are_reported_too() -> None:
+    """``--pairs 1-2`` or ``round_robin``: the games between two other players reach the summary
+    and the report, from the side of the one named first (an evaluate run once printed only the
+    candidate's rows, and a start's own score against a random mover was lost)."""
+    from chessrl.arena.eval_report import other_pairings, report_markdown, summary_lines
+
+    def game(white: str, black: str, result: str) -> ArenaGame:
+        return ArenaGame(white=white, black=black, result=result, termination="checkmate", moves=[])
+
+    games = [
+        game("lm:new", "random", "1-0"),
+        game("random", "lm:start", "1-0"),
+        game("lm:start", "random", "1/2-1/2"),
+    ]
+    results = {**arena_results(), "other_pairings": other_pairings(["lm:new", "lm:start", "random"], games)}
+    assert list(results["other_pairings"]) == ["lm:start vs random"]
+    pair = results["other_pairings"]["lm:start vs random"]
+    assert (pair["wins"], pair["draws"], pair["losses"], pair["score"]) == (0, 1, 1, 0.25)
+    line = next(line for line in summary_lines(results, "r", "g") if "lm:start vs random" in line)
+    assert "+0 =1 -1  score 25.0%" in line
+    assert "| lm:start vs random | 2 | 0 | 1 | 1 | 25.0% |" in report_markdown(
+        results, "gauntlet", 200, "random"
+    )
+
+
 def test_the_score_plot_draws_the_one_interval(tmp_path, monkeypatch) -> None:
     import matplotlib.axes
 
