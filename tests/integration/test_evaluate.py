@@ -54,6 +54,23 @@ def args(storage: Path, model_dir: Path, *extra: str, games: int = 8) -> list[st
     ]
 
 
+def pgn_games(path: Path) -> list[chess.pgn.Game]:
+    """Every game of a PGN file, each read back without errors, legal move by move, with a result
+    and two different players."""
+    handle = io.StringIO(path.read_text())
+    games = []
+    while (game := chess.pgn.read_game(handle)) is not None:
+        assert not game.errors, game.errors
+        board = game.board()
+        for move in game.mainline_moves():
+            assert move in board.legal_moves
+            board.push(move)
+        assert game.headers["Result"] in ("1-0", "0-1", "1/2-1/2")
+        assert game.headers["White"] != game.headers["Black"]
+        games.append(game)
+    return games
+
+
 def test_match_against_random_and_stockfish(tmp_path, model_dir, local_ray, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert evaluate.main(args(tmp_path, model_dir, games=4)) == EXIT_OK
@@ -73,19 +90,7 @@ def test_match_against_random_and_stockfish(tmp_path, model_dir, local_ray, caps
     moves = results["candidate_moves"]
     assert moves["moves"] > 0 and 0.0 <= moves["legal_rate"] <= 1.0
     assert results["suites"][0]["positions"] == 24 and results["quality"]["moves"] == moves["moves"]
-    text = (folder / "games.pgn").read_text()
-    handle = io.StringIO(text)
-    parsed = 0
-    while (game := chess.pgn.read_game(handle)) is not None:
-        assert not game.errors, game.errors
-        board = game.board()
-        for move in game.mainline_moves():
-            assert move in board.legal_moves
-            board.push(move)
-        assert game.headers["Result"] in ("1-0", "0-1", "1/2-1/2")
-        assert game.headers["White"] != game.headers["Black"]
-        parsed += 1
-    assert parsed == 8
+    assert len(pgn_games(folder / "games.pgn")) == 8
     report = (folder / "report.md").read_text()
     assert "| random |" in report and (folder / "score.png").stat().st_size > 1000
     assert "Openings: 2 positions of 4 seeded random plies, seed " in report
@@ -246,16 +251,12 @@ def test_a_judge_plays_in_the_arena_and_a_policy_is_no_judge(
         "--no-tracking",
         "--no-ladder",
     ]
-    common += ["--games", "2", "--max-plies", "16", "--quality-nodes", "0", "--suites"]
+    common += ["--games", "2", "--max-plies", "10", "--quality-nodes", "0", "--suites"]
     code = evaluate.main([*common, "--players", f"judge:{model_dir}", "random"])
     assert code == EXIT_USER_ERROR and "a judge: player plays a reward model" in capsys.readouterr().err
     assert evaluate.main([*common, "--players", f"judge:{tmp_path / 'judge'}", "random"]) == EXIT_OK
     capsys.readouterr()
-    handle = io.StringIO((tmp_path / "j" / "evaluate" / "eval" / "games.pgn").read_text())
-    games = []
-    while (game := chess.pgn.read_game(handle)) is not None:
-        assert not game.errors, game.errors
-        games.append(game)
+    games = pgn_games(tmp_path / "j" / "evaluate" / "eval" / "games.pgn")
     assert len(games) == 2
     assert {g.headers["White"] for g in games} | {g.headers["Black"] for g in games} == {
         f"judge:{tmp_path / 'judge'}",

@@ -264,7 +264,7 @@ def test_a_trained_judge_ranks_in_stockfish_place(tmp_path, games, policy, judge
 
     from chessrl.lm.formats import FactsFormat
 
-    extra = ["--positions", "12", "--heldout-positions", "4", "--k", "4", "--judge", "model"]
+    extra = ["--positions", "8", "--heldout-positions", "2", "--k", "3", "--judge", "model"]
     code = preferences.main(pref_args(tmp_path, games, policy, *extra, "--reward-model", str(judge)))
     out = capsys.readouterr()
     assert code == EXIT_OK, out.err[-3000:]
