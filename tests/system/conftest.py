@@ -98,6 +98,37 @@ def wait_http(
     raise TimeoutError(f"{url} did not answer within {timeout:.0f}s")
 
 
+RUNTIME_STARTED = b"Ray runtime started."
+
+
+def start_ray_head(cmd: list[str], env: dict[str, str], url: str, tmp: Path, name: str) -> Server:
+    """``ray start --head --block``, returned once its dashboard answers and it has printed "Ray
+    runtime started." (its raylet has registered with the GCS: the dashboard answers before that).
+
+    `ray start --block` stops the whole head if a helper process (e.g. the Ray Client server) or
+    the raylet's registration times out while the machine is loaded (Ray gives the raylet a fixed
+    30 s; CI saw it miss once, after the dashboard had already answered): one more try is cheaper
+    than a flaky suite. The logs are ``tmp/<name>-<attempt>.log``."""
+    for attempt in (1, 2):
+        log = tmp / f"{name}-{attempt}.log"
+        server = Server(url=url, env=env, process=start_group(cmd, log, env), log=log)
+        try:
+            wait_http(f"{url}/api/version", server.process, timeout=120, ok_codes=(200, 401))
+            deadline = time.monotonic() + 120
+            while RUNTIME_STARTED not in log.read_bytes():
+                if server.process.poll() is not None:
+                    raise RuntimeError(f"`ray start` exited with {server.process.returncode}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError("`ray start` did not say the runtime started in 120 s")
+                time.sleep(0.3)
+            return server
+        except (RuntimeError, TimeoutError) as exc:
+            stop_group(server.process, grace=3)
+            if attempt == 2:
+                raise RuntimeError(f"{exc}\n{server.log_tail()}") from exc
+    raise AssertionError("unreachable")
+
+
 def base_env() -> dict[str, str]:
     # (the tests' Ray Train settings, RAY_TRAIN_*, stay: a job's driver inherits the head's environment)
     env = {
@@ -138,26 +169,15 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "--disable-usage-stats",
         f"--temp-dir={ray_tmp}",
     ]
-    url = f"http://127.0.0.1:{dashboard_port}"
-    # `ray start --block` stops the whole head if one helper process (e.g. the Ray Client server)
-    # times out while the machine is loaded; one more try is cheaper than a flaky suite.
-    for attempt in (1, 2):
-        log = tmp / f"ray-start-{attempt}.log"
-        process = start_group(cmd, log, env)
-        server = Server(url=url, env=env, process=process, log=log)
-        try:
-            wait_http(f"{url}/api/version", process, timeout=120, ok_codes=(200, 401))
-            break
-        except RuntimeError:
-            stop_group(process)
-            if attempt == 2:
-                raise
+    server: Server | None = None
     try:
+        server = start_ray_head(cmd, env, f"http://127.0.0.1:{dashboard_port}", tmp, "ray-start")
         yield server
     finally:
         # its files go with ray_tmp: no clean stop needed (a SIGTERMed `ray start --block` took the
         # whole 20 s grace, the module's last test's teardown, before its SIGKILL)
-        stop_group(process, grace=3)
+        if server is not None:
+            stop_group(server.process, grace=3)
         shutil.rmtree(ray_tmp, ignore_errors=True)
         # A killed `ray start` leaves its address in /tmp/ray/ray_current_cluster (only `ray stop`
         # removes it); left there, it stalls every later TorchTrainer run on this machine.
@@ -431,18 +451,8 @@ def started_two_nodes(
             temp_dir=ray_tmp / "h",
             cpus=head_cpus,
         )
-        # `ray start --block` stops the whole node if one helper process (e.g. the Ray Client
-        # server) times out while the machine is loaded: one more try is cheaper than a flaky suite.
-        for attempt in (1, 2):
-            log = tmp / f"ray-head-{attempt}.log"
-            head = Server(url=url, env=env, process=start_group(head_cmd, log, env), log=log)
-            started.append(head)
-            try:
-                wait_http(f"{url}/api/version", head.process, timeout=120, ok_codes=(200, 401))
-                break
-            except RuntimeError:
-                if attempt == 2:
-                    raise
+        head = start_ray_head(head_cmd, env, url, tmp, "ray-head")
+        started.append(head)
 
         private = ray_tmp / "head-only"
         private.mkdir()
