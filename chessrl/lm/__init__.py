@@ -6,6 +6,7 @@
 - :mod:`~chessrl.lm.checkpoints`: saved models read back from a folder or S3, each failure one line.
 - :mod:`~chessrl.lm.gelu`: GPT-2's GELU as one kernel (imported by models and checkpoints; imports neither).
 - :mod:`~chessrl.lm.masked`: the policy restricted to the legal moves of a position.
+- :mod:`~chessrl.lm.shared_prefix`: scoring rows that begin alike, each shared beginning read once.
 - :mod:`~chessrl.lm.legality`: the legal-move loss.
 - :mod:`~chessrl.lm.lm_data`: the held-out split, training text, block packing.
 - :mod:`~chessrl.lm.lm_eval`: the sft phase's language-model metrics.

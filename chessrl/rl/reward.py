@@ -236,17 +236,12 @@ def text_ids(tokenizer: Any, text: str) -> list[int]:
 
 def score_ids(model: Any, rows: Sequence[Sequence[int]], pad_id: int, batch_size: int = 64) -> list[float]:
     """The score of each row (``logits[:, 0]`` of a sequence-classification model, read at its
-    last non-padding token), ``batch_size`` right-padded rows a forward pass, no grad."""
-    import torch
+    last non-padding token), ``batch_size`` rows a forward pass, no grad. Rows that begin alike
+    (one position's legal moves) read their shared beginning once
+    (:func:`chessrl.lm.shared_prefix.classify_rows`): the same scores, ~8x faster for a judge."""
+    from chessrl.lm.shared_prefix import classify_rows
 
-    from chessrl.lm.models import right_padded
-
-    out: list[float] = []
-    with torch.no_grad():
-        for i in range(0, len(rows), batch_size):
-            ids, mask = right_padded(rows[i : i + batch_size], pad_id, model.device)
-            out += [float(x) for x in model(input_ids=ids, attention_mask=mask).logits[:, 0].float().cpu()]
-    return out
+    return classify_rows(model, rows, pad_id, batch_size)
 
 
 def evaluate_reward_model(

@@ -22,6 +22,7 @@ MODULES = [
     "chessrl.lm.lm_data",
     "chessrl.lm.legality",
     "chessrl.lm.lm_eval",
+    "chessrl.lm.shared_prefix",
     "chessrl.arena.rating",
     "chessrl.arena.sprt",
     "chessrl.arena.ladder",

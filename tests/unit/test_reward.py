@@ -262,3 +262,33 @@ def test_the_judges_loss_on_a_hanging_queen_teaches_it_the_capture(text_format: 
         score_ids(model, rejected, tok.pad_token_id),
     )
     assert all(capture > s for s in others)
+
+
+def test_a_judge_reading_shared_beginnings_once_scores_as_transformers_does_row_by_row() -> None:
+    """One position's legal moves in the facts format (the board shared, ~8x faster read once),
+    two positions of one game in the moves format, and a row that shares nothing, mixed: each
+    score equals the model run on that row alone, in its order."""
+    import torch
+
+    from chessrl.lm.formats import get_format
+    from chessrl.lm.shared_prefix import prefix_groups
+    from chessrl.rl.reward import build_reward_model, score_ids
+
+    torch.manual_seed(1)
+    model, tok = build_reward_model("tiny")
+    board = chess.Board("r1bqkbnr/pppp1ppp/2n5/4p3/2B1P3/5Q2/PPPP1PPP/RNB1K1NR w KQkq - 2 3")
+    facts = [
+        query_ids(tok, RewardQuery((), m.uci(), board.fen()), get_format("facts"), board)
+        for m in board.legal_moves
+    ]
+    game = ("e2e4", "e7e5", "g1f3", "b8c6", "f1b5", "a7a6", "b5a4", "g8f6")
+    moves = [query_ids(tok, RewardQuery(game[:n], game[n])) for n in (6, 7)]
+    rows = [moves[0], *facts[:9], [tok.bos_token_id, tok.eos_token_id], *facts[9:], moves[1]]
+    groups = prefix_groups(rows)
+    assert sorted(i for _, members in groups for i in members) == list(range(len(rows)))
+    assert any(shared > 100 and len(members) == len(facts) for shared, members in groups)
+    alone = []
+    with torch.no_grad():
+        for row in rows:
+            alone.append(float(model(input_ids=torch.tensor([row])).logits[0, 0]))
+    assert score_ids(model, rows, tok.pad_token_id, batch_size=8) == pytest.approx(alone, abs=1e-4)
