@@ -13,7 +13,8 @@ answer text of each move. Ray Data reads and tokenizes the pairs, keeps the kind
 TRL's ``DPOTrainer`` (the sigmoid loss or another ``loss_type``, ``beta``, an optional NLL term on
 the chosen move, ``sft_weight``), with the policy as it starts (or ``--reference``) as the frozen
 reference. Every ``eval_every`` steps rank 0 measures the held-out pairs: how often the policy
-finds Stockfish's move likelier than the rejected one (``heldout_choice_accuracy``, what a
+finds the chosen move (Stockfish's, or the judge's where ``preferences --judge model`` made the
+pairs) likelier than the rejected one (``heldout_choice_accuracy``, what a
 player that picks the likelier move gets right; its start's figure beside it) and DPO's implicit
 reward accuracy, and a checkpoint is kept under ``<storage>/<run>/dpo/ray`` (the same command
 resumes there).
@@ -40,7 +41,7 @@ from chessrl.rl.reward import heldout_board
 from cluster.errors import ConfigError, InputDataError
 from cluster.storage import Storage
 from pipelines.cli import one_line
-from pipelines.common.artifacts import TEXT_FORMAT_KEY, mark_text_format, read_heldout
+from pipelines.common.artifacts import TEXT_FORMAT_KEY, mark_text_format, pairs_chooser, read_heldout
 from pipelines.common.phase import (
     Inputs,
     Phase,
@@ -79,6 +80,8 @@ class DPOLoopConfig(trl_learner.PairsLoopConfig):
     """The frozen reference (a saved LM: the policy itself unless ``--reference``)."""
     reference_name: str
     """What the progress lines call the reference's figure ("start" or "reference")."""
+    chooser: str
+    """Who chose the pairs' preferred move ("Stockfish" or "the judge"), for the progress lines."""
     beta: float
     """DPO's beta."""
     loss_type: str
@@ -209,7 +212,7 @@ class DPOEval(trl_learner.PairsEval):
             figures.append(f"margin {float(logs['rewards/margins']):+.3f}")
         if "heldout_choice_accuracy" in metrics:
             figures.append(
-                f"held-out: Stockfish's move likelier {metrics['heldout_choice_accuracy']:.1%} "
+                f"held-out: {self.cfg.chooser}'s move likelier {metrics['heldout_choice_accuracy']:.1%} "
                 f"({self.cfg.reference_name} {metrics['reference_heldout_choice_accuracy']:.1%}), "
                 f"reward accuracy {metrics['heldout_reward_accuracy']:.1%}"
             )
@@ -383,6 +386,8 @@ class DPOData:
     left_out: int
     held_rows: list[dict[str, Any]]
     probe: dict[str, Any]
+    chooser: str = "Stockfish"
+    """Who chose the pairs' preferred move (:func:`~pipelines.common.artifacts.pairs_chooser`)."""
 
 
 def dpo_data(
@@ -425,7 +430,8 @@ def dpo_data(
     )
     left_out = total - kept.count()
     [probe] = train.take(1)
-    return DPOData(source, train, train_pairs, left_out, held_rows, {k: list(probe[k]) for k in ID_COLUMNS})
+    probe_row = {k: list(probe[k]) for k in ID_COLUMNS}
+    return DPOData(source, train, train_pairs, left_out, held_rows, probe_row, pairs_chooser(source))
 
 
 def summary_lines(summary: dict[str, Any], quality_nodes: int) -> list[str]:
@@ -445,7 +451,7 @@ def summary_lines(summary: dict[str, Any], quality_nodes: int) -> list[str]:
             f"loss {float(summary['loss'] if summary['loss'] is not None else 'nan'):.3f}, "
             f"training reward accuracy {pct('train_reward_accuracy')}",
         ),
-        f"  held-out      Stockfish's move the likelier on {pct('heldout_choice_accuracy')} of pairs "
+        f"  held-out      {summary.get('chooser', 'Stockfish')}'s move the likelier on {pct('heldout_choice_accuracy')} of pairs "
         f"({'start' if summary['reference'] == summary['policy'] else 'reference'}: "
         f"{pct('reference_heldout_choice_accuracy')}); implicit reward accuracy {pct('heldout_reward_accuracy')}",
         *(
@@ -471,6 +477,7 @@ def loop_config(context: PhaseContext, policy: str, reference: str, data: DPODat
         policy=policy,
         reference=reference,
         reference_name="start" if reference == policy else "reference",
+        chooser=data.chooser,
         weight_decay=cfg.weight_decay,
         beta=cfg.beta,
         loss_type=cfg.loss_type,
@@ -535,6 +542,7 @@ def run_dpo(context: PhaseContext) -> PhaseResult:
             "reference": reference,
             "text_format": text_format,
             "preferences": data.source.uri,
+            "chooser": data.chooser,
             "kinds": list(cfg.kinds),
             "train_pairs": data.train_pairs,
             "heldout_pairs": len(data.held_rows),

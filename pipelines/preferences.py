@@ -50,9 +50,11 @@ from chessrl.rl.preferences import (
     sample_positions,
     unique_positions,
 )
+from cluster.errors import ConfigError
 from cluster.storage import Storage
 from pipelines.cli import one_line
 from pipelines.common.artifacts import games_table, policy_text_format, read_games
+from pipelines.common.config_record import CONFIG_RECORD
 from pipelines.common.phase import (
     Inputs,
     Phase,
@@ -112,7 +114,32 @@ def check_preferences(config: ChessRLConfig, inputs: Inputs) -> tuple[str, Stora
             "preferences --judge model needs a reward model (GPT2ForSequenceClassification): train one with "
             "`chess-rl reward`, or rank with Stockfish (--judge stockfish)",
         )
+    check_same_judge(config, inputs.folder("preferences"))
     return policy, source
+
+
+def check_same_judge(config: ChessRLConfig, folder: Storage) -> None:
+    """A folder that already holds pairs is resumed only by the judge that ranked them: Stockfish's
+    scores are centipawns, a judge's its normalised score x 100, and a reward model's its own, so
+    a table with both would mix units (one line, before anything is written)."""
+    if not folder.exists(CONFIG_RECORD) or not any(f.endswith(".parquet") for f in folder.list_files()):
+        return
+    try:
+        before = json.loads(folder.read_text(CONFIG_RECORD))
+    except ValueError:
+        return
+    cfg = config.preferences
+    asked = {"preferences.judge": cfg.judge}
+    if cfg.judge == "model":
+        asked["preferences.reward_model"] = cfg.reward_model
+    changed = [k for k, v in asked.items() if isinstance(before, dict) and k in before and before[k] != v]
+    if changed:
+        was = ", ".join(f"{k} {before[k]}" for k in changed)
+        now = ", ".join(f"{k} {asked[k]}" for k in changed)
+        raise ConfigError(
+            f"{folder.uri} holds pairs ranked with {was}; this run asks {now}, and a table of both would mix "
+            "their score units. Use a new --run-name (or --set preferences.judge back), or delete the folder"
+        )
 
 
 def plan_positions(

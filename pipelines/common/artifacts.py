@@ -55,6 +55,17 @@ def preference_table(source: Storage) -> tuple[Storage, list[str], list[str], se
     return source, train, held, common or set()
 
 
+def pairs_chooser(source: Storage) -> str:
+    """Who chose the preferred move of the pairs at ``source``, for the lines that report them:
+    ``"Stockfish"``, or ``"the judge"`` when ``preferences --judge model`` made them (its
+    ``summary.json`` says so; a table with no summary, or an older one, is Stockfish's)."""
+    try:
+        summary = json.loads(source.read_text("summary.json")) if source.exists("summary.json") else {}
+    except (StorageError, ValueError):
+        summary = {}
+    return "the judge" if isinstance(summary, dict) and summary.get("judge") == "model" else "Stockfish"
+
+
 def read_heldout(source: Storage, files: list[str], limit: int, seed: int) -> list[dict[str, Any]]:
     """Up to ``limit`` held-out pairs (a seeded sample), as rows of the table."""
     import pyarrow as pa

@@ -299,6 +299,13 @@ def test_a_trained_judge_ranks_in_stockfish_place(tmp_path, games, policy, judge
         else:
             assert rejected not in mine
 
+    # the same folder resumed by Stockfish would mix score units: one line, nothing touched
+    before = {f: f.read_bytes() for f in folder.rglob("*") if f.is_file()}
+    code = preferences.main(pref_args(tmp_path, games, policy, *extra[:-2], "--judge", "stockfish"))
+    err = capsys.readouterr().err
+    assert code == EXIT_USER_ERROR and "Traceback" not in err and "preferences.judge model" in err, err
+    assert {f: f.read_bytes() for f in folder.rglob("*") if f.is_file()} == before
+
 
 @pytest.mark.parametrize(
     ("extra", "message"),

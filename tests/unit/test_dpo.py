@@ -144,3 +144,43 @@ def test_a_moves_format_pair_needs_the_moves_that_reach_its_position(lm) -> None
     assert pair_ids(tok, MovesFormat(), "e2e4", after_e4, " e7e5", " d7d5") is not None
     board = pair_ids(tok, BoardFormat(), "", after_e4, " e7e5", " d7d5")
     assert board is not None and "P...........PPPP.PPP" in tok.decode(board.prompt, skip_special_tokens=True)
+
+
+def test_the_lines_name_who_chose_the_pairs(tmp_path):
+    """Pairs `preferences --judge model` ranked are the judge's choice, not Stockfish's: the
+    table's summary says so, and dpo's lines follow it (a table with no summary: Stockfish)."""
+    import json
+
+    from cluster.storage import Storage
+    from pipelines.common.artifacts import pairs_chooser
+    from pipelines.dpo import summary_lines
+
+    table = Storage.from_uri(str(tmp_path))
+    assert pairs_chooser(table) == "Stockfish"
+    (tmp_path / "summary.json").write_text(json.dumps({"phase": "preferences", "judge": "model"}))
+    assert pairs_chooser(table) == "the judge"
+    (tmp_path / "summary.json").write_text("{not json")
+    assert pairs_chooser(table) == "Stockfish"
+    summary = {
+        "train_pairs": 10,
+        "kinds": ["worse"],
+        "heldout_pairs": 2,
+        "left_out_pairs": 0,
+        "seconds": 1.0,
+        "steps": 1,
+        "resumed_from_step": None,
+        "loss_type": "sigmoid",
+        "beta": 0.1,
+        "loss": 0.5,
+        "train_reward_accuracy": 0.5,
+        "heldout_choice_accuracy": 0.75,
+        "reference_heldout_choice_accuracy": 0.5,
+        "heldout_reward_accuracy": 0.5,
+        "reference": "p",
+        "policy": "p",
+        "quality": {},
+        "train_pairs_per_s": 1.0,
+        "model": "m",
+        "chooser": "the judge",
+    }
+    assert any("the judge's move the likelier on 75.0%" in line for line in summary_lines(summary, 0))
