@@ -80,6 +80,8 @@ def prefix_groups(rows: Sequence[Sequence[int]], min_prefix: int = MIN_PREFIX) -
 
 
 def _suffix_scores(model: Any, prefix: Sequence[int], suffixes: Sequence[Sequence[int]], pad_id: int) -> Any:
+    """The model's logits of ``prefix + suffix`` for each suffix, the prefix read once (its keys
+    and values repeated for each suffix: under grad, its gradient sums over them)."""
     device = model.device
     cache = model.base_model(
         input_ids=torch.tensor([list(prefix)], device=device), use_cache=True
@@ -88,6 +90,23 @@ def _suffix_scores(model: Any, prefix: Sequence[int], suffixes: Sequence[Sequenc
     ids, mask = right_padded(suffixes, pad_id, device)
     full = torch.cat([torch.ones(len(suffixes), len(prefix), dtype=mask.dtype, device=device), mask], 1)
     return model(input_ids=ids, attention_mask=full, past_key_values=cache).logits
+
+
+def group_logits(model: Any, rows: Sequence[Sequence[int]], pad_id: int, min_prefix: int = MIN_PREFIX) -> Any:
+    """``logits[:, 0]`` of ``rows`` (one position's moves, say) as a tensor, in one forward pass,
+    under the caller's grad mode: what the rows all share is read once when it is at least
+    ``min_prefix`` tokens and the model type allows it; the rows are read whole otherwise."""
+    shared = 0
+    if len(rows) > 1 and getattr(model.config, "model_type", None) in SHARING_MODEL_TYPES:
+        shared = min(len(r) for r in rows) - 1
+        for row in rows[1:]:
+            shared = _common(rows[0], row, shared)
+    if shared >= min_prefix:
+        logits = _suffix_scores(model, rows[0][:shared], [r[shared:] for r in rows], pad_id)
+    else:
+        ids, mask = right_padded(rows, pad_id, model.device)
+        logits = model(input_ids=ids, attention_mask=mask).logits
+    return logits[:, 0]
 
 
 def classify_rows(

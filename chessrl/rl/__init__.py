@@ -3,6 +3,7 @@
 - :mod:`~chessrl.rl.preferences`: Stockfish-judged preference pairs (the pair rule, the schema).
 - :mod:`~chessrl.rl.reward`: the reward model's query, scoring and normalisation.
 - :mod:`~chessrl.rl.judge_player`: a reward model as an arena player (its best legal move).
+- :mod:`~chessrl.rl.scorer_policy`: a reward model's shape as a policy (softmax of its move scores).
 - :mod:`~chessrl.rl.dpo`: direct preference optimisation on those pairs.
 - :mod:`~chessrl.rl.policy_gradient`: advantages, KL estimators, clipped losses.
 - :mod:`~chessrl.rl.ppo_types`: PPO's settings and a recorded action.

@@ -18,14 +18,15 @@ import chess
 
 from chessrl.arena.players import MoveChoice
 from chessrl.lm.masked import draw_claim_moves
-from chessrl.rl.reward import RewardQuery, query_ids, reward_format, score_ids
+from chessrl.rl.reward import score_ids
+from chessrl.rl.scorer_policy import move_rows
 
 
 @dataclass
 class JudgePlayer:
     """A reward model (``chess-rl reward``'s output) as a player: every legal move's text in the
-    judge's own format (:func:`chessrl.rl.reward.query_ids`: the game so far, or the position, and
-    the move), scored in one batch; the highest score is played (ties: the first in UCI order),
+    judge's own format (:func:`chessrl.rl.scorer_policy.move_rows`: the game so far, or the
+    position, and the move), scored in one batch; the highest score is played (ties: the first in UCI order),
     never a move that hands the opponent a draw claim while another exists (as masked models
     play). What a learned judge knows of winning, with no policy between it and the board."""
 
@@ -40,11 +41,7 @@ class JudgePlayer:
         moves = sorted(m.uci() for m in board.legal_moves)
         claims = draw_claim_moves(board)
         moves = [m for m in moves if m not in claims] or moves
-        history = tuple(m.uci() for m in board.move_stack)
-        root = board.root()
-        fen = None if root.fen() == chess.STARTING_FEN else root.fen()
-        fmt = reward_format(self.model.config)
-        rows = [query_ids(self.tokenizer, RewardQuery(history, m, fen), fmt, board) for m in moves]
+        rows = move_rows(self.tokenizer, self.model.config, board, moves)
         scores = score_ids(self.model, rows, int(self.tokenizer.pad_token_id))
         best = max(range(len(moves)), key=lambda i: (scores[i], -i))
         return MoveChoice(moves[best])

@@ -49,6 +49,7 @@ MODULES = [
     "chessrl.search.search_board",
     "chessrl.rl.preferences",
     "chessrl.rl.reward",
+    "chessrl.rl.scorer_policy",
     "chessrl.rl.judge_player",
     "chessrl.rl.ppo",
     "chessrl.data.positions",

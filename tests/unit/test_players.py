@@ -489,7 +489,7 @@ def test_a_judge_plays_the_legal_move_it_scores_highest() -> None:
 def test_a_judge_never_hands_the_opponent_a_draw_claim_while_it_has_another_move(monkeypatch) -> None:
     from chessrl.rl import judge_player
 
-    monkeypatch.setattr(judge_player, "query_ids", lambda tok, query, fmt, board: query.move)
+    monkeypatch.setattr(judge_player, "move_rows", lambda tok, config, board, moves: list(moves))
     monkeypatch.setattr(
         judge_player, "score_ids", lambda model, rows, pad: [float(r == "f6g8") for r in rows]
     )

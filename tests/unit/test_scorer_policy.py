@@ -1,0 +1,62 @@
+"""The scorer policy, Ray-free: its probabilities are the softmax of what plain ``transformers``
+scores for each legal move's text, and a loss's gradient through the shared-prefix forward pass
+is the gradient through every row read whole."""
+
+from __future__ import annotations
+
+import chess
+import pytest
+import torch
+
+from chessrl.lm.shared_prefix import group_logits
+from chessrl.rl.reward import TEXT_FORMAT_KEY, build_reward_model
+from chessrl.rl.scorer_policy import ScorerPolicy, move_rows
+
+# a pinned knight, a capture, checks: texts that differ after their shared board rows
+FEN = "r1bqk1nr/pppp1ppp/2n5/1Bb1p3/4P3/5N2/PPPP1PPP/RNBQK2R w KQkq - 4 4"
+
+
+@pytest.fixture(scope="module")
+def facts_judge():
+    torch.manual_seed(3)
+    model, tok = build_reward_model("tiny")
+    setattr(model.config, TEXT_FORMAT_KEY, "facts")
+    return model, tok
+
+
+def test_the_policy_is_the_softmax_of_what_transformers_scores(facts_judge) -> None:
+    model, tok = facts_judge
+    board = chess.Board(FEN)
+    policy = ScorerPolicy(model, tok, temperature=0.5)
+    moves, logp = policy.log_probs(board)
+    assert moves == sorted(m.uci() for m in board.legal_moves)
+    with torch.no_grad():
+        alone = torch.tensor(
+            [
+                float(model(input_ids=torch.tensor([row])).logits[0, 0])
+                for row in move_rows(tok, model.config, board, moves)
+            ]
+        )
+    assert logp.detach() == pytest.approx(torch.log_softmax(alone / 0.5, -1), abs=1e-4)
+    assert policy.best(board) == moves[int(alone.argmax())]
+    generator = torch.Generator().manual_seed(0)
+    assert {policy.sample(board, generator) for _ in range(20)} <= set(moves)
+
+
+def test_a_gradient_through_the_shared_prefix_is_the_gradient_through_whole_rows(facts_judge) -> None:
+    model, tok = facts_judge
+    board = chess.Board(FEN)
+    moves = sorted(m.uci() for m in board.legal_moves)
+    rows = move_rows(tok, model.config, board, moves)
+    weights = torch.linspace(-1, 1, len(rows))
+    grads = []
+    for min_prefix in (16, 10**9):  # shared, then whole
+        model.zero_grad()
+        (
+            torch.log_softmax(group_logits(model, rows, tok.pad_token_id, min_prefix), -1) * weights
+        ).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    shared, whole = grads
+    assert shared.keys() == whole.keys() and "transformer.wte.weight" in shared
+    for name in whole:
+        assert torch.allclose(shared[name], whole[name], atol=1e-5, rtol=1e-3), name
