@@ -84,6 +84,8 @@ class RewardLoopConfig(trl_learner.PairsLoopConfig):
     """The held-out positions whose legal moves' scores rank 0 compares with Stockfish's."""
     normalize_sample: list[dict[str, Any]]
     """The training pairs whose scores at the last step give the normalisation's mean and std."""
+    text_format: str
+    """What the judge reads; kept in the model's config, so every checkpoint says it too."""
 
 
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
@@ -99,6 +101,8 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
 
     cfg = RewardLoopConfig.of(loop_config)
     model, tokenizer = reward_model_from_backbone(cfg.base_model)
+    # in every checkpoint, not only the export: a checkpoint read as a judge must read its format
+    setattr(model.config, TEXT_FORMAT_KEY, cfg.text_format)
     setup = trl_learner.worker_setup(cfg)
     rows = trl_learner.ShardRows(ray.train.get_dataset_shard("train"), cfg.seed, PAIR_COLUMNS)
     args = trl_learner.training_arguments(
@@ -385,6 +389,8 @@ class RewardData:
     held_rows: list[dict[str, Any]]
     spearman: list[dict[str, Any]]
     sample: list[dict[str, Any]]
+    text_format: str = "moves"
+    """What the judge reads (:func:`reward_data`'s ``text_format``)."""
 
 
 def reward_data(
@@ -433,7 +439,7 @@ def reward_data(
         else []
     )
     sample = [{k: list(r[k]) for k in PAIR_COLUMNS} for r in train.take(cfg.normalize_pairs)]
-    return RewardData(source, train, train_pairs, too_long, held_rows, spearman, sample)
+    return RewardData(source, train, train_pairs, too_long, held_rows, spearman, sample, text_format)
 
 
 def add_normalizer(folder: Path, mean: float, std: float, text_format: str) -> None:
@@ -494,6 +500,7 @@ def loop_config(context: PhaseContext, base: str, data: RewardData) -> RewardLoo
         heldout=data.held_rows,
         spearman=data.spearman,
         normalize_sample=data.sample,
+        text_format=data.text_format,
     )
 
 

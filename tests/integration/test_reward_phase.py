@@ -133,6 +133,11 @@ def test_two_workers_finish_and_the_model_scores_the_same_through_transformers_a
     assert "held-out accuracy" not in out
     model_dir = tmp_path / "r" / "reward" / "model"
     assert not list(model_dir.glob("optimizer*"))
+    # every checkpoint says what its judge reads, as the export does: read as a judge, it reads that
+    checkpoints = list((tmp_path / "r" / "reward" / "ray").glob("*/checkpoint_*/checkpoint/config.json"))
+    assert checkpoints and all(
+        json.loads(c.read_text())["chessrl_text_format"] == summary["text_format"] for c in checkpoints
+    )
 
     queries = [
         RewardQuery(("e2e4", "e7e5"), "g1f3"),

@@ -164,7 +164,9 @@ def built_trl_configs(tmp_path: Path) -> list[TRLLoopConfig]:
     found = SimpleNamespace(legal_weight=0.5, annotations=None)
     split = SimpleNamespace(heldout=[HeldoutPosition(("e2e4",), "e7e5")])
     pair = {"prompt_ids": [1, 2], "chosen_ids": [3], "rejected_ids": [4]}
-    reward_data = SimpleNamespace(held_rows=[pair], spearman=[{"fen": "x"}], sample=[pair])
+    reward_data = SimpleNamespace(
+        held_rows=[pair], spearman=[{"fen": "x"}], sample=[pair], text_format="facts"
+    )
     dpo_data = SimpleNamespace(held_rows=[pair], probe=pair, chooser="the judge")
     return [
         sft.loop_config(context, found, split, 24),
@@ -198,6 +200,7 @@ def test_the_trl_drivers_build_them_from_the_sections(tmp_path: Path) -> None:
     assert sft_cfg.heldout == [HeldoutPosition(("e2e4",), "e7e5")]
     assert isinstance(reward_cfg, reward.RewardLoopConfig) and reward_cfg.base_model == "/models/sft"
     assert (reward_cfg.learning_rate, reward_cfg.world_size) == (sections.reward.learning_rate, 1)
+    assert reward_cfg.text_format == "facts"  # into the model's config, so every checkpoint says it
     assert isinstance(dpo_cfg, dpo.DPOLoopConfig) and dpo_cfg.reference_name == "start"
     assert dpo_cfg.chooser == "the judge"  # the pairs' chooser, for the progress lines
     assert (dpo_cfg.beta, dpo_cfg.seed, dpo_cfg.tracking_uri) == (sections.dpo.beta, sections.run.seed, None)
