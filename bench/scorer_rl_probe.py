@@ -79,7 +79,7 @@ def measure(policy: ScorerPolicy, judge: Any, jtok: Any, rows: list[dict[str, An
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -97,24 +97,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="where the final policy is saved")
     parser.add_argument("--json", default=str(RESULTS / "scorer_rl_probe.json"))
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    rng = random.Random(args.seed)
+    return parser.parse_args(argv)
 
-    model, tok = load(args.start)
-    start, _ = load(args.start)
-    judge, jtok = load(args.judge)
-    for m in (start, judge):
-        m.eval().requires_grad_(False)
-    policy = ScorerPolicy(model, tok, args.temperature)
-    reference = ScorerPolicy(start, tok, args.temperature)
-    train, held = table(args.annotate, "train"), table(args.annotate, "heldout")
-    held = rng.sample(held, min(args.heldout, len(held)))
-    before = measure(policy, judge, jtok, held)
-    itself = measure(ScorerPolicy(judge, jtok), judge, jtok, held)
-    print(f"start: {before}\njudge itself: {itself}", flush=True)
 
+def train_against(
+    args: argparse.Namespace,
+    policy: ScorerPolicy,
+    reference: ScorerPolicy,
+    judge: Any,
+    jtok: Any,
+    train: list[dict[str, Any]],
+    rng: random.Random,
+) -> None:
+    """``--steps`` steps of ``-E_pi[r] + beta KL(pi || pi_start)``, exact over each position's legal moves."""
+    model = policy.model
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     model.train()
     started = time.perf_counter()
@@ -136,9 +132,9 @@ def main(argv: list[str] | None = None) -> int:
             kl = (p * (logp - ref)).sum()
             loss = (-gain + args.beta * kl) / args.batch
             loss.backward()
-            losses.append(float(loss) * args.batch)
-            kls.append(float(kl))
-            gains.append(float(gain - (ref.exp() * reward).sum()))
+            losses.append(loss.item() * args.batch)
+            kls.append(kl.item())
+            gains.append((gain - (ref.exp() * reward).sum()).item())
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         if step % 25 == 0 or step == args.steps:
@@ -147,6 +143,29 @@ def main(argv: list[str] | None = None) -> int:
                 f"E[r] over start {statistics.mean(gains):+.3f}, {(time.perf_counter() - started) / step:.2f} s a step",
                 flush=True,
             )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+
+    model, tok = load(args.start)
+    start, _ = load(args.start)
+    judge, jtok = load(args.judge)
+    for m in (start, judge):
+        m.eval().requires_grad_(False)
+    policy = ScorerPolicy(model, tok, args.temperature)
+    reference = ScorerPolicy(start, tok, args.temperature)
+    train, held = table(args.annotate, "train"), table(args.annotate, "heldout")
+    held = rng.sample(held, min(args.heldout, len(held)))
+    before = measure(policy, judge, jtok, held)
+    itself = measure(ScorerPolicy(judge, jtok), judge, jtok, held)
+    print(f"start: {before}\njudge itself: {itself}", flush=True)
+
+    started = time.perf_counter()
+    train_against(args, policy, reference, judge, jtok, train, rng)
     model.eval()
     after = measure(policy, judge, jtok, held)
     print(f"final: {after}")
