@@ -113,24 +113,15 @@ def classify_rows(
     model: Any, rows: Sequence[Sequence[int]], pad_id: int, batch_size: int = 64, min_prefix: int = MIN_PREFIX
 ) -> list[float]:
     """``logits[:, 0]`` of a sequence classifier on each row (read at its last non-padding
-    token), no grad: rows sharing a prefix (:func:`prefix_groups`) read it once and their suffixes
-    ``batch_size`` at a time against its cache; the rest right-padded, ``batch_size`` a pass.
-    A model type outside :data:`SHARING_MODEL_TYPES` reads every row whole."""
+    token), no grad: rows are grouped by what they share (:func:`prefix_groups`) and each chunk of
+    ``batch_size`` rows of a group is one :func:`group_logits` pass (its shared prefix read once).
+    A model type outside :data:`SHARING_MODEL_TYPES` reads every row whole (:func:`group_logits`)."""
     out = [0.0] * len(rows)
-    if getattr(model.config, "model_type", None) not in SHARING_MODEL_TYPES:
-        groups = [(0, list(range(len(rows))))]
-    else:
-        groups = prefix_groups(rows, min_prefix)
     with torch.no_grad():
-        for shared, members in groups:
+        for _, members in prefix_groups(rows, min_prefix):
             for start in range(0, len(members), batch_size):
                 chunk = members[start : start + batch_size]
-                if shared:
-                    prefix = rows[chunk[0]][:shared]
-                    logits = _suffix_scores(model, prefix, [rows[i][shared:] for i in chunk], pad_id)
-                else:
-                    ids, mask = right_padded([rows[i] for i in chunk], pad_id, model.device)
-                    logits = model(input_ids=ids, attention_mask=mask).logits
-                for i, value in zip(chunk, logits[:, 0].float().cpu().tolist(), strict=True):
+                scores = group_logits(model, [rows[i] for i in chunk], pad_id, min_prefix)
+                for i, value in zip(chunk, scores.float().cpu().tolist(), strict=True):
                     out[i] = float(value)
     return out

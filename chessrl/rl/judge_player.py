@@ -18,15 +18,14 @@ import chess
 
 from chessrl.arena.players import MoveChoice
 from chessrl.lm.masked import draw_claim_moves
-from chessrl.rl.reward import score_ids
-from chessrl.rl.scorer_policy import move_rows
+from chessrl.rl.scorer_policy import ScorerPolicy
 
 
 @dataclass
 class JudgePlayer:
     """A reward model (``chess-rl reward``'s output) as a player: every legal move's text in the
     judge's own format (:func:`chessrl.rl.scorer_policy.move_rows`: the game so far, or the
-    position, and the move), scored in one batch; the highest score is played (ties: the first in UCI order),
+    position, and the move), scored in one pass (:meth:`ScorerPolicy.best`); the highest score is played (ties: the first in UCI order),
     never a move that hands the opponent a draw claim while another exists (as masked models
     play). What a learned judge knows of winning, with no policy between it and the board."""
 
@@ -41,10 +40,7 @@ class JudgePlayer:
         moves = sorted(m.uci() for m in board.legal_moves)
         claims = draw_claim_moves(board)
         moves = [m for m in moves if m not in claims] or moves
-        rows = move_rows(self.tokenizer, self.model.config, board, moves)
-        scores = score_ids(self.model, rows, int(self.tokenizer.pad_token_id))
-        best = max(range(len(moves)), key=lambda i: (scores[i], -i))
-        return MoveChoice(moves[best])
+        return MoveChoice(ScorerPolicy(self.model, self.tokenizer).best(board, moves))
 
     def close(self) -> None:
         pass

@@ -53,9 +53,12 @@ class ScorerPolicy:
     tokenizer: Any
     temperature: float = 1.0
 
-    def scores(self, board: chess.Board) -> tuple[list[str], torch.Tensor]:
-        """The legal moves (sorted UCI) and the model's score of each, under the caller's grad mode."""
-        moves = sorted(m.uci() for m in board.legal_moves)
+    def scores(
+        self, board: chess.Board, moves: Sequence[str] | None = None
+    ) -> tuple[list[str], torch.Tensor]:
+        """The legal moves (sorted UCI; or ``moves``, some of them) and the model's score of each,
+        under the caller's grad mode."""
+        moves = sorted(m.uci() for m in board.legal_moves) if moves is None else list(moves)
         if not moves:
             raise ValueError(f"no legal move in {board.fen()}")
         rows = move_rows(self.tokenizer, self.model.config, board, moves)
@@ -72,9 +75,9 @@ class ScorerPolicy:
             moves, logp = self.log_probs(board)
         return moves[int(torch.multinomial(logp.exp(), 1, generator=generator))]
 
-    def best(self, board: chess.Board) -> str:
-        """The move of the highest score (the first in UCI order on a tie)."""
+    def best(self, board: chess.Board, moves: Sequence[str] | None = None) -> str:
+        """The move of the highest score (the first on a tie) of the legal moves, or of ``moves``."""
         with torch.no_grad():
-            moves, scores = self.scores(board)
+            moves, scores = self.scores(board, moves)
         values = scores.tolist()
         return moves[max(range(len(moves)), key=lambda i: (values[i], -i))]

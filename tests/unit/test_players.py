@@ -487,11 +487,13 @@ def test_a_judge_plays_the_legal_move_it_scores_highest() -> None:
 
 
 def test_a_judge_never_hands_the_opponent_a_draw_claim_while_it_has_another_move(monkeypatch) -> None:
-    from chessrl.rl import judge_player
+    from chessrl.rl import judge_player, scorer_policy
 
-    monkeypatch.setattr(judge_player, "move_rows", lambda tok, config, board, moves: list(moves))
+    monkeypatch.setattr(scorer_policy, "move_rows", lambda tok, config, board, moves: list(moves))
     monkeypatch.setattr(
-        judge_player, "score_ids", lambda model, rows, pad: [float(r == "f6g8") for r in rows]
+        scorer_policy,
+        "group_logits",
+        lambda model, rows, pad: torch.tensor([float(r == "f6g8") for r in rows]),
     )
     player = judge_player.JudgePlayer(SimpleNamespace(config={}), SimpleNamespace(pad_token_id=0))
     board = chess.Board()
