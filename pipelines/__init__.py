@@ -13,7 +13,7 @@ command         its helpers
 ``reward``
 ``dpo``
 ``ppo``         ``ppo_inputs`` (the input checks), ``ppo_report`` (the summary)
-``grpo``
+``grpo``        ``grpo_report`` (the summary)
 ``selfplay``    ``selfplay_gate`` (the arena gate)
 ``evaluate``    ``evaluate_matches``, ``evaluate_openings``, ``evaluate_opponents``
 ``tune``

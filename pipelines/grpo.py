@@ -56,9 +56,9 @@ from pipelines.cli import one_line
 from pipelines.common.artifacts import grpo_folder, sft_folder
 from pipelines.common.phase import Inputs, Phase, PhaseContext, PhaseResult, gpt2_config, model_location
 from pipelines.config import ChessRLConfig, GRPOConfig
-from pipelines.learner import check_gpus, cpus_that_fit, final_metrics, torch_trainer
+from pipelines.grpo_report import summarise
+from pipelines.learner import check_gpus, cpus_that_fit, torch_trainer
 from pipelines.learner.grpo import GRPOLoopConfig, engine_scores, train_loop_per_worker
-from pipelines.learner.loop import curve, read_metrics
 from pipelines.learner.quality import heldout_quality
 
 SUMMARY = one_line("grpo")
@@ -112,6 +112,8 @@ def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bo
     from chessrl.lm.models import move_tokens
     from pipelines.common.artifacts import TEXT_FORMAT_KEY, check_asked_format
 
+    if _readable_scorer(path):
+        return check_scorer_policy(path, text_format)
     config = gpt2_config(
         path,
         "grpo.policy (--policy)",
@@ -145,6 +147,48 @@ def check_policy(path: str, log: Any, text_format: str = "rookworld", masked: bo
         "vocab": len(tokenizer),
         "move_tokens": move_tokens(tokenizer),
         "text_format": trained,
+    }
+
+
+def _readable_scorer(path: str) -> bool:
+    """Whether ``path``'s config names a scorer; an unreadable one is left to :func:`gpt2_config`'s
+    message."""
+    from chessrl.arena.saved_models import scorer_checkpoint
+
+    try:
+        return scorer_checkpoint(path)
+    except Exception:  # noqa: BLE001 - said by the language model's check, naming the key
+        return False
+
+
+def check_scorer_policy(path: str, text_format: str) -> dict[str, Any]:
+    """A scorer as the policy (a reward model, ``chess-rl reward``'s output): a GPT-2 sequence
+    classifier whose tokenizer loads. It reads each move in its own text format whatever
+    ``text_format`` asks, so only the policy task's formats are allowed.
+
+    The facts' ``text_format`` is the scorer's own (what the exported model keeps)."""
+    from chessrl.lm.checkpoints import load_tokenizer
+    from chessrl.lm.models import move_tokens
+    from pipelines.common.artifacts import TEXT_FORMAT_KEY
+
+    config = gpt2_config(
+        path,
+        "grpo.policy (--policy)",
+        "GPT2ForSequenceClassification",
+        "grpo needs a GPT-2-style language model or a scorer (a reward model of chess-rl reward)",
+    )
+    if text_format == "rookworld":
+        raise ConfigError(
+            f"grpo.text_format (--text-format) is rookworld, but the policy {path} is a scorer (a reward "
+            "model): it answers the policy task only; set text_format to moves, board or facts"
+        )
+    tokenizer = load_tokenizer(path)
+    return {
+        "context": int(config.get("n_positions", 1024)),
+        "vocab": len(tokenizer),
+        "move_tokens": move_tokens(tokenizer),
+        "text_format": config.get(TEXT_FORMAT_KEY) or "moves",
+        "scorer": True,
     }
 
 
@@ -193,6 +237,11 @@ def check_grpo(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: No
     facts = None
     if cfg.policy or not inputs.will_write(producer):
         facts = check_policy(policy_path, log, cfg.text_format, cfg.masked)
+        if facts.get("scorer") and cfg.own_positions > 0:
+            raise ConfigError(
+                f"grpo.own_positions (--own-positions) is {cfg.own_positions:g}, but the policy {policy_path} "
+                "is a scorer (a reward model), which does not play its own games yet; set own_positions to 0"
+            )
     find_stockfish()  # a missing engine is one clear line before any work
     check_prompt_settings(cfg)
     if cfg.games or not inputs.will_write("prepare"):
@@ -269,7 +318,7 @@ def heldout_scores(
 ) -> dict[str, dict[str, float]]:
     """Each model's greedy legal-move rate and environment accuracy on the held-out prompts and,
     with ``scores`` (Stockfish's scores of positions), the policy reward of its greedy moves."""
-    from chessrl.arena.saved_models import load_saved_model
+    from chessrl.arena.saved_models import load_playing_model
     from chessrl.rl.grpo import evaluate_tasks
 
     if not prompts:
@@ -277,7 +326,7 @@ def heldout_scores(
     asked = [Prompt(**p) for p in prompts]
     out = {}
     for name, path in models.items():
-        model, tokenizer = load_saved_model(path, "policy")
+        model, tokenizer = load_playing_model(path)
         out[name] = evaluate_tasks(model, tokenizer, asked, limits, scores, settings)
     return out
 
@@ -331,6 +380,7 @@ def learner_resources(
     policy_path: str,
     prompts: list[dict[str, Any]],
     limits: dict[str, int],
+    scorer: bool = False,
 ) -> tuple[float, float, int]:
     """CPUs of each engine and of the learner (:func:`grpo_cpus`; the section's
     ``cpus_per_worker`` wins), and the learner's minibatch (``auto``: measured for the longest
@@ -340,6 +390,9 @@ def learner_resources(
     engine_cpus, learner_cpus = grpo_cpus(read_capacity(), cfg.engines, cfg.num_workers, cfg.use_gpu)
     learner_cpus = cfg.cpus_per_worker or learner_cpus
     batch_size = cfg.batch_size
+    if batch_size == "auto" and scorer:
+        batch_size = 64  # the probe measures a language model's pass; a scorer's reads every legal move
+        context.log("batch size auto: 64 samples (a scorer policy: no probe)")
     if batch_size == "auto":
         from chessrl.lm.checkpoints import load_tokenizer
         from chessrl.lm.models import prompt_ids
@@ -394,7 +447,10 @@ def loop_config(
         phase_uri=context.phase_storage(output_name(context)).uri,
         policy_path=found.policy,
         settings=found.settings,
-        text_format=cfg.text_format,
+        # a scorer keeps the text format it reads; a language model, the one it was asked in
+        text_format=found.facts["text_format"]
+        if found.facts and found.facts.get("scorer")
+        else cfg.text_format,
         own_opponent=cfg.own_opponent,
         seed=run.seed,
         iterations=cfg.iterations,
@@ -431,7 +487,9 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
     phase.write_text(
         "prompts.json", json.dumps({"prompts": prompts, "heldout": heldout, "drawn": drawn, "starts": starts})
     )
-    engine_cpus, learner_cpus, batch_size = learner_resources(context, cfg, found.policy, prompts, limits)
+    engine_cpus, learner_cpus, batch_size = learner_resources(
+        context, cfg, found.policy, prompts, limits, bool(found.facts.get("scorer"))
+    )
     log_plan(context, found, drawn, learner_cpus)
     for i in range(cfg.engines):
         release_actor_name(f"{context.config.run.name}/engine-pool-{i}", None)
@@ -457,7 +515,10 @@ def run_grpo(context: PhaseContext) -> PhaseResult:
         scores, quality = heldout_results(context, found, heldout, limits, pool, seconds)
     finally:
         pool.shutdown()
-    return summarise(context, found.policy, result, seconds, drawn, scores, quality)
+    scorer = bool(found.facts.get("scorer"))
+    return summarise(
+        context, output_name(context), found.policy, result, seconds, drawn, scores, quality, scorer=scorer
+    )
 
 
 def heldout_results(
@@ -494,95 +555,6 @@ def heldout_results(
         nodes=cfg.stockfish_nodes,
     )
     return scores, quality
-
-
-def summarise(
-    context: PhaseContext,
-    policy_path: str,
-    result: Any,
-    seconds: float,
-    drawn: dict[str, Any],
-    scores: dict[str, dict[str, float]],
-    quality: dict[str, Any],
-) -> PhaseResult:
-    """``summary.json`` and the summary lines."""
-    cfg = context.config.grpo
-    phase = context.phase_storage(output_name(context))
-    final = final_metrics(result)
-    rows = read_metrics(phase.child("logs"))
-    first, last = (rows[0], rows[-1]) if rows else ({}, {})
-    summary = {
-        "phase": grpo_folder(cfg.loss_type),
-        "iterations": int(final.get("iteration", 0)),
-        "samples": int(final.get("samples_total", 0)),
-        "seconds": round(seconds, 1),
-        "drawn": drawn,
-        "first": first,
-        "last": last,
-        "heldout": scores,
-        "quality": quality,
-        "samples_per_s": sum(r["samples"] for r in rows)
-        / max(1e-9, sum(r["generate_s"] + r["score_s"] + r["learn_s"] for r in rows)),
-        "model": phase.uri_of("model"),
-    }
-    phase.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))
-    lines = summary_lines(summary, scores, cfg.stockfish_nodes, policy_path, seed=context.config.run.seed)
-    if quality:
-        from chessrl.arena.move_quality import quality_line
-
-        lines.insert(
-            -2,
-            f"  paired        {quality_line(quality)} (masked argmax, Stockfish {cfg.stockfish_nodes} nodes)",
-        )
-    return PhaseResult(summary=summary, lines=lines, ok=True)
-
-
-def summary_lines(
-    summary: dict[str, Any],
-    scores: dict[str, dict[str, float]],
-    stockfish_nodes: int,
-    policy_path: str,
-    *,
-    seed: int = 7,
-) -> list[str]:
-    """The ``grpo summary`` the driver prints: learner, mix, reward and legal-rate curves (first
-    -> last iteration), the held-out start -> final scores and the next command."""
-    drawn, first, last, seconds = summary["drawn"], summary["first"], summary["last"], summary["seconds"]
-    env = drawn["tasks"].get("environment", 0) > 0
-
-    trend = partial(curve, first, last)
-
-    return [
-        "grpo summary",
-        f"  learner       {summary['iterations']} iterations, {summary['samples']} samples in {seconds:.0f} s "
-        f"({summary['samples_per_s']:.1f} samples/s)",
-        f"  mix           {drawn['policy_share']:.1%} policy tasks; positions "
-        + ", ".join(f"{k} {v}" for k, v in drawn["phases"].items()),
-        f"  reward        policy {trend('reward_policy', '+.3f')}"
-        + (f", environment {trend('reward_environment', '.3f')}" if env else ""),
-        f"  sampled       legal {trend('legal_rate', '.1%')}"
-        + (f", env exact {trend('env_exact', '.1%')}" if env else "")
-        + f", zero-variance groups {trend('zero_variance_groups', '.0%')}",
-        *(
-            [
-                f"  held-out      greedy legal-move rate {scores['start']['legal_rate']:.1%} -> {scores['final']['legal_rate']:.1%}"
-                + (
-                    f", environment exact {scores['start']['env_exact']:.1%} -> {scores['final']['env_exact']:.1%}"
-                    if env
-                    else ""
-                )
-                + f" ({int(scores['final']['policy_positions'])} + {int(scores['final']['env_positions'])} positions, start -> final)",
-                f"  greedy reward policy task {scores['start'].get('policy_reward', float('nan')):+.3f} -> "
-                f"{scores['final'].get('policy_reward', float('nan')):+.3f} (the reward of the argmax move, Stockfish at "
-                f"{stockfish_nodes} nodes)",
-            ]
-            if scores
-            else []
-        ),
-        f"  model         {summary['model']}",
-        f"  next          chess-rl evaluate --mode sprt --players lm:{summary['model']},masked lm:{policy_path},masked "
-        f"--adjudicate-cp 300 --seed {seed}",
-    ]
 
 
 PHASE = Phase(

@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import chess
 
@@ -288,6 +288,14 @@ def move_losses(
     }
 
 
+@runtime_checkable
+class MoveChooser(Protocol):
+    """A policy that picks its own move in each ``(fen, moves so far)`` position and says the
+    share of them where its answer was legal unaided (:class:`chessrl.rl.scorer_policy.ScorerPolicy`)."""
+
+    def pick_moves(self, positions: Sequence[tuple[str, Sequence[str]]]) -> tuple[list[str], float]: ...
+
+
 def masked_argmax(
     model: Any,
     tokenizer: Any,
@@ -296,11 +304,15 @@ def masked_argmax(
     batch: int = 64,
 ) -> tuple[list[str], float]:
     """A policy's legal-masked argmax move in each ``(fen, moves so far)`` position, asked in
-    ``text_format``, and the share of positions where its unmasked argmax was a legal move."""
+    ``text_format``, and the share of positions where its unmasked argmax was a legal move. A
+    ``model`` that picks its own moves (a :class:`MoveChooser`: a scorer, which reads each move in
+    its own format) is asked them instead."""
     from chessrl.lm.formats import get_format
     from chessrl.lm.masked import answer_spaced, masked_moves
     from chessrl.lm.models import prompt_ids
 
+    if isinstance(model, MoveChooser):
+        return model.pick_moves(positions)
     fmt = get_format(text_format)
     was_training = model.training
     model.eval()

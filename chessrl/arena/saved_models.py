@@ -5,6 +5,7 @@ self-play network (``network``), from a local folder or file, ``file://`` or ``s
 
     check_saved_model("runs/demo/sft/model", "policy")        # in a phase's check, before Ray
     model, tokenizer = load_saved_model("runs/demo/sft/model", "policy")
+    model, tokenizer = load_playing_model("runs/demo/grpo/model")   # a language model or a scorer
     reward, tokenizer = load_saved_model("runs/demo/reward/model", "reward")
     net = load_saved_model("runs/demo/selfplay/best.pt", "network")
 
@@ -71,6 +72,24 @@ def load_saved_model(path: str, kind: str) -> Any:
     if kind == "reward":
         return load_reward_model(path)
     return _load_network(path)
+
+
+def scorer_checkpoint(path: str) -> bool:
+    """Whether the model saved at ``path`` is a scorer (a sequence classifier: ``chess-rl
+    reward``'s output, or a grpo run that trained one) rather than a language model; only its
+    ``config.json`` is read."""
+    from chessrl.lm.checkpoints import checkpoint_config
+
+    return any(
+        a.endswith("ForSequenceClassification") for a in checkpoint_config(path).get("architectures") or []
+    )
+
+
+def load_playing_model(path: str) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of a model that chooses moves: a language model (``policy``) or a
+    scorer (``reward``: :class:`chessrl.rl.scorer_policy.ScorerPolicy` plays it), by what
+    ``path``'s config says it is."""
+    return load_saved_model(path, "reward" if scorer_checkpoint(path) else "policy")  # type: ignore[no-any-return]
 
 
 def check_saved_model(path: str, kind: str) -> None:

@@ -14,6 +14,7 @@
 - :mod:`~chessrl.rl.grpo`: GRPO's verified rewards, prompts and sampled groups.
 - :mod:`~chessrl.rl.grpo_learner`: GRPO's update: the group loss or online DPO, legality, the step.
 - :mod:`~chessrl.rl.grpo_loss`: GRPO's group advantages, loss types and completion log-probabilities.
+- :mod:`~chessrl.rl.grpo_scorer`: GRPO with a scorer as the policy: its sampled groups and log-probabilities.
 - :mod:`~chessrl.rl.own_games`: GRPO prompts from the policy's own games.
 - :mod:`~chessrl.rl.data_parallel`: gradients averaged over the learner's workers (grpo, ppo).
 

@@ -171,9 +171,15 @@ def sample_groups(
     max_new_tokens: dict[str, int],
 ) -> list[Sample]:
     """``group_size`` sampled completions of every prompt (prompt-major), each task's prompts in
-    one batched generation of at most its ``max_new_tokens[task]`` tokens."""
+    one batched generation of at most its ``max_new_tokens[task]`` tokens; of a scorer
+    (a reward model as the policy), its moves (:func:`chessrl.rl.grpo_scorer.sample_scorer_groups`)."""
     from chessrl.lm.models import complete_ids, prompt_ids
+    from chessrl.rl.scorer_policy import is_scorer
 
+    if is_scorer(model):  # a reward model as the policy: its moves are legal by construction
+        from chessrl.rl.grpo_scorer import sample_scorer_groups
+
+        return sample_scorer_groups(model, tokenizer, prompts, settings)
     eos = getattr(tokenizer, "eos_token_id", None)
     out: list[Sample | None] = [None] * (len(prompts) * settings.group_size)
     for task in TASKS:
@@ -262,14 +268,9 @@ def score_samples(
 def _board_after(fen: str, history: str, move: str) -> chess.Board:
     """The board after ``move`` in ``fen``, with ``history`` (the moves from the start position
     to ``fen``) on its stack where it leads there."""
-    board = chess.Board()
-    try:
-        for m in history.split():
-            board.push_uci(m)
-    except ValueError:
-        board = chess.Board(fen)
-    if board.fen() != fen:
-        board = chess.Board(fen)
+    from chessrl.rl.scorer_policy import board_at
+
+    board = board_at(fen, history)
     board.push_uci(move)
     return board
 
@@ -309,29 +310,11 @@ def evaluate_tasks(
     settings: GRPOSettings | None = None,
 ) -> dict[str, float]:
     """Greedy answers to ``prompts`` (unmasked): the policy task's legal-move rate and the
-    environment task's exact-match accuracy (and per-field accuracy), with the counts. With
+    environment task's exact-match accuracy (and per-field accuracy), with the counts (a
+    scorer's answer is its argmax legal move). With
     ``scores`` (the engine's scores, as :func:`score_samples` takes), also the policy
     task's mean reward of the greedy move (``policy_reward``: what GRPO maximises, at argmax)."""
-    from chessrl.lm.models import complete_ids, prompt_ids
-
-    was_training = model.training
-    model.eval()
-    eos = getattr(tokenizer, "eos_token_id", None)
-    samples: list[Sample] = []
-    try:
-        for task in TASKS:
-            index = [i for i, p in enumerate(prompts) if p.task == task]
-            for start in range(0, len(index), 64):
-                part = index[start : start + 64]
-                rows = [prompt_ids(tokenizer, prompts[i].text) for i in part]  # type: ignore[arg-type]
-                seqs = complete_ids(model, tokenizer, rows, 1, 0.0, max_new_tokens[task])  # type: ignore[arg-type]
-                for k, i in enumerate(part):
-                    ids = seqs[k].tolist()
-                    ids = ids[: completion_length(ids, eos)]
-                    text = tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[attr-defined]
-                    samples.append(Sample(prompts[i], i, rows[k], ids, text))
-    finally:
-        model.train(was_training)
+    samples = _greedy_samples(model, tokenizer, prompts, max_new_tokens)
     if scores is not None:
         score_samples(samples, scores, settings or GRPOSettings())
     else:
@@ -353,6 +336,42 @@ def evaluate_tasks(
     if scores is not None:
         out["policy_reward"] = m["reward_policy"]
     return out
+
+
+@torch.no_grad()
+def _greedy_samples(
+    model: torch.nn.Module, tokenizer: object, prompts: Sequence[Prompt], max_new_tokens: dict[str, int]
+) -> list[Sample]:
+    """Each prompt's greedy answer as a :class:`Sample` (a scorer's: its best legal move)."""
+    from chessrl.lm.models import complete_ids, prompt_ids
+    from chessrl.rl.scorer_policy import is_scorer
+
+    if is_scorer(model):
+        from chessrl.rl.grpo_scorer import scorer_best
+
+        return [
+            Sample(p, i, [], [0], scorer_best(model, tokenizer, p.fen, p.history))
+            for i, p in enumerate(prompts)
+        ]
+    was_training = model.training
+    model.eval()
+    eos = getattr(tokenizer, "eos_token_id", None)
+    samples: list[Sample] = []
+    try:
+        for task in TASKS:
+            index = [i for i, p in enumerate(prompts) if p.task == task]
+            for start in range(0, len(index), 64):
+                part = index[start : start + 64]
+                rows = [prompt_ids(tokenizer, prompts[i].text) for i in part]  # type: ignore[arg-type]
+                seqs = complete_ids(model, tokenizer, rows, 1, 0.0, max_new_tokens[task])  # type: ignore[arg-type]
+                for k, i in enumerate(part):
+                    ids = seqs[k].tolist()
+                    ids = ids[: completion_length(ids, eos)]
+                    text = tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[attr-defined]
+                    samples.append(Sample(prompts[i], i, rows[k], ids, text))
+    finally:
+        model.train(was_training)
+    return samples
 
 
 def task_prompts(

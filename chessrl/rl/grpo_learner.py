@@ -133,9 +133,17 @@ def _scored(
     temperature: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The policy's per-token log-probs of ``batch``'s completions (masked samples: under the
-    legal moves alone, as the sampler drew them), their mask, and the reference's (no grad; None
+    legal moves alone, as the sampler drew them; scorer samples: under the scorer policy), their mask, and the reference's (no grad; None
     without a ``reference``)."""
-    score = masked_completion_logprobs if batch[0].legal_ids is not None else completion_logprobs
+    from chessrl.rl.grpo_scorer import scorer_completion_logprobs
+
+    score = (
+        scorer_completion_logprobs
+        if batch[0].move_rows is not None
+        else masked_completion_logprobs
+        if batch[0].legal_ids is not None
+        else completion_logprobs
+    )
     logprobs, mask, *_ = score(policy, batch, pad, temperature)
     ref = None
     if reference is not None:

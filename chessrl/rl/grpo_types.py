@@ -116,3 +116,6 @@ class Sample:
     fields: dict[str, bool] = field(default_factory=dict)
     legal_ids: list[int] | None = None
     """A masked sample: the legal move tokens its move was drawn from (None: unmasked)."""
+    move_rows: list[list[int]] | None = None
+    """A scorer sample (:mod:`chessrl.rl.grpo_scorer`): the token rows of its position's legal
+    moves, its move the ``completion_ids[0]``-th of them (None: a language model's sample)."""

@@ -33,6 +33,36 @@ from chessrl.lm.shared_prefix import group_logits
 from chessrl.rl.reward import RewardQuery, query_ids, reward_format
 
 
+def is_scorer(model: Any) -> bool:
+    """Whether ``model`` is a scorer (a sequence classifier, as ``chess-rl reward`` saves one)
+    rather than a language model.
+
+    >>> from chessrl.lm.models import build_model
+    >>> from chessrl.rl.reward import build_reward_model
+    >>> is_scorer(build_reward_model("tiny")[0]), is_scorer(build_model("tiny")[0])
+    (True, False)
+    """
+    return hasattr(model, "score") and not hasattr(model, "lm_head")
+
+
+def board_at(fen: str, history: str | Sequence[str] = "") -> chess.Board:
+    """The board of ``fen`` with ``history`` (the UCI moves from the start position to it) on its
+    stack where they lead there, so a repetition is seen; else the position alone.
+
+    >>> board_at(chess.Board().fen(), "e2e4 e7e5").move_stack
+    []
+    >>> len(board_at("rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - 0 2", "e2e4 e7e5").move_stack)
+    2
+    """
+    board = chess.Board()
+    try:
+        for m in history.split() if isinstance(history, str) else history:
+            board.push_uci(m)
+    except ValueError:
+        return chess.Board(fen)
+    return board if board.fen() == fen else chess.Board(fen)
+
+
 def move_rows(tokenizer: Any, config: Any, board: chess.Board, moves: Sequence[str]) -> list[list[int]]:
     """The token ids a reward model of ``config`` scores for each of ``moves`` at ``board``: the
     game so far (from the board's root, its FEN unless the start) and the move, in the model's own
@@ -74,6 +104,12 @@ class ScorerPolicy:
         with torch.no_grad():
             moves, logp = self.log_probs(board)
         return moves[int(torch.multinomial(logp.exp(), 1, generator=generator))]
+
+    def pick_moves(self, positions: Sequence[tuple[str, Sequence[str]]]) -> tuple[list[str], float]:
+        """The best move at each ``(fen, moves so far)`` position (after the moves, where they
+        lead there) and the share of legal answers, 1: what the paired measure asks a policy
+        (:class:`chessrl.arena.move_quality.MoveChooser`)."""
+        return [self.best(board_at(fen, history)) for fen, history in positions], 1.0
 
     def best(self, board: chess.Board, moves: Sequence[str] | None = None) -> str:
         """The move of the highest score (the first on a tie) of the legal moves, or of ``moves``."""

@@ -257,10 +257,10 @@ def learner_models(cfg: GRPOLoopConfig, own: int, device: Any = "cpu") -> tuple[
     start policy when there is none)."""
     import copy
 
-    from chessrl.arena.saved_models import load_saved_model
+    from chessrl.arena.saved_models import load_playing_model
 
     settings = cfg.settings
-    policy, tokenizer = load_saved_model(cfg.policy_path, "policy")
+    policy, tokenizer = load_playing_model(cfg.policy_path)
     policy.to(device)  # before the optimizer and a resume's state: one device throughout
     reference = frozen_copy(policy) if settings.beta > 0 or settings.loss_type == "dpo" else None
     start_model = reference  # the own games' opponent "start": the frozen start policy

@@ -14,6 +14,15 @@ from cluster.storage import Storage
 from pipelines.common.phase import PhaseContext
 
 
+def as_chooser(model: Any, tokenizer: Any) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` as the paired measure asks them: a scorer wrapped as the
+    :class:`~chessrl.rl.scorer_policy.ScorerPolicy` that picks its best-scored move, a language
+    model as it is."""
+    from chessrl.rl.scorer_policy import ScorerPolicy, is_scorer
+
+    return (ScorerPolicy(model, tokenizer), tokenizer) if is_scorer(model) else (model, tokenizer)
+
+
 def heldout_quality(
     context: PhaseContext,
     models: dict[str, str],
@@ -30,7 +39,7 @@ def heldout_quality(
     hash per position (:func:`chessrl.arena.move_quality.paired_move_quality`); logged to
     MLflow; empty without a games table or with either count 0."""
     from chessrl.arena.move_quality import heldout_positions, paired_move_quality, stockfish_expected
-    from chessrl.arena.saved_models import load_saved_model
+    from chessrl.arena.saved_models import load_playing_model
     from chessrl.lm.lm_data import split_games
     from pipelines.common.artifacts import fit_games, read_games
 
@@ -43,7 +52,7 @@ def heldout_quality(
     for path in models.values():  # each game cut to the shortest context, as evaluate does
         held = fit_games(held, text_format, path)
     asked = heldout_positions(held, positions, context.config.run.seed + 1)
-    loaded = {name: load_saved_model(path, "policy") for name, path in models.items()}
+    loaded = {name: as_chooser(*load_playing_model(path)) for name, path in models.items()}
     with stockfish_expected(nodes) as expected:
         quality = paired_move_quality(loaded, asked, text_format, expected)
     context.tracking.log_metrics({f"quality_{k}": v for k, v in quality.items() if v is not None})

@@ -52,6 +52,20 @@ def tiny_lm_dir(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def tiny_scorer_dir(tmp_path_factory) -> Path:
+    """An untrained tiny reward model (a scorer) that reads the facts format, saved as
+    ``chess-rl reward`` saves one."""
+    from chessrl.rl.reward import TEXT_FORMAT_KEY, build_reward_model
+
+    folder = tmp_path_factory.mktemp("scorer")
+    model, tokenizer = build_reward_model("tiny")
+    setattr(model.config, TEXT_FORMAT_KEY, "facts")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def _registered_checkpoints(phase: Path) -> int:
     """Checkpoints Ray Train has recorded for a phase (its snapshot file). A ``learner.pt`` on
     storage alone may be half-reported: a driver killed then resumes from the one before."""

@@ -187,3 +187,55 @@ def test_rookworld_grpo_killed_and_resumed(
     ids = tokenizer("P: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1 M:", return_tensors="pt")
     generated = model.generate(**ids, max_new_tokens=2, do_sample=False, pad_token_id=tokenizer.pad_token_id)
     assert generated.shape[1] > ids["input_ids"].shape[1]
+
+
+def test_grpo_trains_a_scorer_and_saves_it_with_its_format(
+    tmp_path, games, tiny_scorer_dir, local_ray, capsys
+):
+    """A reward model as grpo's policy (its softmax over the legal moves): every sampled move is
+    legal, the exported model is still a scorer that reads its own format (transformers alone
+    loads it), the paired figure and the next command play it as a judge. Asking it RookWorld's
+    tasks, or its own games, is one line before any work."""
+    from transformers import AutoModelForSequenceClassification
+
+    from pipelines import grpo
+    from pipelines.common.phase import EXIT_OK, EXIT_USER_ERROR
+
+    common = ["--config", "tiny", "--storage", str(tmp_path), "--run-name", "s", "--no-tracking"]
+    common += ["--policy", str(tiny_scorer_dir), "--games", str(games), "--own-positions", "0"]
+    assert grpo.main([*common, "--text-format", "rookworld", "--policy-share", "0.8"]) == EXIT_USER_ERROR
+    assert "is a scorer" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert grpo.main([*common[:-2], "--own-positions", "0.5"]) == EXIT_USER_ERROR
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "grpo.own_positions" in line and "scorer" in line, line
+    code = grpo.main(
+        [
+            *common,
+            "--text-format",
+            "board",  # the prompts' format; the scorer reads its own (facts)
+            "--iterations",
+            "2",
+            "--prompts-per-iteration",
+            "4",
+            "--group-size",
+            "4",
+            "--stockfish-nodes",
+            "200",
+            "--heldout-positions",
+            "6",
+            "--grade-scale",
+            "margin",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == EXIT_OK, out[-2000:]
+    phase = tmp_path / "s" / "grpo"
+    metrics = [json.loads(line) for line in (phase / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["iteration"] for m in metrics] == [1, 2]
+    assert all(m["samples"] == 16 and m["legal_rate"] == 1.0 and m["trained_samples"] >= 0 for m in metrics)
+    summary = json.loads((phase / "summary.json").read_text())
+    assert summary["policy_kind"] == "scorer" and summary["heldout"]["final"]["legal_rate"] == 1.0
+    assert summary["quality"]["positions"] > 0 and summary["quality"]["final_unmasked_legal"] == 1.0
+    model = AutoModelForSequenceClassification.from_pretrained(phase / "model")
+    assert model.config.chessrl_text_format == "facts" and model.config.num_labels == 1
+    assert f"judge:{phase / 'model'} judge:{tiny_scorer_dir}" in out

@@ -50,6 +50,7 @@ MODULES = [
     "chessrl.rl.preferences",
     "chessrl.rl.reward",
     "chessrl.rl.scorer_policy",
+    "chessrl.rl.grpo_scorer",
     "chessrl.rl.judge_player",
     "chessrl.rl.ppo",
     "chessrl.data.positions",

@@ -60,3 +60,53 @@ def test_a_gradient_through_the_shared_prefix_is_the_gradient_through_whole_rows
     assert shared.keys() == whole.keys() and "transformer.wte.weight" in shared
     for name in whole:
         assert torch.allclose(shared[name], whole[name], atol=1e-5, rtol=1e-3), name
+
+
+def _scorer_samples(facts_judge, group_size: int = 4):
+    from chessrl.rl.grpo import board_prompt, sample_groups
+    from chessrl.rl.grpo_types import GRPOSettings
+
+    model, tok = facts_judge
+    settings = GRPOSettings(group_size=group_size, beta=0.0, temperature=0.7)
+    prompts = [board_prompt(chess.Board().fen()), board_prompt(FEN, history=())]
+    torch.manual_seed(5)
+    return sample_groups(model, tok, prompts, settings, {"policy": 1}), settings
+
+
+def test_grpo_samples_a_scorer_s_legal_moves_and_steps_along_its_policy_gradient(facts_judge) -> None:
+    """A scorer as GRPO's policy: every sampled move is legal, the learner's log-probabilities
+    are the ScorerPolicy's, and grpo_update's gradient is that of -mean(advantage * log pi)
+    taken through the policy move by move."""
+    from chessrl.rl.grpo import evaluate_tasks, group_advantages, grpo_update
+    from chessrl.rl.grpo_scorer import scorer_completion_logprobs
+    from chessrl.rl.scorer_policy import board_at
+
+    model, tok = facts_judge
+    samples, settings = _scorer_samples(facts_judge)
+    assert len(samples) == 8 and all(s.move_rows is not None for s in samples)
+    assert all(chess.Move.from_uci(s.text) in board_at(s.prompt.fen).legal_moves for s in samples)
+    policy = ScorerPolicy(model, tok, temperature=settings.temperature)
+    got, _ = scorer_completion_logprobs(model, samples, tok.pad_token_id, settings.temperature)
+    want = []
+    for s in samples:
+        moves, logp = policy.log_probs(board_at(s.prompt.fen))
+        want.append(logp[moves.index(s.text)])
+    torch.testing.assert_close(got[:, 0], torch.stack(want).detach(), atol=1e-5, rtol=1e-5)
+
+    for i, s in enumerate(samples):
+        s.reward = float(i % 3 == 0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # no step: the gradient is left to read
+    grpo_update(model, None, optimizer, samples, tok.pad_token_id, settings, max_grad_norm=1e9)
+    update = [p.grad.clone() for p in model.parameters()]
+    advantages, _ = group_advantages(
+        torch.tensor([s.reward for s in samples]), [s.group for s in samples], "grpo"
+    )
+    model.zero_grad()
+    again = []
+    for s in samples:
+        moves, logp = policy.log_probs(board_at(s.prompt.fen))
+        again.append(logp[moves.index(s.text)])
+    (-(advantages * torch.stack(again)).mean()).backward()
+    for a, b in zip(update, (p.grad for p in model.parameters()), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+    assert evaluate_tasks(model, tok, [s.prompt for s in samples[::4]], {"policy": 1})["legal_rate"] == 1.0
