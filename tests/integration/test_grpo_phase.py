@@ -1,15 +1,13 @@
 """``grpo`` with real Stockfish, Ray and a tiny model: the start policy sits where a rookworld
-``sft`` writes it (``sft-rookworld/model``, marked with its text format); ``grpo`` is killed with SIGKILL
-after a checkpoint and the same command resumes; the finished run's prompts, metrics and model
-agree (the task mix is 80/20 in every batch, every iteration logged once, the policy answers a
-``P: <FEN> M:`` prompt through transformers alone). The learner runs as two data-parallel workers,
-killed and resumed together."""
+``sft`` writes it (``sft-rookworld/model``, marked with its text format); the run's prompts,
+metrics and model agree (the task mix is 80/20 in every batch, every iteration logged once, the
+policy answers a ``P: <FEN> M:`` prompt through transformers alone). The learner runs as two
+data-parallel workers. A scorer (a reward model) as the policy trains and keeps its format."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,8 +50,8 @@ def env() -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_rookworld_grpo_killed_and_resumed(
-    tmp_path, games, registered_checkpoints, last_registered_step, killed_run, local_ray, capsys
+def test_rookworld_grpo_on_two_workers_keeps_its_task_mix(
+    tmp_path, games, registered_checkpoints, local_ray, capsys
 ):
     """grpo from the rookworld sft's default place: an untrained tiny model marked rookworld, as
     ``sft --text-format rookworld`` writes it (test_sft trains one; 12 steps of it taught the
@@ -103,20 +101,9 @@ def test_rookworld_grpo_killed_and_resumed(
         "--num-workers",
         "2",  # data-parallel: each worker half of every iteration's prompts
     ]
-    with killed_run(command, env=env(), log=tmp_path / "first.log") as run:
-        # Ray Train has recorded one (a file alone may be half-reported)
-        run.wait_for(lambda: registered_checkpoints(phase), timeout=300)
-        assert run.running, "grpo ended before the driver could be killed"
-    assert not (phase / "summary.json").exists()
-    registered = last_registered_step(phase, "iteration")  # read after the kill
-    assert registered >= 1
-
-    rerun = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
-    out = rerun.stdout + rerun.stderr
-    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-3000:]
-    # from a checkpoint no older than the last one Ray Train had registered before the kill
-    resumed = re.search(r"learner resumes at iteration (\d+)", out)
-    assert resumed is not None and registered <= int(resumed.group(1)) < 3, (registered, out[-2000:])
+    run = subprocess.run(command, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert registered_checkpoints(phase) >= 1  # a checkpoint an iteration, as asked
 
     planned = json.loads((phase / "prompts.json").read_text())
     prompts = planned["prompts"]
@@ -128,8 +115,7 @@ def test_rookworld_grpo_killed_and_resumed(
     assert sum(planned["drawn"]["phases"].values()) == 30
     metrics = [json.loads(line) for line in (phase / "logs" / "metrics.jsonl").read_text().splitlines()]
     iterations = [m["iteration"] for m in metrics]
-    # every iteration logged; a resumed run logs again those after its checkpoint
-    assert sorted(set(iterations)) == [1, 2, 3] and iterations[-1] == 3
+    assert iterations == [1, 2, 3]  # every iteration logged once
     assert all(abs(m["policy_share"] - 0.8) <= 0.05 for m in metrics)
     # both workers' samples in every iteration's figures
     assert all(
@@ -142,7 +128,7 @@ def test_rookworld_grpo_killed_and_resumed(
     assert (
         summary["heldout"]["final"]["policy_positions"] + summary["heldout"]["final"]["env_positions"] == 10
     )
-    assert "grpo summary" in rerun.stdout and "held-out" in rerun.stdout
+    assert "grpo summary" in run.stdout and "held-out" in run.stdout
     quality = summary["quality"]
     assert quality["positions"] == 10 and 3 <= quality["games"] <= 10
 
