@@ -5,7 +5,7 @@ a legal move, so Stockfish's grade judges quality alone, as with ``--masked`` la
 
 A scorer sample keeps the token rows of its position's legal moves (``Sample.move_rows``, one
 list shared by its group) and its move's index among them (``completion_ids``); the learner
-reads each distinct position once, all of a minibatch's positions in one forward pass
+reads each distinct position once, in one pass that reads its moves' shared text once
 (:func:`chessrl.lm.shared_prefix.group_logits`).
 
 >>> import chess
@@ -62,7 +62,7 @@ def scorer_completion_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The log-probability ``(B, 1)`` of each scorer sample's move under the scorer policy at
     ``temperature`` (the distribution the sampler drew from), under the caller's grad mode, and
-    its mask (ones). Each distinct position is scored once, all of them in one pass."""
+    its mask (ones). Each distinct position is scored once."""
     positions: dict[tuple[str, str], int] = {}
     rows_of: list[list[list[int]]] = []
     for s in samples:
@@ -70,14 +70,10 @@ def scorer_completion_logprobs(
             raise ValueError("a sample without move_rows is not a scorer sample")
         if positions.setdefault((s.prompt.fen, s.prompt.history), len(positions)) == len(rows_of):
             rows_of.append(s.move_rows)
-    starts, flat = [], []
-    for rows in rows_of:
-        starts.append(len(flat))
-        flat += rows
-    scores = group_logits(model, flat, pad).float() / max(temperature, 1e-6)
+    # one pass a position: rows of different positions share too little to read it once
     logps = [
-        torch.log_softmax(scores[start : start + len(rows)], dim=-1)
-        for start, rows in zip(starts, rows_of, strict=True)
+        torch.log_softmax(group_logits(model, rows, pad).float() / max(temperature, 1e-6), dim=-1)
+        for rows in rows_of
     ]
     picked = torch.stack(
         [logps[positions[(s.prompt.fen, s.prompt.history)]][s.completion_ids[0]] for s in samples]
