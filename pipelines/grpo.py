@@ -164,7 +164,7 @@ def _readable_scorer(path: str) -> bool:
 def check_scorer_policy(path: str, text_format: str) -> dict[str, Any]:
     """A scorer as the policy (a reward model, ``chess-rl reward``'s output): a GPT-2 sequence
     classifier whose tokenizer loads. It reads each move in its own text format whatever
-    ``text_format`` asks, so only the policy task's formats are allowed.
+    ``text_format`` asks, so only the policy task's formats are allowed (its own games too).
 
     The facts' ``text_format`` is the scorer's own (what the exported model keeps)."""
     from chessrl.lm.checkpoints import load_tokenizer
@@ -237,11 +237,6 @@ def check_grpo(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: No
     facts = None
     if cfg.policy or not inputs.will_write(producer):
         facts = check_policy(policy_path, log, cfg.text_format, cfg.masked)
-        if facts.get("scorer") and cfg.own_positions > 0:
-            raise ConfigError(
-                f"grpo.own_positions (--own-positions) is {cfg.own_positions:g}, but the policy {policy_path} "
-                "is a scorer (a reward model), which does not play its own games yet; set own_positions to 0"
-            )
     find_stockfish()  # a missing engine is one clear line before any work
     check_prompt_settings(cfg)
     if cfg.games or not inputs.will_write("prepare"):

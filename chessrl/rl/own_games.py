@@ -13,12 +13,14 @@ import chess
 import torch
 
 from chessrl.rl.grpo import Prompt, board_prompt, moves_prompt, policy_prompt
+from chessrl.rl.scorer_policy import ScorerPolicy, is_scorer
 
 OWN_OPPONENTS = ("self", "random", "start", "random+start")
 
 
 class OwnGames:
-    """Games the current policy plays, its moves drawn from the masked policy, each continued
+    """Games the current policy plays, its moves drawn from the masked policy (a scorer's: from
+    its softmax over the legal moves, :class:`~chessrl.rl.scorer_policy.ScorerPolicy`), each continued
     from a position of the training games: the positions the policy itself reaches become
     prompts. ``opponent``: ``self`` (the policy plays both sides), ``random`` (a random legal
     mover), ``start`` (the policy's frozen start, its masked argmax: the sft model an SPRT
@@ -118,6 +120,11 @@ class OwnGames:
                 continue
             if net is None:
                 raise ValueError("OwnGames: games against the start model need the start model")
+            if is_scorer(net):  # a reward model as the policy: its moves, a position at a time
+                policy = ScorerPolicy(net, tokenizer, temperature=max(temp, 1e-6))
+                for i in idx:
+                    self._push(i, policy.sample(boards[i]) if temp > 0 else policy.best(boards[i]))
+                continue
             rows = [prompt_ids(tokenizer, fmt.prompt_for(boards[i], self.games[i])) for i in idx]  # type: ignore[arg-type]
             spaced = [answer_spaced(fmt, self.games[i]) for i in idx]
             choices = masked_moves(net, tokenizer, [boards[i] for i in idx], rows, spaced, temperature=temp)
@@ -159,7 +166,8 @@ class OwnGames:
             if self.text_format == "moves":
                 prompt = moves_prompt(g, "own")
             elif self.text_format in ("board", "facts"):
-                prompt = board_prompt(board.fen(), "own", text_format=self.text_format)
+                # the moves kept for the grade: a repetition the policy walks into is seen
+                prompt = board_prompt(board.fen(), "own", g, text_format=self.text_format)
             else:
                 prompt = policy_prompt(board.fen(), "own")
             out.append(prompt)

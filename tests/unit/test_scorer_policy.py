@@ -110,3 +110,20 @@ def test_grpo_samples_a_scorer_s_legal_moves_and_steps_along_its_policy_gradient
     for a, b in zip(update, (p.grad for p in model.parameters()), strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
     assert evaluate_tasks(model, tok, [s.prompt for s in samples[::4]], {"policy": 1})["legal_rate"] == 1.0
+
+
+def test_a_scorer_plays_its_own_games_and_their_prompts_keep_the_moves(facts_judge) -> None:
+    """OwnGames with a scorer as the policy, against a random mover and its frozen start: its
+    moves are legal, and each prompt keeps the game's moves (the grade sees a repetition)."""
+    from chessrl.rl.own_games import OwnGames
+    from chessrl.rl.scorer_policy import board_at
+
+    model, tok = facts_judge
+    games = OwnGames(
+        [("e2e4",), ("d2d4", "d7d5")], live=2, text_format="facts", opponent="random+start", seed=1
+    )
+    torch.manual_seed(0)
+    for _ in range(3):
+        prompts = games.prompts(model, tok, temperature=1.0, start=model)
+    assert all(p.phase == "own" and len(p.history.split()) >= 7 for p in prompts)
+    assert all(board_at(p.fen, p.history).move_stack for p in prompts)  # the moves lead to the position
