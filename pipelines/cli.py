@@ -45,7 +45,7 @@ PHASES: dict[str, tuple[str, str]] = {
     ),
     "grpo": (
         "pipelines.grpo",
-        "masked GRPO of an sft policy, each move's reward verified by Stockfish (EnginePool) and python-chess",
+        "masked GRPO of an sft policy or of a reward model read as a policy, each move's reward verified by Stockfish (EnginePool) and python-chess",
     ),
     "dpo": ("pipelines.dpo", "TRL's DPOTrainer on the preference pairs, in the policy's own text format"),
     "selfplay": (
