@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -106,15 +107,20 @@ MICRO = {
 
 @pytest.mark.slow
 def test_a_grpo_sweep_nests_its_trials_in_mlflow_and_writes_a_loadable_best_config(
-    tmp_path, tiny_lm_dir, random_games
+    tmp_path, tiny_lm_dir, random_games, local_ray, capsys
 ):
     """tune for real, grpo of an untrained tiny policy on a games table: 2 grid points of
     grpo.beta, both trials at once, ASHA (2 iterations, grace period 1: a trial may be stopped
-    after its first); then the same command resumes (nothing left to run), and another space
-    under the same name is refused."""
+    after its first), a driver of its own (its embedded Ray, with the dashboard ASHA's stops
+    need); then the same command resumes (nothing left to run), and another space under the
+    same name is refused. Those two run no trial: they go through the command's ``main`` in
+    this process, on the session's Ray (a driver and a Ray start each cost ~15 s), and the
+    resume reads the sweep from storage all the same (another Ray cluster than the sweep's)."""
+    import mlflow
     from mlflow.tracking import MlflowClient
 
     from cluster.config import load_config, resolve_preset
+    from pipelines import tune
     from pipelines.config import ChessRLConfig
 
     tmp, run = tmp_path, tmp_path / "runs" / MICRO["run"]["name"]
@@ -190,23 +196,21 @@ def test_a_grpo_sweep_nests_its_trials_in_mlflow_and_writes_a_loadable_best_conf
     assert all("reward_mean" in r.data.metrics for r in trials)
     assert float(sweep_run.data.params["best.grpo.beta"]) == winner["params"]["grpo.beta"]
 
-    again = subprocess.run(
-        [*command, "--space", "grpo.beta=0,0.1"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert again.returncode == 0 and "resuming the sweep" in again.stderr, again.stderr[-3000:]
-    assert json.loads((sweep / "trials.json").read_text()) == rows
+    args = command[3:]  # after `python -m pipelines.tune`
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGUSR1)}
+    try:
+        again = tune.main([*args, "--space", "grpo.beta=0,0.1"])
+        err = capsys.readouterr().err
+        assert again == 0 and "resuming the sweep" in err, err[-3000:]
+        assert json.loads((sweep / "trials.json").read_text()) == rows
 
-    other = subprocess.run(
-        [*command, "--space", "grpo.beta=0.5"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert other.returncode == 2 and "another space" in other.stderr.strip().splitlines()[-1], other.stderr[
-        -2000:
-    ]
+        other = tune.main([*args, "--space", "grpo.beta=0.5"])
+        err = capsys.readouterr().err
+        assert other == 2 and "another space" in err.strip().splitlines()[-1], err[-2000:]
+    finally:  # leave no global state for other tests (Tune's fit keeps its signal handlers)
+        mlflow.set_tracking_uri(None)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 def test_rlaif_bad_input_is_one_line_before_any_work(tmp_path, capsys):

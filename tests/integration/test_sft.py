@@ -71,46 +71,6 @@ def run_sft(storage: Path, *args: str) -> int:
     )
 
 
-@pytest.mark.slow
-def test_sft_trains_checkpoints_and_saves_a_playable_model(storage, capsys, tmp_path):
-    """Compiled (short runs are eager unless asked; the other sft tests run eager): the checkpoint
-    and the saved model are still the plain GPT-2 (so an eager run resumes from it like any other)."""
-    compiled = ("--torch-compile", "always")
-    assert run_sft(storage, *compiled, "--max-steps", "6", "--eval-every", "3") == EXIT_OK
-    out = capsys.readouterr().out
-    assert "sft summary" in out and "legal-move rate" in out
-    summary = json.loads((storage / "s" / "sft" / "summary.json").read_text())
-    assert summary["steps"] == 6 and summary["heldout_positions"] == 24 and summary["resumed_from_step"] == 0
-    assert 0.0 <= summary["heldout_legal_rate"] <= 1.0
-    assert 0.0 <= summary["padding_fraction"] < 0.2 and summary["truncated_games"] >= 0
-    assert list((storage / "s" / "sft" / "ray").glob("*/checkpoint_*"))
-    # the legal-move loss is on by default for the chess tokenizer; the worker reports the legal
-    # moves' share of the probability
-    assert summary["legal_loss_weight"] == 1.0 and 0.0 < summary["legal_mass"] < 1.0
-    assert "legal moves get" in out
-
-    # the compiled run's checkpoint and saved model hold the plain GPT-2's weights (no "_orig_mod."
-    # from torch.compile), so an eager run resumes from it like from any other (the kill test
-    # below resumes an eager run; a compile per run costs ~40 s here)
-    model_dir = storage / "s" / "sft" / "model"
-    checkpoint = max((storage / "s" / "sft" / "ray").glob("*/checkpoint_*/checkpoint/model.safetensors"))
-    build_model("tiny")[0].save_pretrained(tmp_path / "fresh")
-    with safe_open(tmp_path / "fresh" / "model.safetensors", "pt") as fresh:
-        for saved_file in (model_dir / "model.safetensors", checkpoint):
-            with safe_open(saved_file, "pt") as saved:
-                assert set(saved.keys()) == set(fresh.keys()), saved_file
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    game = play_game(model, tokenizer, max_plies=30, seed=2)
-    board = chess.Board()
-    for uci in game.moves:
-        assert chess.Move.from_uci(uci) in board.legal_moves
-        board.push_uci(uci)
-    assert game.attempts.total >= len(game.moves)
-    # ... and plain transformers, with no project code, reads a prompt as the phase measured it
-    plain_hf_matches_the_phase(storage / "s" / "sft", summary["heldout_legal_rate"])
-
-
 #: A user's script: AutoTokenizer + AutoModelForCausalLM + generate, no chess-rl import. It prints
 #: the first word of the greedy completion of every held-out prompt, without and with a trailing space.
 PLAIN_HF = """
@@ -229,7 +189,7 @@ def sft_command(storage: Path, games: Path, run: str, *args: str) -> list[str]:
         "--max-length",
         "64",
         "--set",
-        "sft.heldout_positions=4",
+        "sft.heldout_positions=24",
         "--set",
         "ray.num_cpus=1",
         *args,
@@ -252,10 +212,15 @@ def registered_steps(storage: Path, run: str) -> list[int]:
 
 
 @pytest.mark.slow
-def test_killed_sft_driver_resumes_from_its_last_checkpoint(storage, tmp_path, killed_run):
+def test_killed_sft_driver_resumes_compiled_and_saves_a_playable_model(storage, tmp_path, killed_run):
     """kill -9 of the whole sft job (driver, its embedded Ray, the Train worker) once Ray Train has
-    registered a checkpoint; the same command (with another learning rate: it warns first) then
-    resumes from the last one it registered."""
+    registered a checkpoint; the same command (with another learning rate and compiled: it warns
+    first) then resumes from the last one it registered, trains to the end, checkpoints and saves
+    a model that loads with the Auto classes and plays a whole legal game. Compiled (short runs
+    are eager unless asked; the other sft tests run eager): the eager run's checkpoint loads into
+    it, and its own checkpoints and saved model are still the plain GPT-2 (so an eager run resumes
+    from them like from any other). One sft run, killed and resumed, for both (a run costs ~70 s
+    here, a compile ~40 s of it)."""
     games = storage / "s" / "prepare" / "games"
     command = sft_command(tmp_path, games, "k", "--max-steps", "48", "--eval-every", "4")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": ""}
@@ -273,19 +238,58 @@ def test_killed_sft_driver_resumes_from_its_last_checkpoint(storage, tmp_path, k
         registered = again
     assert registered[-1] < 48 and not (tmp_path / "k" / "sft" / "summary.json").exists()
 
-    # the same command with another learning rate: it resumes all the same, and says so first
+    # the same command with another learning rate, compiled: it resumes all the same, and says so first
     rerun = subprocess.run(
-        [*command, "--learning-rate", "0.001"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+        [*command, "--learning-rate", "0.001", "--torch-compile", "always"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert "was written by a run with another config (sft.learning_rate 0.003 -> 0.001)" in rerun.stderr
-    summary = json.loads((tmp_path / "k" / "sft" / "summary.json").read_text())
-    assert summary["steps"] == 48
+    changed = "(sft.learning_rate 0.003 -> 0.001, sft.torch_compile auto -> always)"
+    assert f"was written by a run with another config {changed}" in rerun.stderr
+    phase = tmp_path / "k" / "sft"
+    summary = json.loads((phase / "summary.json").read_text())
+    assert summary["steps"] == 48 and summary["heldout_positions"] == 24
     assert summary["resumed_from_step"] == registered[-1] > 0
     assert f"resumed from step {summary['resumed_from_step']}" in rerun.stdout
     # the embedded Ray's workers keep Ray Train's placement-group cleaner quiet: without a state
     # API it would warn once a second for the whole run
     assert "Failed to query Ray Train Controller actor state" not in rerun.stderr
+
+    out = rerun.stdout
+    assert "sft summary" in out and "legal-move rate" in out
+    assert 0.0 <= summary["heldout_legal_rate"] <= 1.0
+    assert 0.0 <= summary["padding_fraction"] < 0.2 and summary["truncated_games"] >= 0
+    # the compiled run checkpointed (to its last step)
+    assert registered_steps(tmp_path, "k")[-1] == 48
+    assert list((phase / "ray").glob("*/checkpoint_*"))
+    # the legal-move loss is on by default for the chess tokenizer; the worker reports the legal
+    # moves' share of the probability
+    assert summary["legal_loss_weight"] == 1.0 and 0.0 < summary["legal_mass"] < 1.0
+    assert "legal moves get" in out
+
+    # the compiled run's checkpoint and saved model hold the plain GPT-2's weights (no "_orig_mod."
+    # from torch.compile), so an eager run resumes from it like from any other
+    model_dir = phase / "model"
+    checkpoint = max((phase / "ray").glob("*/checkpoint_*/checkpoint/model.safetensors"))
+    build_model("tiny")[0].save_pretrained(tmp_path / "fresh")
+    with safe_open(tmp_path / "fresh" / "model.safetensors", "pt") as fresh:
+        for saved_file in (model_dir / "model.safetensors", checkpoint):
+            with safe_open(saved_file, "pt") as saved:
+                assert set(saved.keys()) == set(fresh.keys()), saved_file
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    game = play_game(model, tokenizer, max_plies=30, seed=2)
+    board = chess.Board()
+    for uci in game.moves:
+        assert chess.Move.from_uci(uci) in board.legal_moves
+        board.push_uci(uci)
+    assert game.attempts.total >= len(game.moves)
+    # ... and plain transformers, with no project code, reads a prompt as the phase measured it
+    plain_hf_matches_the_phase(phase, summary["heldout_legal_rate"])
 
 
 def test_rookworld_format_from_a_rookworld_lm_style_checkpoint(storage, tmp_path, capsys):
@@ -338,8 +342,8 @@ def test_rookworld_format_from_a_rookworld_lm_style_checkpoint(storage, tmp_path
     out = storage / "rw" / "sft-rookworld"
     assert json.loads((out / "model" / "config.json").read_text())["chessrl_text_format"] == "rookworld"
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["steps"] == 1 and 0.0 <= summary["heldout_legal_rate"] <= 1.0
-    assert not (storage / "rw" / "sft").exists()
+    assert summary["steps"] == 1 and summary["resumed_from_step"] == 0
+    assert 0.0 <= summary["heldout_legal_rate"] <= 1.0 and not (storage / "rw" / "sft").exists()
 
 
 def test_facts_format_refuses_a_block_shorter_than_its_longest_prompt_then_trains(
