@@ -349,12 +349,13 @@ def run_sprt(
 
 
 def run_paired(context: PhaseContext, found: EvaluateInputs, pool: Any, out: Storage) -> PhaseResult:
-    """``--mode paired``: every player's legal-masked argmax on the same held-out positions, scored
+    """``--mode paired``: every player's legal-masked argmax (a judge's best-scored move) on the same held-out positions, scored
     by the engine pool; each later player's paired gain over the first, and their mean over runs."""
     from chessrl.arena.move_quality import PER_GAME, heldout_positions, runs_move_quality
     from chessrl.arena.saved_models import load_saved_model
     from chessrl.lm.lm_data import split_games
     from pipelines.common.artifacts import fit_games, policy_text_format, read_games
+    from pipelines.learner.quality import as_chooser
 
     cfg, config = context.config.evaluate, context.config
     specs = found.specs
@@ -375,7 +376,13 @@ def run_paired(context: PhaseContext, found: EvaluateInputs, pool: Any, out: Sto
         f"paired: {len(positions)} held-out positions of {len({p.game for p in positions})} games of {source.uri} "
         f"(at most {PER_GAME} a game), {len(specs)} players"
     )
-    loaded = [(*load_saved_model(p, "policy"), f) for p, f in zip(paths, formats, strict=True)]
+    # a judge: its best-scored move, read in its own format (the paired measure's MoveChooser)
+    loaded = [
+        (*as_chooser(*load_saved_model(p, "reward")), f)
+        if s.kind == "judge"
+        else (*load_saved_model(p, "policy"), f)
+        for s, p, f in zip(specs, paths, formats, strict=True)
+    ]
     limit = SearchLimit(nodes=cfg.quality_nodes)
 
     def expected(fens: list[str]) -> list[float]:

@@ -79,7 +79,9 @@ def check_evaluate(config: ChessRLConfig, inputs: Inputs) -> EvaluateInputs:
         readable_model(selfplay_best, "player 'mcts'", "network")
     for s in specs:  # paired mode reads each model's legal-masked moves: a maskable tokenizer
         check_player_inputs(
-            dataclasses.replace(s, masked=True) if cfg.mode == "paired" else s, sft_model, inputs
+            dataclasses.replace(s, masked=True) if cfg.mode == "paired" and s.kind != "judge" else s,
+            sft_model,
+            inputs,
         )
     openings = None
     if cfg.openings:
@@ -117,10 +119,10 @@ def check_player_specs(cfg: EvaluateConfig) -> list[PlayerSpec]:
         raise ConfigError(f"evaluate.players (--players) names a player twice: {', '.join(dupes)}")
     player_pairs(cfg, len(specs))  # a pair naming no player: one line before Ray
     if cfg.mode == "paired":
-        if others := [s.label for s in specs if s.kind not in ("lm", "sft")]:
+        if others := [s.label for s in specs if s.kind not in ("lm", "sft", "judge")]:
             raise ConfigError(
-                f"evaluate.players (--players): --mode paired compares language models' moves (lm:DIR or sft), "
-                f"not {', '.join(others)}"
+                f"evaluate.players (--players): --mode paired compares models' moves (lm:DIR, sft or "
+                f"judge:DIR), not {', '.join(others)}"
             )
         if cfg.quality_nodes == 0:
             raise ConfigError(

@@ -152,7 +152,7 @@ def test_killed_evaluation_resumes_with_the_right_number_of_games(tmp_path, mode
         ),
         (
             ["--mode", "paired", "--players", "lm:/a", "stockfish"],
-            "compares language models' moves (lm:DIR or sft), not stockfish",
+            "compares models' moves (lm:DIR, sft or judge:DIR), not stockfish",
         ),
         (
             ["--mode", "paired", "--players", "lm:/a", "lm:/b", "--quality-nodes", "0"],
@@ -230,10 +230,11 @@ def test_a_selfplay_network_plays_in_the_arena(tmp_path, local_ray, capsys, monk
 
 
 def test_a_judge_plays_in_the_arena_and_a_policy_is_no_judge(
-    tmp_path, model_dir, local_ray, capsys, monkeypatch
+    tmp_path, model_dir, random_games, local_ray, capsys, monkeypatch
 ):
     """``judge:DIR``: a reward model plays its best legal move in evaluate's games (PGN named by
-    the spec); a policy folder given as a judge is one clear message before Ray starts."""
+    the spec) and in the paired measure (legal everywhere, read in its own format); a policy
+    folder given as a judge is one clear message before Ray starts."""
     from chessrl.rl.reward import build_reward_model
 
     monkeypatch.chdir(ROOT)
@@ -262,6 +263,23 @@ def test_a_judge_plays_in_the_arena_and_a_policy_is_no_judge(
         f"judge:{tmp_path / 'judge'}",
         "random",
     }
+    paired = [
+        *common[:7],
+        "--mode",
+        "paired",
+        "--quality-nodes",
+        "50",
+        "--positions",
+        "6",
+        "--name",
+        "paired",
+    ]
+    paired += ["--positions-from", str(random_games(tmp_path / "games")), "--set", "sft.heldout_fraction=0.5"]
+    assert evaluate.main([*paired, "--players", f"judge:{tmp_path / 'judge'}", f"lm:{model_dir}"]) == EXIT_OK
+    capsys.readouterr()
+    results = json.loads((tmp_path / "j" / "evaluate" / "paired" / "results.json").read_text())
+    assert results["positions"] == 6 and results["start_unmasked_legal"] == 1.0
+    assert 0.0 <= results["runs"][f"lm:{model_dir}"]["start"] <= 1.0
 
 
 def test_paired_mode_gives_each_run_its_gain_over_the_start_and_their_mean(
