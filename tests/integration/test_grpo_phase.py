@@ -175,6 +175,7 @@ def test_rookworld_grpo_on_two_workers_keeps_its_task_mix(
     assert generated.shape[1] > ids["input_ids"].shape[1]
 
 
+@pytest.mark.slow
 def test_grpo_trains_a_scorer_and_saves_it_with_its_format(
     tmp_path, games, tiny_scorer_dir, local_ray, capsys
 ):
