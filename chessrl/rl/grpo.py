@@ -347,12 +347,10 @@ def _greedy_samples(
     from chessrl.rl.scorer_policy import is_scorer
 
     if is_scorer(model):
-        from chessrl.rl.grpo_scorer import scorer_best
+        from chessrl.rl.scorer_policy import ScorerPolicy
 
-        return [
-            Sample(p, i, [], [0], scorer_best(model, tokenizer, p.fen, p.history))
-            for i, p in enumerate(prompts)
-        ]
+        moves, _ = ScorerPolicy(model, tokenizer).pick_moves([(p.fen, p.history) for p in prompts])
+        return [Sample(p, i, [], [0], move) for i, (p, move) in enumerate(zip(prompts, moves, strict=True))]
     was_training = model.training
     model.eval()
     eos = getattr(tokenizer, "eos_token_id", None)

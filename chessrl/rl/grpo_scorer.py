@@ -79,10 +79,3 @@ def scorer_completion_logprobs(
         [logps[positions[(s.prompt.fen, s.prompt.history)]][s.completion_ids[0]] for s in samples]
     )[:, None]
     return picked, torch.ones_like(picked)
-
-
-def scorer_best(model: Any, tokenizer: Any, fen: str, history: str | Sequence[str] = "") -> str:
-    """The scorer policy's argmax move at ``fen`` (after ``history``, where it leads there)."""
-    from chessrl.rl.scorer_policy import ScorerPolicy
-
-    return ScorerPolicy(model, tokenizer).best(board_at(fen, history))
