@@ -226,12 +226,16 @@ def check_grpo(config: ChessRLConfig, inputs: Inputs, log: Any = lambda line: No
         settings = grpo_settings(cfg)
     except ValueError as exc:
         raise ConfigError(f"grpo: {exc}") from None
-    producer = sft_folder(cfg.text_format)
+    producer = "reward" if cfg.start == "judge" else sft_folder(cfg.text_format)
     policy_path = model_location(
         cfg.policy,
         inputs.folder(producer).child("model"),
         "grpo.policy (--policy)",
-        f"sft --text-format {cfg.text_format}" if cfg.text_format != "moves" else "sft",
+        "reward"
+        if producer == "reward"
+        else f"sft --text-format {cfg.text_format}"
+        if cfg.text_format != "moves"
+        else "sft",
         produced=inputs.will_write(producer),
     )
     facts = None

@@ -3,9 +3,11 @@
     python -m pipelines.reward --config tiny
     chess-rl reward --max-steps 1000 --num-workers 2 --eval-every 100
     chess-rl reward --preferences s3://bucket/runs/demo/preferences --base-model s3://bucket/models/sft
+    chess-rl reward --source annotate --model tiny --text-format facts --learning-rate 1e-3
 
 The model is ``GPT2ForSequenceClassification`` with one label: the transformer of the SFT model
-(or ``--base-model``, any GPT-2-style checkpoint) under a new score head. Pairs are read from
+(or ``--base-model``, any GPT-2-style checkpoint; or ``--model``, a fresh preset) under a new
+score head. Its inputs are checked by :mod:`pipelines.reward_inputs`. Pairs are read from
 the preference Parquet with Ray Data and tokenized there, ``<bos> prompt + move <eos>`` (the ids
 TRL's trainer expects, built by :func:`chessrl.rl.reward.text_ids`, the same ids the RewardServer
 scores), and each Ray Train worker streams its own shard, with equal rows per worker so no
@@ -46,20 +48,21 @@ from chessrl.rl.reward import (
     reward_format,
     text_ids,
 )
-from cluster.errors import ConfigError, StorageError
 from cluster.storage import Storage
 from pipelines.cli import one_line
-from pipelines.common.artifacts import preference_table, read_heldout
-from pipelines.common.phase import Inputs, Phase, PhaseContext, PhaseResult, location, readable_model
-from pipelines.config import ChessRLConfig, RewardConfig
+from pipelines.common.artifacts import read_heldout
+from pipelines.common.phase import Inputs, Phase, PhaseContext, PhaseResult
+from pipelines.config import RewardConfig
 from pipelines.learner import final_metrics, read_checkpoint
 from pipelines.learner import trl as trl_learner
 from pipelines.learner.reward_model import reward_model_from_backbone
+from pipelines.reward_inputs import check_reward, fresh_backbone
 
 SUMMARY = one_line("reward")
 DESCRIPTION = (
-    "GPT2ForSequenceClassification on the sft model's transformer (or --base-model), trained on\n"
-    "chosen/rejected pairs; held-out pairwise accuracy and Spearman correlation with Stockfish every\n"
+    "GPT2ForSequenceClassification on the sft model's transformer (or --base-model, or a fresh --model),\n"
+    "trained on chosen/rejected pairs (this run's preferences, or annotate's with --source annotate);\n"
+    "held-out pairwise accuracy and Spearman correlation with Stockfish every\n"
     "eval_every steps; checkpoints under <storage>/<run>/reward/ray (a re-run resumes); the model\n"
     "at <storage>/<run>/reward/model, with the reward mean and std in its config. Example:\n"
     "  chess-rl reward --max-steps 300 --num-workers 2"
@@ -152,67 +155,6 @@ class RewardEval(trl_learner.PairsEval):
             if key in metrics:
                 figures.append(text.format(metrics[key]))
         return figures
-
-
-def check_backbone(path: str, key: str = "reward.base_model (--base-model)") -> dict[str, Any]:
-    """The ``config.json`` of a GPT-2-style checkpoint; anything else is one clear error."""
-    from chessrl.lm.checkpoints import ModelLoadError, checkpoint_config
-
-    try:
-        config = checkpoint_config(path)
-    except (ModelLoadError, StorageError) as exc:
-        raise StorageError(f"{key}: {exc}") from None
-    kind = config.get("model_type")
-    if kind != "gpt2":
-        raise ConfigError(
-            f"{key}: {path} is a {kind or 'model_type-less'} checkpoint; the reward model is "
-            "GPT2ForSequenceClassification, so it needs a GPT-2-style one (model_type gpt2), "
-            "e.g. this run's sft model"
-        )
-    readable_model(path, key)
-    return config
-
-
-def base_model_location(config: ChessRLConfig, inputs: Inputs) -> str:
-    cfg = config.reward
-    if cfg.base_model:
-        return cfg.base_model
-    model = inputs.folder("sft").child("model")
-    if not inputs.will_write("sft") and not model.exists("config.json"):
-        raise StorageError(
-            f"no sft model at {model.uri}: run `chess-rl sft` first, or pass --base-model DIR|s3://..."
-        )
-    return location(model)
-
-
-@dataclass(frozen=True)
-class RewardInputs:
-    """What ``reward`` reads, checked: the base model (its location and its ``config.json``; None
-    while an earlier phase of the graph run still has to write it) and the preference table's files."""
-
-    base: str
-    base_config: dict[str, Any] | None
-    preferences: tuple[Storage, list[str], list[str], set[str]] | None
-
-
-def check_reward(config: ChessRLConfig, inputs: Inputs) -> RewardInputs:
-    """Every input of ``reward``, before Ray starts: the base model (a GPT-2-style checkpoint)
-    and the preference pairs (Parquet with the needed columns, a train/ split if held-out pairs
-    are there), each unless an earlier phase of the same graph run writes it."""
-    cfg = config.reward
-    base = base_model_location(config, inputs)
-    base_config = None if not cfg.base_model and inputs.will_write("sft") else check_backbone(base)
-    pairs = None
-    if cfg.preferences or not inputs.will_write("preferences"):
-        pairs = preference_files(config, inputs)
-    return RewardInputs(base, base_config, pairs)
-
-
-def preference_files(config: ChessRLConfig, inputs: Inputs) -> tuple[Storage, list[str], list[str], set[str]]:
-    """The preference table's training and held-out Parquet files (relative names) and the
-    columns every file has; a missing, empty or wrong-schema table is one clear error."""
-    cfg = config.reward
-    return preference_table(Storage.from_uri(cfg.preferences or inputs.folder("preferences").uri))
 
 
 def pair_ids(tokenizer: Any, text_format: str, row: dict[str, Any]) -> tuple[list[int], list[int]] | None:
@@ -515,7 +457,7 @@ def run_reward(context: PhaseContext) -> PhaseResult:
 
     cfg = context.config.reward
     found = check_reward(context.config, Inputs.of_context(context))
-    base, base_config = found.base, found.base_config
+    base, base_config = fresh_backbone(context) if cfg.model else (found.base, found.base_config)
     assert base_config is not None and found.preferences is not None  # nothing is taken as given here
     tokenizer = load_tokenizer(base)
     max_length = context_length(None, base)

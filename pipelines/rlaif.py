@@ -11,8 +11,10 @@ The graph (:data:`NODES`)::
                   |             \\-> dpo ----------------/
                   \\-> grpo ------------------------------/
 
-(the reward node only where ppo reads the judge, ``ppo.reward: model``; the tiny and demo
-presets grade ppo with Stockfish, so their graphs train no reward model.)
+(the reward node only where a phase reads the judge: ppo with ``ppo.reward: model``, grpo with
+``grpo.start: judge``; the tiny preset grades ppo with Stockfish, so its graph trains no reward
+model. The demo's graph is the judge's path: prepare -> annotate -> reward (``reward.source:
+annotate``, a fresh backbone) -> grpo training the judge as a policy, and ppo graded by it.)
 
 Every phase runs the code of ``chess-rl <phase>`` (its ``Phase.run``) on one Ray session and
 reads the section of the same config, with its outputs under ``<storage>/<run>/<phase>/``. A
@@ -89,7 +91,8 @@ evaluate of the ppo, grpo and dpo policies against the sft start, on one Ray ses
 (<run>/rlaif/manifests/<phase>.json) holds the key of its config and inputs is skipped; the others
 resume from their own checkpoints. A changed section re-runs that phase and everything below it.
 --set rlaif.online_dpo=true adds online DPO (grpo --loss-type dpo) beside grpo, and to the comparison.
-The reward model is trained only where ppo reads it (ppo.reward model; the tiny preset grades with Stockfish).
+The reward model is trained only where a phase reads it (ppo.reward model, grpo.start judge; the tiny preset
+grades ppo with Stockfish); the demo trains it on annotate's pairs (reward.source annotate) for both.
 Examples:
   chess-rl rlaif --config tiny
   chess-rl rlaif --only ppo evaluate --set ppo.kl_coef=0.1
@@ -126,8 +129,9 @@ class GraphRun:
         named = [*(self.cfg.only or []), *([self.cfg.start] if self.cfg.start else []), *self.cfg.force]
         if "reward" in named and "reward" not in self.graph.nodes:
             raise ConfigError(
-                "rlaif: this graph trains no reward model, as no phase reads it (ppo.reward is stockfish): "
-                "set ppo.reward=model for the judge -> ppo path, or run `chess-rl reward` on its own"
+                "rlaif: this graph trains no reward model, as no phase reads it (ppo.reward is stockfish, "
+                "grpo.start is sft): set ppo.reward=model for the judge -> ppo path, grpo.start=judge for "
+                "grpo on the judge, or run `chess-rl reward` on its own"
             )
         self.selected = self.graph.select(self.cfg.only or None, self.cfg.start)
         self.keys = node_keys(self.graph, config, run_storage)
@@ -354,11 +358,15 @@ def comparison(config: ChessRLConfig, run_storage: Storage) -> list[str]:
 
 
 def judge_lines(config: ChessRLConfig, run_storage: Storage) -> list[str]:
-    """The reward model's bar on its held-out positions (:func:`pipelines.reward.judge_line`),
+    """The reward model's bar on its held-out positions (:func:`chessrl.rl.reward.judge_line`),
     and who reads it, when the graph trained one; one line saying why not when nothing reads it."""
     from chessrl.rl.reward import judge_line
 
-    if config.ppo.reward != "model":
+    readers = [
+        *(["ppo grades with it"] if config.ppo.reward == "model" else []),
+        *(["grpo trains it as a policy"] if config.grpo.start == "judge" else []),
+    ]
+    if not readers:
         return [
             "",
             "The judge (a reward model): not trained, no phase reads it (ppo grades with Stockfish); "
@@ -368,7 +376,7 @@ def judge_lines(config: ChessRLConfig, run_storage: Storage) -> list[str]:
     if not folder.exists("summary.json"):
         return []
     summary = json.loads(folder.read_text("summary.json"))
-    return ["", "The judge (the reward model; ppo reads it):", judge_line(summary)]
+    return ["", f"The judge (the reward model; {' and '.join(readers)}):", judge_line(summary)]
 
 
 def _jsonable(summary: dict[str, Any]) -> dict[str, Any]:

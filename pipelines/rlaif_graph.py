@@ -41,22 +41,31 @@ def graph_nodes(config: ChessRLConfig) -> tuple[Node, ...]:
     """:data:`NODES`, with grpo starting from an sft of its own text format (an extra node, the
     ``sft`` phase with ``text_format: rookworld`` or ``board``) when ``grpo.text_format`` is not
     moves and no ``grpo.policy`` is given, or from a given policy (then it reads only the
-    games). A board grpo's start also plays in the comparison, so evaluate reads it too. With
-    ``rlaif.online_dpo``, an ``online-dpo`` node (grpo with ``loss_type: dpo``) needs what grpo
-    needs, and evaluate reads it; a ppo graded by Stockfish (``ppo.reward: stockfish``) does not
-    need the reward model, and a board ppo (``ppo.text_format: board``, no ``ppo.policy``) starts
-    from the sft-board node instead of sft. A judge nothing reads is not trained: with
-    ``ppo.reward: stockfish`` the graph has no reward node (``chess-rl reward`` trains one alone)."""
+    games), or from the judge (``grpo.start: judge``: it reads the reward node's model, and the
+    judge plays in the comparison). With ``rlaif.online_dpo``, an ``online-dpo`` node (grpo with
+    ``loss_type: dpo``) needs what grpo needs, and evaluate reads it; a ppo graded by Stockfish
+    (``ppo.reward: stockfish``) does not need the reward model, and a board ppo
+    (``ppo.text_format: board``, no ``ppo.policy``) starts from the sft-board node instead of
+    sft. The reward node reads ``reward.source``'s pairs (an ``annotate`` node, after prepare,
+    with ``annotate``) and sft's model unless it trains a fresh backbone (``reward.model``). A
+    judge nothing reads is not trained: with ``ppo.reward: stockfish`` and ``grpo.start: sft``
+    the graph has no reward node (``chess-rl reward`` trains one alone)."""
     out: list[Node] = []
-    extra = None if config.grpo.policy else FORMAT_SFT.get(config.grpo.text_format)
+    judge_start = config.grpo.start == "judge"
+    extra = None if config.grpo.policy or judge_start else FORMAT_SFT.get(config.grpo.text_format)
     board_ppo = ppo_board_start(config)
     for n in NODES:
         if n.name == "ppo" and board_ppo:  # the board sft node, before ppo (and grpo) read it
             out.append(Node(BOARD_SFT, ("prepare",)))
-        if n.name == "grpo":
-            grpo = Node(
-                "grpo", ("prepare",) + ((extra,) if extra else () if config.grpo.policy else ("sft",))
+        if n.name == "reward":
+            if config.reward.source == "annotate":
+                out.append(Node("annotate", ("prepare",)))
+            out.append(Node("reward", (config.reward.source,) + (() if config.reward.model else ("sft",))))
+        elif n.name == "grpo":
+            start = (
+                ("reward",) if judge_start else (extra,) if extra else () if config.grpo.policy else ("sft",)
             )
+            grpo = Node("grpo", ("prepare", *start))
             out += [Node(extra, ("prepare",))] if extra and not (board_ppo and extra == BOARD_SFT) else []
             out.append(grpo)
             if config.rlaif.online_dpo:
@@ -66,11 +75,12 @@ def graph_nodes(config: ChessRLConfig) -> tuple[Node, ...]:
             out.append(Node("ppo", tuple(BOARD_SFT if x == "sft" and board_ppo else x for x in needs)))
         elif n.name == "evaluate":
             needs = n.needs + ((BOARD_SFT,) if extra == BOARD_SFT or board_ppo else ())
+            needs += ("reward",) if judge_start else ()
             out.append(Node("evaluate", needs + ((ONLINE_DPO,) if config.rlaif.online_dpo else ())))
         else:
             out.append(n)
     read = {need for node in out for need in node.needs}
-    return tuple(n for n in out if n.name != "reward" or "reward" in read)
+    return tuple(n for n in out if n.name not in ("reward", "annotate") or n.name in read)
 
 
 def phase_module(name: str) -> Phase:
@@ -121,18 +131,26 @@ def comparison_players(
     config: ChessRLConfig, run_storage: Storage
 ) -> tuple[list[str], dict[str, str], dict[str, str]]:
     """The comparison's players (the ppo, grpo, online-dpo (with ``rlaif.online_dpo``) and dpo
-    policies, the sft start, a board grpo's or board ppo's sft-board start, a random mover;
-    language models masked), their printed names, and each RL policy's start. Each RL policy plays its start and the random mover, each start the random mover."""
+    policies, the sft start, a board grpo's or board ppo's sft-board start, the judge when grpo
+    starts from it, a random mover; language models masked, scorers as ``judge:`` players), their
+    printed names, and each RL policy's start. Each RL policy plays its start and the random mover, each start the random mover."""
 
-    def model(phase: str) -> str:
+    judge_start = config.grpo.start == "judge"
+
+    def model(phase: str, scorer: bool = False) -> str:
         folder = run_storage.child(phase).child("model")
-        return f"lm:{folder.root if folder.is_local else folder.uri},masked"
+        where = folder.root if folder.is_local else folder.uri
+        return f"judge:{where}" if scorer else f"lm:{where},masked"
 
-    ppo, grpo, dpo, sft = model("ppo"), model("grpo"), model("dpo"), model("sft")
+    ppo, grpo, dpo, sft = model("ppo"), model("grpo", judge_start), model("dpo"), model("sft")
     labels = {ppo: "ppo", grpo: "grpo", dpo: "dpo", sft: "sft"}
     starts = {ppo: sft, grpo: sft, dpo: sft}
     players = [ppo, grpo, dpo, sft]
-    board_grpo = config.grpo.text_format == "board" and not config.grpo.policy
+    if judge_start:  # grpo trains the judge, read as a policy: the judge plays as its start
+        judge = model("reward", scorer=True)
+        players.append(judge)
+        labels[judge], starts[grpo] = "judge", judge
+    board_grpo = config.grpo.text_format == "board" and not config.grpo.policy and not judge_start
     if board_grpo or ppo_board_start(config):  # the board start plays too
         board = model(BOARD_SFT)
         players.append(board)
@@ -142,7 +160,7 @@ def comparison_players(
         if ppo_board_start(config):
             starts[ppo] = board
     if config.rlaif.online_dpo:  # beside grpo, from grpo's start
-        online = model(ONLINE_DPO)
+        online = model(ONLINE_DPO, judge_start)
         players.insert(players.index(grpo) + 1, online)
         labels[online], starts[online] = ONLINE_DPO, starts[grpo]
     return [*players, "random"], labels, starts

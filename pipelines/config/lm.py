@@ -197,12 +197,21 @@ class RewardConfig(TrainerResources):
     trained with TRL's RewardTrainer inside a Ray Train TorchTrainer."""
 
     preferences: str | None = None
-    """The preference Parquet (default: this run's preferences output). Its ``train/`` shards are
+    """The preference Parquet (default: this run's output of ``source``). Its ``train/`` shards are
     trained on and its ``heldout/`` shards measured; a folder without them is all training pairs,
     and every twentieth board (by a hash of its FEN) is held out."""
+    source: Literal["preferences", "annotate"] = "preferences"
+    """Whose pairs, when ``preferences`` names no folder: this run's ``preferences`` phase (the sft
+    model's proposals judged by Stockfish) or ``annotate``'s (``<run>/annotate/pairs``: pairs of
+    legal moves Stockfish valued, in positions of games of every level, lopsided ones too: what
+    the judge that ranks moves best so far learnt from, docs/results.md)."""
     base_model: ModelPath | None = None
-    """The backbone: a GPT-2-style checkpoint folder or s3:// prefix (default: this run's sft model).
-    A new one-label score head is put on its transformer."""
+    """The backbone: a GPT-2-style checkpoint folder or s3:// prefix (default: this run's sft model,
+    or a fresh ``model``). A new one-label score head is put on its transformer."""
+    model: Literal["tiny", "small", "base"] | None = None
+    """A fresh backbone of this preset's shape (random weights from the run's seed, the chess
+    tokenizer; saved under ``<run>/reward/backbone``) instead of a base model: the facts judges of
+    docs/results.md learnt their text from a fresh tiny GPT-2. Not with ``base_model``."""
     text_format: Literal["moves", "board", "board-after", "facts", "rookworld"] | None = None
     """What the reward model reads: ``moves`` (the game so far and the move), ``board`` (the
     position before the move, one character a square, and the move: a judge that sees the
@@ -238,6 +247,15 @@ class RewardConfig(TrainerResources):
     normalize_pairs: int = Field(1000, ge=1)
     """Training pairs whose scores (chosen and rejected) give the reward mean and std saved in the
     model's config (``chessrl_reward_mean`` / ``chessrl_reward_std``) for normalisation."""
+
+    @model_validator(mode="after")
+    def _one_backbone(self) -> RewardConfig:
+        if self.model and self.base_model:
+            raise ValueError(
+                f"model ({self.model}: a fresh backbone) and base_model ({self.base_model}) are both set: "
+                "unset one (model: null for the base model's weights)"
+            )
+        return self
 
 
 class DPOConfig(TrainerResources):

@@ -208,9 +208,13 @@ class GRPOConfig(LearnerResources):
     to the frozen start."""
 
     policy: ModelPath | None = None
-    """The starting policy and frozen reference (default: this run's sft model of the text
-    format: <run>/sft-rookworld/model for rookworld, <run>/sft-board/model for board, <run>/sft/model
-    for moves)."""
+    """The starting policy and frozen reference (default: this run's model that ``start`` names).
+    A reward model (a scorer) is read as a policy: the softmax of its scores over the legal moves."""
+    start: Literal["sft", "judge"] = "sft"
+    """Which of this run's models is the default policy: ``sft``, the sft model of the text format
+    (<run>/sft-rookworld/model for rookworld, <run>/sft-board/model for board, <run>/sft/model for
+    moves), or ``judge``, this run's reward model (<run>/reward/model) read as a policy, in the
+    format it was trained on (the facts judges beat a random mover 85-97%, docs/results.md)."""
     text_format: Literal["rookworld", "moves", "board", "facts"] = "board"
     """How positions are asked: rookworld (policy tasks P: <FEN> M: and environment tasks A: ...),
     moves (the game's moves so far, answered by the next move: the format sft trains by default),
@@ -317,6 +321,11 @@ class GRPOConfig(LearnerResources):
     def _keys_that_go_together(self) -> GRPOConfig:
         """The section's own rules: keys that only make sense together, one ValueError naming them."""
         own, share = self.own_positions, self.policy_share
+        if self.start == "judge" and self.policy:
+            raise ValueError(
+                f"grpo.start (--start) is judge, but grpo.policy (--policy) names {self.policy}: unset one "
+                "(start: judge trains this run's reward model; a policy given is trained instead)"
+            )
         if self.text_format != "rookworld" and share < 1:
             raise ValueError(
                 f"grpo.policy_share (--policy-share) is {share:g}, but the {self.text_format} format of "

@@ -176,21 +176,33 @@ def test_rookworld_grpo_on_two_workers_keeps_its_task_mix(
 
 
 @pytest.mark.slow
-def test_grpo_trains_a_scorer_and_saves_it_with_its_format(
-    tmp_path, games, tiny_scorer_dir, local_ray, capsys
+def test_annotate_s_pairs_train_a_fresh_judge_and_grpo_trains_it_as_a_policy(
+    tmp_path, games, local_ray, capsys
 ):
-    """A reward model as grpo's policy (its softmax over the legal moves): every sampled move is
-    legal, half of them in the scorer's own games (the preset's), the exported model is still a
-    scorer that reads its own format (transformers alone loads it), the paired figure and the
-    next command play it as a judge. Asking it RookWorld's tasks is one line before any work."""
+    """The judge's path, phase by phase on one run: annotate's pairs train a judge on a fresh
+    backbone (``reward --source annotate --model tiny``, no sft model), and ``grpo --start judge``
+    trains that judge as a policy (its softmax over the legal moves): every sampled move is legal,
+    half of them in the scorer's own games (the preset's), the exported model is still a scorer
+    that reads its own format (transformers alone loads it), the paired figure and the next
+    command play it as a judge. Asking it RookWorld's tasks is one line before any work."""
     from transformers import AutoModelForSequenceClassification
 
-    from pipelines import grpo
+    from pipelines import annotate, grpo, reward
     from pipelines.common.phase import EXIT_OK, EXIT_USER_ERROR
 
     common = ["--config", "tiny", "--storage", str(tmp_path), "--run-name", "s", "--no-tracking"]
-    common += ["--policy", str(tiny_scorer_dir), "--games", str(games)]
+    small = ["--positions", "8", "--heldout-positions", "4", "--shard-positions", "8", "--nodes", "20"]
+    assert annotate.main([*common, "--games", str(games), *small]) == EXIT_OK
+    judge = ["--source", "annotate", "--model", "tiny", "--text-format", "facts", "--max-steps", "4"]
+    judge += ["--batch-size", "4", "--eval-every", "4", "--heldout-pairs", "8", "--spearman-positions", "0"]
+    assert reward.main([*common, *judge, "--normalize-pairs", "16"]) == EXIT_OK, capsys.readouterr().out[
+        -2000:
+    ]
+    assert (tmp_path / "s" / "reward" / "backbone" / "config.json").exists()  # the fresh backbone, kept
+    start = tmp_path / "s" / "reward" / "model"
+    common += ["--start", "judge", "--games", str(games)]
     rookworld = ["--text-format", "rookworld", "--policy-share", "0.8", "--own-positions", "0"]
+    capsys.readouterr()
     assert grpo.main([*common, *rookworld]) == EXIT_USER_ERROR
     assert "is a scorer" in capsys.readouterr().err.strip().splitlines()[-1]
     code = grpo.main(
@@ -223,4 +235,4 @@ def test_grpo_trains_a_scorer_and_saves_it_with_its_format(
     assert summary["quality"]["positions"] > 0 and summary["quality"]["final_unmasked_legal"] == 1.0
     model = AutoModelForSequenceClassification.from_pretrained(phase / "model")
     assert model.config.chessrl_text_format == "facts" and model.config.num_labels == 1
-    assert f"judge:{phase / 'model'} judge:{tiny_scorer_dir}" in out
+    assert f"judge:{phase / 'model'} judge:{start}" in out

@@ -368,3 +368,69 @@ def run_graph_names(config: ChessRLConfig) -> list[str]:
     from pipelines.rlaif import graph_nodes
 
     return [n.name for n in graph_nodes(config)]
+
+
+def test_a_graph_whose_grpo_starts_from_the_judge_trains_it_on_annotate_and_plays_it(tmp_path):
+    """``grpo.start: judge`` (the demo's path): annotate -> reward (a fresh backbone, no sft) ->
+    grpo on the judge; the judge plays in the comparison as grpo's start, both as ``judge:``
+    players, and the story's judge line says who reads it."""
+    from pipelines.rlaif import GraphRun, judge_lines, node_config
+
+    phases = Phases(Storage.from_uri(str(tmp_path)).child("r"))
+    overrides = {
+        "run.storage": (str(tmp_path), "--storage"),
+        "ppo.reward": ("stockfish", "--reward"),
+        "ppo.text_format": (None, "--set ppo.text_format"),
+        "grpo.start": ("judge", "--start"),
+        "reward.source": ("annotate", "--source"),
+        "reward.model": ("tiny", "--model"),
+    }
+    config = load_config(ChessRLConfig, path=None, overrides=overrides)
+    run = GraphRun(config, phases.root, lambda _: None, phases)
+    nodes = run.graph.nodes
+    assert nodes["annotate"].needs == ("prepare",) and nodes["reward"].needs == ("annotate",)
+    assert nodes["grpo"].needs == ("prepare", "reward") and "reward" in nodes["evaluate"].needs
+    assert "sft-board" not in nodes  # the board format's own sft is not grpo's start any more
+    assert run.run() and phases.calls.index("annotate") < phases.calls.index("reward") < phases.calls.index(
+        "grpo"
+    )
+    evaluate = node_config(config, "evaluate", phases.root).evaluate
+    grpo = next(i for i, p in enumerate(evaluate.players) if p.endswith("grpo/model"))
+    judge = next(i for i, p in enumerate(evaluate.players) if p.endswith("reward/model"))
+    assert evaluate.players[grpo].startswith("judge:") and evaluate.players[judge].startswith("judge:")
+    assert f"{grpo}-{judge}" in evaluate.pairs and f"{judge}-{len(evaluate.players) - 1}" in evaluate.pairs
+    phases.root.child("reward").write_text("summary.json", json.dumps({"heldout_spearman": 0.6}))
+    assert "grpo trains it as a policy" in " ".join(judge_lines(config, phases.root))
+    # with the sft backbone (no reward.model) the judge reads sft too; and the preferences' pairs
+    sft_backed = load_config(
+        ChessRLConfig,
+        path=None,
+        overrides={
+            **overrides,
+            "reward.model": (None, "--model"),
+            "reward.source": ("preferences", "--source"),
+        },
+    )
+    assert GraphRun(sft_backed, phases.root, lambda _: None, phases).graph.nodes["reward"].needs == (
+        "preferences",
+        "sft",
+    )
+    assert "annotate" not in run_graph_names(sft_backed)
+    for bad, match in (
+        ({"grpo.policy": (str(tmp_path), "--policy")}, "grpo.start.*judge.*grpo.policy"),
+        ({"reward.base_model": (str(tmp_path), "--base-model")}, "model .*tiny.*base_model"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            load_config(ChessRLConfig, path=None, overrides={**overrides, **bad})
+
+
+def test_the_demo_runs_the_judge_s_path():
+    """``make demo``'s graph: annotate -> the judge on a fresh backbone -> grpo on the judge and
+    ppo graded by it; no sft-board (nothing starts from it)."""
+    from cluster.config import resolve_preset
+    from pipelines.rlaif import graph_nodes
+
+    demo = load_config(ChessRLConfig, path=resolve_preset("demo"))
+    nodes = {n.name: n.needs for n in graph_nodes(demo)}
+    assert nodes["reward"] == ("annotate",) and nodes["grpo"] == ("prepare", "reward")
+    assert "reward" in nodes["ppo"] and "sft" in nodes["ppo"] and "sft-board" not in nodes
