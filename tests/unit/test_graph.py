@@ -434,3 +434,37 @@ def test_the_demo_runs_the_judge_s_path():
     nodes = {n.name: n.needs for n in graph_nodes(demo)}
     assert nodes["reward"] == ("annotate",) and nodes["grpo"] == ("prepare", "reward")
     assert "reward" in nodes["ppo"] and "sft" in nodes["ppo"] and "sft-board" not in nodes
+
+
+def test_the_judge_path_s_missing_inputs_are_one_line_each(tmp_path):
+    """``reward --source annotate`` before annotate ran, and ``grpo --start judge`` before reward
+    ran: each one error naming the folder and the command that writes it; inside a graph that
+    writes them first, both are taken as given."""
+    from pipelines.common.phase import Inputs
+    from pipelines.grpo import check_grpo
+    from pipelines.reward_inputs import check_reward
+
+    overrides = {
+        "run.storage": (str(tmp_path), "--storage"),
+        "run.name": ("r", "--run-name"),
+        "reward.source": ("annotate", "--source"),
+        "reward.model": ("tiny", "--model"),
+        "grpo.start": ("judge", "--start"),
+    }
+    config = load_config(ChessRLConfig, path=None, overrides=overrides)
+    with pytest.raises(
+        StorageError,
+        match=r"reward.source is annotate, but .*r/annotate/pairs holds no pairs.*chess-rl annotate",
+    ):
+        check_reward(config, Inputs.of(config))
+    with pytest.raises(StorageError, match=r"no model at .*r/reward/model: run `chess-rl reward` first"):
+        check_grpo(config, Inputs.of(config))
+    found = check_reward(config, Inputs.of(config, frozenset({"annotate"})))
+    assert (found.base, found.base_config, found.preferences) == (
+        "",
+        None,
+        None,
+    )  # a fresh backbone, pairs to come
+    assert check_grpo(config, Inputs.of(config, frozenset({"reward", "prepare"}))).policy.endswith(
+        "r/reward/model"
+    )
