@@ -58,7 +58,13 @@ TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 #: The embedded Ray's workers: Ray Data's INFO lines ("Dataset ... execution finished") and tqdm
 #: bars ("Writing model shards", in a log that is not a terminal) say nothing the driver does not.
-EMBEDDED_WORKER_ENV = {"RAY_DATA_LOG_LEVEL": "WARNING", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+EMBEDDED_WORKER_ENV = {
+    "RAY_DATA_LOG_LEVEL": "WARNING",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    # torch's OpenMP threads sleep when idle instead of spinning: beside another busy process on
+    # 2 cores a spinning 2-thread forward pass ran 10x slower (pipelines/__init__.py)
+    "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
+}
 
 
 def quiet_driver() -> None:

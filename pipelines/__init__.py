@@ -23,5 +23,15 @@ command         its helpers
 
 Beside them: ``cli`` (the ``chess-rl`` command), ``common/`` (what every phase shares: ``phase``,
 ``artifacts``, ``config_record``, ``batch_size``), ``config/`` (the config sections) and
-``learner/`` (the Ray Train learners the phases start).
+``learner/`` (the Ray Train learners the phases start), and ``reward_inputs`` beside ``reward``.
+
+Importing the package sets ``OMP_WAIT_POLICY=PASSIVE`` unless it is set (before torch is
+imported, which reads it once; :data:`cluster.runtime.EMBEDDED_WORKER_ENV` gives Ray's workers
+the same): torch's OpenMP threads then sleep between parallel regions instead of spinning, and
+a 2-thread forward pass beside one other busy process takes 65-92 ms instead of 815-1141 ms on
+2 cores (a judge scoring one position's 37 moves; ``docs/results.md``).
 """
+
+import os as _os
+
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
