@@ -10,6 +10,9 @@ PIP := $(PY) -m pip
 # Re-install only when the dependency list or the pins change.
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt 2>/dev/null | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
+# torch's OpenMP threads sleep when idle instead of spinning (pipelines/__init__.py): every test
+# process and Ray worker shares 2 cores with others, where spinning threads ran 10x slower.
+export OMP_WAIT_POLICY ?= PASSIVE
 # TEST_WORKERS=2: two test processes side by side (pytest-xdist), each test file whole in one of
 # them: 1,670 s instead of 2,232 s on 2 CPUs. Not the default yet: in one of three such runs a Ray
 # driver crashed inside Ray (a fatal check in its pubsub subscriber) and pytest-xdist then waited
@@ -17,10 +20,11 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 0
 XDIST := $(if $(filter-out 0,$(strip $(TEST_WORKERS))),-n $(strip $(TEST_WORKERS)) --dist loadfile --no-loadscope-reorder)
 # The unit tier has no Ray (its marker's promise): `make test` and `make check` run it in
-# UNIT_WORKERS test processes (pytest-xdist, a file whole in each), then the Ray tiers in one
-# process (or TEST_WORKERS). Each part's failure fails the command; both parts always run.
+# UNIT_WORKERS test processes (pytest-xdist, a file whole in each, the files with a slow test
+# first: tests/conftest.py), then the Ray tiers in one process (or TEST_WORKERS). Each part's
+# failure fails the command; both parts always run. `make check` leaves out the slow unit test.
 UNIT_WORKERS ?= 2
-UNIT_XDIST := $(if $(filter-out 0 1,$(strip $(UNIT_WORKERS))),-n $(strip $(UNIT_WORKERS)) --dist loadfile)
+UNIT_XDIST := $(if $(filter-out 0 1,$(strip $(UNIT_WORKERS))),-n $(strip $(UNIT_WORKERS)) --dist loadfile --no-loadscope-reorder)
 RAY_TIERS := tests/integration tests/system
 # Flags for the demo's rlaif command, e.g. DEMO_ARGS='--storage /tmp/r --set ppo.kl_coef=0.1'.
 DEMO_ARGS ?=
@@ -62,7 +66,7 @@ test: venv stockfish lint ## lint, then every test (unit, integration, system; w
 	exit $$(( unit > rest ? unit : rest ))
 
 check: venv stockfish lint ## the inner loop: lint, unit and the fast integration tests (no slow, no system)
-	$(VENV)/bin/pytest $(UNIT_XDIST) tests/unit $(PYTEST_ARGS); unit=$$?; \
+	$(VENV)/bin/pytest $(UNIT_XDIST) -m "not slow" tests/unit $(PYTEST_ARGS); unit=$$?; \
 	$(VENV)/bin/pytest $(XDIST) -m "not slow and not system" $(RAY_TIERS) $(PYTEST_ARGS); rest=$$?; \
 	exit $$(( unit > rest ? unit : rest ))
 

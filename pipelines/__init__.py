@@ -28,8 +28,10 @@ Beside them: ``cli`` (the ``chess-rl`` command), ``common/`` (what every phase s
 Importing the package sets ``OMP_WAIT_POLICY=PASSIVE`` unless it is set (before torch is
 imported, which reads it once; :data:`cluster.runtime.EMBEDDED_WORKER_ENV` gives Ray's workers
 the same): torch's OpenMP threads then sleep between parallel regions instead of spinning, and
-a 2-thread forward pass beside one other busy process takes 65-92 ms instead of 815-1141 ms on
-2 cores (a judge scoring one position's 37 moves; ``docs/results.md``).
+a 2-thread forward pass of a judge over one position's 37 moves, on 2 cores beside another
+torch process, took 65-92 ms instead of 815-1141 ms (82 against 208 ms beside a busy shell loop),
+at a cost when the machine is otherwise idle: 72 against 54-60 ms. A phase shares its cores with
+Ray's actors and Stockfish, and CI's tests with one another.
 """
 
 import os as _os

@@ -78,10 +78,11 @@ def _nothing_left_in_the_temporary_folder() -> Iterator[None]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tier marker from the test's folder, so ``-m integration`` never misses a test; then
     the longest files first: the system tier, the integration files with ``slow`` runs, the other
-    integration files, the unit tests, when pytest-xdist hands whole files to several processes
-    (``TEST_WORKERS=2 make test``: ``loadfile``, in this order), so the last file to start is a
-    short one, not the five-minute rlaif graph (the Makefile turns off xdist's own reorder by test
-    count). Without xdist the folders' order stays (unit first)."""
+    integration files, the unit files with a ``slow`` test, the other unit files, when
+    pytest-xdist hands whole files to several processes (``TEST_WORKERS=2 make test``, and the
+    unit tier's ``UNIT_WORKERS``: ``loadfile``, in this order), so the last file to start is a
+    short one, not the five-minute rlaif graph or the compiled sft (the Makefile turns off xdist's
+    own reorder by test count). Without xdist the folders' order stays (unit first)."""
     for item in items:
         tier = item.path.parent.name
         if tier in TIERS and item.get_closest_marker(tier) is None:
@@ -96,7 +97,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             return 0
         if tier == "integration":
             return 1 if item.path in slow_files else 2
-        return 3
+        return 3 if item.path in slow_files else 4
 
     items.sort(key=rank)  # stable: the order within each group stays the collection's
 
