@@ -510,12 +510,14 @@ def uneven_two_nodes(moto_s3: Server, tmp_path_factory: pytest.TempPathFactory) 
 def autoscaling_config(gcs_port: int) -> dict[str, Any]:
     """The fake provider's cluster: the head (0 CPUs, as on a real cluster) and two worker types
     that start from zero. ``gcs_address`` keeps its nodes off the fixed port 6379 (other Rays on
-    this machine); the nodes go idle after 6 s (``idle_timeout_minutes: 0.1``)."""
+    this machine); the nodes go idle after 30 s (``idle_timeout_minutes: 0.5``). At 6 s the
+    autoscaler once removed a node between two phases while Ray Data was placing a Parquet
+    footer reader on it (``ActorDiedError``: "Terminated by autoscaler", dpo failed, stop 84)."""
     return {
         "cluster_name": "fake-autoscaling",
         "max_workers": 3,
         "upscaling_speed": 1.0,
-        "idle_timeout_minutes": 0.1,
+        "idle_timeout_minutes": 0.5,
         "provider": {
             "type": "fake_multinode",
             "gcs_address": f"127.0.0.1:{gcs_port}",
