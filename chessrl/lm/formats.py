@@ -241,19 +241,22 @@ def _attacked(board: chess.Board, colour: chess.Color, square: chess.Square) -> 
 
 def move_facts(board: chess.Board, move: chess.Move) -> str:
     """What the rules say of a legal ``move``: the piece it captures (its symbol), ``+`` for a
-    check or ``#`` for a mate, ``-`` where the opponent can then take the piece that moved;
-    empty for a safe quiet move.
+    check, ``#`` for a mate or ``=`` for a stalemate (a draw: against a random mover, the won
+    games a judge without the mark let slip), ``-`` where the opponent can then take the piece
+    that moved; empty for a safe quiet move.
 
     >>> b = chess.Board("6k1/5ppp/8/8/8/8/2q2PPP/3R2K1 w - - 0 1")
     >>> move_facts(b, chess.Move.from_uci("d1d8")), move_facts(b, chess.Move.from_uci("d1c1")), move_facts(b, chess.Move.from_uci("h2h3"))
     ('#', '-', '')
+    >>> move_facts(chess.Board("k7/8/1QK5/8/8/8/8/8 w - - 0 1"), chess.Move.from_uci("b6c7"))  # Qc7 stalemates
+    '='
     """
     captured = board.piece_at(move.to_square)
     if board.is_en_passant(move):
         captured = chess.Piece(chess.PAWN, not board.turn)
     after = board.copy(stack=False)
     after.push(move)
-    check = "#" if after.is_checkmate() else "+" if after.is_check() else ""
+    check = "#" if after.is_checkmate() else "+" if after.is_check() else "=" if after.is_stalemate() else ""
     taken = any(
         reply.to_square == move.to_square
         or (after.is_en_passant(reply) and reply.to_square ^ 8 == move.to_square)
@@ -396,8 +399,8 @@ class FactsFormat(BoardFormat):
     """The board format plus what a rules engine computes of the position (never an engine's
     evaluation), so a small model reads attacks instead of working them out from raw squares:
     ``<64 squares> <64 control> <side> <castling> <en passant>`` then every legal move (UCI
-    order), each after its facts when it has any (:func:`move_facts`: a capture, a check or mate,
-    a destination the opponent can take on): `` [<facts>] <move>`` or `` <move>``, then ``M:``.
+    order), each after its facts when it has any (:func:`move_facts`: a capture, a check, mate or
+    stalemate, a destination the opponent can take on): `` [<facts>] <move>`` or `` <move>``, then ``M:``.
     The control row is :func:`control`'s. Every character is one token of the chess tokenizer and
     each listed move is the very token the answer is (`` <move>``, with its space), read after its
     facts: the model picks a move by pointing at it. About 150-300 tokens a position.

@@ -172,6 +172,15 @@ def test_facts_a_promotion_with_capture_check_and_mate() -> None:
     assert "a7a8n" in listed and listed["a7b8n"] == "r"  # a knight takes the rook, no check
 
 
+def test_facts_mark_a_stalemating_move_in_the_listing_and_the_judged_text() -> None:
+    # a queen and king against a bare king: Qc7 stalemates, Qb7 mates (the king guards b7)
+    board = chess.Board("k7/8/1QK5/8/8/8/8/8 w - - 0 1")
+    listed = _listed(FactsFormat().policy_prompt(board))
+    assert listed["b6c7"] == "=" and listed["b6b7"] == "#" and listed["b6b5"] == ""
+    assert " [=] " in FactsFormat().judged_text(board, "b6c7")
+    assert " [=] " not in FactsFormat().judged_text(board, "b6b5")
+
+
 def test_facts_every_prompt_is_tokens_of_the_chess_tokenizer_and_one_token_per_listed_move() -> None:
     from chessrl.lm.tokenizer import build_chess_tokenizer
 
