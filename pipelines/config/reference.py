@@ -145,7 +145,7 @@ def reference_markdown() -> str:
         "key: value`); a phase's `--flag` or `--set section.key=value` overrides it for one run. The",
         "defaults below are the classes' and what a bare `chess-rl <phase>` runs: its preset, `tiny`,",
         "sets no key but five of selfplay's, whose defaults are the seed's flags (each says the",
-        "preset's value). The other presets (`small`, `gpu`, `cluster`, `demo`) set what differs.",
+        "preset's value). The other presets (`small`, `gpu`, `cluster`, `demo`, `judge`) set what differs.",
         "",
     ]
     for section in sections():

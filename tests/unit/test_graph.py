@@ -436,6 +436,21 @@ def test_the_demo_runs_the_judge_s_path():
     assert "reward" in nodes["ppo"] and "sft" in nodes["ppo"] and "sft-board" not in nodes
 
 
+def test_the_judge_preset_runs_the_seed_s_path():
+    """``--config judge``: annotate -> the judge on a fresh backbone -> ppo of the board sft
+    graded by it, with the anchored settings."""
+    from cluster.config import resolve_preset
+    from pipelines.rlaif import graph_nodes, node_config
+
+    judge = load_config(ChessRLConfig, path=resolve_preset("judge"))
+    nodes = {n.name: n.needs for n in graph_nodes(judge)}
+    assert nodes["annotate"] == ("prepare",) and nodes["reward"] == ("annotate",)
+    assert {"reward", "sft-board"} <= set(nodes["ppo"]) and "ppo" in nodes["evaluate"]
+    ppo = node_config(judge, "ppo", Storage.from_uri("/r").child("j")).ppo
+    assert ppo.reward == "model" and ppo.reward_model is None  # the phase reads <run>/reward/model
+    assert (ppo.samples_per_state, ppo.anchor_coef, ppo.text_format) == (16, 0.2, "board")
+
+
 def test_the_judge_path_s_missing_inputs_are_one_line_each(tmp_path):
     """``reward --source annotate`` before annotate ran, and ``grpo --start judge`` before reward
     ran: each one error naming the folder and the command that writes it; inside a graph that
