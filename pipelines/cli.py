@@ -41,7 +41,7 @@ PHASES: dict[str, tuple[str, str]] = {
     ),
     "ppo": (
         "pipelines.ppo",
-        "masked PPO of an sft policy, graded by Stockfish (the tiny preset's) or the reward model: rollout collectors, RewardServer or engines, Ray Train learner",
+        "masked PPO of an sft policy, graded by Stockfish (the tiny preset's) or the reward model (--config judge): rollout collectors, RewardServer or engines, Ray Train learner",
     ),
     "grpo": (
         "pipelines.grpo",
