@@ -52,7 +52,7 @@ venv: $(STAMP) ## create .venv and install the project (with dev extras) against
 stockfish: ## install Stockfish if it is missing (apt-get), or say how to point STOCKFISH_PATH at one
 	@bash scripts/ensure-stockfish.sh
 
-demo: venv stockfish ## the whole rlaif graph on the embedded local Ray (configs/demo.yaml: tiny models, ~13 min on 2 CPUs)
+demo: venv stockfish ## the whole rlaif graph on the embedded local Ray (configs/demo.yaml: tiny models, ~9 min on 2 CPUs)
 	$(PY) -m pipelines.rlaif --config demo $(DEMO_ARGS)
 	@echo "Browse the MLflow runs: $(VENV)/bin/mlflow ui --backend-store-uri $(if $(findstring --storage,$(DEMO_ARGS)),<the sqlite URI on the 'mlflow:' lines above>,sqlite:///$(CURDIR)/runs/mlflow.db)"
 
