@@ -256,11 +256,13 @@ def move_facts(board: chess.Board, move: chess.Move) -> str:
         captured = chess.Piece(chess.PAWN, not board.turn)
     after = board.copy(stack=False)
     after.push(move)
-    check = "#" if after.is_checkmate() else "+" if after.is_check() else "=" if after.is_stalemate() else ""
+    replies = list(after.legal_moves)  # once: mate, stalemate and what can take all read them
+    in_check = after.is_check()
+    check = ("#" if not replies else "+") if in_check else ("=" if not replies else "")
     taken = any(
         reply.to_square == move.to_square
         or (after.is_en_passant(reply) and reply.to_square ^ 8 == move.to_square)
-        for reply in after.legal_moves
+        for reply in replies
     )
     return (captured.symbol() if captured else "") + check + ("-" if taken else "")
 
