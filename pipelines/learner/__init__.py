@@ -224,6 +224,10 @@ def torch_trainer(
     # logger, which prints it again: every worker line showed twice. Ray Train passes this
     # variable on to the controller and the workers.
     os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
+    # Ray Train's PreemptionWatcher only hands drain signals to a loop that asks for them (ours
+    # checkpoint and resume instead), and it logged a core_worker error line in every learner
+    # phase (its constructor's arguments in the object store with max_restarts, ray#53727).
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
     scratch = scratch_name(folder, ray_storage)  # a TRL trainer's own checkpoints
     timeout_s = collective_timeout_s(loop_config)
     return TorchTrainer(
