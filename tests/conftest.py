@@ -28,10 +28,10 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # offline, that is 6 s per bucket before the default. Tests name the region (moto is region-free).
 os.environ.setdefault("AWS_REGION", "us-east-1")
 
-#: Ray Train settings for the tests only (the product keeps Ray's defaults). The controller polls
+#: Ray Train settings for the tests (the product keeps Ray's health check). The controller polls
 #: its workers every 2 s, and a worker's ``report`` waits until the controller has taken the one
 #: before: every checkpoint a kill test waits for, and the end of every run, paid up to 2 s. The
-#: preemption watcher polls for drained nodes, which a test machine never has. Subprocess drivers
+#: preemption watcher is off in the product's learners too (pipelines/learner). Subprocess drivers
 #: inherit these; Ray Train passes them on to its controller and workers.
 TEST_RAY_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 for _var, _value in TEST_RAY_ENV.items():
