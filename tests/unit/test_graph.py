@@ -449,6 +449,8 @@ def test_the_judge_preset_runs_the_seed_s_path():
     ppo = node_config(judge, "ppo", Storage.from_uri("/r").child("j")).ppo
     assert ppo.reward == "model" and ppo.reward_model is None  # the phase reads <run>/reward/model
     assert (ppo.samples_per_state, ppo.anchor_coef, ppo.text_format) == (16, 0.2, "board")
+    evaluate = node_config(judge, "evaluate", Storage.from_uri("/r").child("j")).evaluate
+    assert (evaluate.ladder, evaluate.suites, evaluate.quality_nodes) == (False, [], 0)
 
 
 def test_the_judge_path_s_missing_inputs_are_one_line_each(tmp_path):
