@@ -169,6 +169,22 @@ def default_cpus_per_worker(num_workers: int, use_gpu: bool = False) -> int:
     return read_capacity().worker_cpus(num_workers, use_gpu)
 
 
+def quiet_ray_train() -> None:
+    """Ray Train settings for every learner, set in the driver's environment (Ray Train passes
+    both on to its controller and workers); a user's own value wins.
+
+    - ``RAY_TRAIN_ENABLE_PRINT_PATCH=0``: Ray Train patches print() in its workers to tee each
+      line to the console *and* to its logger, which prints it again: every worker line showed
+      twice.
+    - ``RAY_TRAIN_ENABLE_PREEMPTION_WATCHER=0``: the watcher only hands drain signals to a loop
+      that asks for them (ours checkpoint and resume instead), and it logged a core_worker error
+      line in every learner phase (its constructor's arguments in the object store with
+      max_restarts, ray#53727).
+    """
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
+
+
 def torch_trainer(
     context: PhaseContext,
     phase: str,
@@ -220,14 +236,7 @@ def torch_trainer(
     folder = folder or phase
     ray_storage = context.phase_storage(folder).child("ray")
     ray_storage.makedirs()
-    # Ray Train patches print() in its workers to tee each line to the console *and* to its
-    # logger, which prints it again: every worker line showed twice. Ray Train passes this
-    # variable on to the controller and the workers.
-    os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")
-    # Ray Train's PreemptionWatcher only hands drain signals to a loop that asks for them (ours
-    # checkpoint and resume instead), and it logged a core_worker error line in every learner
-    # phase (its constructor's arguments in the object store with max_restarts, ray#53727).
-    os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
+    quiet_ray_train()
     scratch = scratch_name(folder, ray_storage)  # a TRL trainer's own checkpoints
     timeout_s = collective_timeout_s(loop_config)
     return TorchTrainer(
