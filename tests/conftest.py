@@ -30,10 +30,10 @@ os.environ.setdefault("AWS_REGION", "us-east-1")
 
 #: Ray Train settings for the tests (the product keeps Ray's health check). The controller polls
 #: its workers every 2 s, and a worker's ``report`` waits until the controller has taken the one
-#: before: every checkpoint a kill test waits for, and the end of every run, paid up to 2 s. The
-#: preemption watcher is off in the product's learners too (pipelines/learner). Subprocess drivers
-#: inherit these; Ray Train passes them on to its controller and workers.
-TEST_RAY_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
+#: before: every checkpoint a kill test waits for, and the end of every run, paid up to 2 s.
+#: Subprocess drivers inherit it; Ray Train passes it on to its controller and workers. (The
+#: preemption watcher is off in the product's learners themselves: pipelines.learner.)
+TEST_RAY_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
 for _var, _value in TEST_RAY_ENV.items():
     os.environ.setdefault(_var, _value)
 
