@@ -12,7 +12,7 @@ command         its helpers
 ``preferences``
 ``reward``
 ``dpo``
-``ppo``         ``ppo_inputs`` (the input checks), ``ppo_report`` (the summary)
+``ppo``         ``ppo_inputs`` (the input checks), ``ppo_report`` (the summary), ``ppo_select`` (the policy kept)
 ``grpo``        ``grpo_report`` (the summary)
 ``selfplay``    ``selfplay_gate`` (the arena gate)
 ``evaluate``    ``evaluate_matches``, ``evaluate_openings``, ``evaluate_opponents``

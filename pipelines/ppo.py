@@ -27,6 +27,8 @@ How the pieces fit (the formulas are :mod:`chessrl.rl.ppo` and :mod:`chessrl.rl.
    optimisers, version, shards read). Running the same command again resumes from it.
 5. At the end: the policy as a Hugging Face folder (``ppo/model``), the critic (``ppo/critic``),
    ``metrics.jsonl``, and a plot of the reward, KL and legal-move curves (``ppo/curves.png``).
+   With ``--select-every N`` the policy is also saved every N iterations, each saved one plays
+   its start, and the best of them is ``ppo/model`` (:mod:`pipelines.ppo_select`).
 
 Measure the result with ``evaluate --mode sprt --players lm:<run>/ppo/model sft``.
 """
@@ -390,6 +392,7 @@ def loop_config(context: PhaseContext, found: PPOInputs, threads: int, actors: P
         threads=threads,
         use_gpu=cfg.use_gpu,
         rollout_reader=cfg.rollout_reader,
+        select_every=cfg.select_every,
         server_name=actors.server_name,
         namespace=actors.namespace,
         tracking_uri=context.tracking.uri,
@@ -462,7 +465,12 @@ def run_ppo(context: PhaseContext) -> PhaseResult:
         **stream_datasets(cfg.rollout_reader, phase.child("rollouts")),
     )
     result, seconds, summaries = fit_then_stop(trainer, board, actors.stop)
-    return summarise(context, found.policy, result, seconds, summaries, found.text_format)
+    selection = {}
+    if cfg.select_every and phase.exists("model/config.json"):  # the best candidate becomes the model
+        from pipelines.ppo_select import select_policy
+
+        selection = select_policy(context, found.policy)
+    return summarise(context, found.policy, result, seconds, summaries, found.text_format, selection)
 
 
 def summarise(
@@ -472,9 +480,11 @@ def summarise(
     seconds: float,
     summaries: list[dict[str, Any]],
     text_format: str = "moves",
+    selection: dict[str, Any] | None = None,
 ) -> PhaseResult:
-    """The curves' plot, the start and final policies on held-out positions, ``summary.json``
-    and the summary lines."""
+    """The curves' plot, the start and final policies on held-out positions (the final one: the
+    model, the candidate ``selection`` kept when ppo.select_every chose one), ``summary.json`` and
+    the summary lines."""
     from actors.rollout import list_rollout_shards
 
     cfg, phase = context.config.ppo, context.phase_storage("ppo")
@@ -526,6 +536,7 @@ def summarise(
         "quality": quality,
         "start": policy_path,
         "text_format": text_format,
+        "selection": selection or {},
     }
     phase.write_text("summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))
     lines = summary_lines(summary, cfg, seconds, phase.uri_of("curves.png"), seed=context.config.run.seed)

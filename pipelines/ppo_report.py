@@ -45,6 +45,7 @@ def summary_lines(
     """The ``ppo summary`` the driver prints: the learner, the reward, KL and legal-rate curves
     (first -> last iteration), the held-out start -> final figures and the next command."""
     from chessrl.arena.move_quality import quality_line
+    from pipelines.ppo_select import selection_line
 
     first, last, heldout, quality = summary["first"], summary["last"], summary["heldout"], summary["quality"]
     return [
@@ -70,6 +71,7 @@ def summary_lines(
             if quality
             else []
         ),
+        *([f"  selection     {selection_line(summary['selection'])}"] if summary.get("selection") else []),
         f"  collectors    {summary['shards_written']} shards written, {summary['shards_read']} read, "
         f"{summary['collector_restarts']} restart(s)",
         f"  model         {summary['model']}",

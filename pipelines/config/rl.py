@@ -136,6 +136,16 @@ class PPOConfig(LearnerResources):
     """Iterations that train only the critic before the policy moves."""
     checkpoint_interval: int = Field(5, ge=1)
     """Save a learner checkpoint every this many iterations (and at the end)."""
+    select_every: int = Field(0, ge=0)
+    """Keep the policy that plays best against its start: every this many iterations (and at the
+    end) the policy is saved under ``ppo/candidates/iteration-N``; after training each candidate
+    plays ``select_games`` games against the start (both masked, openings from training games,
+    adjudicated by Stockfish at ``select_max_plies``) and the best scorer becomes ``ppo/model``
+    (ties: the earlier). 0: the final policy is the model."""
+    select_games: int = Field(40, ge=2)
+    """Games of each candidate against the start (``select_every``), colours alternating."""
+    select_max_plies: int = Field(120, ge=10)
+    """The ply at which a selection game is decided by Stockfish (ahead by 300 centipawns wins)."""
     heldout_positions: int = Field(1000, ge=0)
     """At the end, the greedy legal-move rate of the start policy and of the final one on this many
     positions of the held-out games (sft's split; 0: skip)."""
@@ -176,6 +186,12 @@ class PPOConfig(LearnerResources):
                 f"ppo.anchor_coef (--anchor-coef) is {self.anchor_coef:g} with ppo.samples_per_state "
                 f"(--samples-per-state) {k}: the anchor is on the best of the moves drawn in a position: "
                 "draw 2 or more"
+            )
+        if self.select_every and self.select_every >= self.iterations:
+            raise ValueError(
+                f"ppo.select_every (--select-every) is {self.select_every}, not below ppo.iterations "
+                f"(--iterations) {self.iterations}: the final policy would be the only candidate; set it "
+                "lower, or 0 for no selection"
             )
         if self.reward == "stockfish" and self.dead_zone >= self.max_loss:  # Stockfish's grade reads them
             raise ValueError(

@@ -59,6 +59,9 @@ class PPOLoopConfig(LoopConfig):
     rollout_reader: str
     """How the workers get the rollout shards: ``arrow`` (the lead reads, all learn) or
     ``stream`` (Ray Data, each worker its split: :mod:`pipelines.learner.replay`)."""
+    select_every: int = 0
+    """Every this many iterations (and at the end) the lead saves the policy as a candidate under
+    ``candidates/iteration-N`` (:func:`candidate_folder`); 0: none."""
 
 
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
@@ -118,6 +121,8 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         metrics = got
         learner.record(metrics, progress_line(metrics))  # its time: log_s of the next iteration
         learner.maybe_checkpoint(metrics)  # its time: report_s of the next iteration
+        if lead and cfg.select_every and state["iteration"] % cfg.select_every == 0:
+            export_candidate(policy, parts.tokenizer, learner.phase, state["iteration"])
     _stop_reading(feed, server, rollouts, lead=lead)
     learner.finish(
         {
@@ -127,7 +132,11 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
             "actions_total": state["actions"],
             "stale_dropped": state["stale_dropped"],
         },
-        export=(lambda: export_models(policy, critic, parts.tokenizer, learner.phase)) if lead else None,
+        export=(
+            lambda: export_models(policy, critic, parts.tokenizer, learner.phase, cfg.select_every, state)
+        )
+        if lead
+        else None,
     )
 
 
@@ -432,9 +441,36 @@ def progress_line(metrics: dict[str, Any]) -> str:
     )
 
 
-def export_models(policy: Any, critic: Any, tokenizer: Any, phase: Storage) -> None:
-    """The policy (``model/``) and critic (``critic/``) as Hugging Face folders with the tokenizer."""
+def export_models(
+    policy: Any,
+    critic: Any,
+    tokenizer: Any,
+    phase: Storage,
+    select_every: int = 0,
+    state: dict[str, Any] | None = None,
+) -> None:
+    """The policy (``model/``) and critic (``critic/``) as Hugging Face folders with the tokenizer;
+    with ``select_every``, the final policy also as the candidate of its iteration (``state``'s)."""
     from chessrl.lm.checkpoints import make_tokenizer_config_generic
 
     for name, model in (("model", policy), ("critic", critic)):
         export_pretrained(model, tokenizer, phase.child(name), f"ppo-{name}-", make_tokenizer_config_generic)
+    if select_every and state is not None and state["iteration"] % select_every:  # else saved already
+        export_candidate(policy, tokenizer, phase, state["iteration"])
+
+
+def export_candidate(policy: Any, tokenizer: Any, phase: Storage, iteration: int) -> None:
+    """The policy at ``iteration`` as a Hugging Face folder under ``candidates/`` (``ppo.select_every``)."""
+    from chessrl.lm.checkpoints import make_tokenizer_config_generic
+
+    out = phase.child(candidate_folder(iteration))
+    export_pretrained(policy, tokenizer, out, "ppo-candidate-", make_tokenizer_config_generic)
+
+
+def candidate_folder(iteration: int) -> str:
+    """The folder, under the phase's, of the policy saved at ``iteration`` (``ppo.select_every``).
+
+    >>> candidate_folder(25)
+    'candidates/iteration-0025'
+    """
+    return f"candidates/iteration-{iteration:04d}"

@@ -106,6 +106,13 @@ def test_collector_and_driver_killed_then_the_same_command_resumes(
         # the workers fed by the Ray Data replay stream, each its own shards (the other tests: arrow)
         "--rollout-reader",
         "stream",
+        # the policy of iterations 4, 8 and 10 each plays the start; the best is the model
+        "--select-every",
+        "4",
+        "--select-games",
+        "2",
+        "--select-max-plies",
+        "12",
     ]
     assert command[command.index("--iterations") + 1] == "10"  # iterations left to kill the driver in
     status = phase / "collectors" / "collector-00.json"
@@ -150,6 +157,19 @@ def test_collector_and_driver_killed_then_the_same_command_resumes(
     # a board prompt does not grow with the game and Stockfish reads no moves: whole games, some
     # longer than the policy's context (a moves-format reader would have them cut to it)
     context = json.loads((tiny_lm_dir / "config.json").read_text())["n_positions"]
+    # the kept policy: of the candidates saved (before and after the kill), the best against the
+    # start in its games (written under select/), copied into model/
+    selection = json.loads((phase / "summary.json").read_text())["selection"]
+    assert [c["iteration"] for c in selection["candidates"]] == [4, 8, 10]
+    assert all(
+        c["games"] == 2 == len(list((phase / "select" / f"iteration-{c['iteration']:04d}").glob("*.json")))
+        for c in selection["candidates"]
+    )
+    best = max(c["score"] for c in selection["candidates"])
+    kept = min(c["iteration"] for c in selection["candidates"] if c["score"] == best)
+    assert selection["kept"] == kept and f"kept iteration {kept} (" in rerun.stdout
+    weights = (phase / "candidates" / f"iteration-{kept:04d}" / "model.safetensors").read_bytes()
+    assert (phase / "model" / "model.safetensors").read_bytes() == weights
     cut = [len(m) for m in json.loads((phase / "table.json").read_text())]
     assert max(cut) == 600 > context and min(cut) >= 1
 

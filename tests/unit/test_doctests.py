@@ -58,6 +58,8 @@ MODULES = [
     "chessrl.lm.batch_size",
     "chessrl.lm.lm_data",
     "pipelines.ppo",
+    "pipelines.ppo_select",
+    "pipelines.learner.ppo",
     "cluster.errors",
     "cluster.tracking",
     "cluster.config",

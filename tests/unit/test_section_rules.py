@@ -83,6 +83,12 @@ def test_a_rule_fires_from_phase_flags_and_set_as_one_line_naming_the_flags() ->
     assert line.startswith("command line (--set ppo.samples_per_state, --set ppo.gamma): "), line
     assert "ppo.samples_per_state (--samples-per-state) is 4 with ppo.gamma (--gamma) 0.5" in line
     assert "set ppo.gamma 0" in line and "\n" not in line
+    # ppo keeps its best policy of several: the final one alone is no choice
+    line = flags_error(ppo, "--iterations", "20", "--select-every", "20")
+    assert line.startswith(
+        "command line (--select-every, --iterations): ppo.select_every (--select-every) is 20"
+    ), line
+    assert "or 0 for no selection" in line and "\n" not in line
     # one flag breaks a rule with a default: the flag and both keys are named
     line = flags_error(grpo, "--no-masked")
     assert line.startswith("command line (--masked): grpo.own_positions (--own-positions) is 0.5:"), line
