@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipelines.common.phase import PhaseContext
-from pipelines.learner.ppo import candidate_folder
+from pipelines.learner.ppo import CANDIDATE_LAST_FILE, candidate_folder
 
 #: Selection games reaching ``select_max_plies`` go to the side Stockfish puts this far ahead.
 ADJUDICATE_CP = 300
@@ -83,7 +83,7 @@ def select_policy(context: PhaseContext, start_path: str) -> dict[str, Any]:
     iterations = [
         i
         for i in candidate_iterations(cfg.select_every, cfg.iterations, last)
-        if phase.exists(f"{candidate_folder(i)}/config.json")
+        if phase.exists(f"{candidate_folder(i)}/{CANDIDATE_LAST_FILE}")  # saved whole
     ]
     openings = selection_openings(context, (cfg.select_games + 1) // 2)
     start = parse_player_spec(f"lm:{start_path},masked", key="ppo.policy")
@@ -122,6 +122,7 @@ def select_policy(context: PhaseContext, start_path: str) -> dict[str, Any]:
     seconds = time.perf_counter() - started
     context.log(
         f"select: the policy of iteration {kept} is the model ({score:.1%}); {seconds:.0f} s of games"
+        + ("" if score > 0.5 else "; no candidate scored above half against the start")
     )
     return {
         "seconds": round(seconds, 1),

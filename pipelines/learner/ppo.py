@@ -120,9 +120,9 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
             break
         metrics = got
         learner.record(metrics, progress_line(metrics))  # its time: log_s of the next iteration
+        if lead and cfg.select_every and state["iteration"] % cfg.select_every == 0:  # before its checkpoint:
+            export_candidate(policy, parts.tokenizer, learner.phase, state["iteration"])  # a resume redoes it
         learner.maybe_checkpoint(metrics)  # its time: report_s of the next iteration
-        if lead and cfg.select_every and state["iteration"] % cfg.select_every == 0:
-            export_candidate(policy, parts.tokenizer, learner.phase, state["iteration"])
     _stop_reading(feed, server, rollouts, lead=lead)
     learner.finish(
         {
@@ -132,10 +132,12 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
             "actions_total": state["actions"],
             "stale_dropped": state["stale_dropped"],
         },
+        # not when this run only resumed a finished one: ppo.select_every's kept policy is the model
         export=(
             lambda: export_models(policy, critic, parts.tokenizer, learner.phase, cfg.select_every, state)
         )
         if lead
+        and (state["iteration"] > learner.first_iteration or not learner.phase.exists("model/config.json"))
         else None,
     )
 
@@ -465,6 +467,11 @@ def export_candidate(policy: Any, tokenizer: Any, phase: Storage, iteration: int
 
     out = phase.child(candidate_folder(iteration))
     export_pretrained(policy, tokenizer, out, "ppo-candidate-", make_tokenizer_config_generic)
+
+
+#: The file :func:`export_candidate` writes last (export_pretrained uploads in name order, each
+#: file whole): a candidate folder that has it is complete.
+CANDIDATE_LAST_FILE = "tokenizer_config.json"
 
 
 def candidate_folder(iteration: int) -> str:
