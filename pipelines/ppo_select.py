@@ -87,7 +87,18 @@ def select_policy(context: PhaseContext, start_path: str) -> dict[str, Any]:
     ]
     openings = selection_openings(context, (cfg.select_games + 1) // 2)
     start = parse_player_spec(f"lm:{start_path},masked", key="ppo.policy")
-    settings = Settings(None, None, 0.0, 3, "fallback", 1000, cfg.select_max_plies, None, 6, ADJUDICATE_CP)
+    settings = Settings(  # the SPRT's players: greedy, masked; Stockfish only adjudicates
+        sft_model=None,
+        selfplay_best=None,
+        lm_temperature=0.0,
+        lm_retries=3,
+        on_illegal="fallback",
+        stockfish_nodes=1000,
+        max_plies=cfg.select_max_plies,
+        resign_cp=None,
+        resign_plies=6,
+        adjudicate_cp=ADJUDICATE_CP,
+    )
     started = time.perf_counter()
     pool = EnginePool.spread(1, run=f"{run.name}-ppo-select", num_cpus_per_engine=0.5, key="ppo.select_every")
     rows = []
