@@ -88,6 +88,7 @@ bench: venv stockfish ## benchmarks (ratios against a baseline measured in the s
 	$(PY) bench/preferences.py
 	$(PY) bench/reward_server.py
 	$(PY) bench/judge_speed.py
+	$(PY) bench/arena_parallel.py
 
 gpu-check: venv stockfish ## every phase a few steps on this machine's GPU: where each ran and how fast (scripts/gpu_check.sh)
 	bash scripts/gpu_check.sh

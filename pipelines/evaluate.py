@@ -67,12 +67,14 @@ from pipelines.cli import one_line
 from pipelines.common.phase import Inputs, Phase, PhaseContext, PhaseResult
 from pipelines.config import EvaluateConfig
 from pipelines.evaluate_matches import (
+    POOL_CPUS_PER_ENGINE,
     Arena,
     GameTask,
     Settings,
     ensure_ladder,
     place_on_ladder,
     schedule_pairs,
+    sized_arena,
     sprt_tasks,
     suite_task,
 )
@@ -121,7 +123,6 @@ def schedule(
 def run_evaluate(context: PhaseContext) -> PhaseResult:
     """check -> start the engine pool -> play (the arena, the ladder, the suites, move quality,
     or an SPRT match) or score (paired) -> summarise (results, report, PGN, metrics)."""
-    from cluster.capacity import sizing_cpus
 
     cfg = context.config.evaluate
     found = check_evaluate(context.config, Inputs.of_context(context))
@@ -154,14 +155,7 @@ def run_evaluate(context: PhaseContext) -> PhaseResult:
             return run_paired(context, found, pool, out)
         if pool is not None:
             check_engine_players(pool, engine_players, specs)
-        limit = cfg.max_parallel or sizing_cpus()[0]  # games at once: a CPU's each (cluster.capacity)
-        arena = Arena(
-            settings,
-            pool.actors if pool is not None else None,
-            pool.engine_counts if pool is not None else 1,
-            limit,
-            context.log,
-        )
+        arena = sized_arena(settings, pool, cfg.max_parallel, context.log)
         if cfg.mode == "sprt":
             return run_sprt(arena, cfg, specs, openings, out, seed, context, record)
         played = play_arena(arena, found, openings, out, ls, pool, context)
@@ -191,7 +185,7 @@ def start_pool(context: PhaseContext, engine_players: bool) -> Any:
     return EnginePool.spread(
         cfg.engines,
         run=f"{context.config.run.name}-evaluate",
-        num_cpus_per_engine=0.5,
+        num_cpus_per_engine=POOL_CPUS_PER_ENGINE,
         key="evaluate.engines",
         log=context.log,
     )

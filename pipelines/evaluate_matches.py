@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -42,6 +43,9 @@ from pipelines.config import EvaluateConfig
 
 #: The longest gap between two progress lines of a match (and the last game always has one).
 PROGRESS_EVERY_S = 15.0
+#: CPUs each Stockfish of a match's engine pool reserves (it adjudicates, checks resignations,
+#: plays the engine players): half, as the games beside it are one thread each.
+POOL_CPUS_PER_ENGINE = 0.5
 
 
 def match_figures(games: Iterable[ArenaGame]) -> str:
@@ -252,16 +256,32 @@ def check_players(
             )
 
 
+def game_cpus(limit: int, cpus: float, reserved: float = 0.0) -> float:
+    """The CPUs each game task asks for, so that ``limit`` games fit on ``cpus`` beside
+    ``reserved`` (the engine pool's): at most one (a game is one thread), at least 0.1.
+
+    >>> game_cpus(2, cpus=2, reserved=0.5)  # two games beside an adjudicating engine on 2 CPUs
+    0.75
+    >>> game_cpus(2, cpus=2)
+    1.0
+    """
+    share = (cpus - reserved) / max(1, limit)
+    return max(0.1, min(1.0, math.floor(share * 100) / 100))
+
+
 @dataclass
 class Arena:
     """Plays game tasks as Ray tasks, at most ``limit`` at once, each result written to storage
-    as it finishes; a task whose file exists is not played again (so every caller resumes)."""
+    as it finishes; a task whose file exists is not played again (so every caller resumes).
+    Each task asks for ``cpus_per_game`` CPUs (:func:`game_cpus` sizes it so that ``limit``
+    games run beside the engine pool: a whole CPU each let one game run at a time on 2 CPUs)."""
 
     settings: Settings
     actors: list[Any] | None
     engines: int | list[int]
     limit: int
     log: Callable[[str], None]
+    cpus_per_game: float = 1.0
 
     def play(
         self,
@@ -288,7 +308,7 @@ class Arena:
         self.log(f"{what}: {len(tasks)} games ({len(finished)} already played, {len(queue)} to play)")
         if stop is not None and stop(finished):
             return finished
-        remote_game = ray.remote(num_cpus=1, max_retries=1)(play_one)
+        remote_game = ray.remote(num_cpus=self.cpus_per_game, max_retries=1)(play_one)
         started, played, total = time.perf_counter(), 0, len(queue)
         shown = started
         inflight: dict[Any, GameTask] = {}
@@ -326,6 +346,18 @@ class Arena:
                     )
                     shown = now
         return finished
+
+
+def sized_arena(settings: Settings, pool: Any, limit: int | None, log: Callable[[str], None]) -> Arena:
+    """An :class:`Arena` of ``limit`` games at once (None: the cluster's CPUs), its game tasks
+    sized by :func:`game_cpus` to fit beside ``pool`` (an EnginePool, or None)."""
+    from cluster.capacity import sizing_cpus
+
+    cpus = sizing_cpus()[0]
+    limit = limit or cpus
+    reserved = POOL_CPUS_PER_ENGINE * pool.engines if pool is not None else 0.0
+    actors, engines = (pool.actors, pool.engine_counts) if pool is not None else (None, 1)
+    return Arena(settings, actors, engines, limit, log, game_cpus(limit, cpus, reserved))
 
 
 def triples(games: Iterable[ArenaGame]) -> list[tuple[str, str, float]]:

@@ -73,8 +73,7 @@ def select_policy(context: PhaseContext, start_path: str) -> dict[str, Any]:
     from actors.engine_pool import EnginePool
     from chessrl.arena.batched_arena import match_record
     from chessrl.arena.players import parse_player_spec
-    from cluster.capacity import sizing_cpus
-    from pipelines.evaluate_matches import Arena, Settings, schedule_pairs
+    from pipelines.evaluate_matches import POOL_CPUS_PER_ENGINE, Settings, schedule_pairs, sized_arena
 
     cfg, run = context.config.ppo, context.config.run
     phase = context.phase_storage("ppo")
@@ -100,26 +99,20 @@ def select_policy(context: PhaseContext, start_path: str) -> dict[str, Any]:
         adjudicate_cp=ADJUDICATE_CP,
     )
     started = time.perf_counter()
-    pool = EnginePool.spread(1, run=f"{run.name}-ppo-select", num_cpus_per_engine=0.5, key="ppo.select_every")
+    pool = EnginePool.spread(
+        1, run=f"{run.name}-ppo-select", num_cpus_per_engine=POOL_CPUS_PER_ENGINE, key="ppo.select_every"
+    )
     rows = []
     try:
-        arena = Arena(settings, pool.actors, pool.engine_counts, sizing_cpus()[0], context.log)
+        arena = sized_arena(settings, pool, None, context.log)
         for i in iterations:
             spec = parse_player_spec(f"lm:{_local(phase.child(candidate_folder(i)))},masked", key="ppo")
             tasks = schedule_pairs([(spec, start)], cfg.select_games, openings, run.seed + i)
             games = arena.play(tasks, phase.child(f"select/iteration-{i:04d}"), f"select iteration {i}")
             wins, draws, losses = match_record(list(games.values()), spec.label)
             score = (wins + draws / 2) / max(1, len(games))
-            rows.append(
-                {
-                    "iteration": i,
-                    "games": len(games),
-                    "wins": wins,
-                    "draws": draws,
-                    "losses": losses,
-                    "score": score,
-                }
-            )
+            row = {"iteration": i, "games": len(games), "wins": wins, "draws": draws, "losses": losses}
+            rows.append({**row, "score": score})
             context.log(f"select: iteration {i} against the start +{wins} ={draws} -{losses} ({score:.1%})")
     finally:
         pool.shutdown()

@@ -546,3 +546,17 @@ def test_a_saved_game_of_a_model_trained_again_into_its_folder_is_not_resumed(tm
         UserError, match=r"g\.json was played by lm:.*ppo/model,masked \(white\).*changed since"
     ):
         check_players(game, task, "g.json", played_with)
+
+
+def test_game_tasks_are_sized_so_the_limit_fits_beside_the_engine_pool() -> None:
+    """A whole CPU a game ran one game at a time beside the pool on 2 CPUs, each in a new worker
+    process (bench/arena_parallel.py): ``limit`` games and the pool fit the CPUs, one CPU at most."""
+    from pipelines.evaluate_matches import game_cpus
+
+    for cpus in (1, 2, 3, 16):
+        for limit in (1, 2, 4, 16):
+            for reserved in (0.0, 0.5, 1.0):
+                share = game_cpus(limit, cpus, reserved)
+                assert 0.1 <= share <= 1.0
+                assert share * limit + reserved <= cpus or share == 0.1
+    assert game_cpus(1, 16, 0.5) == 1.0  # a game is one thread: no more than a CPU
