@@ -132,14 +132,28 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
             "actions_total": state["actions"],
             "stale_dropped": state["stale_dropped"],
         },
-        # not when this run only resumed a finished one: ppo.select_every's kept policy is the model
         export=(
             lambda: export_models(policy, critic, parts.tokenizer, learner.phase, cfg.select_every, state)
         )
         if lead
-        and (state["iteration"] > learner.first_iteration or not learner.phase.exists("model/config.json"))
+        and final_export_due(
+            state["iteration"], learner.first_iteration, learner.phase.exists("model/config.json")
+        )
         else None,
     )
+
+
+def final_export_due(iteration: int, first_iteration: int, model_saved: bool) -> bool:
+    """Whether the run's end exports its policy as ``model/``: when this run trained, or no model
+    is saved yet. Not when it only resumed a finished run: ``ppo.select_every``'s kept policy
+    is the model then, and the final one would overwrite it.
+
+    >>> final_export_due(10, 6, model_saved=True), final_export_due(10, 10, model_saved=True)
+    (True, False)
+    >>> final_export_due(10, 10, model_saved=False)  # killed between the last checkpoint and the export
+    True
+    """
+    return iteration > first_iteration or not model_saved
 
 
 def _learn_iteration(
