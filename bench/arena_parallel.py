@@ -67,15 +67,15 @@ def main() -> None:
     from actors.engine_pool import EnginePool
     from chessrl.arena.game import random_openings
     from chessrl.arena.players import parse_player_spec
-    from pipelines.evaluate_matches import Arena, Settings, game_cpus, schedule_pairs
+    from pipelines.evaluate_matches import POOL_CPUS_PER_ENGINE, Arena, Settings, game_cpus, schedule_pairs
 
     ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
     tmp = Path(tempfile.mkdtemp(prefix="arena-parallel-"))
     a, b = (parse_player_spec(s) for s in save_players(tmp))
     settings = Settings(None, None, 1.0, 1, "fallback", 1000, args.max_plies, None, 6, adjudicate_cp=300)
-    pool = EnginePool.spread(1, run="bench-arena", num_cpus_per_engine=0.5)
+    pool = EnginePool.spread(1, run="bench-arena", num_cpus_per_engine=POOL_CPUS_PER_ENGINE)
     limit = args.cpus
-    modes = {"whole": 1.0, "sized": game_cpus(limit, args.cpus, reserved=0.5 * pool.engines)}
+    modes = {"whole": 1.0, "sized": game_cpus(limit, args.cpus, reserved=POOL_CPUS_PER_ENGINE * pool.engines)}
     openings = random_openings(args.games, 8, seed=0)
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     try:
