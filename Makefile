@@ -18,13 +18,15 @@ export OMP_WAIT_POLICY ?= PASSIVE
 # driver crashed inside Ray (a fatal check in its pubsub subscriber) and pytest-xdist then waited
 # forever instead of reporting the lost worker; a CI run that hangs never lands. See tests/README.md.
 TEST_WORKERS ?= 0
-XDIST := $(if $(filter-out 0,$(strip $(TEST_WORKERS))),-n $(strip $(TEST_WORKERS)) --dist loadfile --no-loadscope-reorder)
+# A crashed test process is a failure, not a retry: xdist's loadfile would run the crashed test's
+# whole file again on a fresh worker, up to 8 times (--max-worker-restart 0 ends the run instead).
+XDIST := $(if $(filter-out 0,$(strip $(TEST_WORKERS))),-n $(strip $(TEST_WORKERS)) --dist loadfile --no-loadscope-reorder --max-worker-restart 0)
 # The unit tier has no Ray (its marker's promise): `make test` and `make check` run it in
 # UNIT_WORKERS test processes (pytest-xdist, a file whole in each, the files with a slow test
 # first: tests/conftest.py), then the Ray tiers in one process (or TEST_WORKERS). Each part's
 # failure fails the command; both parts always run. `make check` leaves out the slow unit test.
 UNIT_WORKERS ?= 2
-UNIT_XDIST := $(if $(filter-out 0 1,$(strip $(UNIT_WORKERS))),-n $(strip $(UNIT_WORKERS)) --dist loadfile --no-loadscope-reorder)
+UNIT_XDIST := $(if $(filter-out 0 1,$(strip $(UNIT_WORKERS))),-n $(strip $(UNIT_WORKERS)) --dist loadfile --no-loadscope-reorder --max-worker-restart 0)
 RAY_TIERS := tests/integration tests/system
 # Flags for the demo's rlaif command, e.g. DEMO_ARGS='--storage /tmp/r --set ppo.kl_coef=0.1'.
 DEMO_ARGS ?=
