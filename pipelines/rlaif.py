@@ -90,7 +90,8 @@ DESCRIPTION = """Runs prepare -> sft -> preferences -> reward -> ppo, preference
 evaluate of the ppo, grpo and dpo policies against the sft start, on one Ray session. A phase whose manifest
 (<run>/rlaif/manifests/<phase>.json) holds the key of its config and inputs is skipped; the others
 resume from their own checkpoints. A changed section re-runs that phase and everything below it.
---set rlaif.online_dpo=true adds online DPO (grpo --loss-type dpo) beside grpo, and to the comparison.
+--set rlaif.online_dpo=true adds online DPO (grpo --loss-type dpo) beside grpo, and to the comparison;
+--set rlaif.dpo=false leaves out offline dpo (and preferences when nothing else reads its pairs).
 The reward model is trained only where a phase reads it (ppo.reward model, grpo.start judge; the tiny preset
 grades ppo with Stockfish); the demo trains it on annotate's pairs (reward.source annotate) for both.
 Examples:
@@ -132,6 +133,12 @@ class GraphRun:
                 "rlaif: this graph trains no reward model, as no phase reads it (ppo.reward is stockfish, "
                 "grpo.start is sft): set ppo.reward=model for the judge -> ppo path, grpo.start=judge for "
                 "grpo on the judge, or run `chess-rl reward` on its own"
+            )
+        for name in {"dpo", "preferences"}.intersection(named) - set(self.graph.nodes):
+            raise ConfigError(
+                f"rlaif: this graph has no {name} node: rlaif.dpo is false"
+                + ("" if name == "dpo" else " and no other phase reads preference pairs")
+                + f"; set rlaif.dpo=true, or run `chess-rl {name}` on its own"
             )
         self.selected = self.graph.select(self.cfg.only or None, self.cfg.start)
         self.keys = node_keys(self.graph, config, run_storage)

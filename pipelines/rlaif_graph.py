@@ -43,18 +43,22 @@ def graph_nodes(config: ChessRLConfig) -> tuple[Node, ...]:
     moves and no ``grpo.policy`` is given, or from a given policy (then it reads only the
     games), or from the judge (``grpo.start: judge``: it reads the reward node's model, and the
     judge plays in the comparison). With ``rlaif.online_dpo``, an ``online-dpo`` node (grpo with
-    ``loss_type: dpo``) needs what grpo needs, and evaluate reads it; a ppo graded by Stockfish
+    ``loss_type: dpo``) needs what grpo needs, and evaluate reads it; with ``rlaif.dpo: false`` the
+    offline dpo node is left out (and evaluate does not read it); a ppo graded by Stockfish
     (``ppo.reward: stockfish``) does not need the reward model, and a board ppo
     (``ppo.text_format: board``, no ``ppo.policy``) starts from the sft-board node instead of
     sft. The reward node reads ``reward.source``'s pairs (an ``annotate`` node, after prepare,
     with ``annotate``) and sft's model unless it trains a fresh backbone (``reward.model``). A
     judge nothing reads is not trained: with ``ppo.reward: stockfish`` and ``grpo.start: sft``
-    the graph has no reward node (``chess-rl reward`` trains one alone)."""
+    the graph has no reward node (``chess-rl reward`` trains one alone); nor are preference pairs
+    nothing reads (no dpo, a judge on annotate's pairs)."""
     out: list[Node] = []
     judge_start = config.grpo.start == "judge"
     extra = None if config.grpo.policy or judge_start else FORMAT_SFT.get(config.grpo.text_format)
     board_ppo = ppo_board_start(config)
     for n in NODES:
+        if n.name == "dpo" and not config.rlaif.dpo:
+            continue
         if n.name == "ppo" and board_ppo:  # the board sft node, before ppo (and grpo) read it
             out.append(Node(BOARD_SFT, ("prepare",)))
         if n.name == "reward":
@@ -74,13 +78,14 @@ def graph_nodes(config: ChessRLConfig) -> tuple[Node, ...]:
             needs = tuple(x for x in n.needs if x != "reward" or config.ppo.reward != "stockfish")
             out.append(Node("ppo", tuple(BOARD_SFT if x == "sft" and board_ppo else x for x in needs)))
         elif n.name == "evaluate":
-            needs = n.needs + ((BOARD_SFT,) if extra == BOARD_SFT or board_ppo else ())
+            needs = tuple(x for x in n.needs if x != "dpo" or config.rlaif.dpo)
+            needs += (BOARD_SFT,) if extra == BOARD_SFT or board_ppo else ()
             needs += ("reward",) if judge_start else ()
             out.append(Node("evaluate", needs + ((ONLINE_DPO,) if config.rlaif.online_dpo else ())))
         else:
             out.append(n)
     read = {need for node in out for need in node.needs}
-    return tuple(n for n in out if n.name not in ("reward", "annotate") or n.name in read)
+    return tuple(n for n in out if n.name not in ("reward", "annotate", "preferences") or n.name in read)
 
 
 def phase_module(name: str) -> Phase:
@@ -131,7 +136,7 @@ def comparison_players(
     config: ChessRLConfig, run_storage: Storage
 ) -> tuple[list[str], dict[str, str], dict[str, str]]:
     """The comparison's players (the ppo, grpo, online-dpo (with ``rlaif.online_dpo``) and dpo
-    policies, the sft start, a board grpo's or board ppo's sft-board start, the judge when grpo
+    (unless ``rlaif.dpo`` is false) policies, the sft start, a board grpo's or board ppo's sft-board start, the judge when grpo
     starts from it, a random mover; language models masked, scorers as ``judge:`` players), their
     printed names, and each RL policy's start. Each RL policy plays its start and the random mover, each start the random mover."""
 
@@ -144,8 +149,8 @@ def comparison_players(
 
     ppo, grpo, dpo, sft = model("ppo"), model("grpo", judge_start), model("dpo"), model("sft")
     labels = {ppo: "ppo", grpo: "grpo", dpo: "dpo", sft: "sft"}
-    starts = {ppo: sft, grpo: sft, dpo: sft}
-    players = [ppo, grpo, dpo, sft]
+    starts = {ppo: sft, grpo: sft, dpo: sft} if config.rlaif.dpo else {ppo: sft, grpo: sft}
+    players = [ppo, grpo, dpo, sft] if config.rlaif.dpo else [ppo, grpo, sft]
     if judge_start:  # grpo trains the judge, read as a policy: the judge plays as its start
         judge = model("reward", scorer=True)
         players.append(judge)

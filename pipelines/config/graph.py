@@ -43,6 +43,10 @@ class RlaifConfig(Section):
     """Add an online-dpo node beside grpo: the grpo section with loss_type dpo (the same start,
     rollouts and Stockfish grades; each group's best and worst moves a DPO pair), its outputs in
     <run>/online-dpo, its policy in the comparison against its start and the random mover."""
+    dpo: bool = True
+    """The offline dpo node (dpo on preferences' pairs, from the sft start) and its policy in the
+    comparison. false: left out, and preferences with it when no other node reads its pairs (a
+    judge learning from annotate's, as in the judge preset, whose chain it shortens by ~17 min)."""
     compare_adjudicate_cp: int | None = Field(300, ge=1)
     """The comparison's games that reach evaluate.max_plies are decided by Stockfish: ahead by this
     many centipawns wins (null: drawn). Its language models play masked (their best legal move),

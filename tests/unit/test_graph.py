@@ -364,6 +364,35 @@ def test_a_graph_whose_ppo_grades_with_stockfish_trains_no_judge_and_says_so(tmp
     assert "reward" in run_graph_names(judged)  # ppo reads the judge: the seed's path
 
 
+def test_a_graph_without_offline_dpo_drops_the_pairs_nothing_reads(tmp_path):
+    """``rlaif.dpo: false``: no dpo node, in the graph or the comparison; preferences goes too
+    when the judge learns from annotate's pairs, stays when it learns from its own; naming a node
+    the graph lacks is one line."""
+    from pipelines.rlaif import GraphRun, node_config
+
+    phases = Phases(Storage.from_uri(str(tmp_path)).child("r"))
+    overrides = {"run.storage": (str(tmp_path), "--storage"), "rlaif.dpo": (False, "--set rlaif.dpo")}
+    judged = {**overrides, **JUDGED_PPO}
+    config = load_config(ChessRLConfig, path=None, overrides=judged)
+    assert "dpo" not in run_graph_names(config) and "preferences" in run_graph_names(config)
+    annotated = {**judged, "reward.source": ("annotate", "--source"), "reward.model": ("tiny", "--model")}
+    config = load_config(ChessRLConfig, path=None, overrides=annotated)
+    assert {"dpo", "preferences"}.isdisjoint(run_graph_names(config)) and "annotate" in run_graph_names(
+        config
+    )
+    evaluate = node_config(config, "evaluate", phases.root).evaluate
+    assert (
+        not [p for p in evaluate.players if "/dpo/" in p]
+        and len(evaluate.pairs) == 2 + len(evaluate.players) - 1
+    )
+    for flag, value in (("rlaif.only", ["dpo"]), ("rlaif.force", ["preferences"])):
+        bad = load_config(ChessRLConfig, path=None, overrides={**annotated, flag: (value, "--x")})
+        with pytest.raises(
+            ConfigError, match="no (dpo|preferences) node: rlaif.dpo is false.*rlaif.dpo=true"
+        ):
+            GraphRun(bad, phases.root, lambda _: None, phases)
+
+
 def run_graph_names(config: ChessRLConfig) -> list[str]:
     from pipelines.rlaif import graph_nodes
 
@@ -446,6 +475,7 @@ def test_the_judge_preset_runs_the_seed_s_path():
     nodes = {n.name: n.needs for n in graph_nodes(judge)}
     assert nodes["annotate"] == ("prepare",) and nodes["reward"] == ("annotate",)
     assert {"reward", "sft-board"} <= set(nodes["ppo"]) and "ppo" in nodes["evaluate"]
+    assert {"dpo", "preferences"}.isdisjoint(nodes)  # the issue's chain: no offline dpo
     ppo = node_config(judge, "ppo", Storage.from_uri("/r").child("j")).ppo
     assert ppo.reward == "model" and ppo.reward_model is None  # the phase reads <run>/reward/model
     assert (ppo.samples_per_state, ppo.anchor_coef, ppo.text_format) == (16, 0.2, "board")
