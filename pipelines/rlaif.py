@@ -138,7 +138,7 @@ class GraphRun:
             raise ConfigError(
                 f"rlaif: this graph has no {name} node: rlaif.dpo is false"
                 + ("" if name == "dpo" else " and no other phase reads preference pairs")
-                + f"; set rlaif.dpo=true, or run `chess-rl {name}` on its own"
+                + "; set rlaif.dpo=true, or run `chess-rl preferences` then `chess-rl dpo` on their own"
             )
         self.selected = self.graph.select(self.cfg.only or None, self.cfg.start)
         self.keys = node_keys(self.graph, config, run_storage)

@@ -84,8 +84,12 @@ def graph_nodes(config: ChessRLConfig) -> tuple[Node, ...]:
             out.append(Node("evaluate", needs + ((ONLINE_DPO,) if config.rlaif.online_dpo else ())))
         else:
             out.append(n)
-    read = {need for node in out for need in node.needs}
-    return tuple(n for n in out if n.name not in ("reward", "annotate", "preferences") or n.name in read)
+    while True:  # until nothing more drops out: a judge left out reads no pairs either
+        read = {need for node in out for need in node.needs}
+        kept = [n for n in out if n.name not in ("reward", "annotate", "preferences") or n.name in read]
+        if len(kept) == len(out):
+            return tuple(out)
+        out = kept
 
 
 def phase_module(name: str) -> Phase:
@@ -105,8 +109,8 @@ def ppo_board_start(config: ChessRLConfig) -> bool:
 
 def node_config(config: ChessRLConfig, name: str, run_storage: Storage) -> ChessRLConfig:
     """The config a node runs with: the same config, except that ``sft-rookworld`` trains the
-    rookworld format and ``evaluate`` compares this run's ppo, grpo and dpo policies with the sft
-    start and a random mover."""
+    rookworld format and ``evaluate`` compares this run's ppo, grpo and dpo (unless ``rlaif.dpo``
+    is false) policies with their starts and a random mover."""
     for text_format, node in FORMAT_SFT.items():
         if name == node:
             return config.model_copy(

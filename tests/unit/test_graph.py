@@ -375,6 +375,8 @@ def test_a_graph_without_offline_dpo_drops_the_pairs_nothing_reads(tmp_path):
     judged = {**overrides, **JUDGED_PPO}
     config = load_config(ChessRLConfig, path=None, overrides=judged)
     assert "dpo" not in run_graph_names(config) and "preferences" in run_graph_names(config)
+    graded = load_config(ChessRLConfig, path=None, overrides=overrides)  # ppo graded by Stockfish
+    assert {"dpo", "reward", "preferences"}.isdisjoint(run_graph_names(graded))  # no judge, no pairs
     annotated = {**judged, "reward.source": ("annotate", "--source"), "reward.model": ("tiny", "--model")}
     config = load_config(ChessRLConfig, path=None, overrides=annotated)
     assert {"dpo", "preferences"}.isdisjoint(run_graph_names(config)) and "annotate" in run_graph_names(
