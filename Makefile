@@ -13,17 +13,18 @@ PYTEST_ARGS ?=
 # torch's OpenMP threads sleep when idle instead of spinning (pipelines/__init__.py): every test
 # process and Ray worker shares 2 cores with others, where spinning threads ran 10x slower.
 export OMP_WAIT_POLICY ?= PASSIVE
-# TEST_WORKERS=2: two test processes side by side (pytest-xdist), each test file whole in one of
-# them: 1,670 s instead of 2,232 s on 2 CPUs. Not the default yet: in one of three such runs a Ray
-# driver crashed inside Ray (a fatal check in its pubsub subscriber) and pytest-xdist then waited
-# forever instead of reporting the lost worker; a CI run that hangs never lands. See tests/README.md.
-TEST_WORKERS ?= 0
+# The Ray tiers in TEST_WORKERS test processes side by side (pytest-xdist), each test file whole in
+# one of them: one process leaves a third of 2 CPUs idle waiting on Ray, Train workers and
+# Stockfish. 1,531 s against 2,121 s one at a time (stop 90 against stop 89, fresh clones). At stop
+# 65 one run of three hung (a worker stuck inside Ray); pytest-timeout now ends such a test after
+# 20 minutes as a failure (pyproject.toml). TEST_WORKERS=0: one process. See tests/README.md.
+TEST_WORKERS ?= 2
 # A crashed test process is a failure, not a retry: xdist's loadfile would run the crashed test's
 # whole file again on a fresh worker, up to 8 times (--max-worker-restart 0 ends the run instead).
 XDIST := $(if $(filter-out 0,$(strip $(TEST_WORKERS))),-n $(strip $(TEST_WORKERS)) --dist loadfile --no-loadscope-reorder --max-worker-restart 0)
 # The unit tier has no Ray (its marker's promise): `make test` and `make check` run it in
 # UNIT_WORKERS test processes (pytest-xdist, a file whole in each, the files with a slow test
-# first: tests/conftest.py), then the Ray tiers in one process (or TEST_WORKERS). Each part's
+# first: tests/conftest.py), then the Ray tiers in TEST_WORKERS processes. Each part's
 # failure fails the command; both parts always run. `make check` leaves out the slow unit test.
 UNIT_WORKERS ?= 2
 UNIT_XDIST := $(if $(filter-out 0 1,$(strip $(UNIT_WORKERS))),-n $(strip $(UNIT_WORKERS)) --dist loadfile --no-loadscope-reorder --max-worker-restart 0)
